@@ -1,0 +1,1 @@
+"""Adapters: the store, executors and GPU probes that implement the services' ports."""

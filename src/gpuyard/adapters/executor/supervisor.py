@@ -1,0 +1,170 @@
+"""Per-job supervisor: a tiny program (standard library only, started with `python -I -S`) that
+runs one job's process tree, enforces its time limit, stops it on SIGTERM, and records how it
+ended in the job's folder. It outlives a server restart, so no job depends on the server.
+
+    python -I -S supervisor.py JOBDIR GRACE_S TIME_LIMIT_S WORKDIR -- ARGV...
+
+It becomes a child subreaper, so every orphan of the job is re-parented to it and can be
+stopped: when the job's main process ends, whatever it left behind is killed, as Slurm does.
+"""
+
+import os
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+_stage = 0  # 0 running, 1 SIGTERM sent, 2 SIGKILL sent
+_timed_out = False
+_grace_s = 10.0
+_limit_s = 0.0
+
+
+def _say(message):
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    os.write(2, f"gpuyard: *** {stamp} {message} ***\n".encode())
+
+
+def _descendants():
+    """Pids of every process below this one, from /proc (children of children included)."""
+    me = os.getpid()
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [me]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal_tree(sig):
+    for pid in _descendants():
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def _begin_stop(why):
+    global _stage
+    if _stage:
+        return
+    _stage = 1
+    _say(f"{why}: sending SIGTERM, SIGKILL in {_grace_s:g}s")
+    _signal_tree(signal.SIGTERM)
+    signal.setitimer(signal.ITIMER_REAL, max(_grace_s, 0.01))
+
+
+def _on_term(signum, frame):
+    _begin_stop("stop requested")
+
+
+def _on_alarm(signum, frame):
+    global _stage, _timed_out
+    if _stage == 0:
+        _timed_out = True
+        _begin_stop(f"time limit of {_limit_s:g}s reached")
+    elif _stage == 1:
+        _stage = 2
+        _say("grace period over: sending SIGKILL")
+        _signal_tree(signal.SIGKILL)
+
+
+def _become_subreaper():
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception:
+        pass  # without it, orphans that escape the process group may survive
+
+
+def _write_atomic(path, text):
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _run_child(workdir, argv):
+    os.setpgid(0, 0)
+    for sig in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.chdir(workdir)
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        os.write(2, f"gpuyard: cannot run {argv[0]!r} in {workdir!r}: {exc.strerror}\n".encode())
+    os._exit(127)
+
+
+def _reap_leftovers():
+    """Kill and reap whatever the job left behind, then return."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        _signal_tree(signal.SIGKILL)
+        try:
+            while True:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+        except ChildProcessError:
+            return
+        time.sleep(0.01)
+
+
+def main():
+    global _grace_s, _limit_s
+    jobdir, grace, limit, workdir, sep, *argv = sys.argv[1:]
+    assert sep == "--" and argv, "usage: supervisor.py JOBDIR GRACE_S LIMIT_S WORKDIR -- ARGV..."
+    _grace_s, _limit_s = float(grace), float(limit)
+    _write_atomic(os.path.join(jobdir, "supervisor.pid"), str(os.getpid()))
+    _become_subreaper()
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    child = os.fork()
+    if child == 0:
+        _run_child(workdir, argv)
+    try:
+        os.setpgid(child, child)
+    except OSError:
+        pass
+    if _limit_s > 0:
+        signal.setitimer(signal.ITIMER_REAL, _limit_s)
+    _, status = os.waitpid(child, 0)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _reap_leftovers()
+    code = os.waitstatus_to_exitcode(status)
+    exit_code, sig = (code, "null") if code >= 0 else ("null", -code)
+    _write_atomic(
+        os.path.join(jobdir, "status.json"),
+        f'{{"exit_code": {exit_code}, "signal": {sig}, '
+        f'"timed_out": {"true" if _timed_out else "false"}, "ended_at": {time.time()!r}}}\n',
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""GPU probes: NVML for detected GPUs, the admin's declaration otherwise."""

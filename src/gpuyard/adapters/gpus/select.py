@@ -1,0 +1,68 @@
+"""Turn `--gpus auto|N|LIST` into the server's GPU list, detected or declared."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from gpuyard.adapters.gpus.nvml import NvmlUnavailable, detect_gpus
+from gpuyard.domain.errors import InvalidRequest
+from gpuyard.domain.job import Gpu
+
+log = logging.getLogger("gpuyard.gpus")
+
+
+def choose_gpus(
+    spec: str, *, detect: Callable[[], list[Gpu]] = detect_gpus, declared_mem_mib: int | None = None
+) -> tuple[list[Gpu], str]:
+    """GPUs for `--gpus SPEC` and a one-line description of where they came from."""
+    spec = spec.strip().lower()
+    try:
+        found: list[Gpu] | None = detect()
+        why = ""
+    except NvmlUnavailable as exc:
+        found, why = None, str(exc)
+    if spec == "auto":
+        if found is None:
+            return [], f"0 GPUs: {why}; CPU-only jobs still run (declare GPUs with --gpus N)"
+        return found, f"{len(found)} GPUs detected by NVML"
+    if spec.isdigit():
+        count = int(spec)
+        if found is None:
+            return _declare(count, declared_mem_mib), (
+                f"{count} GPUs declared (--gpus {count}; {why})"
+            )
+        if count > len(found):
+            raise InvalidRequest(
+                f"--gpus {count}: only {len(found)} GPUs detected; use --gpus auto or fewer",
+                field="gpus",
+            )
+        return found[:count], f"{count} of {len(found)} detected GPUs"
+    try:
+        wanted = [int(part) for part in spec.split(",") if part.strip()]
+    except ValueError:
+        raise InvalidRequest(
+            f"--gpus {spec!r}: use auto, a count (4) or a list of indices (0,2)", field="gpus"
+        ) from None
+    if found is None:
+        raise InvalidRequest(
+            f"--gpus {spec}: a list needs detected GPUs, but {why}; use --gpus N to declare N",
+            field="gpus",
+        )
+    by_index = {gpu.index: gpu for gpu in found}
+    missing = [i for i in wanted if i not in by_index]
+    if missing:
+        raise InvalidRequest(
+            f"--gpus {spec}: no GPU with index {missing[0]} (detected: "
+            f"{', '.join(map(str, by_index)) or 'none'})",
+            field="gpus",
+        )
+    return [by_index[i] for i in wanted], f"GPUs {spec} of {len(found)} detected"
+
+
+def _declare(count: int, mem_mib: int | None) -> list[Gpu]:
+    return [
+        Gpu(index=i, uuid=f"declared-{i}", name="declared GPU", memory_total_mib=mem_mib,
+            detected=False)  # fmt: skip
+        for i in range(count)
+    ]

@@ -1,0 +1,1 @@
+"""Durable job storage on SQLAlchemy (SQLite embedded; PostgreSQL by URL)."""

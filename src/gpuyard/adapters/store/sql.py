@@ -1,0 +1,93 @@
+"""SqlJobStore: jobs in SQLite (embedded default) or PostgreSQL, written by group commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, select, update
+
+from gpuyard.adapters.store.codec import job_to_row, row_to_job
+from gpuyard.adapters.store.group_commit import GroupCommitWriter
+from gpuyard.adapters.store.tables import jobs
+from gpuyard.domain.errors import Conflict
+from gpuyard.domain.job import Job
+
+_Batch = tuple[Sequence[Job], Sequence[Job]]
+
+
+class SqlJobStore:
+    """Implements the JobStore port. One server process per database."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._engine = _make_engine(url)
+        _migrate(self._engine)
+        self._writer: GroupCommitWriter[_Batch] = GroupCommitWriter(self._commit_batch)
+
+    def load_jobs(self) -> list[Job]:
+        with self._engine.connect() as conn:
+            return [row_to_job(row) for row in conn.execute(select(jobs).order_by(jobs.c.id))]
+
+    def write(self, inserts: Sequence[Job], updates: Sequence[Job]) -> None:
+        if inserts or updates:
+            self._writer.submit((inserts, updates))
+
+    def close(self) -> None:
+        self._writer.close()
+        self._engine.dispose()
+
+    def _commit_batch(self, batch: Sequence[_Batch]) -> None:
+        rows = [job_to_row(job) for inserts, _ in batch for job in inserts]
+        with self._engine.begin() as conn:
+            if rows:
+                conn.execute(jobs.insert(), rows)
+            for _, updates in batch:
+                for job in updates:
+                    row = job_to_row(job)
+                    result = conn.execute(
+                        update(jobs)
+                        .where(jobs.c.id == job.id, jobs.c.version == job.version - 1)
+                        .values(**row)
+                    )
+                    if result.rowcount != 1:
+                        raise Conflict(f"job {job.id} changed meanwhile; try again")
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def _make_engine(url: str) -> Engine:
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, decide where transactions begin.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _migrate(engine: Engine) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")

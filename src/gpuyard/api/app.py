@@ -1,0 +1,128 @@
+"""The FastAPI app: thin routes over the JobService, bearer-token auth on every route but
+/healthz."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import Response, StreamingResponse
+
+from gpuyard import __version__
+from gpuyard.api.convert import gpu_to_wire, job_to_wire, spec_from_wire
+from gpuyard.api.errors import install_error_handlers
+from gpuyard.bootstrap import Server
+from gpuyard.domain.errors import Unauthorized
+from gpuyard.domain.job import Job
+from gpuyard.schemas.v1 import ErrorOut, GpuOut, JobOut, JobSubmitIn, ServerInfoOut
+
+_LOG_CHUNK = 1 << 16
+_FOLLOW_POLL_S = 0.2
+_ERRORS = {code: {"model": ErrorOut} for code in (401, 404, 409, 422)}
+
+
+def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
+    """The API over one Server; with `manage_lifecycle`, the app starts and closes it."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if manage_lifecycle:
+            server.start()
+        yield
+        if manage_lifecycle:
+            server.close()
+
+    app = FastAPI(title="gpuyard", version=__version__, lifespan=lifespan, responses=_ERRORS)  # type: ignore[arg-type]
+    install_error_handlers(app)
+    service = server.service
+    expected = f"Bearer {server.token}".encode()
+
+    def require_token(request: Request) -> None:
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            raise Unauthorized(
+                "missing or wrong API token: the CLI reads it from the server's state dir "
+                "(or set GPUYARD_TOKEN)"
+            )
+
+    def out(job: Job) -> JobOut:
+        return job_to_wire(job, service.reason(job), server.executor.log_path(job.id))
+
+    @app.get("/healthz", include_in_schema=True)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    auth = [Depends(require_token)]
+
+    @app.post("/api/v1/jobs", status_code=201, dependencies=auth)
+    def submit_job(body: JobSubmitIn) -> JobOut:
+        return out(service.submit(spec_from_wire(body), server.owner))
+
+    @app.get("/api/v1/jobs", dependencies=auth)
+    def list_jobs(
+        all: Annotated[bool, Query(description="include finished jobs")] = False,
+    ) -> list[JobOut]:
+        return [out(job) for job in service.list(include_finished=all)]
+
+    @app.get("/api/v1/jobs/{job_id}", dependencies=auth)
+    def get_job(job_id: int) -> JobOut:
+        return out(service.get(job_id))
+
+    @app.post("/api/v1/jobs/{job_id}/cancel", dependencies=auth)
+    def cancel_job(job_id: int) -> JobOut:
+        return out(service.cancel(job_id))
+
+    @app.get("/api/v1/jobs/{job_id}/log", dependencies=auth, response_class=Response)
+    async def job_log(
+        job_id: int,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        follow: bool = False,
+    ) -> Response:
+        job = service.get(job_id)
+        path = server.executor.log_path(job_id)
+        if not follow:
+            data = await asyncio.to_thread(_read_from, path, offset, None)
+            return Response(
+                data, media_type="text/plain; charset=utf-8",
+                headers={"X-Log-Offset": str(offset + len(data)), "X-Job-State": job.state.value},
+            )  # fmt: skip
+        return StreamingResponse(_follow(job_id, path, offset), media_type="text/plain")
+
+    async def _follow(job_id: int, path: str, offset: int) -> AsyncIterator[bytes]:
+        while True:
+            ended = service.get(job_id).state.is_terminal
+            data = await asyncio.to_thread(_read_from, path, offset, _LOG_CHUNK)
+            offset += len(data)
+            if data:
+                yield data
+            elif ended:
+                return
+            else:
+                await asyncio.sleep(_FOLLOW_POLL_S)
+
+    @app.get("/api/v1/gpus", dependencies=auth)
+    def list_gpus() -> list[GpuOut]:
+        return [gpu_to_wire(h) for h in service.gpus()]
+
+    @app.get("/api/v1/info", dependencies=auth)
+    def info() -> ServerInfoOut:
+        inv = service.inventory
+        return ServerInfoOut(
+            version=__version__, gpus_source=inv.source, num_gpus=len(inv.gpus),
+            cpus=inv.node.cpus, mem_mib=inv.node.mem_mib, owner=server.owner,
+        )  # fmt: skip
+
+    return app
+
+
+def _read_from(path: str, offset: int, limit: int | None) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit if limit is not None else -1)
+    except FileNotFoundError:
+        return b""

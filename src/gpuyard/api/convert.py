@@ -1,0 +1,83 @@
+"""Conversions between wire models and domain objects."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpuyard.domain.errors import InvalidRequest
+from gpuyard.domain.job import Job, JobSpec
+from gpuyard.domain.units import parse_duration_s, parse_size_mib
+from gpuyard.schemas.v1 import GpuOut, JobOut, JobSubmitIn
+from gpuyard.services.jobs import GpuHolding
+
+
+def spec_from_wire(body: JobSubmitIn) -> JobSpec:
+    """Parse and check a submission; raises InvalidRequest naming the field."""
+    if not body.command[0].strip():
+        raise InvalidRequest("command: the program to run is empty", field="command")
+    workdir = body.workdir or str(Path.home())
+    if not os.path.isabs(workdir):
+        raise InvalidRequest(f"workdir {workdir!r} must be an absolute path", field="workdir")
+    for key in body.env:
+        if not key or "=" in key or "\0" in key:
+            raise InvalidRequest(f"env: {key!r} is not a valid variable name", field="env")
+    return JobSpec(
+        argv=tuple(body.command),
+        name=body.name or Path(body.command[0]).name,
+        workdir=workdir,
+        gpus=body.gpus,
+        cpus=body.cpus,
+        mem_mib=parse_size_mib(body.mem, field="mem") if body.mem else 0,
+        time_limit_s=parse_duration_s(body.time_limit, field="time_limit")
+        if body.time_limit
+        else None,
+        priority=body.priority,
+        env=tuple(sorted(body.env.items())),
+    )
+
+
+def job_to_wire(job: Job, reason: str, log_path: str) -> JobOut:
+    spec = job.spec
+    end = job.ended_at if job.ended_at is not None else time.time()
+    return JobOut(
+        id=job.id,
+        name=spec.name,
+        owner=job.owner,
+        state=job.state.value,
+        reason=reason,
+        command=list(spec.argv),
+        gpus=list(job.gpus),
+        num_gpus=spec.gpus,
+        cpus=spec.cpus,
+        mem_mib=spec.mem_mib,
+        time_limit_s=spec.time_limit_s,
+        priority=spec.priority,
+        workdir=spec.workdir,
+        node=job.node,
+        exit_code=job.exit_code,
+        submitted_at=_iso(job.submitted_at) or "",
+        started_at=_iso(job.started_at),
+        ended_at=_iso(job.ended_at),
+        runtime_s=round(end - job.started_at, 3) if job.started_at is not None else None,
+        log_path=log_path,
+    )
+
+
+def gpu_to_wire(holding: GpuHolding) -> GpuOut:
+    gpu = holding.gpu
+    return GpuOut(
+        index=gpu.index,
+        uuid=gpu.uuid,
+        name=gpu.name,
+        memory_total_mib=gpu.memory_total_mib,
+        detected=gpu.detected,
+        node=gpu.node,
+        job=holding.job.id if holding.job else None,
+    )
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()

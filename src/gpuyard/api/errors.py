@@ -1,0 +1,78 @@
+"""One table from exceptions to HTTP statuses, and one error body shape."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpuyard.domain.errors import (
+    Conflict,
+    GpuyardError,
+    InvalidRequest,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
+
+log = logging.getLogger("gpuyard.api")
+
+STATUS_BY_ERROR: dict[type[GpuyardError], int] = {
+    InvalidRequest: 422,
+    NotFound: 404,
+    Conflict: 409,
+    Unauthorized: 401,
+    Unavailable: 503,
+}
+_CODE_BY_HTTP = {400: "invalid_request", 401: "unauthorized", 404: "not_found",
+                 405: "method_not_allowed", 409: "conflict", 422: "invalid_request"}  # fmt: skip
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        body["field"] = field
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(GpuyardError)
+    async def _domain(_: Request, exc: GpuyardError) -> JSONResponse:
+        status = STATUS_BY_ERROR.get(type(exc), 400)
+        return error_response(status, exc.code, exc.message, exc.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        return error_response(422, "invalid_request", *_describe(first))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _CODE_BY_HTTP.get(exc.status_code, "error")
+        message = "no such API route" if exc.status_code == 404 else str(exc.detail)
+        return error_response(exc.status_code, code, message)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return error_response(500, "internal", "internal server error; the server log has details")
+
+
+def _describe(error: Any) -> tuple[str, str | None]:
+    """A one-line message naming the field and the problem."""
+    loc = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path")]
+    field = ".".join(loc) or None
+    kind = error.get("type", "")
+    if kind == "json_invalid":
+        return "the request body is not valid JSON", None
+    if kind == "extra_forbidden":
+        return f"unknown field {field!r}", field
+    if kind == "missing":
+        return f"field {field!r} is required", field
+    message = error.get("msg", "invalid value")
+    return (f"{field}: {message}" if field else message), field

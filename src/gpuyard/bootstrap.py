@@ -1,0 +1,103 @@
+"""The one place that wires adapters into services."""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+from gpuyard.adapters.executor.local import LocalExecutor
+from gpuyard.adapters.gpus.select import choose_gpus
+from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
+from gpuyard.domain.errors import Unavailable
+from gpuyard.domain.job import NodeCapacity
+from gpuyard.services.controller import Controller
+from gpuyard.services.inventory import Inventory
+from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobs import JobService
+from gpuyard.settings import Settings
+
+
+@dataclass
+class Server:
+    """Everything one server process runs, ready for the API to serve."""
+
+    settings: Settings
+    service: JobService
+    controller: Controller
+    store: SqlJobStore
+    executor: LocalExecutor
+    token: str
+    owner: str
+    _lock_file: IO[str]
+
+    def start(self) -> None:
+        self.controller.recover()
+        self.controller.start(self.settings.tick_s)
+        self.controller.wake()
+
+    def close(self) -> None:
+        """Stop serving; running jobs keep running under their supervisors."""
+        self.controller.stop()
+        self.executor.close()
+        self.store.close()
+        self._lock_file.close()
+
+
+def build_server(settings: Settings) -> Server:
+    state = settings.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    lock_file = _lock_state_dir(state)
+    gpus, source = choose_gpus(settings.gpus, declared_mem_mib=settings.declared_gpu_mem_mib)
+    node = NodeCapacity(
+        name=socket.gethostname(),
+        cpus=settings.cpus or os.cpu_count() or 1,
+        mem_mib=settings.mem_mib or psutil.virtual_memory().total // 2**20,
+    )
+    store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"))
+    book = JobBook(store.load_jobs())
+    inventory = Inventory(tuple(gpus), node, source)
+    holder: list[Controller] = []
+    executor = LocalExecutor(
+        state / "jobs", lambda job_id, status: holder[0].on_exit(job_id, status),
+        grace_s=settings.kill_grace_s,
+    )  # fmt: skip
+    controller = Controller(book, store, executor, inventory, base_env=os.environ)
+    holder.append(controller)
+    service = JobService(book, store, controller)
+    return Server(
+        settings, service, controller, store, executor, ensure_token(settings.token_path),
+        getpass.getuser(), lock_file,
+    )  # fmt: skip
+
+
+def ensure_token(path: Path) -> str:
+    """The API token, created on first start with mode 0600."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def _lock_state_dir(state: Path) -> IO[str]:
+    """One server per state dir: a second one would run every job twice."""
+    lock_file = open(state / "server.lock", "a+")  # noqa: SIM115 - held for the server's life
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.close()
+        raise Unavailable(
+            f"another gpuyard server already uses {state}; stop it or pass another --state-dir"
+        ) from None
+    return lock_file

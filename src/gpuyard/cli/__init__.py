@@ -1,0 +1,1 @@
+"""The `gpuyard` command line; talks to the server only through `gpuyard.client`."""

@@ -1,0 +1,203 @@
+"""`gpuyard`: submit and manage training jobs, and run the server.
+
+Start-up cost matters (the CLI is typed all day): each command imports what it needs inside
+itself, and nothing here imports the server's stack (FastAPI, SQLAlchemy, NVML).
+"""
+
+
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+
+from gpuyard.domain.errors import GpuyardError
+
+app = typer.Typer(
+    name="gpuyard",
+    help="A self-hosted GPU training server: queue, schedule and run jobs on isolated GPUs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON (stable fields, see docs/cli.md)")]
+
+
+def _client():  # type: ignore[no-untyped-def]
+    from gpuyard.client import Client
+
+    return Client()
+
+
+def _print_json(data: object) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    sys.stderr.write(f"gpuyard: {message}\n")
+    raise typer.Exit(code)
+
+
+@app.command(
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
+def submit(
+    command: Annotated[list[str], typer.Argument(help="COMMAND [ARGS...] or a script file")],
+    gpus: Annotated[int, typer.Option(help="GPUs (whole devices)")] = 0,
+    cpus: Annotated[int, typer.Option(help="CPU cores")] = 1,
+    mem: Annotated[str | None, typer.Option(help="memory, e.g. 16G")] = None,
+    time: Annotated[
+        str | None, typer.Option("--time", "-t", help="time limit: minutes, [D-]HH:MM:SS, 2h")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", "-J", help="job name")] = None,
+    priority: Annotated[int, typer.Option(help="higher runs first")] = 0,
+    workdir: Annotated[str | None, typer.Option(help="working directory (default: here)")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="K=V, repeatable")] = None,
+    export_env: Annotated[
+        bool, typer.Option(help="pass PATH and the active virtualenv/conda env to the job")
+    ] = True,
+) -> None:
+    """Queue a job; prints its id alone (JOB=$(gpuyard submit ...) works)."""
+    from gpuyard.cli.submitting import build_submission
+
+    argv, fields = build_submission(command, name, workdir, env or [], export_env)
+    job = _client().submit(
+        argv, gpus=gpus, cpus=cpus, mem=mem, time_limit=time, priority=priority, **fields
+    )
+    sys.stdout.write(f"{job['id']}\n")
+
+
+@app.command("queue")
+def queue_cmd(
+    all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Pending and running jobs, with the reason a pending job waits."""
+    jobs = _client().jobs(all=all)
+    if json_out:
+        _print_json(jobs)
+        return
+    from gpuyard.cli.render import queue_rows
+
+    sys.stdout.write(queue_rows(jobs) + "\n")
+
+
+@app.command("ps", hidden=True)
+def ps_cmd(
+    all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Alias of `queue`."""
+    queue_cmd(all=all, json_out=json_out)
+
+
+@app.command()
+def show(job_id: Annotated[int, typer.Argument(metavar="JOB")], json_out: JsonOpt = False) -> None:
+    """Everything about one job."""
+    job = _client().job(job_id)
+    if json_out:
+        _print_json(job)
+        return
+    from gpuyard.cli.render import job_record
+
+    sys.stdout.write(job_record(job) + "\n")
+
+
+@app.command()
+def logs(
+    job_id: Annotated[int, typer.Argument(metavar="JOB")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="follow until the job ends")] = False,
+) -> None:
+    """The job's output (stdout and stderr)."""
+    client = _client()
+    out = sys.stdout.buffer
+    if follow:
+        for chunk in client.follow_log(job_id):
+            out.write(chunk)
+            out.flush()
+    else:
+        out.write(client.log(job_id))
+
+
+@app.command()
+def cancel(job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")]) -> None:
+    """Cancel jobs: pending ones at once, running ones by SIGTERM, a grace period, SIGKILL."""
+    client = _client()
+    failed = False
+    for job_id in job_ids:
+        try:
+            client.cancel(job_id)
+        except GpuyardError as exc:
+            if type(exc).__name__ == "ServerUnreachable":
+                raise
+            sys.stderr.write(f"gpuyard: {exc.message}\n")
+            failed = True
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def wait(job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")]) -> None:
+    """Block until the jobs end; exit 0 only if all COMPLETED."""
+    jobs = _client().wait(job_ids)
+    bad = [j for j in jobs if j["state"] != "COMPLETED"]
+    for job in bad:
+        sys.stderr.write(f"gpuyard: job {job['id']} {job['state']}: {job['reason']}\n")
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+def gpus(json_out: JsonOpt = False) -> None:
+    """The GPU inventory and which job holds each GPU."""
+    inventory = _client().gpus()
+    if json_out:
+        _print_json(inventory)
+        return
+    from gpuyard.cli.render import gpu_rows
+
+    if not inventory:
+        sys.stdout.write("no GPUs: the server runs CPU-only jobs (start it with --gpus N to declare)\n")
+        return
+    sys.stdout.write(gpu_rows(inventory) + "\n")
+
+
+@app.command()
+def server(
+    host: Annotated[str | None, typer.Option(help="address to bind [127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="port [8765]")] = None,
+    state_dir: Annotated[
+        str | None, typer.Option(help="database, logs, job folders [~/.local/share/gpuyard]")
+    ] = None,
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", help="auto | N (declare N without a driver) | 0,2")
+    ] = None,
+    cpus: Annotated[int | None, typer.Option(help="CPU cores jobs may use [all]")] = None,
+    kill_grace: Annotated[
+        float | None, typer.Option(help="seconds between SIGTERM and SIGKILL [10]")
+    ] = None,
+) -> None:
+    """Run the server: HTTP API, scheduler and executor in one process."""
+    from gpuyard.cli.serving import run_server
+    from gpuyard.settings import Settings
+
+    settings = Settings.from_env(
+        host=host, port=port, state_dir=state_dir, gpus=gpus, cpus=cpus, kill_grace_s=kill_grace
+    )
+    run_server(settings)
+
+
+def main() -> None:
+    """Entry point: one clear line on error, never a traceback."""
+    try:
+        app()
+    except GpuyardError as exc:
+        sys.stderr.write(f"gpuyard: {exc.message}\n")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)

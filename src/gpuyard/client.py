@@ -1,0 +1,154 @@
+"""The gpuyard Python SDK and the CLI's transport: a small typed client over one HTTP request each.
+
+The CLI is typed all day and must answer in ~150 ms: httpx costs ~170 ms and http.client
+~25 ms to import, so the transport is `gpuyard._http`. One client serves the CLI and scripts.
+
+    from gpuyard.client import Client
+    with Client() as c:
+        job = c.submit(["python", "train.py"], gpus=1, time_limit="2h")
+        c.wait([job["id"]])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from gpuyard._http import HttpResponse, request
+from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError
+from gpuyard.settings import DEFAULT_URL, TOKEN_FILE, default_state_dir
+
+JobDict = dict[str, Any]
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
+            "OUT_OF_MEMORY"}  # fmt: skip
+
+
+class ServerUnreachable(GpuyardError):
+    """No gpuyard server answers at the URL."""
+
+    code = "unreachable"
+
+
+def find_token() -> str | None:
+    """GPUYARD_TOKEN, else the token file in the local server's state dir."""
+    token = os.environ.get("GPUYARD_TOKEN")
+    if token:
+        return token.strip()
+    try:
+        return (default_state_dir() / TOKEN_FILE).read_text().strip()
+    except OSError:
+        return None
+
+
+class Client:
+    """Talks to one gpuyard server; errors come back as the server's exception classes."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 30):
+        self.url = (url or os.environ.get("GPUYARD_URL") or DEFAULT_URL).rstrip("/")
+        parsed = urllib.parse.urlsplit(self.url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise GpuyardError(f"bad server URL {self.url!r}: use http://HOST:PORT")
+        self._https = parsed.scheme == "https"
+        self._host = parsed.hostname
+        self._port = parsed.port or (443 if self._https else 80)
+        self._token = token if token is not None else find_token()
+        self._timeout_s = timeout_s
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing held between requests: each opens its own connection."""
+
+    # -- API ------------------------------------------------------------------------------
+    def submit(self, command: Sequence[str], **fields: Any) -> JobDict:
+        body = {"command": list(command), **{k: v for k, v in fields.items() if v is not None}}
+        result: JobDict = self._json("POST", "/api/v1/jobs", body)
+        return result
+
+    def jobs(self, *, all: bool = False) -> list[JobDict]:
+        result: list[JobDict] = self._json("GET", "/api/v1/jobs" + ("?all=true" if all else ""))
+        return result
+
+    def job(self, job_id: int) -> JobDict:
+        result: JobDict = self._json("GET", f"/api/v1/jobs/{job_id}")
+        return result
+
+    def cancel(self, job_id: int) -> JobDict:
+        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/cancel")
+        return result
+
+    def gpus(self) -> list[JobDict]:
+        result: list[JobDict] = self._json("GET", "/api/v1/gpus")
+        return result
+
+    def info(self) -> JobDict:
+        result: JobDict = self._json("GET", "/api/v1/info")
+        return result
+
+    def log(self, job_id: int, offset: int = 0) -> bytes:
+        resp = self._request("GET", f"/api/v1/jobs/{job_id}/log?offset={offset}")
+        return resp.read()
+
+    def follow_log(self, job_id: int, offset: int = 0) -> Iterator[bytes]:
+        """Yield the job's output as it is written, until the job ends."""
+        path = f"/api/v1/jobs/{job_id}/log?offset={offset}&follow=true"
+        yield from self._request("GET", path, timeout_s=None).chunks()
+
+    def wait(self, job_ids: Sequence[int], poll_s: float = 0.5) -> list[JobDict]:
+        """Block until every job has ended; returns their final records."""
+        done: dict[int, JobDict] = {}
+        while len(done) < len(job_ids):
+            for job_id in job_ids:
+                if job_id not in done:
+                    job = self.job(job_id)
+                    if job["state"] in TERMINAL:
+                        done[job_id] = job
+            if len(done) < len(job_ids):
+                time.sleep(poll_s)
+        return [done[j] for j in job_ids]
+
+    # -- transport ------------------------------------------------------------------------
+    def _json(self, method: str, path: str, body: Any = None) -> Any:
+        return json.loads(self._request(method, path, body).read())
+
+    def _request(
+        self, method: str, path: str, body: Any = None, timeout_s: float | None = -1.0
+    ) -> HttpResponse:
+        headers = {"Accept": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        payload = None
+        if body is not None:
+            payload = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        try:
+            resp = request(
+                self._host, self._port, method, path, headers, payload,
+                timeout_s=self._timeout_s if timeout_s == -1.0 else timeout_s, tls=self._https,
+            )  # fmt: skip
+        except OSError:
+            raise ServerUnreachable(
+                f"cannot reach gpuyard server at {self.url}: is `gpuyard server` running?"
+            ) from None
+        if resp.status >= 400:
+            raise _error_from(resp)
+        return resp
+
+
+def _error_from(resp: HttpResponse) -> GpuyardError:
+    raw = resp.read()
+    try:
+        err = json.loads(raw)["error"]
+        cls = ERRORS_BY_CODE.get(err["code"], GpuyardError)
+        return cls(err["message"], field=err.get("field"))
+    except (ValueError, KeyError, TypeError):
+        text = raw.decode(errors="replace").strip()[:200]
+        return GpuyardError(f"server answered HTTP {resp.status}: {text or resp.reason}")

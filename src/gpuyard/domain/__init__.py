@@ -1,0 +1,1 @@
+"""Pure domain: jobs, states, resources, units and errors. Standard library only."""

@@ -1,0 +1,49 @@
+"""One exception tree with stable codes; the API maps codes to HTTP statuses in one table."""
+
+from __future__ import annotations
+
+
+class GpuyardError(Exception):
+    """Base of every error a user may see; `code` is stable, `message` is for the person."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidRequest(GpuyardError):
+    """The request is malformed or asks for something impossible (HTTP 422)."""
+
+    code = "invalid_request"
+
+
+class NotFound(GpuyardError):
+    """The named object does not exist (HTTP 404)."""
+
+    code = "not_found"
+
+
+class Conflict(GpuyardError):
+    """The request contradicts the object's current state (HTTP 409)."""
+
+    code = "conflict"
+
+
+class Unauthorized(GpuyardError):
+    """Missing or wrong API token (HTTP 401)."""
+
+    code = "unauthorized"
+
+
+class Unavailable(GpuyardError):
+    """The server cannot serve the request right now (HTTP 503)."""
+
+    code = "unavailable"
+
+
+ERRORS_BY_CODE: dict[str, type[GpuyardError]] = {
+    cls.code: cls for cls in (GpuyardError, InvalidRequest, NotFound, Conflict, Unauthorized, Unavailable)
+}

@@ -1,0 +1,79 @@
+"""Jobs: what a user asked for (JobSpec) and what became of it (Job)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from gpuyard.domain.states import JobState, check_transition
+
+# Reasons in Slurm's words, shown by `gpuyard queue` and `gpuyard show`.
+REASON_NONE = "None"
+REASON_RESOURCES = "Resources"
+REASON_PRIORITY = "Priority"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A validated submission: the command and the resources it needs."""
+
+    argv: tuple[str, ...]
+    name: str
+    workdir: str
+    gpus: int = 0
+    cpus: int = 1
+    mem_mib: int = 0
+    time_limit_s: int | None = None
+    priority: int = 0
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job as the server knows it; every change makes a new Job with `version + 1`."""
+
+    id: int
+    spec: JobSpec
+    owner: str
+    state: JobState
+    submitted_at: float
+    reason: str = REASON_NONE
+    gpus: tuple[int, ...] = ()
+    exit_code: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    pid: int | None = None
+    pid_started_at: float | None = None
+    stop_intent: JobState | None = None
+    version: int = 1
+    node: str = "local"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def transition(self, target: JobState, **changes: object) -> Job:
+        """Return this job moved to `target` (checked against the transition table)."""
+        check_transition(self.id, self.state, target)
+        return replace(self, state=target, version=self.version + 1, **changes)  # type: ignore[arg-type]
+
+    def with_changes(self, **changes: object) -> Job:
+        """Return this job with non-state fields changed and the version bumped."""
+        return replace(self, version=self.version + 1, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU of the inventory; `detected` is False for GPUs an admin declared."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: int | None
+    detected: bool
+    node: str = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCapacity:
+    """What one machine offers to jobs besides GPUs."""
+
+    name: str
+    cpus: int
+    mem_mib: int

@@ -1,0 +1,35 @@
+"""How a running job's end is judged: the one place that turns an exit into a final state."""
+
+from __future__ import annotations
+
+import signal as signals
+
+from gpuyard.domain.job import REASON_NONE, Job
+from gpuyard.domain.states import JobState
+from gpuyard.domain.units import format_duration
+
+
+def judge_exit(
+    job: Job, exit_code: int | None, signal: int | None, timed_out: bool, lost: bool
+) -> tuple[JobState, int | None, str]:
+    """Final state, recorded exit code and reason for a job whose process tree ended."""
+    if job.stop_intent is JobState.CANCELLED:
+        return JobState.CANCELLED, exit_code, "Cancelled by user"
+    if timed_out:
+        limit = format_duration(job.spec.time_limit_s)
+        return JobState.TIMEOUT, exit_code, f"TimeLimit: stopped after its limit of {limit}"
+    if lost:
+        return JobState.FAILED, None, "SupervisorLost: the job's supervisor vanished; exit unknown"
+    if signal:
+        name = _signal_name(signal)
+        return JobState.FAILED, 128 + signal, f"Signal: killed by {name}"
+    if exit_code == 0:
+        return JobState.COMPLETED, 0, REASON_NONE
+    return JobState.FAILED, exit_code, f"NonZeroExitCode: exited with code {exit_code}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

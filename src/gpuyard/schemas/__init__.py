@@ -1,0 +1,1 @@
+"""Wire models of the REST API (version 1)."""

@@ -1,0 +1,85 @@
+"""API v1 wire models: strict (unknown fields are refused), documented, stable."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobSubmitIn(_Strict):
+    """A job submission. Sizes and durations are strings in Slurm's forms."""
+
+    command: Annotated[list[StrictStr], Field(min_length=1, description="argv; never a shell line")]
+    name: Annotated[StrictStr | None, Field(max_length=200)] = None
+    gpus: Annotated[StrictInt, Field(ge=0, le=1024)] = 0
+    cpus: Annotated[StrictInt, Field(ge=1, le=4096)] = 1
+    mem: Annotated[StrictStr | None, Field(description="e.g. 16G, 512M; bare number = MiB")] = None
+    time_limit: Annotated[
+        StrictStr | None, Field(description="minutes, [D-]HH:MM:SS, or 30s/90m/2h/1d")
+    ] = None
+    priority: Annotated[StrictInt, Field(ge=-1_000_000, le=1_000_000)] = 0
+    workdir: Annotated[StrictStr | None, Field(description="absolute path on the server")] = None
+    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+
+class JobOut(BaseModel):
+    """One job. Times are ISO 8601 in UTC, or null."""
+
+    id: int
+    name: str
+    owner: str
+    state: str
+    reason: str
+    command: list[str]
+    gpus: list[int] = Field(description="indices of the GPUs the job holds or held")
+    num_gpus: int = Field(description="GPUs requested")
+    cpus: int
+    mem_mib: int
+    time_limit_s: int | None
+    priority: int
+    workdir: str
+    node: str
+    exit_code: int | None
+    submitted_at: str
+    started_at: str | None
+    ended_at: str | None
+    runtime_s: float | None
+    log_path: str
+
+
+class GpuOut(BaseModel):
+    """One GPU of the inventory and the job holding it."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: int | None
+    detected: bool = Field(description="true from NVML, false when declared by the admin")
+    node: str
+    job: int | None
+
+
+class ServerInfoOut(BaseModel):
+    """What the server runs with."""
+
+    version: str
+    gpus_source: str
+    num_gpus: int
+    cpus: int
+    mem_mib: int
+    owner: str
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody

@@ -1,0 +1,121 @@
+"""Use cases behind the API: submit, cancel, read jobs and GPUs."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuyard.domain.errors import Conflict, InvalidRequest, NotFound
+from gpuyard.domain.job import Gpu, Job, JobSpec
+from gpuyard.domain.states import JobState
+from gpuyard.domain.units import format_size_mib
+from gpuyard.services.controller import Controller
+from gpuyard.services.jobbook import JobBook
+from gpuyard.services.ports import JobStore
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHolding:
+    """One GPU and the job holding it, if any."""
+
+    gpu: Gpu
+    job: Job | None
+
+
+class JobService:
+    """The server's use cases; the API is a thin layer over these."""
+
+    def __init__(
+        self,
+        book: JobBook,
+        store: JobStore,
+        controller: Controller,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.book = book
+        self.store = store
+        self.controller = controller
+        self._clock = clock
+
+    @property
+    def inventory(self):  # type: ignore[no-untyped-def]
+        return self.controller.inventory
+
+    def submit(self, spec: JobSpec, owner: str) -> Job:
+        """Validate, store durably, then queue; returns only once the job cannot be lost."""
+        self._check_fits(spec)
+        job = Job(
+            id=self.book.allocate_id(),
+            spec=spec,
+            owner=owner,
+            state=JobState.PENDING,
+            submitted_at=self._clock(),
+        )
+        self.store.write([job], [])
+        self.book.put(job)
+        self.controller.wake()
+        return job
+
+    def get(self, job_id: int) -> Job:
+        job = self.book.get(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} not found: `gpuyard queue --all` lists every job")
+        return job
+
+    def list(self, *, include_finished: bool) -> list[Job]:
+        return self.book.jobs(include_finished=include_finished)
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a pending job at once; ask a running one to stop (TERM, grace, KILL)."""
+        with self.book.mutation_lock:
+            job = self.get(job_id)
+            if job.state.is_terminal:
+                raise Conflict(
+                    f"job {job_id} already ended ({job.state.value}); there is nothing to cancel"
+                )
+            if job.state is JobState.PENDING:
+                cancelled = job.transition(
+                    JobState.CANCELLED, ended_at=self._clock(), reason="Cancelled by user"
+                )
+                self.store.write([], [cancelled])
+                self.book.put(cancelled)
+                self.controller.wake()
+                return cancelled
+        return self.controller.request_stop(job, JobState.CANCELLED)
+
+    def reason(self, job: Job) -> str:
+        return self.controller.reason_for(job)
+
+    def gpus(self) -> list[GpuHolding]:
+        holders = {gpu: job for job in self.book.running() for gpu in job.gpus}
+        return [GpuHolding(gpu, holders.get(gpu.index)) for gpu in self.inventory.gpus]
+
+    def _check_fits(self, spec: JobSpec) -> None:
+        inv = self.inventory
+        if spec.gpus > len(inv.gpus):
+            have = f"{len(inv.gpus)} GPU" + ("" if len(inv.gpus) == 1 else "s")
+            raise InvalidRequest(
+                f"the job asks for {spec.gpus} GPUs but this server has {have} ({inv.source}); "
+                "ask for fewer",
+                field="gpus",
+            )
+        if spec.cpus > inv.node.cpus:
+            raise InvalidRequest(
+                f"the job asks for {spec.cpus} CPUs but this server offers {inv.node.cpus}",
+                field="cpus",
+            )
+        if spec.mem_mib > inv.node.mem_mib:
+            raise InvalidRequest(
+                f"the job asks for {format_size_mib(spec.mem_mib)} of memory but this server "
+                f"offers {format_size_mib(inv.node.mem_mib)}",
+                field="mem",
+            )
+        if not os.path.isdir(spec.workdir):
+            raise InvalidRequest(
+                f"workdir {spec.workdir!r} does not exist on the server; create it or pass "
+                "--workdir",
+                field="workdir",
+            )

@@ -1,0 +1,66 @@
+"""One typed Settings for the server, from defaults, GPUYARD_* variables and CLI flags.
+
+Standard library only: the CLI reads `default_state_dir()` and `DEFAULT_URL` without paying
+for the server's imports.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+TOKEN_FILE = "token"
+
+
+def default_state_dir() -> Path:
+    """`GPUYARD_STATE_DIR`, else `~/.local/share/gpuyard` (XDG data home)."""
+    explicit = os.environ.get("GPUYARD_STATE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "gpuyard"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the server is configured with; built once, passed explicitly."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    state_dir: Path = field(default_factory=default_state_dir)
+    gpus: str = "auto"
+    cpus: int | None = None  # None: this machine's CPU count
+    mem_mib: int | None = None  # None: this machine's memory
+    declared_gpu_mem_mib: int | None = None
+    database_url: str | None = None  # None: SQLite in the state dir
+    kill_grace_s: float = 10.0
+    tick_s: float = 1.0
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        """Defaults, then GPUYARD_* variables, then explicit overrides (None = not given)."""
+        env = os.environ
+        values: dict[str, object] = {}
+        for name, cast in (
+            ("host", str), ("port", int), ("gpus", str), ("cpus", int),
+            ("database_url", str), ("kill_grace_s", float), ("tick_s", float),
+        ):  # fmt: skip
+            raw = env.get(f"GPUYARD_{name.upper()}")
+            if raw:
+                values[name] = cast(raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "state_dir" in values:
+            values["state_dir"] = Path(str(values["state_dir"])).expanduser()
+        return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def token_path(self) -> Path:
+        return self.state_dir / TOKEN_FILE

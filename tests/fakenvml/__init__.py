@@ -1,0 +1,175 @@
+"""A fake ``libnvidia-ml.so.1`` for tests that need the real pynvml code path.
+
+``fake_nvml.c`` (next to this file) implements a small subset of NVML with the
+signatures, struct layouts and return codes of NVIDIA's ``nvml.h``.  Tests
+compile it once with :func:`build_fake_nvml` and run code that imports pynvml
+in a *subprocess* whose environment comes from :func:`fake_nvml_env`: the
+dynamic loader reads ``LD_LIBRARY_PATH`` only at process start, so the variable
+cannot be changed inside a running interpreter.
+
+Environment variables read by the library at ``nvmlInit`` time:
+
+``FAKE_NVML_GPUS``
+    ``name|memory_total_mib|uuid[|cc]`` entries separated by ``;`` (``cc`` is
+    the compute capability ``"major.minor"``, default ``"9.0"``).  Unset: two
+    ``"NVIDIA Fake GPU"`` with 16384 MiB and UUIDs ``GPU-fake-0000`` and
+    ``GPU-fake-0001``.  Set but empty: zero GPUs.
+``FAKE_NVML_DRIVER_VERSION``
+    Default ``"560.35.03"``.
+``FAKE_NVML_CUDA_VERSION``
+    Integer, default ``12060``.
+``FAKE_NVML_FAIL_INIT``
+    ``1``: ``nvmlInit`` returns ``NVML_ERROR_DRIVER_NOT_LOADED`` (9); any other
+    integer ``N > 1``: ``nvmlInit`` returns ``N``.
+``FAKE_NVML_STATE``
+    Path to a text file re-read on every per-device call, lines
+    ``index key value`` with keys ``util_gpu``, ``util_mem``, ``mem_used_mib``,
+    ``temp_c``, ``power_mw``, ``power_limit_mw`` and ``lost`` (non-zero makes
+    every call on that GPU return ``NVML_ERROR_GPU_IS_LOST``).  Write it with
+    :func:`write_fake_nvml_state`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = [
+    "LIB_NAME",
+    "SOURCE",
+    "STATE_KEYS",
+    "FakeNvmlBuildError",
+    "build_fake_nvml",
+    "fake_nvml_env",
+    "gcc_path",
+    "write_fake_nvml_state",
+]
+
+SOURCE = Path(__file__).with_name("fake_nvml.c")
+LIB_NAME = "libnvidia-ml.so.1"
+STATE_KEYS = frozenset(
+    {"util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_mw", "power_limit_mw", "lost"}
+)
+_ENV_PREFIX = "FAKE_NVML_"
+
+
+class FakeNvmlBuildError(RuntimeError):
+    """The fake NVML library could not be compiled."""
+
+
+def gcc_path() -> str | None:
+    """Path of the C compiler used by :func:`build_fake_nvml`, or None if absent."""
+    return shutil.which("gcc")
+
+
+def build_fake_nvml(out_dir: Path) -> Path:
+    """Compile ``fake_nvml.c`` to ``out_dir/libnvidia-ml.so.1``.
+
+    Skips the compile when the library is newer than the source.  Returns the
+    directory to prepend to ``LD_LIBRARY_PATH``.  Raises FakeNvmlBuildError if
+    there is no compiler or the compile fails.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib = out_dir / LIB_NAME
+    if lib.exists() and lib.stat().st_mtime > SOURCE.stat().st_mtime:
+        return out_dir
+    cc = gcc_path()
+    if cc is None:
+        raise FakeNvmlBuildError("no C compiler (gcc) on PATH; cannot build the fake NVML")
+    # Compile to a temporary name and rename, so that concurrent builders (e.g.
+    # pytest-xdist workers sharing out_dir) never load a half-written library.
+    tmp = out_dir / f".{LIB_NAME}.{os.getpid()}.tmp"
+    cmd = [
+        cc,
+        "-shared",
+        "-fPIC",
+        "-O1",
+        # The soname lets a process that already loaded the library by absolute
+        # path satisfy a later dlopen("libnvidia-ml.so.1") with the same copy.
+        "-Wl,-soname," + LIB_NAME,
+        "-o",
+        str(tmp),
+        str(SOURCE),
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise FakeNvmlBuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
+        os.replace(tmp, lib)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out_dir
+
+
+def _gpu_spec(gpu: tuple[str, int, str] | tuple[str, int, str, str]) -> str:
+    fields = [str(f) for f in gpu]
+    if len(fields) not in (3, 4):
+        raise ValueError(f"GPU must be (name, memory_total_mib, uuid[, cc]), got {gpu!r}")
+    for f in fields:
+        if not f or "|" in f or ";" in f:
+            raise ValueError(f"empty field or '|'/';' in GPU spec {gpu!r}")
+    if not fields[1].isdigit():
+        raise ValueError(f"memory_total_mib must be a non-negative int, got {gpu[1]!r}")
+    return "|".join(fields)
+
+
+def fake_nvml_env(
+    lib_dir: Path,
+    gpus: list[tuple[str, int, str]] | list[tuple[str, int, str, str]] | None = None,
+    **extra: object,
+) -> dict[str, str]:
+    """Environment for a subprocess that should load the fake NVML.
+
+    A copy of ``os.environ`` with ``lib_dir`` prepended to ``LD_LIBRARY_PATH``
+    and any inherited ``FAKE_NVML_*`` variables removed.  ``gpus`` is a list of
+    ``(name, memory_total_mib, uuid)`` (optionally ``+ (cc,)``, e.g. "8.0");
+    None keeps the library default (two 16 GiB "NVIDIA Fake GPU"), ``[]`` means
+    no GPUs.
+
+    Keyword arguments set further variables: a lower-case name ``foo`` sets
+    ``FAKE_NVML_FOO`` (e.g. ``driver_version="550.54.15"``, ``cuda_version=12040``,
+    ``fail_init=True``, ``state=path``); an upper-case name is used verbatim
+    (e.g. ``CUDA_VISIBLE_DEVICES="1"``).  True/False become "1"/"0", None
+    removes the variable.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIX)}
+    old = env.get("LD_LIBRARY_PATH")
+    lib_dir_s = str(Path(lib_dir).resolve())
+    env["LD_LIBRARY_PATH"] = f"{lib_dir_s}{os.pathsep}{old}" if old else lib_dir_s
+    if gpus is not None:
+        env[_ENV_PREFIX + "GPUS"] = ";".join(_gpu_spec(g) for g in gpus)
+    for key, value in extra.items():
+        name = key if key.isupper() else _ENV_PREFIX + key.upper()
+        if value is None:
+            env.pop(name, None)
+        elif isinstance(value, bool):
+            env[name] = "1" if value else "0"
+        else:
+            env[name] = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+    return env
+
+
+def write_fake_nvml_state(path: Path, values: Mapping[int, Mapping[str, int]]) -> None:
+    """Atomically write a FAKE_NVML_STATE file: ``{gpu_index: {key: value}}``."""
+    path = Path(path)
+    lines = []
+    for index, kv in sorted(values.items()):
+        for key, value in kv.items():
+            if key not in STATE_KEYS:
+                raise ValueError(f"unknown fake NVML state key {key!r}")
+            if int(value) < 0:
+                raise ValueError(f"negative value for {key!r}: {value!r}")
+            lines.append(f"{int(index)} {key} {int(value)}\n")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.writelines(lines)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
