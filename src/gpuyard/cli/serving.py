@@ -15,6 +15,7 @@ def run_server(settings: Settings) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )  # fmt: skip
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     sock = _bind(settings.host, settings.port)
     import uvicorn
 
@@ -23,6 +24,7 @@ def run_server(settings: Settings) -> None:
 
     server = build_server(settings)
     app = create_app(server)
+    sock.listen(1024)  # only now: a client that connects finds the token and a ready server
     print(f"gpuyard server listening on {settings.url}", flush=True)
     print(f"  state dir: {settings.state_dir}", flush=True)
     print(f"  GPUs:      {server.service.inventory.source}", flush=True)
@@ -46,7 +48,6 @@ def _bind(host: str, port: int) -> socket.socket:
             f"cannot listen on {host}:{port} ({exc.strerror}); is another server running? "
             "pick another --port"
         ) from None
-    sock.listen(1024)
     sock.set_inheritable(False)
     return sock
 

@@ -173,7 +173,8 @@ class Controller:
             )
             self.store.write([], [ended])
             self.book.put(ended)
-        log.info("job %s %s (%s)", job_id, ended.state.value, ended.reason)
+        log.info("job %s %s%s", job_id, ended.state.value,
+                 "" if ended.reason == REASON_NONE else f" ({ended.reason})")  # fmt: skip
 
     def request_stop(self, job: Job, intent: JobState) -> Job:
         """Record why a running job is being stopped, then signal it (caller holds no lock)."""

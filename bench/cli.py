@@ -1,0 +1,146 @@
+"""CLI benchmark: wall time of the commands people type all day.
+
+Starts its own gpuyard server (free port, temporary state dir, 2 declared GPUs, both held by
+`sleep 600` jobs, ~50 jobs in the queue), then runs each command as a subprocess, interleaved
+round by round so that load from elsewhere hits them all alike:
+
+- ``gpuyard submit --gpus 1 -- true``   (the job pends; it is cancelled, untimed, afterwards
+  so the queue stays at its size)
+- ``gpuyard queue``                       (~50 jobs listed)
+- ``gpuyard --help``
+- baselines with the same interpreter: ``python -c pass`` and ``python -c "import
+  gpuyard.cli.main"`` (what the CLI pays in imports before it does anything)
+
+Reports p50/p90 wall milliseconds of each.  The server and its jobs are killed at the end.
+
+    .venv/bin/python bench/cli.py            # human-readable
+    .venv/bin/python bench/cli.py --json     # one JSON line
+
+Standard library + gpuyard only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from submit import (
+    LocalServer,
+    _signals_raise,
+    gpuyard_argv,
+    machine_info,
+    ms,
+    occupy_gpus,
+    percentile,
+)
+
+
+def fill_queue(server: LocalServer, total: int) -> int:
+    """Occupy every GPU, then add pending jobs until `total` jobs are queued."""
+    holders = occupy_gpus(server)
+    api = server.api()
+    try:
+        for _ in range(max(total - len(holders), 0)):
+            api.submit(["true"], 1, str(server.workdir))
+        return len(api.json("GET", "/api/v1/jobs"))
+    finally:
+        api.close()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    result: dict[str, Any] = {
+        "benchmark": "cli",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **machine_info(),
+        "n": args.n,
+    }
+    cli = gpuyard_argv()
+    commands = {
+        "python_startup": [sys.executable, "-c", "pass"],
+        "import_cli": [sys.executable, "-c", "import gpuyard.cli.main"],
+        "help": [*cli, "--help"],
+        "queue": [*cli, "queue"],
+        "submit": [*cli, "submit", "--gpus", "1", "--", "true"],
+    }
+    walls: dict[str, list[float]] = {name: [] for name in commands}
+    server = LocalServer(gpus=2, cpus=4, keep=args.keep)
+    try:
+        server.start()
+        result["queue_jobs"] = fill_queue(server, args.queue_jobs)
+        log(f"server up at {server.url}; {result['queue_jobs']} jobs queued; "
+            f"{args.warmup} warm-up + {args.n} rounds ...")  # fmt: skip
+        env = server.cli_env()
+        api = server.api()
+        try:
+            for round_no in range(args.warmup + args.n):
+                for name, argv in commands.items():
+                    t0 = time.perf_counter()
+                    proc = subprocess.run(
+                        argv, cwd=server.workdir, env=env, capture_output=True, text=True,
+                        check=False,
+                    )  # fmt: skip
+                    wall = time.perf_counter() - t0
+                    if proc.returncode != 0:
+                        raise RuntimeError(f"{argv} failed: {proc.stderr.strip()[-500:]}")
+                    if name == "submit":  # keep the queue at its size (untimed)
+                        api.json("POST", f"/api/v1/jobs/{int(proc.stdout)}/cancel")
+                    if round_no >= args.warmup:
+                        walls[name].append(wall)
+        finally:
+            api.close()
+    finally:
+        server.stop()
+    for name, values in walls.items():
+        result[f"{name}_p50_ms"] = ms(percentile(values, 50))
+        result[f"{name}_p90_ms"] = ms(percentile(values, 90))
+    base = result["python_startup_p50_ms"]
+    for name in ("submit", "queue", "help"):
+        result[f"{name}_over_python_startup"] = round(result[f"{name}_p50_ms"] / base, 1)
+    result["target_ms"] = 150
+    return result
+
+
+def human(r: dict[str, Any]) -> str:
+    rows = [
+        ("gpuyard submit --gpus 1 -- true", "submit"),
+        (f"gpuyard queue ({r['queue_jobs']} jobs)", "queue"),
+        ("gpuyard --help", "help"),
+        ("python -c 'import gpuyard.cli.main'", "import_cli"),
+        ("python -c pass", "python_startup"),
+    ]
+    lines = [
+        f"gpuyard CLI wall time, {r['date']}, {r['cpus']} CPUs ({r['cpu_model']}), "
+        f"Python {r['python']}, {r['n']} runs each",
+        f"  {'command':<40} {'p50 ms':>8} {'p90 ms':>8}",
+    ]
+    for label, key in rows:
+        lines.append(f"  {label:<40} {r[key + '_p50_ms']:>8.1f} {r[key + '_p90_ms']:>8.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Wall time of gpuyard CLI commands.")
+    ap.add_argument("--json", action="store_true", help="print one JSON line")
+    ap.add_argument("-n", "--n", type=int, default=20, help="timed runs of each (default 20)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
+    ap.add_argument("--queue-jobs", type=int, default=50, help="jobs in the queue (default 50)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary state dir")
+    args = ap.parse_args(argv)
+    with _signals_raise():
+        result = run(args)
+    print(json.dumps(result) if args.json else human(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The HTTP API in-process: routes, auth, one error shape, bad input changes nothing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+JOB_FIELDS = {"id", "name", "state", "reason", "gpus", "exit_code", "submitted_at", "started_at",
+              "ended_at"}  # fmt: skip
+
+
+def submit(api: TestClient, **fields: object):  # type: ignore[no-untyped-def]
+    body = {"command": ["sleep", "30"], "workdir": api.workdir, **fields}  # type: ignore[attr-defined]
+    return api.post("/api/v1/jobs", json=body)
+
+
+def wait_state(api: TestClient, job_id: int, *states: str) -> dict:  # type: ignore[type-arg]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        job = api.get(f"/api/v1/jobs/{job_id}").json()
+        if job["state"] in states:
+            return job  # type: ignore[no-any-return]
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} never reached {states}")
+
+
+def test_healthz_needs_no_token_but_everything_else_does(api: TestClient):
+    assert api.get("/healthz", headers={"Authorization": ""}).json() == {"status": "ok"}
+    for method, path in [("GET", "/api/v1/jobs"), ("GET", "/api/v1/gpus"),
+                         ("POST", "/api/v1/jobs"), ("GET", "/api/v1/jobs/1/log")]:  # fmt: skip
+        resp = api.request(method, path, headers={"Authorization": "Bearer wrong"})
+        assert resp.status_code == 401
+        assert resp.json()["error"]["code"] == "unauthorized"
+
+
+def test_openapi_is_served(api: TestClient):
+    spec = api.get("/openapi.json").json()
+    assert "/api/v1/jobs" in spec["paths"] and "/api/v1/gpus" in spec["paths"]
+
+
+def test_submit_get_list_cancel(api: TestClient):
+    resp = submit(api, gpus=2, name="train", priority=5, time_limit="1:00:00", mem="1G")
+    assert resp.status_code == 201
+    job = resp.json()
+    assert JOB_FIELDS <= set(job)
+    assert (job["name"], job["num_gpus"], job["time_limit_s"], job["mem_mib"]) == (
+        "train", 2, 3600, 1024)  # fmt: skip
+    running = wait_state(api, job["id"], "RUNNING")
+    assert len(running["gpus"]) == 2 and running["started_at"]
+    assert [j["id"] for j in api.get("/api/v1/jobs").json()] == [job["id"]]
+    gpus = api.get("/api/v1/gpus").json()
+    assert sum(1 for g in gpus if g["job"] == job["id"]) == 2
+    assert all(g["detected"] is False for g in gpus)
+    assert api.post(f"/api/v1/jobs/{job['id']}/cancel").status_code == 200
+    ended = wait_state(api, job["id"], "CANCELLED")
+    assert ended["ended_at"] and api.get("/api/v1/jobs").json() == []
+    assert [j["id"] for j in api.get("/api/v1/jobs?all=true").json()] == [job["id"]]
+
+
+def test_pending_job_says_why(api: TestClient):
+    big = submit(api, gpus=4).json()
+    wait_state(api, big["id"], "RUNNING")
+    first = submit(api, gpus=1).json()
+    second = submit(api, gpus=1).json()
+    time.sleep(0.3)
+    assert api.get(f"/api/v1/jobs/{first['id']}").json()["reason"] == "Resources"
+    assert api.get(f"/api/v1/jobs/{second['id']}").json()["reason"] == "Priority"
+    for job in (big, first, second):
+        api.post(f"/api/v1/jobs/{job['id']}/cancel")
+
+
+BAD_SUBMISSIONS = [
+    ({"gpus": -1}, "gpus"),
+    ({"gpus": 1.5}, "gpus"),
+    ({"gpus": "2"}, "gpus"),
+    ({"gpus": 5}, "gpus"),
+    ({"cpus": 0}, "cpus"),
+    ({"command": []}, "command"),
+    ({"command": [""]}, "command"),
+    ({"mem": "lots"}, "mem"),
+    ({"time_limit": "soon"}, "time_limit"),
+    ({"time_limit": "0"}, "time_limit"),
+    ({"workdir": "/no/such/dir"}, "workdir"),
+    ({"workdir": "relative/dir"}, "workdir"),
+    ({"colour": "blue"}, "colour"),
+    ({"env": {"A": 1}}, "env.A"),
+]
+
+
+@pytest.mark.parametrize(("fields", "field"), BAD_SUBMISSIONS)
+def test_bad_submissions_are_422_naming_the_field_and_store_nothing(
+    api: TestClient, fields: dict, field: str  # type: ignore[type-arg]
+):
+    resp = submit(api, **fields)
+    assert resp.status_code == 422, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert error.get("field") == field
+    assert error["message"] and "\n" not in error["message"]
+    assert api.get("/api/v1/jobs?all=true").json() == []
+
+
+def test_too_many_gpus_message_says_what_the_server_has(api: TestClient):
+    error = submit(api, gpus=8).json()["error"]
+    assert "8 GPUs" in error["message"] and "4 GPUs" in error["message"]
+
+
+def test_malformed_json_is_422(api: TestClient):
+    resp = api.post("/api/v1/jobs", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert resp.status_code == 422
+    assert resp.json()["error"]["message"] == "the request body is not valid JSON"
+
+
+def test_unknown_job_is_404_and_finished_cancel_is_409(api: TestClient):
+    resp = api.get("/api/v1/jobs/12345")
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+    assert api.post("/api/v1/jobs/12345/cancel").status_code == 404
+    job = submit(api, command=["true"]).json()
+    wait_state(api, job["id"], "COMPLETED")
+    resp = api.post(f"/api/v1/jobs/{job['id']}/cancel")
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "conflict"
+    assert api.get("/api/v1/jobs/not-a-number").status_code == 422
+    assert api.get("/api/v1/nothing-here").json()["error"]["code"] == "not_found"
+
+
+def test_log_reads_from_an_offset(api: TestClient):
+    job = submit(api, command=["sh", "-c", "printf 'hello world'"]).json()
+    wait_state(api, job["id"], "COMPLETED")
+    resp = api.get(f"/api/v1/jobs/{job['id']}/log", params={"offset": 6})
+    assert resp.text == "world" and resp.headers["X-Log-Offset"] == "11"
+    followed = api.get(f"/api/v1/jobs/{job['id']}/log", params={"follow": "true"})
+    assert followed.text == "hello world"

@@ -1,0 +1,119 @@
+"""A real `gpuyard server` on a free loopback port, and the real CLI against it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from gpuyard.client import Client
+
+BIN = Path(sys.executable).parent
+GPUYARD = str(BIN / "gpuyard")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """Starts, kills (-9) and restarts one server on one state dir."""
+
+    def __init__(self, state_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.state_dir = state_dir
+        self.port = free_port()
+        self.args = list(args)
+        self.env = dict(env or os.environ)
+        self.env.pop("GPUYARD_TOKEN", None)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = state_dir.parent / f"server-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30) -> ServerProcess:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        argv = [GPUYARD, "server", "--port", str(self.port), "--state-dir", str(self.state_dir),
+                *self.args]  # fmt: skip
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
+            try:
+                urllib.request.urlopen(f"{self.url}/healthz", timeout=1).read()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("server did not start in time")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def client(self) -> Client:
+        return Client(self.url, token=(self.state_dir / "token").read_text().strip())
+
+    def cli_env(self) -> dict[str, str]:
+        env = dict(self.env)
+        env.update(GPUYARD_URL=self.url, GPUYARD_STATE_DIR=str(self.state_dir))
+        return env
+
+    def cli(self, *args: str, check: bool = True, cwd: Path | None = None,
+            timeout_s: float = 60) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        result = subprocess.run(
+            [GPUYARD, *args], capture_output=True, text=True, env=self.cli_env(), cwd=cwd,
+            timeout=timeout_s,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            raise AssertionError(f"gpuyard {' '.join(args)} failed: {result.stderr}")
+        return result
+
+    def kill_jobs(self) -> None:
+        """Kill every supervisor (and its tree) this server's state dir started."""
+        jobs_dir = str(self.state_dir / "jobs")
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            if any(arg.startswith(jobs_dir) for arg in cmdline):
+                for child in proc.children(recursive=True) + [proc]:
+                    try:
+                        child.kill()
+                    except psutil.NoSuchProcess:
+                        pass
+
+
+def wait_for(predicate, timeout_s: float = 30, interval_s: float = 0.05):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError("condition not met in time")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
