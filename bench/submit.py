@@ -666,7 +666,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=8,
         help="sbatch (and gpuyard CLI) after an idle gap (default 8)",
     )
-    ap.add_argument("--idle-gap", type=float, default=3.0, help="idle gap, s (default 3)")
+    ap.add_argument("--idle-gap", type=float, default=5.0, help="idle gap, s (default 5)")
     ap.add_argument("--no-slurm", action="store_true", help="skip the Slurm baseline")
     ap.add_argument("--keep", action="store_true", help="keep the temporary state dirs")
     args = ap.parse_args(argv)

@@ -20,6 +20,6 @@ def api(tmp_path: Path) -> Iterator[TestClient]:
         client.headers["Authorization"] = f"Bearer {server.token}"
         client.workdir = str(tmp_path)  # type: ignore[attr-defined]
         yield client
-    for job in server.service.list(include_finished=False):
+    for job in server.service.list_jobs(include_finished=False):
         if job.state.value == "RUNNING":
             server.service.cancel(job.id)

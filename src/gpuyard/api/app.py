@@ -66,7 +66,7 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
     def list_jobs(
         all: Annotated[bool, Query(description="include finished jobs")] = False,
     ) -> list[JobOut]:
-        return [out(job) for job in service.list(include_finished=all)]
+        return [out(job) for job in service.list_jobs(include_finished=all)]
 
     @app.get("/api/v1/jobs/{job_id}", dependencies=auth)
     def get_job(job_id: int) -> JobOut:

@@ -4,13 +4,15 @@ Start-up cost matters (the CLI is typed all day): each command imports what it n
 itself, and nothing here imports the server's stack (FastAPI, SQLAlchemy, NVML).
 """
 
-
 import sys
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from gpuyard.domain.errors import GpuyardError
+
+if TYPE_CHECKING:
+    from gpuyard.client import Client
 
 app = typer.Typer(
     name="gpuyard",
@@ -21,10 +23,12 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON (stable fields, see docs/cli.md)")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="print JSON (stable fields, see docs/cli.md)")
+]
 
 
-def _client():  # type: ignore[no-untyped-def]
+def _client() -> "Client":
     from gpuyard.client import Client
 
     return Client()
@@ -109,7 +113,9 @@ def show(job_id: Annotated[int, typer.Argument(metavar="JOB")], json_out: JsonOp
 @app.command()
 def logs(
     job_id: Annotated[int, typer.Argument(metavar="JOB")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="follow until the job ends")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="follow until the job ends")
+    ] = False,
 ) -> None:
     """The job's output (stdout and stderr)."""
     client = _client()
@@ -160,7 +166,9 @@ def gpus(json_out: JsonOpt = False) -> None:
     from gpuyard.cli.render import gpu_rows
 
     if not inventory:
-        sys.stdout.write("no GPUs: the server runs CPU-only jobs (start it with --gpus N to declare)\n")
+        sys.stdout.write(
+            "no GPUs: the server runs CPU-only jobs (start it with --gpus N to declare)\n"
+        )
         return
     sys.stdout.write(gpu_rows(inventory) + "\n")
 

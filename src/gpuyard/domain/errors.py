@@ -45,5 +45,6 @@ class Unavailable(GpuyardError):
 
 
 ERRORS_BY_CODE: dict[str, type[GpuyardError]] = {
-    cls.code: cls for cls in (GpuyardError, InvalidRequest, NotFound, Conflict, Unauthorized, Unavailable)
+    cls.code: cls
+    for cls in (GpuyardError, InvalidRequest, NotFound, Conflict, Unauthorized, Unavailable)
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from gpuyard.domain.errors import InvalidRequest
@@ -18,8 +19,11 @@ def parse_size_mib(text: str, *, field: str = "mem") -> int:
             f"bad size {text!r}: use a number with an optional unit, e.g. 512M, 16G, 1.5GiB",
             field=field,
         )
-    number, unit, _suffix = match.groups()
-    mib = float(number) * _SIZE_FACTOR_MIB[(unit or "M").upper()]
+    number, unit, suffix = match.groups()
+    if not unit and suffix.upper() == "B":
+        mib = float(number) / 2**20  # a lone B means bytes
+    else:
+        mib = float(number) * _SIZE_FACTOR_MIB[(unit or "M").upper()]
     return max(1, round(mib)) if float(number) > 0 else 0
 
 
@@ -46,7 +50,7 @@ def parse_duration_s(text: str, *, field: str = "time") -> int:
         ) from None
     if seconds <= 0:
         raise InvalidRequest(f"duration {text!r} must be positive", field=field)
-    return round(seconds)
+    return max(1, math.ceil(seconds))  # never round a positive limit down to "no limit"
 
 
 def _parse_slurm_time(raw: str) -> float:

@@ -132,7 +132,9 @@ class Controller:
         launched: list[tuple[Job, Launched]] = []
         for job in started:
             try:
-                launched.append((job, self.executor.launch(job, build_job_env(job, self._base_env))))
+                launched.append(
+                    (job, self.executor.launch(job, build_job_env(job, self._base_env)))
+                )
             except Exception as exc:  # the job cannot start; it must not stay RUNNING
                 log.warning("job %s could not start: %s", job.id, exc)
                 self._finish(job.id, ExitStatus(exit_code=None, lost=True), f"LaunchFailed: {exc}")

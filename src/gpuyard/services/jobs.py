@@ -12,6 +12,7 @@ from gpuyard.domain.job import Gpu, Job, JobSpec
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.controller import Controller
+from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.ports import JobStore
 
@@ -41,7 +42,7 @@ class JobService:
         self._clock = clock
 
     @property
-    def inventory(self):  # type: ignore[no-untyped-def]
+    def inventory(self) -> Inventory:
         return self.controller.inventory
 
     def submit(self, spec: JobSpec, owner: str) -> Job:
@@ -65,7 +66,7 @@ class JobService:
             raise NotFound(f"job {job_id} not found: `gpuyard queue --all` lists every job")
         return job
 
-    def list(self, *, include_finished: bool) -> list[Job]:
+    def list_jobs(self, *, include_finished: bool) -> list[Job]:
         return self.book.jobs(include_finished=include_finished)
 
     def cancel(self, job_id: int) -> Job:
@@ -96,10 +97,9 @@ class JobService:
     def _check_fits(self, spec: JobSpec) -> None:
         inv = self.inventory
         if spec.gpus > len(inv.gpus):
-            have = f"{len(inv.gpus)} GPU" + ("" if len(inv.gpus) == 1 else "s")
             raise InvalidRequest(
-                f"the job asks for {spec.gpus} GPUs but this server has {have} ({inv.source}); "
-                "ask for fewer",
+                f"the job asks for {_gpus(spec.gpus)} but this server has {_gpus(len(inv.gpus))} "
+                f"({inv.source}); ask for fewer",
                 field="gpus",
             )
         if spec.cpus > inv.node.cpus:
@@ -119,3 +119,7 @@ class JobService:
                 "--workdir",
                 field="workdir",
             )
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" + ("" if count == 1 else "s")

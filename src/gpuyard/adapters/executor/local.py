@@ -99,7 +99,7 @@ class LocalExecutor:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return False
             if started_at:
-                return abs(proc.create_time() - started_at) < _START_TIME_TOLERANCE_S
+                return bool(abs(proc.create_time() - started_at) < _START_TIME_TOLERANCE_S)
             return str(self.job_dir(job_id)) in proc.cmdline()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False

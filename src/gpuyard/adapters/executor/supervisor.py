@@ -20,15 +20,15 @@ _grace_s = 10.0
 _limit_s = 0.0
 
 
-def _say(message):
+def _say(message: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     os.write(2, f"gpuyard: *** {stamp} {message} ***\n".encode())
 
 
-def _descendants():
+def _descendants() -> list[int]:
     """Pids of every process below this one, from /proc (children of children included)."""
     me = os.getpid()
-    children = {}
+    children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -39,7 +39,8 @@ def _descendants():
             continue
         ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [me]
+    found: list[int] = []
+    todo = [me]
     while todo:
         for child in children.get(todo.pop(), ()):
             found.append(child)
@@ -47,7 +48,7 @@ def _descendants():
     return found
 
 
-def _signal_tree(sig):
+def _signal_tree(sig: int) -> None:
     for pid in _descendants():
         try:
             os.kill(pid, sig)
@@ -55,7 +56,7 @@ def _signal_tree(sig):
             pass
 
 
-def _begin_stop(why):
+def _begin_stop(why: str) -> None:
     global _stage
     if _stage:
         return
@@ -65,11 +66,11 @@ def _begin_stop(why):
     signal.setitimer(signal.ITIMER_REAL, max(_grace_s, 0.01))
 
 
-def _on_term(signum, frame):
+def _on_term(signum: int, frame: object) -> None:
     _begin_stop("stop requested")
 
 
-def _on_alarm(signum, frame):
+def _on_alarm(signum: int, frame: object) -> None:
     global _stage, _timed_out
     if _stage == 0:
         _timed_out = True
@@ -80,7 +81,7 @@ def _on_alarm(signum, frame):
         _signal_tree(signal.SIGKILL)
 
 
-def _become_subreaper():
+def _become_subreaper() -> None:
     try:
         import ctypes
 
@@ -90,7 +91,7 @@ def _become_subreaper():
         pass  # without it, orphans that escape the process group may survive
 
 
-def _write_atomic(path, text):
+def _write_atomic(path: str, text: str) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -106,7 +107,7 @@ def _write_atomic(path, text):
         os.close(dfd)
 
 
-def _run_child(workdir, argv):
+def _run_child(workdir: str, argv: list[str]) -> None:
     os.setpgid(0, 0)
     for sig in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
@@ -118,7 +119,7 @@ def _run_child(workdir, argv):
     os._exit(127)
 
 
-def _reap_leftovers():
+def _reap_leftovers() -> None:
     """Kill and reap whatever the job left behind, then return."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -133,7 +134,7 @@ def _reap_leftovers():
         time.sleep(0.01)
 
 
-def main():
+def main() -> None:
     global _grace_s, _limit_s
     jobdir, grace, limit, workdir, sep, *argv = sys.argv[1:]
     assert sep == "--" and argv, "usage: supervisor.py JOBDIR GRACE_S LIMIT_S WORKDIR -- ARGV..."
@@ -158,7 +159,7 @@ def main():
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _reap_leftovers()
     code = os.waitstatus_to_exitcode(status)
-    exit_code, sig = (code, "null") if code >= 0 else ("null", -code)
+    exit_code, sig = (str(code), "null") if code >= 0 else ("null", str(-code))
     _write_atomic(
         os.path.join(jobdir, "status.json"),
         f'{{"exit_code": {exit_code}, "signal": {sig}, '

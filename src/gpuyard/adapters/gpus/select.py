@@ -62,7 +62,12 @@ def choose_gpus(
 
 def _declare(count: int, mem_mib: int | None) -> list[Gpu]:
     return [
-        Gpu(index=i, uuid=f"declared-{i}", name="declared GPU", memory_total_mib=mem_mib,
-            detected=False)  # fmt: skip
+        Gpu(
+            index=i,
+            uuid=f"declared-{i}",
+            name="declared GPU",
+            memory_total_mib=mem_mib,
+            detected=False,
+        )
         for i in range(count)
     ]

@@ -1,0 +1,98 @@
+"""The CLI as a user types it: ids on stdout, one-line errors, JSON fields, scripts, logs -f."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.e2e.server import GPUYARD, ServerProcess, free_port
+
+JOB_FIELDS = {"id", "name", "state", "reason", "gpus", "exit_code", "submitted_at", "started_at",
+              "ended_at"}  # fmt: skip
+GPU_FIELDS = {"index", "uuid", "name", "memory_total_mib", "detected", "job"}
+
+
+def test_server_down_gives_one_clear_line(tmp_path: Path):
+    url = f"http://127.0.0.1:{free_port()}"
+    for args in (["queue"], ["submit", "--", "true"], ["show", "1"], ["gpus", "--json"]):
+        result = subprocess.run([GPUYARD, *args], capture_output=True, text=True,
+                                env={"GPUYARD_URL": url, "PATH": "/usr/bin:/bin",
+                                     "GPUYARD_STATE_DIR": str(tmp_path)})  # fmt: skip
+        assert result.returncode == 1
+        assert result.stderr == (
+            f"gpuyard: cannot reach gpuyard server at {url}: is `gpuyard server` running?\n"
+        )
+        assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_submit_prints_only_the_id_and_json_has_stable_fields(server: ServerProcess):
+    out = server.cli("submit", "--gpus", "1", "--name", "x", "--", "sleep", "0.2").stdout
+    assert out.strip().isdigit() and out.endswith("\n") and out.count("\n") == 1
+    job_id = out.strip()
+    server.cli("wait", job_id)
+    shown = json.loads(server.cli("show", job_id, "--json").stdout)
+    assert JOB_FIELDS <= set(shown) and shown["state"] == "COMPLETED" and len(shown["gpus"]) == 1
+    listed = json.loads(server.cli("queue", "--all", "--json").stdout)
+    assert [j["id"] for j in listed] == [int(job_id)] and JOB_FIELDS <= set(listed[0])
+    assert json.loads(server.cli("ps", "--json").stdout) == []
+    gpus = json.loads(server.cli("gpus", "--json").stdout)
+    assert len(gpus) == 4 and all(GPU_FIELDS <= set(g) for g in gpus)
+    assert {g["detected"] for g in gpus} == {False}
+
+
+def test_queue_and_show_are_readable(server: ServerProcess):
+    running = server.cli("submit", "--gpus", "4", "--name", "big", "--", "sleep", "30").stdout
+    waiting = server.cli("submit", "--gpus", "1", "--name", "small", "--", "true").stdout
+    table = server.cli("queue").stdout.splitlines()
+    assert table[0].split()[:4] == ["JOBID", "NAME", "USER", "STATE"]
+    assert "RUNNING" in table[1] and "0,1,2,3" in table[1]
+    assert "PENDING" in table[2] and "(Resources)" in table[2]
+    shown = server.cli("show", waiting.strip()).stdout
+    assert "State: PENDING" in shown and "Reason: Resources" in shown
+    server.cli("cancel", running.strip(), waiting.strip())
+
+
+def test_bad_input_on_the_command_line_is_one_line(server: ServerProcess, tmp_path: Path):
+    cases = [
+        (["submit", "--gpus", "9", "--", "true"], "asks for 9 GPUs but this server has 4"),
+        (["submit", "--mem", "lots", "--", "true"], "bad size 'lots'"),
+        (["submit", "--time", "soon", "--", "true"], "bad duration 'soon'"),
+        (["submit", "--workdir", str(tmp_path / "nope"), "--", "true"], "does not exist"),
+        (["submit", "--env", "NOEQUALS", "--", "true"], "--env 'NOEQUALS': use KEY=VALUE"),
+        (["show", "424242"], "job 424242 not found"),
+        (["logs", "424242"], "job 424242 not found"),
+    ]
+    for args, expected in cases:
+        result = server.cli(*args, check=False)
+        assert result.returncode == 1, args
+        assert expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
+        assert "Traceback" not in result.stderr
+    assert json.loads(server.cli("queue", "--all", "--json").stdout) == []
+    usage = server.cli("submit", check=False)
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr
+
+
+def test_script_file_runs_with_its_interpreter(server: ServerProcess, tmp_path: Path):
+    script = tmp_path / "job.sh"
+    script.write_text('#!/bin/sh\necho "script ran in $(pwd) with $1"\n')  # not executable
+    job_id = server.cli("submit", "job.sh", "arg1", cwd=tmp_path).stdout.strip()
+    server.cli("wait", job_id)
+    assert server.cli("logs", job_id).stdout == f"script ran in {tmp_path} with arg1\n"
+    assert server.client().job(int(job_id))["name"] == "job.sh"
+
+
+def test_logs_follow_streams_until_the_job_ends(server: ServerProcess):
+    job_id = server.cli("submit", "--", "sh", "-c",
+                        "for i in 1 2 3; do echo step $i; sleep 0.3; done").stdout.strip()  # fmt: skip
+    followed = server.cli("logs", "-f", job_id)
+    assert followed.stdout == "step 1\nstep 2\nstep 3\n"
+    assert server.client().job(int(job_id))["state"] == "COMPLETED"
+
+
+def test_wait_exit_status_is_zero_only_if_all_completed(server: ServerProcess):
+    ok = server.cli("submit", "--", "true").stdout.strip()
+    bad = server.cli("submit", "--", "false").stdout.strip()
+    assert server.cli("wait", ok).returncode == 0
+    result = server.cli("wait", ok, bad, check=False)
+    assert result.returncode == 1 and f"job {bad} FAILED" in result.stderr

@@ -1,0 +1,185 @@
+"""JobBook: the in-memory index the queue, `show` and the scheduler read from."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuyard.domain.errors import Conflict
+from gpuyard.domain.job import Job, JobSpec
+from gpuyard.domain.states import JobState
+from gpuyard.scheduling.plan import PendingJob
+from gpuyard.services.jobbook import JobBook
+
+
+def new_job(job_id: int, *, gpus: int = 1, priority: int = 0, cpus: int = 1) -> Job:
+    spec = JobSpec(argv=("train",), name=f"j{job_id}", workdir="/tmp", gpus=gpus, cpus=cpus,
+                   mem_mib=512 * job_id, priority=priority)  # fmt: skip
+    return Job(id=job_id, spec=spec, owner="ada", state=JobState.PENDING, submitted_at=1.0)
+
+
+def pending_ids(book: JobBook) -> list[int]:
+    return [p.id for p in book.pending_in_order()[0]]
+
+
+def test_pending_queue_is_in_priority_order_whatever_the_put_order() -> None:
+    book = JobBook()
+    for job_id, prio in [(1, 0), (2, 5), (3, 0), (4, 10), (5, 5), (6, -1)]:
+        book.put(new_job(job_id, priority=prio))
+    assert pending_ids(book) == [4, 2, 5, 1, 3, 6]
+
+
+def test_pending_items_carry_what_the_scheduler_needs() -> None:
+    book = JobBook()
+    book.put(new_job(3, gpus=2, priority=4, cpus=8))
+    assert book.pending_in_order()[0] == [PendingJob(3, 2, 8, 1536, 4)]
+
+
+def test_priority_change_moves_the_job_in_the_queue() -> None:
+    book = JobBook()
+    for job_id in (1, 2, 3):
+        book.put(new_job(job_id))
+    job3 = book.get(3)
+    assert job3 is not None
+    bumped = job3.with_changes(spec=JobSpec(("train",), "j3", "/tmp", gpus=1, priority=9))
+    book.put(bumped)
+    assert pending_ids(book) == [3, 1, 2]
+    assert book.pending_in_order()[0][0].priority == 9
+
+
+def test_started_job_leaves_the_queue_and_joins_running() -> None:
+    book = JobBook([new_job(1), new_job(2, gpus=4)])
+    job = book.get(1)
+    assert job is not None
+    book.put(job.transition(JobState.RUNNING, gpus=(0,), started_at=2.0))
+    assert pending_ids(book) == [2]
+    assert [j.id for j in book.running()] == [1]
+    assert book.running()[0].gpus == (0,)
+    running = book.get(1)
+    assert running is not None
+    book.put(running.transition(JobState.COMPLETED, exit_code=0, ended_at=3.0))
+    assert book.running() == []
+    finished = book.get(1)
+    assert finished is not None and finished.state is JobState.COMPLETED
+
+
+def test_requeued_job_returns_to_its_place_in_the_queue() -> None:
+    book = JobBook([new_job(1), new_job(2), new_job(3)])
+    job = book.get(2)
+    assert job is not None
+    running = job.transition(JobState.RUNNING, gpus=(0,))
+    book.put(running)
+    book.put(running.transition(JobState.PENDING, gpus=()))
+    assert pending_ids(book) == [1, 2, 3]
+    assert book.running() == []
+
+
+def test_stale_version_is_refused_and_changes_nothing() -> None:
+    book = JobBook([new_job(1)])
+    job = book.get(1)
+    assert job is not None
+    book.put(job.with_changes(reason="Priority"))  # version 2
+    # A writer that read version 1 and now applies its own change (also version 2) loses.
+    with pytest.raises(Conflict):
+        book.put(job.transition(JobState.RUNNING, gpus=(0,)))
+    current = book.get(1)
+    assert current is not None and current.version == 2 and current.reason == "Priority"
+    assert pending_ids(book) == [1] and book.running() == []
+
+
+def test_skipping_a_version_is_refused() -> None:
+    book = JobBook([new_job(1)])
+    job = book.get(1)
+    assert job is not None
+    with pytest.raises(Conflict):
+        book.put(job.with_changes().with_changes())  # version 3 over version 1
+
+
+def test_pending_by_gpus_counts_the_requests_of_pending_jobs_only() -> None:
+    book = JobBook()
+    for job_id, gpus in [(1, 1), (2, 1), (3, 4), (4, 0), (5, 4)]:
+        book.put(new_job(job_id, gpus=gpus))
+    assert book.pending_in_order()[1] == {1: 2, 4: 2, 0: 1}
+    for job_id in (3, 5):
+        job = book.get(job_id)
+        assert job is not None
+        book.put(job.transition(JobState.RUNNING, gpus=(0, 1, 2, 3)))
+    job4 = book.get(4)
+    assert job4 is not None
+    book.put(job4.transition(JobState.CANCELLED))
+    assert book.pending_in_order()[1] == {1: 2}  # no zero-count entries left behind
+
+
+def test_loaded_jobs_are_indexed_and_ids_continue_after_the_highest() -> None:
+    done = new_job(7).transition(JobState.RUNNING).transition(JobState.FAILED)
+    running = new_job(3).transition(JobState.RUNNING, gpus=(1,))
+    book = JobBook([done, running, new_job(5)])
+    assert book.allocate_id() == 8
+    assert book.allocate_id() == 9
+    assert pending_ids(book) == [5]
+    assert [j.id for j in book.running()] == [3]
+    assert [j.id for j in book.jobs(include_finished=False)] == [3, 5]
+    assert sorted(j.id for j in book.jobs(include_finished=True)) == [3, 5, 7]
+
+
+def test_allocate_id_is_unique_across_threads() -> None:
+    book = JobBook()
+    got: list[int] = []
+
+    def grab() -> None:
+        got.extend(book.allocate_id() for _ in range(500))
+
+    threads = [threading.Thread(target=grab) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == list(range(1, 4001))
+
+
+ops = st.lists(
+    st.tuples(st.sampled_from(["submit", "start", "finish", "cancel", "requeue", "reprio"]),
+              st.integers(0, 50), st.integers(0, 4), st.integers(-2, 2)),
+    max_size=60,
+)  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops)
+def test_indexes_match_the_jobs_after_any_sequence_of_changes(
+    script: list[tuple[str, int, int, int]],
+) -> None:
+    book = JobBook()
+    for op, pick, gpus, prio in script:
+        jobs = sorted(book.jobs(include_finished=True), key=lambda j: j.id)
+        pending = [j for j in jobs if j.state is JobState.PENDING]
+        running = [j for j in jobs if j.state is JobState.RUNNING]
+        if op == "submit":
+            book.put(new_job(book.allocate_id(), gpus=gpus, priority=prio))
+        elif op == "start" and pending:
+            book.put(pending[pick % len(pending)].transition(JobState.RUNNING))
+        elif op == "finish" and running:
+            book.put(running[pick % len(running)].transition(JobState.COMPLETED))
+        elif op == "cancel" and pending:
+            book.put(pending[pick % len(pending)].transition(JobState.CANCELLED))
+        elif op == "requeue" and running:
+            book.put(running[pick % len(running)].transition(JobState.PENDING))
+        elif op == "reprio" and pending:
+            job = pending[pick % len(pending)]
+            spec = JobSpec(job.spec.argv, job.spec.name, job.spec.workdir, gpus=job.spec.gpus,
+                           priority=prio)  # fmt: skip
+            book.put(job.with_changes(spec=spec))
+    everything = book.jobs(include_finished=True)
+    pending = [j for j in everything if j.state is JobState.PENDING]
+    expected = sorted(pending, key=lambda j: (-j.spec.priority, j.id))
+    items, counts = book.pending_in_order()
+    assert [p.id for p in items] == [j.id for j in expected]
+    assert [p.priority for p in items] == [j.spec.priority for j in expected]
+    assert counts == dict(Counter(j.spec.gpus for j in pending))
+    assert sorted(j.id for j in book.running()) == sorted(
+        j.id for j in everything if j.state is JobState.RUNNING
+    )
