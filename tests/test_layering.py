@@ -1,0 +1,56 @@
+"""Layering: the pure core and the CLI's start path stay free of the server's heavy stack."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+SERVER_STACK = ("fastapi", "sqlalchemy", "pynvml", "ray", "httpx", "uvicorn", "psutil")
+CLI_FORBIDDEN = ("fastapi", "sqlalchemy", "pydantic", "httpx", "pynvml", "rich")
+
+
+def loaded_after_import(*modules: str) -> set[str]:
+    """Top-level packages in sys.modules after importing `modules` in a fresh interpreter."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {list(modules)!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_the_probe_sees_heavy_imports() -> None:
+    # Guard against a probe that can never fail.
+    assert "sqlalchemy" in loaded_after_import("gpuyard.adapters.store.sql")
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "gpuyard.domain",
+        "gpuyard.domain.errors",
+        "gpuyard.domain.job",
+        "gpuyard.domain.outcome",
+        "gpuyard.domain.states",
+        "gpuyard.domain.units",
+        "gpuyard.scheduling",
+        "gpuyard.scheduling.plan",
+    ],
+)
+def test_pure_core_imports_no_server_stack(module: str) -> None:
+    loaded = loaded_after_import(module)
+    assert "gpuyard" in loaded
+    assert loaded.isdisjoint(SERVER_STACK), sorted(loaded & set(SERVER_STACK))
+
+
+def test_cli_start_path_imports_no_server_stack() -> None:
+    loaded = loaded_after_import("gpuyard.cli.main", "gpuyard.client")
+    assert "typer" in loaded  # the CLI itself did load
+    assert loaded.isdisjoint(CLI_FORBIDDEN), sorted(loaded & set(CLI_FORBIDDEN))
