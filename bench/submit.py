@@ -90,7 +90,12 @@ def machine_info() -> dict[str, Any]:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    return {"cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+    }
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -467,6 +472,7 @@ def measure_throughput(
         "submit_errors": errors,
         "submit_wall_s": round(wall, 3),
         "server_cpu_cores": round(server_cpu / wall, 2),
+        "server_cpu_ms_per_submit": round(server_cpu / n * 1000.0, 3),
         "client_cpu_cores": round(client_cpu / wall, 2),
     }
 
@@ -613,7 +619,8 @@ def human(r: dict[str, Any]) -> str:
         f"    {r['submits_per_s']:.0f} submits/s   p50 {r['submit_p50_ms']:.1f} ms   "
         f"p90 {r['submit_p90_ms']:.1f} ms   p99 {r['submit_p99_ms']:.1f} ms   "
         f"errors {r['submit_errors']}",
-        f"    CPU during the run: server {r['server_cpu_cores']:.2f} cores, "
+        f"    CPU during the run: server {r['server_cpu_cores']:.2f} cores "
+        f"({r['server_cpu_ms_per_submit']:.2f} ms per submit), "
         f"clients {r['client_cpu_cores']:.2f} cores",
         f"  submit-to-running over HTTP ({r['start_n']} jobs, one at a time):",
         f"    p50 {r['start_p50_ms']:.1f} ms   p99 {r['start_p99_ms']:.1f} ms",

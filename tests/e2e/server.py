@@ -95,7 +95,7 @@ class ServerProcess:
         for proc in psutil.process_iter(["cmdline"]):
             cmdline = proc.info["cmdline"] or []
             if any(arg.startswith(jobs_dir) for arg in cmdline):
-                for child in proc.children(recursive=True) + [proc]:
+                for child in [*proc.children(recursive=True), proc]:
                     try:
                         child.kill()
                     except psutil.NoSuchProcess:

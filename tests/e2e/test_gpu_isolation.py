@@ -45,7 +45,10 @@ def test_twelve_jobs_share_four_gpus_without_conflict(server: ServerProcess, tmp
 
 
 def test_job_environment_names_exactly_its_gpus(server: ServerProcess, tmp_path: Path):
-    script = 'echo "[$CUDA_VISIBLE_DEVICES] $CUDA_DEVICE_ORDER $GPUYARD_JOB_ID $GPUYARD_JOB_NAME $GPUYARD_NUM_GPUS"'
+    script = (
+        'echo "[$CUDA_VISIBLE_DEVICES] $CUDA_DEVICE_ORDER $GPUYARD_JOB_ID $GPUYARD_JOB_NAME '
+        '$GPUYARD_NUM_GPUS"'
+    )
     cpu_job = server.cli("submit", "--name", "cpu-only", "--", "sh", "-c", script).stdout.strip()
     gpu_job = server.cli("submit", "--gpus", "2", "--name", "two", "--", "sh", "-c", script)
     gpu_job_id = gpu_job.stdout.strip()

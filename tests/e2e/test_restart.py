@@ -52,7 +52,9 @@ def test_cancel_after_restart_still_stops_the_adopted_job(server: ServerProcess,
 
 
 def test_acknowledged_jobs_are_never_lost(server: ServerProcess):
-    ids = [server.cli("submit", "--gpus", "4", "--", "sleep", "30").stdout.strip() for _ in range(5)]
+    ids = [
+        server.cli("submit", "--gpus", "4", "--", "sleep", "30").stdout.strip() for _ in range(5)
+    ]
     server.kill9()
     server.start()
     listed = {str(j["id"]): j["state"] for j in server.client().jobs()}

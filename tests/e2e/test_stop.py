@@ -56,7 +56,9 @@ def test_time_limit_stops_the_tree_with_timeout(server: ServerProcess, tmp_path:
     assert "time limit" in server.cli("logs", job_id).stdout
 
 
-def test_job_ignoring_sigterm_is_killed_after_the_grace_period(server: ServerProcess, tmp_path: Path):
+def test_job_ignoring_sigterm_is_killed_after_the_grace_period(
+    server: ServerProcess, tmp_path: Path
+):
     pidfile = tmp_path / "pid"
     script = f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.1; done"
     job_id = server.cli("submit", "--", "sh", "-c", script).stdout.strip()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from gpuyard.domain.states import JobState, check_transition
 
@@ -46,7 +46,6 @@ class Job:
     stop_intent: JobState | None = None
     version: int = 1
     node: str = "local"
-    extra: dict[str, str] = field(default_factory=dict)
 
     def transition(self, target: JobState, **changes: object) -> Job:
         """Return this job moved to `target` (checked against the transition table)."""

@@ -50,7 +50,7 @@ def parse_duration_s(text: str, *, field: str = "time") -> int:
         ) from None
     if seconds <= 0:
         raise InvalidRequest(f"duration {text!r} must be positive", field=field)
-    return max(1, math.ceil(seconds))  # never round a positive limit down to "no limit"
+    return max(1, math.ceil(round(seconds, 6)))  # never round a positive limit down to "no limit"
 
 
 def _parse_slurm_time(raw: str) -> float:

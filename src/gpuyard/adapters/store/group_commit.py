@@ -36,20 +36,25 @@ class GroupCommitWriter(Generic[Item]):
         self._queue: queue.SimpleQueue[_Ticket[Item] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="gpuyard-writer", daemon=True)
         self._closed = False
+        self._lock = threading.Lock()
         self._thread.start()
 
     def submit(self, item: Item) -> None:
-        if self._closed:
-            raise RuntimeError("the store is closed")
         ticket: _Ticket[Item] = _Ticket(item)
-        self._queue.put(ticket)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the store is closed")
+            self._queue.put(ticket)
         ticket.done.wait()
         if ticket.error is not None:
             raise ticket.error
 
     def close(self) -> None:
-        self._closed = True
-        self._queue.put(None)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(None)  # after this, nothing else can be queued
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
