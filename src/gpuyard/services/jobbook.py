@@ -55,7 +55,7 @@ class JobBook:
     def jobs(self, *, include_finished: bool) -> list[Job]:
         with self.lock:
             if include_finished:
-                return list(self._jobs.values())
+                return sorted(self._jobs.values(), key=lambda j: j.id)
             pending = [self._jobs[job_id] for _, job_id in self._pending]
             return sorted([*pending, *self._running.values()], key=lambda j: j.id)
 
