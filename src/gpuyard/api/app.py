@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import TypeAdapter
 
 from gpuyard import __version__
 from gpuyard.api.convert import gpu_to_wire, job_to_wire, spec_from_wire
@@ -22,6 +23,7 @@ from gpuyard.schemas.v1 import ErrorOut, GpuOut, JobOut, JobSubmitIn, ServerInfo
 
 _LOG_CHUNK = 1 << 16
 _FOLLOW_POLL_S = 0.2
+_JOB_LIST = TypeAdapter(list[JobOut])
 _ERRORS = {code: {"model": ErrorOut} for code in (401, 404, 409, 422)}
 
 
@@ -41,7 +43,7 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
     service = server.service
     expected = f"Bearer {server.token}".encode()
 
-    def require_token(request: Request) -> None:
+    async def require_token(request: Request) -> None:
         given = request.headers.get("authorization", "").encode()
         if not hmac.compare_digest(given, expected):
             raise Unauthorized(
@@ -58,19 +60,23 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
 
     auth = [Depends(require_token)]
 
-    @app.post("/api/v1/jobs", status_code=201, dependencies=auth)
-    def submit_job(body: JobSubmitIn) -> JobOut:
-        return out(service.submit(spec_from_wire(body), server.owner))
+    # Routes that only read memory or await the group commit are async: no thread hop.
+    # They return pre-serialised JSON; `response_model` still documents the shape.
+    @app.post("/api/v1/jobs", status_code=201, dependencies=auth, response_model=JobOut)
+    async def submit_job(body: JobSubmitIn) -> Response:
+        job = await service.submit_async(spec_from_wire(body), server.owner)
+        return _json(out(job).model_dump_json(), status=201)
 
-    @app.get("/api/v1/jobs", dependencies=auth)
-    def list_jobs(
+    @app.get("/api/v1/jobs", dependencies=auth, response_model=list[JobOut])
+    async def list_jobs(
         all: Annotated[bool, Query(description="include finished jobs")] = False,
-    ) -> list[JobOut]:
-        return [out(job) for job in service.list_jobs(include_finished=all)]
+    ) -> Response:
+        jobs = service.list_jobs(include_finished=all)
+        return _json(_JOB_LIST.dump_json([out(job) for job in jobs]))
 
-    @app.get("/api/v1/jobs/{job_id}", dependencies=auth)
-    def get_job(job_id: int) -> JobOut:
-        return out(service.get(job_id))
+    @app.get("/api/v1/jobs/{job_id}", dependencies=auth, response_model=JobOut)
+    async def get_job(job_id: int) -> Response:
+        return _json(out(service.get(job_id)).model_dump_json())
 
     @app.post("/api/v1/jobs/{job_id}/cancel", dependencies=auth)
     def cancel_job(job_id: int) -> JobOut:
@@ -117,6 +123,10 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
         )  # fmt: skip
 
     return app
+
+
+def _json(body: str | bytes, status: int = 200) -> Response:
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def _read_from(path: str, offset: int, limit: int | None) -> bytes:

@@ -42,7 +42,7 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
 def job_to_wire(job: Job, reason: str, log_path: str) -> JobOut:
     spec = job.spec
     end = job.ended_at if job.ended_at is not None else time.time()
-    return JobOut(
+    return JobOut.model_construct(  # our own values: no need to validate them again
         id=job.id,
         name=spec.name,
         owner=job.owner,

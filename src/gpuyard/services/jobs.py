@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -47,15 +48,28 @@ class JobService:
 
     def submit(self, spec: JobSpec, owner: str) -> Job:
         """Validate, store durably, then queue; returns only once the job cannot be lost."""
+        job = self._new_job(spec, owner)
+        self.store.write([job], [])
+        return self._queue(job)
+
+    async def submit_async(self, spec: JobSpec, owner: str) -> Job:
+        """`submit` for the event loop: waits for the group commit without holding a thread."""
+        job = self._new_job(spec, owner)
+        await asyncio.wrap_future(self.store.write_future([job], []))
+        return self._queue(job)
+
+    def _new_job(self, spec: JobSpec, owner: str) -> Job:
         self._check_fits(spec)
-        job = Job(
+        return Job(
             id=self.book.allocate_id(),
             spec=spec,
             owner=owner,
             state=JobState.PENDING,
             submitted_at=self._clock(),
         )
-        self.store.write([job], [])
+
+    def _queue(self, job: Job) -> Job:
+        """Only a durable job enters the queue: the scheduler never starts a job it could lose."""
         self.book.put(job)
         self.controller.wake()
         return job

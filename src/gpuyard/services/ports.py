@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +20,10 @@ class JobStore(Protocol):
     def write(self, inserts: Sequence[Job], updates: Sequence[Job]) -> None:
         """Insert new jobs and update existing ones (compare-and-set on `version - 1`),
         durably, in one transaction. Raises Conflict if an update lost a race."""
+        ...
+
+    def write_future(self, inserts: Sequence[Job], updates: Sequence[Job]) -> Future[None]:
+        """`write` without blocking: the Future completes once the rows are on disk."""
         ...
 
     def close(self) -> None: ...

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import py_compile
 import selectors
 import signal
 import subprocess
@@ -32,6 +33,7 @@ class LocalExecutor:
     def __init__(self, jobs_dir: Path, on_exit: ExitCallback, *, grace_s: float = 10.0) -> None:
         self._jobs_dir = jobs_dir
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
+        self._supervisor = _compile_supervisor(jobs_dir / ".supervisor.pyc")
         self._on_exit = on_exit
         self._grace_s = grace_s
         self._children: dict[int, subprocess.Popen[bytes]] = {}
@@ -55,7 +57,7 @@ class LocalExecutor:
         jobdir = self.job_dir(job.id)
         jobdir.mkdir(parents=True, exist_ok=True)
         limit = job.spec.time_limit_s or 0
-        argv = [sys.executable, "-I", "-S", SUPERVISOR, str(jobdir), str(self._grace_s),
+        argv = [sys.executable, "-I", "-S", self._supervisor, str(jobdir), str(self._grace_s),
                 str(limit), job.spec.workdir, "--", *job.spec.argv]  # fmt: skip
         with open(self.log_path(job.id), "ab") as logf:
             proc = subprocess.Popen(
@@ -162,6 +164,15 @@ class LocalExecutor:
         self._closed = True
         os.write(self._wake_w, b"x")
         self._thread.join(timeout=5)
+
+
+def _compile_supervisor(target: Path) -> str:
+    """The supervisor as bytecode: saves compiling it at every job start (~2 ms)."""
+    try:
+        py_compile.compile(SUPERVISOR, cfile=str(target), doraise=True)
+        return str(target)
+    except (OSError, py_compile.PyCompileError):
+        return SUPERVISOR
 
 
 def _start_time(pid: int) -> float | None:

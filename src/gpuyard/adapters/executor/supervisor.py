@@ -6,14 +6,19 @@ ended in the job's folder. It outlives a server restart, so no job depends on th
 
 It becomes a child subreaper, so every orphan of the job is re-parented to it and can be
 stopped: when the job's main process ends, whatever it left behind is killed, as Slurm does.
+
+Start-up time is the job's submit-to-running latency, so it imports only built-in modules
+(`_signal`, not `signal`, which pulls in `enum`), runs from a compiled .pyc, and never lets
+`os.execvp` import `warnings`.
 """
 
+import _signal as signal  # type: ignore[import-not-found]
 import os
-import signal
 import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
+_job_pgid = 0
 _stage = 0  # 0 running, 1 SIGTERM sent, 2 SIGKILL sent
 _timed_out = False
 _grace_s = 10.0
@@ -49,6 +54,11 @@ def _descendants() -> list[int]:
 
 
 def _signal_tree(sig: int) -> None:
+    if _job_pgid:
+        try:
+            os.killpg(_job_pgid, sig)  # also members that left our subtree before we could see
+        except OSError:
+            pass
     for pid in _descendants():
         try:
             os.kill(pid, sig)
@@ -91,6 +101,14 @@ def _become_subreaper() -> None:
         pass  # without it, orphans that escape the process group may survive
 
 
+def _write_pid(path: str) -> None:
+    """No fsync: the pid only matters while this machine stays up."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(tmp, path)
+
+
 def _write_atomic(path: str, text: str) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -113,10 +131,21 @@ def _run_child(workdir: str, argv: list[str]) -> None:
         signal.signal(sig, signal.SIG_DFL)
     try:
         os.chdir(workdir)
-        os.execvp(argv[0], argv)
+        os.execv(_which(argv[0]), argv)
     except OSError as exc:
         os.write(2, f"gpuyard: cannot run {argv[0]!r} in {workdir!r}: {exc.strerror}\n".encode())
     os._exit(127)
+
+
+def _which(program: str) -> str:
+    """PATH lookup as execvp does it."""
+    if "/" in program:
+        return program
+    for folder in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
+        path = os.path.join(folder or ".", program)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    raise FileNotFoundError(2, "No such file or directory")
 
 
 def _reap_leftovers() -> None:
@@ -135,12 +164,12 @@ def _reap_leftovers() -> None:
 
 
 def main() -> None:
-    global _grace_s, _limit_s
+    global _grace_s, _limit_s, _job_pgid
     jobdir, grace, limit, workdir, sep, *argv = sys.argv[1:]
     assert sep == "--" and argv, "usage: supervisor.py JOBDIR GRACE_S LIMIT_S WORKDIR -- ARGV..."
     _grace_s, _limit_s = float(grace), float(limit)
-    _write_atomic(os.path.join(jobdir, "supervisor.pid"), str(os.getpid()))
-    _become_subreaper()
+    _write_pid(os.path.join(jobdir, "supervisor.pid"))
+    _become_subreaper()  # before the fork: an orphan made in the job's first ms must reach us
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -152,6 +181,7 @@ def main() -> None:
         os.setpgid(child, child)
     except OSError:
         pass
+    _job_pgid = child
     if _limit_s > 0:
         signal.setitimer(signal.ITIMER_REAL, _limit_s)
     _, status = os.waitpid(child, 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -19,14 +20,14 @@ Item = TypeVar("Item")
 @dataclass(slots=True)
 class _Ticket(Generic[Item]):
     item: Item
-    done: threading.Event = field(default_factory=threading.Event)
+    done: Future[None] = field(default_factory=Future)
     error: BaseException | None = None
 
 
 class GroupCommitWriter(Generic[Item]):
     """Runs `commit_batch(items)` on one thread; `submit(item)` blocks until its batch is
-    committed. If a batch fails, each of its items is retried alone so one bad item cannot
-    fail its neighbours."""
+    committed (`submit_future` returns a Future instead, for async callers). If a batch
+    fails, each of its items is retried alone so one bad item cannot fail its neighbours."""
 
     def __init__(
         self, commit_batch: Callable[[Sequence[Item]], None], *, max_batch: int = 512
@@ -40,14 +41,15 @@ class GroupCommitWriter(Generic[Item]):
         self._thread.start()
 
     def submit(self, item: Item) -> None:
+        self.submit_future(item).result()
+
+    def submit_future(self, item: Item) -> Future[None]:
         ticket: _Ticket[Item] = _Ticket(item)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the store is closed")
             self._queue.put(ticket)
-        ticket.done.wait()
-        if ticket.error is not None:
-            raise ticket.error
+        return ticket.done
 
     def close(self) -> None:
         with self._lock:
@@ -90,7 +92,10 @@ class GroupCommitWriter(Generic[Item]):
                     except BaseException:
                         ticket.error = _current_error()
         for ticket in batch:
-            ticket.done.set()
+            if ticket.error is None:
+                ticket.done.set_result(None)
+            else:
+                ticket.done.set_exception(ticket.error)
 
 
 def _current_error() -> BaseException:
