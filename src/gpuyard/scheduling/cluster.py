@@ -1,0 +1,87 @@
+"""The cluster model shared by the live server and the simulator: nodes of GPUs and placement.
+
+Worked example. Three nodes of 8 GPUs with 8, 3 and 5 GPUs free. A 2-GPU job goes to the node
+with 3 free (best fit: it leaves the larger holes for larger jobs); a 4-GPU job to the node with
+5 free; a 16-GPU job needs two whole free nodes (gang: all its GPUs at once) and so cannot start
+here: only one node is entirely free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Placement = tuple[tuple[int, int], ...]  # ((node index, GPUs on it), ...)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One machine as the scheduler sees it."""
+
+    name: str
+    gpus: int
+
+
+class ClusterState:
+    """Free GPUs per node, with nodes bucketed by free count so best fit is O(GPUs per node)."""
+
+    def __init__(self, nodes: list[NodeSpec]) -> None:
+        self.nodes = nodes
+        self.node_gpus = max((n.gpus for n in nodes), default=0)
+        self.free = [n.gpus for n in nodes]
+        self.total_gpus = sum(self.free)
+        self.free_gpus = self.total_gpus
+        self._buckets: list[set[int]] = [set() for _ in range(self.node_gpus + 1)]
+        for i, n in enumerate(nodes):
+            self._buckets[n.gpus].add(i)
+
+    @classmethod
+    def uniform(cls, total_gpus: int, gpus_per_node: int) -> ClusterState:
+        count, rest = divmod(total_gpus, gpus_per_node)
+        nodes = [NodeSpec(f"node{i}", gpus_per_node) for i in range(count)]
+        if rest:
+            nodes.append(NodeSpec(f"node{count}", rest))
+        return cls(nodes)
+
+    def whole_free_nodes(self) -> int:
+        return len(self._buckets[self.node_gpus]) if self.node_gpus else 0
+
+    def can_ever_fit(self, gpus: int) -> bool:
+        """Whether the job could run on this cluster at all (with everything free)."""
+        if gpus <= self.node_gpus:
+            return True
+        full = sum(1 for n in self.nodes if n.gpus == self.node_gpus)
+        return self.node_gpus > 0 and -(-gpus // self.node_gpus) <= full
+
+    def place(self, gpus: int) -> Placement | None:
+        """Where a job of `gpus` GPUs would go now, or None. Does not allocate."""
+        if gpus == 0:
+            return ()
+        if gpus > self.free_gpus:
+            return None
+        if gpus <= self.node_gpus:
+            for free in range(gpus, self.node_gpus + 1):
+                bucket = self._buckets[free]
+                if bucket:
+                    return ((min(bucket), gpus),)
+            return None
+        need = -(-gpus // self.node_gpus)
+        whole = self._buckets[self.node_gpus]
+        if len(whole) < need:
+            return None
+        return tuple((i, self.node_gpus) for i in sorted(whole)[:need])
+
+    def allocate(self, placement: Placement) -> None:
+        for node, gpus in placement:
+            self._move(node, self.free[node] - gpus)
+
+    def release(self, placement: Placement) -> None:
+        for node, gpus in placement:
+            self._move(node, self.free[node] + gpus)
+
+    def _move(self, node: int, new_free: int) -> None:
+        if not 0 <= new_free <= self.nodes[node].gpus:
+            raise ValueError(f"node {node} would have {new_free} free GPUs")
+        self._buckets[self.free[node]].discard(node)
+        self.free_gpus += new_free - self.free[node]
+        self.free[node] = new_free
+        self._buckets[new_free].add(node)

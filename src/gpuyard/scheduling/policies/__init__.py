@@ -1,0 +1,1 @@
+"""The scheduling policies, by name."""

@@ -1,0 +1,83 @@
+"""What every scheduling policy implements, and the job record policies read.
+
+Policies are pure and stateful: they keep their own queues, fed by events (`submit`, `started`,
+`preempted`, `finished`), and decide in `schedule(ctx)` by calling `ctx.start` and
+`ctx.preempt`. The simulator applies those calls to simulated time; the live server applies
+them to processes. Same code, same decisions for the same events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpuyard.scheduling.cluster import ClusterState, Placement
+
+
+@dataclass(slots=True, eq=False)
+class SchedJob:
+    """A job as a policy sees it: only what is known at decision time.
+
+    `oracle_duration_s` is the true run time; only the simulator sets it and only policies that
+    say they are oracles may read it.
+    """
+
+    id: int
+    user: str
+    gpus: int
+    submitted_at: float
+    priority: int = 0
+    time_limit_s: float | None = None
+    preemptible: bool = True
+    attained_gpu_s: float = 0.0  # GPU-seconds held in earlier runs
+    run_started_at: float | None = None  # start of the current run, None unless running
+    first_started_at: float | None = None
+    placement: Placement = ()
+    restarts: int = 0
+    oracle_duration_s: float | None = None
+    reason: str = "None"
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def attained(self, now: float) -> float:
+        """GPU-seconds of service received so far, the current run included."""
+        if self.run_started_at is None:
+            return self.attained_gpu_s
+        return self.attained_gpu_s + self.gpus * (now - self.run_started_at)
+
+    @property
+    def running(self) -> bool:
+        return self.run_started_at is not None
+
+
+class Context(Protocol):
+    """What a policy acts on during one scheduling pass."""
+
+    now: float
+    cluster: ClusterState
+
+    def start(self, job: SchedJob, placement: Placement) -> None: ...
+
+    def preempt(self, job: SchedJob) -> None: ...
+
+
+class Policy(Protocol):
+    """A scheduling policy. `schedule` may be called at any time; it must be cheap when nothing
+    can change (most calls), because the simulator calls it after every event."""
+
+    name: str
+    preemptive: bool
+
+    def submit(self, job: SchedJob, now: float) -> None: ...
+
+    def started(self, job: SchedJob, now: float) -> None: ...
+
+    def preempted(self, job: SchedJob, now: float) -> None: ...
+
+    def finished(self, job: SchedJob, now: float) -> None: ...
+
+    def schedule(self, ctx: Context) -> None: ...
+
+    def next_decision_at(self, now: float) -> float | None:
+        """When the policy would decide differently with no new event (a job crossing a
+        priority threshold), or None."""
+        ...
