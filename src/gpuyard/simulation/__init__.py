@@ -1,1 +1,1 @@
-"""Trace replay in simulated time over `gpuyard.scheduling`, unchanged: the server's own policies."""
+"""Trace replay in simulated time over `gpuyard.scheduling`, unchanged: the server's policies."""

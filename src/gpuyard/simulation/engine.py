@@ -64,7 +64,11 @@ class Replay:
         *,
         restart_penalty_s: float = 60.0,
         expose_durations: bool = False,
+        exact_time_limits: bool = False,
     ) -> None:
+        """`expose_durations` lets oracle policies read true durations; `exact_time_limits`
+        gives jobs without a time limit one equal to their duration (users who estimate
+        perfectly: the reference setting for backfill on traces that carry no limits)."""
         self.policy = policy
         self.cluster = cluster
         self.penalty_s = restart_penalty_s
@@ -77,7 +81,7 @@ class Replay:
                 raise ValueError(f"job {t.id} needs {t.gpus} GPUs: more than the cluster has")
             job = SchedJob(
                 id=t.id, user=t.user, gpus=t.gpus, submitted_at=t.submitted_at,
-                time_limit_s=t.time_limit_s,
+                time_limit_s=t.time_limit_s or (t.duration_s if exact_time_limits else None),
                 oracle_duration_s=t.duration_s if expose_durations else None,
             )  # fmt: skip
             run = _Run(job, t)
@@ -172,8 +176,10 @@ class Replay:
             if run.finished_at is None or job.first_started_at is None:
                 raise RuntimeError(f"job {job.id} never finished: the policy starved it")
             outcomes.append(
-                JobOutcome(job.id, job.user, job.gpus, job.submitted_at, run.trace.duration_s,
-                           job.first_started_at, run.finished_at, job.restarts)  # fmt: skip
+                JobOutcome(
+                    job.id, job.user, job.gpus, job.submitted_at, run.trace.duration_s,
+                    job.first_started_at, run.finished_at, job.restarts,
+                )
             )
         start, end = self._window
         return ReplayResult(

@@ -1,0 +1,126 @@
+"""`backfill`: EASY backfilling, as Slurm's backfill scheduler does it.
+
+Worked example. 8 GPUs on one node, 6 busy with job R whose time limit ends in 2 h. Queue: H (8
+GPUs), then S1 (2 GPUs, limit 1 h), then S2 (2 GPUs, limit 5 h). H cannot start: it gets a
+reservation at R's end, in 2 h. S1 fits now and ends before the reservation: it starts. S2 fits
+now but would still hold 2 GPUs in 2 h, delaying H: it waits. The head job is never delayed by
+a job behind it.
+
+Estimates come from the jobs' time limits; a job without one is assumed to run forever (it can
+still start early if the reservation does not need its GPUs). At most `max_candidates` jobs
+behind the head are examined per pass, like Slurm's `bf_max_job_test`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.policies.ranked import SortedJobs
+from gpuyard.scheduling.policy import Context, SchedJob
+
+
+def _fits(cluster: ClusterState, free: list[int], gpus: int) -> bool:
+    """Whether `gpus` could be placed if the nodes had `free` GPUs (same rules as `place`)."""
+    size = cluster.node_gpus
+    if gpus <= size:
+        return any(f >= gpus for f in free)
+    whole = sum(1 for i, f in enumerate(free) if f == size and cluster.nodes[i].gpus == size)
+    return whole >= -(-gpus // size)
+
+
+class BackfillPolicy:
+    name = "backfill"
+    preemptive = False
+    uses_time_limits = True
+
+    def __init__(self, max_candidates: int = 1000) -> None:
+        self._queue = SortedJobs()
+        self._ends = SortedJobs()  # running jobs by estimated end
+        self._max_candidates = max_candidates
+        self._sizes: dict[int, int] = {}
+
+    def submit(self, job: SchedJob, now: float) -> None:
+        self._queue.add(job, (job.priority * -1, job.submitted_at))
+        self._sizes[job.gpus] = self._sizes.get(job.gpus, 0) + 1
+
+    def started(self, job: SchedJob, now: float) -> None:
+        self._queue.remove(job)
+        self._sizes[job.gpus] -= 1
+        if not self._sizes[job.gpus]:
+            del self._sizes[job.gpus]
+        self._ends.add(job, (self._end(job, now),))
+
+    def preempted(self, job: SchedJob, now: float) -> None:
+        self._ends.remove(job)
+        self.submit(job, now)
+
+    def finished(self, job: SchedJob, now: float) -> None:
+        self._ends.remove(job)
+
+    def cancel(self, job: SchedJob) -> None:
+        if job in self._ends:
+            self._ends.remove(job)
+        else:
+            self._queue.remove(job)
+            self._sizes[job.gpus] -= 1
+            if not self._sizes[job.gpus]:
+                del self._sizes[job.gpus]
+
+    @staticmethod
+    def _end(job: SchedJob, now: float) -> float:
+        return now + job.time_limit_s if job.time_limit_s else math.inf
+
+    def next_decision_at(self, now: float) -> float | None:
+        return None
+
+    def schedule(self, ctx: Context) -> None:
+        cluster, now = ctx.cluster, ctx.now
+        pending = list(self._queue)
+        index = 0
+        while index < len(pending):  # in order, while the head fits
+            placement = cluster.place(pending[index].gpus)
+            if placement is None:
+                break
+            ctx.start(pending[index], placement)
+            index += 1
+        if index >= len(pending) or not self._sizes:
+            return
+        head = pending[index]
+        shadow, free_at_shadow = self._reservation(head, cluster)
+        smallest = min(self._sizes)
+        for job in pending[index + 1 : index + 1 + self._max_candidates]:
+            if cluster.free_gpus < smallest:
+                return
+            placement = cluster.place(job.gpus)
+            if placement is None:
+                continue
+            if self._end(job, now) <= shadow or self._leaves_room(
+                head, placement, free_at_shadow, cluster
+            ):
+                ctx.start(job, placement)
+
+    def _reservation(self, head: SchedJob, cluster: ClusterState) -> tuple[float, list[int]]:
+        """When the head job can start (running jobs ending by their estimates), and the free
+        GPUs per node at that moment."""
+        free = list(cluster.free)
+        for job in self._ends:
+            for node, gpus in job.placement:
+                free[node] += gpus
+            if _fits(cluster, free, head.gpus):
+                return self._ends.key(job)[0], free
+        return math.inf, free
+
+    @staticmethod
+    def _leaves_room(
+        head: SchedJob, placement: Placement, free_at_shadow: list[int], cluster: ClusterState
+    ) -> bool:
+        """Whether the head still fits at its reservation with this job holding `placement`;
+        if so, the job's GPUs are taken out of the reservation's spare."""
+        trial = list(free_at_shadow)
+        for node, gpus in placement:
+            trial[node] -= gpus
+        if not _fits(cluster, trial, head.gpus):
+            return False
+        free_at_shadow[:] = trial
+        return True

@@ -1,0 +1,188 @@
+"""Shared machinery of preemptive policies that rank jobs: start the best, preempt the worst.
+
+A pass walks pending jobs best-first. A job that fits starts. One that does not may take the
+GPUs of running jobs ranked below it (the worst first), if together with the free GPUs they make
+room for it; otherwise it waits and smaller jobs behind it may still use free GPUs (no GPU idles
+while a fitting job waits). Subclasses say how jobs rank and when a rank changes by itself.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from typing import Any
+
+from gpuyard.scheduling.cluster import Placement
+from gpuyard.scheduling.policy import Context, SchedJob
+
+
+class SortedJobs:
+    """Jobs kept sorted by a key fixed while they are in the list (bisect on a key list)."""
+
+    def __init__(self) -> None:
+        self._keys: list[tuple[Any, ...]] = []
+        self._jobs: list[SchedJob] = []
+        self._key_of: dict[int, tuple[Any, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(list(self._jobs))
+
+    def __contains__(self, job: SchedJob) -> bool:
+        return job.id in self._key_of
+
+    def add(self, job: SchedJob, key: tuple[Any, ...]) -> None:
+        key = (*key, job.id)
+        pos = bisect.bisect_left(self._keys, key)
+        self._keys.insert(pos, key)
+        self._jobs.insert(pos, job)
+        self._key_of[job.id] = key
+
+    def remove(self, job: SchedJob) -> None:
+        key = self._key_of.pop(job.id)
+        pos = bisect.bisect_left(self._keys, key)
+        del self._keys[pos]
+        del self._jobs[pos]
+
+    def first(self) -> SchedJob | None:
+        return self._jobs[0] if self._jobs else None
+
+    def last(self) -> SchedJob | None:
+        return self._jobs[-1] if self._jobs else None
+
+    def key(self, job: SchedJob) -> tuple[Any, ...]:
+        return self._key_of[job.id]
+
+    def items_desc(self) -> list[SchedJob]:
+        return self._jobs[::-1]
+
+
+class RankedPolicy:
+    """Base of preemptive ranked policies. Subclasses implement `_pending_order()` (pending jobs
+    best first), `_victims()` (running jobs worst first) and `_outranks(a, b)`."""
+
+    name = "ranked"
+    preemptive = True
+
+    def __init__(self) -> None:
+        self._pending_sizes: Counter[int] = Counter()
+        self.preemptions = 0
+
+    # Subclasses keep their own structures in step through these hooks.
+    def _pending_order(self, now: float) -> list[SchedJob]:
+        raise NotImplementedError
+
+    def _victims(self, now: float) -> list[SchedJob]:
+        raise NotImplementedError
+
+    def _outranks(self, a: SchedJob, b: SchedJob, now: float) -> bool:
+        raise NotImplementedError
+
+    def _refresh(self, now: float) -> None:
+        """Apply rank changes that happened by themselves since the last pass."""
+
+    def schedule(self, ctx: Context) -> None:
+        now = ctx.now
+        self._refresh(now)
+        cluster = ctx.cluster
+        if not self._pending_sizes:
+            return
+        smallest = min(self._pending_sizes)
+        # A lower-ranked job needing at least as many GPUs as one whose preemption attempt
+        # failed cannot succeed either: its possible victims are a subset.
+        failed_at = 1 << 30
+        for job in self._pending_order(now):
+            placement = cluster.place(job.gpus)
+            if placement is not None:
+                ctx.start(job, placement)
+                continue
+            if job.gpus < failed_at:
+                if self._try_preempt_for(job, ctx):
+                    continue
+                failed_at = job.gpus
+            if cluster.free_gpus < smallest and failed_at <= smallest:
+                return
+
+    def _try_preempt_for(self, job: SchedJob, ctx: Context) -> bool:
+        """Make room for `job` by preempting as few lower-ranked GPUs as possible, on the
+        node(s) where it will run: preempting elsewhere would free nothing it can use."""
+        cluster = ctx.cluster
+        if job.gpus > cluster.node_gpus and cluster.node_gpus > 0:
+            victims = self._free_whole_nodes(job, ctx)
+        else:
+            victims = self._free_one_node(job, ctx)
+        if victims is None:
+            return False
+        for victim in victims:
+            self.preemptions += 1
+            ctx.preempt(victim)
+        placement = cluster.place(job.gpus)
+        assert placement is not None, "preemption planned room that is not there"
+        ctx.start(job, placement)
+        return True
+
+    def _by_node(self, job: SchedJob, ctx: Context) -> dict[int, list[SchedJob]]:
+        """Running jobs `job` may preempt, per node they hold GPUs on, worst first."""
+        per_node: dict[int, list[SchedJob]] = {}
+        for victim in self._victims(ctx.now):
+            if not victim.preemptible or not self._outranks(job, victim, ctx.now):
+                break
+            for node, _ in victim.placement:
+                per_node.setdefault(node, []).append(victim)
+        return per_node
+
+    def _free_one_node(self, job: SchedJob, ctx: Context) -> list[SchedJob] | None:
+        free = ctx.cluster.free
+        best: tuple[int, int, list[SchedJob]] | None = None
+        for node, candidates in self._by_node(job, ctx).items():
+            need = job.gpus - free[node]
+            chosen: list[SchedJob] = []
+            for victim in candidates:
+                if need <= 0:
+                    break
+                chosen.append(victim)
+                need -= sum(g for n, g in victim.placement if n == node)
+            if need > 0:
+                continue
+            cost = (sum(v.gpus for v in chosen), len(chosen))
+            if best is None or cost < best[:2]:
+                best = (*cost, chosen)
+        return None if best is None else best[2]
+
+    def _free_whole_nodes(self, job: SchedJob, ctx: Context) -> list[SchedJob] | None:
+        cluster = ctx.cluster
+        size = cluster.node_gpus
+        need_nodes = -(-job.gpus // size)
+        per_node = self._by_node(job, ctx)
+        options: list[tuple[int, int, list[SchedJob]]] = []
+        for node, spec in enumerate(cluster.nodes):
+            if spec.gpus != size:
+                continue
+            held = [v for v in per_node.get(node, [])]
+            freed = cluster.free[node] + sum(
+                g for v in held for n, g in v.placement if n == node
+            )
+            if freed == size:
+                options.append((sum(v.gpus for v in held), node, held))
+        if len(options) < need_nodes:
+            return None
+        options.sort(key=lambda o: (o[0], o[1]))
+        chosen: dict[int, SchedJob] = {}
+        for _, _, held in options[:need_nodes]:
+            for victim in held:
+                chosen[victim.id] = victim
+        return list(chosen.values())
+
+    # -- pending-size bookkeeping for the early exit ----------------------------------------------
+    def _pending_added(self, job: SchedJob) -> None:
+        self._pending_sizes[job.gpus] += 1
+
+    def _pending_removed(self, job: SchedJob) -> None:
+        self._pending_sizes[job.gpus] -= 1
+        if self._pending_sizes[job.gpus] <= 0:
+            del self._pending_sizes[job.gpus]
+
+
+__all__ = ["Placement", "RankedPolicy", "SortedJobs"]

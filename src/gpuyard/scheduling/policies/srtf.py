@@ -1,0 +1,74 @@
+"""`srtf-oracle`: preemptive shortest remaining GPU-time first, with the TRUE durations.
+
+A reference bound, not a policy a server can run: nobody knows a job's duration in advance.
+Worked example: A (8 GPUs, 10 h left = 80 GPU-h) runs on a full cluster; B (1 GPU, 1 h) arrives:
+1 GPU-h < 80 GPU-h, so A is preempted and B runs.
+"""
+
+from __future__ import annotations
+
+from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
+from gpuyard.scheduling.policy import SchedJob
+
+
+def remaining_gpu_s(job: SchedJob, now: float) -> float:
+    """True remaining GPU-seconds (the attained service stands in for work done)."""
+    assert job.oracle_duration_s is not None, "srtf-oracle needs true durations"
+    done_s = job.attained(now) / max(job.gpus, 1)
+    return job.gpus * max(job.oracle_duration_s - done_s, 0.0)
+
+
+class SrtfOraclePolicy(RankedPolicy):
+    name = "srtf-oracle"
+    preemptive = True
+    oracle = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending = SortedJobs()
+        self._running: dict[int, SchedJob] = {}
+        self._victim_cache: tuple[float, list[SchedJob]] | None = None
+
+    def submit(self, job: SchedJob, now: float) -> None:
+        self._add_pending(job, now)
+
+    def started(self, job: SchedJob, now: float) -> None:
+        self._pending.remove(job)
+        self._pending_removed(job)
+        self._running[job.id] = job
+        self._victim_cache = None
+
+    def preempted(self, job: SchedJob, now: float) -> None:
+        del self._running[job.id]
+        self._victim_cache = None
+        self._add_pending(job, now)
+
+    def finished(self, job: SchedJob, now: float) -> None:
+        del self._running[job.id]
+        self._victim_cache = None
+
+    def cancel(self, job: SchedJob) -> None:
+        if job.id in self._running:
+            del self._running[job.id]
+        else:
+            self._pending.remove(job)
+            self._pending_removed(job)
+
+    def _add_pending(self, job: SchedJob, now: float) -> None:
+        self._pending.add(job, (remaining_gpu_s(job, now), job.submitted_at))
+        self._pending_added(job)
+
+    def _pending_order(self, now: float) -> list[SchedJob]:
+        return list(self._pending)
+
+    def _victims(self, now: float) -> list[SchedJob]:
+        if self._victim_cache is None or self._victim_cache[0] != now:
+            ranked = sorted(self._running.values(), key=lambda j: -remaining_gpu_s(j, now))
+            self._victim_cache = (now, ranked)
+        return self._victim_cache[1]
+
+    def _outranks(self, a: SchedJob, b: SchedJob, now: float) -> bool:
+        return remaining_gpu_s(a, now) < remaining_gpu_s(b, now)
+
+    def next_decision_at(self, now: float) -> float | None:
+        return None
