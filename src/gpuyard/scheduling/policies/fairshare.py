@@ -50,7 +50,8 @@ class FairsharePolicy:
         fairshare = 2.0 ** (-usage / share)
         age = min((now - job.submitted_at) / self._max_age_s, 1.0)
         size = 1.0 - min(job.gpus / self._total_gpus, 1.0)
-        return float(self._w_fs * fairshare + self._w_age * age + self._w_size * size + job.priority)
+        score = self._w_fs * fairshare + self._w_age * age + self._w_size * size
+        return float(score + job.priority)
 
     def _decay(self, now: float) -> None:
         """Charge running jobs' GPU time, then decay everyone's usage to `now`."""
