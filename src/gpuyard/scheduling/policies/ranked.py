@@ -127,6 +127,8 @@ class RankedPolicy:
         """Running jobs `job` may preempt, per node they hold GPUs on, worst first."""
         per_node: dict[int, list[SchedJob]] = {}
         for victim in self._victims(ctx.now):
+            if victim.run_started_at is None:
+                continue  # preempted earlier in this pass (victim lists may be cached)
             if not victim.preemptible or not self._outranks(job, victim, ctx.now):
                 break
             for node, _ in victim.placement:

@@ -1,0 +1,116 @@
+"""How long one scheduling pass takes with a deep queue: 10,000 pending jobs on 1,024 GPUs.
+
+For each policy: fill 128 nodes of 8 GPUs with running jobs, queue 10,000 more (GPU counts drawn
+like Philly's: mostly 1, some 2-16), then time the pass that follows one running job's end, and
+the pass after a submit to a full cluster; also the first pass over the whole new queue
+(which may preempt hundreds of jobs at once). Prints one JSON line with `--json`.
+
+    .venv/bin/python bench/schedule_pass.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+
+from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.policies import make_policy, policy_names
+from gpuyard.scheduling.policy import Policy, SchedJob
+
+SIZES = [1] * 80 + [2] * 3 + [4] * 6 + [8] * 9 + [16] * 2
+
+
+class _Ctx:
+    """A bare Context: applies starts and preemptions to the cluster, nothing else."""
+
+    def __init__(self, cluster: ClusterState, policy: Policy, now: float) -> None:
+        self.cluster, self.policy, self.now = cluster, policy, now
+        self.running: dict[int, SchedJob] = {}
+
+    def start(self, job: SchedJob, placement: Placement) -> None:
+        self.cluster.allocate(placement)
+        job.placement, job.run_started_at = placement, self.now
+        job.first_started_at = job.first_started_at or self.now
+        self.policy.started(job, self.now)
+        self.running[job.id] = job
+
+    def preempt(self, job: SchedJob) -> None:
+        assert job.run_started_at is not None
+        self.cluster.release(job.placement)
+        job.attained_gpu_s += job.gpus * (self.now - job.run_started_at)
+        job.run_started_at, job.placement = None, ()
+        self.running.pop(job.id, None)
+        self.policy.preempted(job, self.now)
+
+
+def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    finish_ms, submit_ms, first_ms = [], [], []
+    for _ in range(rounds):
+        policy = make_policy(name)
+        cluster = ClusterState.uniform(1024, 8)
+        now = 0.0
+        ids = iter(range(1, 10**9))
+        ctx = _Ctx(cluster, policy, now)
+        while cluster.free_gpus:  # fill the cluster
+            job = SchedJob(next(ids), f"u{rng.randrange(100)}", 1, now, time_limit_s=86400.0)
+            policy.submit(job, now)
+            policy.schedule(ctx)
+        now = 7200.0  # running jobs are 2 h old
+        for _ in range(pending):
+            gpus = rng.choice(SIZES)
+            job = SchedJob(next(ids), f"u{rng.randrange(100)}", gpus, now - rng.random() * 3600,
+                           time_limit_s=rng.choice([600.0, 3600.0, 86400.0]))  # fmt: skip
+            policy.submit(job, now)
+        ctx.now = now
+        t0 = time.perf_counter()
+        policy.schedule(ctx)  # the first pass over the whole new queue (may preempt)
+        first_ms.append((time.perf_counter() - t0) * 1000)
+        now += 1.0
+        victim = ctx.running.pop(min(ctx.running))
+        cluster.release(victim.placement)
+        victim.attained_gpu_s += victim.gpus * (now - victim.run_started_at)  # type: ignore[operator]
+        victim.run_started_at = None
+        policy.finished(victim, now)
+        ctx.now = now
+        t0 = time.perf_counter()
+        policy.schedule(ctx)
+        finish_ms.append((time.perf_counter() - t0) * 1000)
+        now += 1.0
+        job = SchedJob(next(ids), "u0", 1, now, time_limit_s=600.0)
+        policy.submit(job, now)
+        ctx.now = now
+        t0 = time.perf_counter()
+        policy.schedule(ctx)
+        submit_ms.append((time.perf_counter() - t0) * 1000)
+    return {
+        f"{name}_first_pass_ms": round(statistics.median(first_ms), 3),
+        f"{name}_after_finish_ms": round(statistics.median(finish_ms), 3),
+        f"{name}_after_submit_ms": round(statistics.median(submit_ms), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    result: dict[str, object] = {"benchmark": "schedule_pass", "pending": args.pending,
+                                 "gpus": 1024, "nodes": 128}  # fmt: skip
+    for name in policy_names(include_oracles=False):
+        result.update(measure(name, args.pending, args.rounds, seed=1))
+    steady = [v for k, v in result.items() if k.endswith(("_finish_ms", "_submit_ms"))]
+    result["worst_steady_pass_ms"] = max(v for v in steady if isinstance(v, float))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:32s} {value}")
+
+
+if __name__ == "__main__":
+    main()
