@@ -198,6 +198,33 @@ def server(
     run_server(settings)
 
 
+@app.command("simulate")
+def simulate_cmd(
+    trace: Annotated[
+        str,
+        typer.Option(
+            "--trace", help="CSV: job_id,user,submit_time_s,num_gpus,duration_s[,time_limit_s]"
+        ),
+    ],
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs in the simulated cluster")],
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
+    policy: Annotated[str | None, typer.Option(help="the policy to replay [default]")] = None,
+    compare: Annotated[
+        str | None, typer.Option(help="P1,P2,...: replay each, one table row per policy")
+    ] = None,
+    restart_penalty: Annotated[
+        float, typer.Option(help="seconds a preempted job loses when it restarts")
+    ] = 60.0,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="one JSON object per policy per line")
+    ] = False,
+) -> None:
+    """Replay a job trace in simulated time under scheduling policies and compare them."""
+    from gpuyard.cli.simulating import run_simulation
+
+    run_simulation(trace, gpus, gpus_per_node, policy, compare, restart_penalty, json_out)
+
+
 def main() -> None:
     """Entry point: one clear line on error, never a traceback."""
     try:

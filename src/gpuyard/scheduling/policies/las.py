@@ -84,7 +84,9 @@ class LasPolicy(RankedPolicy):
 
     def _outranks(self, a: SchedJob, b: SchedJob, now: float) -> bool:
         qa, qb = self._queue[a.id], self._queue[b.id]
-        return (qa, a.submitted_at, a.id) < (qb, b.submitted_at, b.id)
+        # Only a better queue preempts: within a queue, jobs are first come first served and
+        # are not preempted for each other (that churns: 55k preemptions on philly_14237@1024).
+        return qa < qb
 
     def reason(self, job: SchedJob) -> str:
         return f"Priority (LAS queue {self._queue.get(job.id, 0)})"

@@ -1,0 +1,111 @@
+"""`simulate()`: one trace, replayed once per policy on a fresh cluster, reduced to reports.
+
+Cluster model: `gpus` GPUs in nodes of `gpus_per_node` (a smaller last node takes the rest); a
+job of up to one node's GPUs runs on one node, a larger one on whole nodes, all at once; a
+preempted job pays `restart_penalty_s` before it makes progress again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gpuyard.domain.errors import InvalidRequest
+from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.policies import ORACLES, make_policy, policy_names
+from gpuyard.simulation.engine import Replay
+from gpuyard.simulation.metrics import PolicyReport, report
+from gpuyard.simulation.trace import TraceJob, load_trace
+
+# progress(policy, finished_jobs, total_jobs): at 0, every 1,000 finished jobs, and at the end.
+Progress = Callable[[str, int, int], None]
+
+
+def default_policy() -> str:
+    """The server's default policy when there is one, else the `fifo` baseline."""
+    return "default" if "default" in policy_names() else "fifo"
+
+
+def simulate(
+    trace_path: Path,
+    gpus: int,
+    gpus_per_node: int = 8,
+    policies: Sequence[str] | None = None,
+    restart_penalty_s: float = 60.0,
+    progress: Progress | None = None,
+) -> list[PolicyReport]:
+    """Replay the trace under each policy (default: `default_policy()`), in the given order."""
+    names = list(policies) if policies is not None else [default_policy()]
+    _check_request(gpus, gpus_per_node, names, restart_penalty_s)
+    trace = load_trace(Path(trace_path))
+    _check_trace(trace, ClusterState.uniform(gpus, gpus_per_node), gpus, gpus_per_node)
+    reports = []
+    for name in names:
+        replay = Replay(
+            trace,
+            make_policy(name),
+            ClusterState.uniform(gpus, gpus_per_node),
+            restart_penalty_s=restart_penalty_s,
+            expose_durations=name in ORACLES,
+        )
+        if progress is None:
+            result = replay.run()
+        else:
+            progress(name, 0, len(trace))
+            result = replay.run(progress=_bind(progress, name, len(trace)))
+            progress(name, len(trace), len(trace))
+        reports.append(report(name, result))
+    return reports
+
+
+def _bind(progress: Progress, name: str, total: int) -> Callable[[int], None]:
+    return lambda finished: progress(name, finished, total)
+
+
+def _check_request(
+    gpus: int, gpus_per_node: int, names: Sequence[str], restart_penalty_s: float
+) -> None:
+    if gpus < 1:
+        raise InvalidRequest(f"--gpus must be at least 1, not {gpus}", field="gpus")
+    if gpus_per_node < 1:
+        raise InvalidRequest(
+            f"--gpus-per-node must be at least 1, not {gpus_per_node}", field="gpus_per_node"
+        )
+    if not math.isfinite(restart_penalty_s) or restart_penalty_s < 0:
+        raise InvalidRequest(
+            f"--restart-penalty must be a number of seconds >= 0, not {restart_penalty_s}",
+            field="restart_penalty_s",
+        )
+    if not names:
+        raise InvalidRequest("no policy to simulate", field="policy")
+    for name in names:
+        make_policy(name)  # refuses an unknown name before any replay runs
+
+
+def _check_trace(
+    trace: Sequence[TraceJob], cluster: ClusterState, gpus: int, per_node: int
+) -> None:
+    """Refuse what the engine cannot replay faithfully, naming the first offending job."""
+    if not trace:
+        raise InvalidRequest("the trace has no jobs")
+    seen: set[int] = set()
+    for job in trace:
+        if job.id in seen:
+            raise InvalidRequest(f"job {job.id}: job_id appears twice in the trace")
+        seen.add(job.id)
+        if job.gpus < 0 or not math.isfinite(job.duration_s) or job.duration_s < 0:
+            raise InvalidRequest(
+                f"job {job.id}: num_gpus and duration_s must be >= 0 "
+                f"(got {job.gpus} GPUs, {job.duration_s} s)"
+            )
+        if not math.isfinite(job.submitted_at):
+            raise InvalidRequest(f"job {job.id}: submit_time_s must be a finite number")
+        limit = job.time_limit_s
+        if limit is not None and not (math.isfinite(limit) and limit > 0):
+            raise InvalidRequest(f"job {job.id}: time_limit_s must be > 0 (or empty), not {limit}")
+        if not cluster.can_ever_fit(job.gpus):
+            raise InvalidRequest(
+                f"job {job.id} needs {job.gpus} GPUs: more than the simulated cluster can give "
+                f"one job ({gpus} GPUs in nodes of {per_node}); raise --gpus"
+            )
