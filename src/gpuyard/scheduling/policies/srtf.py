@@ -35,17 +35,16 @@ class SrtfOraclePolicy(RankedPolicy):
     def started(self, job: SchedJob, now: float) -> None:
         self._pending.remove(job)
         self._pending_removed(job)
+        # The victim list cached for this instant stays valid: a job started now ranks above
+        # every job still pending, and stopped jobs are skipped by `_by_node`.
         self._running[job.id] = job
-        self._victim_cache = None
 
     def preempted(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
-        self._victim_cache = None
         self._add_pending(job, now)
 
     def finished(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
-        self._victim_cache = None
 
     def cancel(self, job: SchedJob) -> None:
         if job.id in self._running:
