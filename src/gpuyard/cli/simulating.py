@@ -58,11 +58,17 @@ def json_lines(reports: Sequence[PolicyReport]) -> str:
     return "".join(json.dumps(r.to_json()) + "\n" for r in reports)
 
 
+def _label(r: PolicyReport) -> str:
+    if r.policy in ORACLES:
+        return f"{r.policy} (oracle)"
+    return f"{r.policy} (exact limits)" if r.time_limits == "exact" else r.policy
+
+
 def report_table(reports: Sequence[PolicyReport]) -> str:
     """Policies as rows; numbers right-aligned so columns compare at a glance."""
     rows = [
         [
-            f"{r.policy} (oracle)" if r.policy in ORACLES else r.policy,
+            _label(r),
             f"{r.jobs:,}",
             *(f"{v / _HOUR:.2f}" for v in (r.avg_jct_s, r.p50_jct_s, r.p95_jct_s, r.p99_jct_s)),
             f"{r.avg_queue_s / _HOUR:.2f}",

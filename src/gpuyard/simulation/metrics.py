@@ -41,6 +41,10 @@ class PolicyReport:
     utilization: float
     preemptions: int
     fairness: float
+    # "trace": limits as the trace gives them (or none); "exact": none in the trace, so each
+    # job's limit was its true duration (users who estimate perfectly), for policies that
+    # need estimates (backfill), as in the published EASY-backfill replays.
+    time_limits: str = "trace"
 
     def to_json(self) -> dict[str, str | int | float]:
         return asdict(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from gpuyard.domain.errors import InvalidRequest
@@ -41,13 +42,17 @@ def simulate(
     trace = load_trace(Path(trace_path))
     _check_trace(trace, ClusterState.uniform(gpus, gpus_per_node), gpus, gpus_per_node)
     reports = []
+    trace_has_limits = any(t.time_limit_s for t in trace)
     for name in names:
+        policy = make_policy(name)
+        exact = bool(getattr(policy, "uses_time_limits", False)) and not trace_has_limits
         replay = Replay(
             trace,
-            make_policy(name),
+            policy,
             ClusterState.uniform(gpus, gpus_per_node),
             restart_penalty_s=restart_penalty_s,
             expose_durations=name in ORACLES,
+            exact_time_limits=exact,
         )
         if progress is None:
             result = replay.run()
@@ -55,7 +60,7 @@ def simulate(
             progress(name, 0, len(trace))
             result = replay.run(progress=_bind(progress, name, len(trace)))
             progress(name, len(trace), len(trace))
-        reports.append(report(name, result))
+        reports.append(replace(report(name, result), time_limits="exact" if exact else "trace"))
     return reports
 
 
