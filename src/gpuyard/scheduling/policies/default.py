@@ -1,31 +1,94 @@
-"""`default`: shortest predicted remaining GPU-time first, predictions from each user's history,
-with preemption only when it clearly pays for its checkpoint and restart.
+"""`default`: least expected remaining GPU-time first, where "expected" is a Gittins index over
+the run times of the user's finished jobs; preemption only when it clearly pays.
 
-Worked example. User u has run ten 1-GPU jobs lately, most finishing in about 2 minutes. The
-cluster is full of 8-GPU jobs of user v that, like v's earlier ones, run for days. A new job of
-u (1 GPU) is predicted to need ~120 GPU-s; the worst running job of v has ~1.5M GPU-s left:
-far more than `preempt_ratio` times as much, and it has run longer than `min_run_s` since it
-last started, so it is preempted and u's job runs now instead of waiting days. A new job of v
-(predicted days) would not preempt anyone: it waits for free GPUs, ranked by its prediction.
+Worked example. User u's last five finished 1-GPU jobs ran 20 s, 30 s, 40 s, 2 h and 3 h. A new
+1-GPU job of u has not run yet; its best bet is "give it 40 s": with chance 3/5 it finishes
+by then, at an expected cost of (20 + 30 + 40 + 2 x 40) / 5 = 34 s, so it counts as needing
+34 / (3/5) = ~57 GPU-s. The cluster is full; the worst running job is an 8-GPU job of user v
+whose earlier 8-GPU jobs all ran for days (~1.5M GPU-s left): more than `preempt_ratio` (16)
+times 57 GPU-s, and it has run longer than `min_run_s` since it last started, so it is
+preempted and u's job runs now. If u's job is still running after 60 s, only the 2 h and 3 h
+runs explain it: it now counts as needing ~8,900 GPU-s ((7,140 + 7,140) / 1 to stop at 2 h is
+worse than (7,140 + 10,740) / 2 to stop at 3 h), and it will be the one preempted when a job
+that is cheaper by 16x arrives. A job that outlived every run in its history counts as needing
+as long again as it has run (heavy tails: the longer a job has run, the longer it will run), so
+for users without useful history the policy behaves like LAS.
 
-What it knows is what a real server knows: GPU count, user, submission time, time limit, the
-service each job attained, and the run times of jobs that already finished. A job that outlives
-its prediction is assumed to need as long again (heavy-tailed run times: the longer a job has
-run, the longer it is likely to run), which makes the policy behave like LAS for jobs whose
-user has no useful history. A job waiting longer than `starve_factor` times its predicted run
-time (and at least `starve_min_s`) moves ahead of all others, so nothing starves.
+What it knows is what a real server knows: GPU count, user, submission time, the service each
+job attained, and the run times of jobs that already finished. It never reads durations.
+
+Parameters, and why:
+- `history` (32): finished run times kept per (user, GPU count) and per user (4x that
+  globally). Recent enough to follow a user's current work, large enough for a distribution.
+  A job is predicted from its (user, GPU count) history when that has `min_samples` (3) runs,
+  else from the user's, else from everyone's: a user's 8-GPU jobs are often unlike their
+  1-GPU ones.
+- Gittins index rather than a median: the mean JCT-optimal rank for jobs of unknown size drawn
+  from a known distribution. It gives a new job of a user whose jobs are "seconds or days" a
+  short probe at the front of the queue, and ranks it by the long mode once it outlives the
+  short one, without a hand-set probe quantum.
+- `preempt_ratio` (16): a pending job takes a running job's GPUs only if its expected remaining
+  GPU-time is 16x smaller. A preemption costs a checkpoint and a restart (60 s in the
+  simulator) and the prediction is uncertain; a wide margin keeps only clear wins.
+- `min_run_s` (120 s): victims are taken strictly worst first, and none is taken while the worst
+  one started less than 2 minutes ago: a restarted job gets to make progress, and preemption
+  waves are throttled (this is what keeps preemptions to a fraction of LAS').
+- `starve_factor` (2) and `starve_min_s` (1 h): a job that waited longer than twice the time it
+  has run (Tiresias' rule), and at least an hour, moves ahead of everything (first come first
+  served among such jobs) and may preempt any job that is not starved itself and has run
+  `min_run_s`. This bounds how long a mis-predicted job (a short 16-GPU job of a user whose
+  16-GPU jobs run for hours) or a preempted one can wait.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right, insort
 from collections import deque
-from statistics import median
 
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
 
 _FALLBACK_S = 3600.0  # before anything finished: an hour, a neutral guess
+
+
+class _History:
+    """The last `size` finished run times (seconds on their GPUs), also kept sorted."""
+
+    __slots__ = ("_recent", "_size", "sorted")
+
+    def __init__(self, size: int) -> None:
+        self._recent: deque[float] = deque()
+        self.sorted: list[float] = []
+        self._size = size
+
+    def add(self, run_s: float) -> None:
+        self._recent.append(run_s)
+        insort(self.sorted, run_s)
+        if len(self._recent) > self._size:
+            old = self._recent.popleft()
+            del self.sorted[bisect_right(self.sorted, old) - 1]
+
+    def __len__(self) -> int:
+        return len(self._recent)
+
+
+def gittins_remaining_s(sample: list[float], ran_s: float) -> float | None:
+    """Expected run time still needed per unit chance of finishing, at the best stopping point:
+    min over t of E[min(S, t) - a | S > a] / P(S <= t | S > a), S drawn from `sample` (sorted),
+    a = `ran_s`. The reciprocal of the Gittins index; None when the job outlived every sample."""
+    i = bisect_right(sample, ran_s)
+    left = len(sample) - i
+    if left == 0:
+        return None
+    best = float("inf")
+    acc = 0.0
+    for done, s in enumerate(sample[i:], 1):
+        acc += s - ran_s
+        work = (acc + (left - done) * (s - ran_s)) / done
+        if work < best:
+            best = work
+    return best
 
 
 class DefaultPolicy(RankedPolicy):
@@ -36,45 +99,61 @@ class DefaultPolicy(RankedPolicy):
         self,
         *,
         history: int = 32,
+        min_samples: int = 3,
         preempt_ratio: float = 16.0,
-        min_run_s: float = 1800.0,
-        starve_factor: float = 4.0,
+        min_run_s: float = 120.0,
+        starve_factor: float = 2.0,
         starve_min_s: float = 3600.0,
-        probe_gpu_s: float = 3600.0,
     ) -> None:
         super().__init__()
         self._history_len = history
+        self._min_samples = min_samples
         self._ratio = preempt_ratio
         self._min_run_s = min_run_s
         self._starve_factor = starve_factor
         self._starve_min_s = starve_min_s
-        self._probe_gpu_s = probe_gpu_s
-        self._by_user: dict[str, deque[float]] = {}
-        self._recent: deque[float] = deque(maxlen=history * 4)
+        self._hist: dict[object, _History] = {}
+        self._global = _History(history * 4)
         self._pending = SortedJobs()
         self._running: dict[int, SchedJob] = {}
-        self._predicted_s: dict[int, float] = {}  # predicted total run time (seconds)
         self._starved: set[int] = set()
+        self._rank: dict[int, float] = {}  # pending jobs: remaining GPU-s when enqueued
+        self._cache: dict[int, tuple[float, float]] = {}  # running: (remaining GPU-s, until)
         self._timers: list[tuple[float, int, int, SchedJob]] = []
         self._token: dict[int, int] = {}
         self._victims_at: tuple[float, list[SchedJob]] | None = None
 
     # -- prediction -------------------------------------------------------------------------
-    def predict_total_s(self, job: SchedJob, ran_s: float) -> float:
-        """Predicted total run time of `job`, given it has already run `ran_s` seconds."""
-        past = self._by_user.get(job.user)
-        sample = past if past is not None and len(past) >= 3 else self._recent
-        longer = [d for d in sample if d > ran_s]
-        if longer:
-            return median(longer)
-        return max(2.0 * ran_s, _FALLBACK_S if not sample else ran_s + 60.0)
+    def _sample(self, job: SchedJob) -> list[float]:
+        for key in ((job.user, job.gpus), job.user):
+            h = self._hist.get(key)
+            if h is not None and len(h) >= self._min_samples:
+                return h.sorted
+        return self._global.sorted or [_FALLBACK_S]
+
+    def _estimate_now(self, job: SchedJob, now: float) -> tuple[float, float]:
+        """(remaining GPU-seconds, for how long that stays about right)."""
+        gpus = max(job.gpus, 1)
+        ran_s = job.attained(now) / gpus
+        sample = self._sample(job)
+        rem = gittins_remaining_s(sample, ran_s)
+        stale = max(60.0, 0.1 * ran_s)
+        if rem is None:
+            return gpus * (ran_s + 60.0), stale  # outlived its history: as long again
+        next_run = sample[bisect_right(sample, ran_s)]
+        return gpus * rem, min(stale, max(next_run - ran_s, 1.0))
 
     def remaining_gpu_s(self, job: SchedJob, now: float) -> float:
-        ran_s = job.attained(now) / max(job.gpus, 1)
-        total = self._predicted_s.get(job.id)
-        if total is None or ran_s >= total:
-            total = ran_s * 2.0 + 60.0  # outlived its prediction: as long again
-        return max(job.gpus, 1) * (total - ran_s)
+        """Expected remaining GPU-seconds: fixed while a job is pending; for a running job
+        recomputed once its run time crosses the next run time in its history or grows by a
+        tenth (the estimate moves little in between), so ranking running jobs stays cheap."""
+        if not job.running:
+            return self._rank[job.id]
+        cached = self._cache.get(job.id)
+        if cached is None or now >= cached[1]:
+            rem, stale = self._estimate_now(job, now)
+            cached = self._cache[job.id] = (rem, now + stale)
+        return cached[0]
 
     # -- events -----------------------------------------------------------------------------
     def submit(self, job: SchedJob, now: float) -> None:
@@ -96,14 +175,21 @@ class DefaultPolicy(RankedPolicy):
     def finished(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
         self._victims_at = None
-        ran_s = job.attained(now) / max(job.gpus, 1)
-        history = self._by_user.setdefault(job.user, deque(maxlen=self._history_len))
-        history.append(ran_s)
-        self._recent.append(ran_s)
-        self._predicted_s.pop(job.id, None)
+        self._cache.pop(job.id, None)
+        self._rank.pop(job.id, None)
         self._token.pop(job.id, None)
+        ran_s = job.attained(now) / max(job.gpus, 1)
+        for key in ((job.user, job.gpus), job.user):
+            h = self._hist.get(key)
+            if h is None:
+                h = self._hist[key] = _History(self._history_len)
+            h.add(ran_s)
+        self._global.add(ran_s)
 
     def cancel(self, job: SchedJob) -> None:
+        self._cache.pop(job.id, None)
+        self._rank.pop(job.id, None)
+        self._starved.discard(job.id)
         if job.id in self._running:
             del self._running[job.id]
             self._victims_at = None
@@ -113,50 +199,44 @@ class DefaultPolicy(RankedPolicy):
         self._token.pop(job.id, None)
 
     def _enqueue(self, job: SchedJob, now: float) -> None:
-        ran_s = job.attained(now) / max(job.gpus, 1)
-        total = self.predict_total_s(job, ran_s)
-        self._predicted_s[job.id] = total
-        tier = self._tier(job, now)
-        # Probing jobs run first come first served; the others by predicted remaining work.
-        work = 0.0 if tier == 1 else max(job.gpus, 1) * (total - ran_s)
-        self._pending.add(job, (tier, work, job.submitted_at))
+        self._cache.pop(job.id, None)
+        work = self._rank[job.id] = self._estimate_now(job, now)[0]
+        starved = job.id in self._starved
+        # Starved jobs first come first served; the others by expected remaining GPU-time.
+        self._pending.add(
+            job, (0, 0.0, job.submitted_at) if starved else (1, work, job.submitted_at)
+        )
         self._pending_added(job)
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
-        if job.id not in self._starved:
-            wait = max(self._starve_min_s, self._starve_factor * total)
+        if not starved:
+            ran_s = job.attained(now) / max(job.gpus, 1)
+            wait = max(self._starve_min_s, self._starve_factor * ran_s)
             heapq.heappush(self._timers, (now + wait, job.id, token, job))
 
     # -- ranking ----------------------------------------------------------------------------
-    def _tier(self, job: SchedJob, now: float) -> int:
-        """0: starved; 1: still probing (little service yet); 2: ranked by prediction."""
+    def reason(self, job: SchedJob) -> str:
         if job.id in self._starved:
-            return 0
-        return 1 if job.attained(now) < self._probe_gpu_s else 2
+            return "Priority (waited too long: first in line)"
+        return f"Priority (expected {self._rank.get(job.id, 0.0) / 3600:.1f} GPU-h left)"
 
     def _pending_order(self, now: float) -> list[SchedJob]:
         return list(self._pending)
 
     def _victims(self, now: float) -> list[SchedJob]:
         if self._victims_at is None or self._victims_at[0] != now:
-            ranked = sorted(
-                self._running.values(),
-                key=lambda j: (-self._tier(j, now), -self.remaining_gpu_s(j, now)),
-            )
+            ranked = sorted(self._running.values(), key=lambda j: -self.remaining_gpu_s(j, now))
             self._victims_at = (now, ranked)
         return self._victims_at[1]
 
     def _outranks(self, a: SchedJob, b: SchedJob, now: float) -> bool:
-        """Whether pending `a` may take running `b`'s GPUs: only when it clearly pays."""
-        if b.run_started_at is None:
+        """Whether pending `a` may take running `b`'s GPUs: only when it clearly pays. The base
+        class stops at the first victim this refuses, so a worst victim that started moments
+        ago protects the rest for `min_run_s`."""
+        if b.run_started_at is None or now - b.run_started_at < self._min_run_s:
             return False
-        tier_a, tier_b = self._tier(a, now), self._tier(b, now)
-        if tier_a == 0:
-            return tier_b != 0
-        if now - b.run_started_at < self._min_run_s or tier_a > tier_b:
-            return False
-        if tier_a < tier_b:
+        if a.id in self._starved:
             return True
-        return self._ratio * self.remaining_gpu_s(a, now) < self.remaining_gpu_s(b, now)
+        return self._ratio * self._rank[a.id] < self.remaining_gpu_s(b, now)
 
     def _refresh(self, now: float) -> None:
         timers = self._timers

@@ -124,7 +124,12 @@ class RankedPolicy:
         return True
 
     def _by_node(self, job: SchedJob, ctx: Context) -> dict[int, list[SchedJob]]:
-        """Running jobs `job` may preempt, per node they hold GPUs on, worst first."""
+        """Running jobs `job` may preempt, per node they hold GPUs on, worst first.
+
+        The walk stops at the first victim `job` may not take. Victims come worst first, so for
+        a pure ranking no later one could be taken either; a policy whose `_outranks` also
+        protects jobs for other reasons (`default` protects jobs that started moments ago)
+        thereby preempts nothing in that pass: a deliberate throttle on preemptions."""
         per_node: dict[int, list[SchedJob]] = {}
         for victim in self._victims(ctx.now):
             if victim.run_started_at is None:
