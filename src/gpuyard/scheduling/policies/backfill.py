@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
-from gpuyard.scheduling.policies.ranked import SortedJobs
+from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
 from gpuyard.scheduling.policy import Context, SchedJob
 
 
@@ -38,17 +38,15 @@ class BackfillPolicy:
         self._queue = SortedJobs()
         self._ends = SortedJobs()  # running jobs by estimated end
         self._max_candidates = max_candidates
-        self._sizes: dict[int, int] = {}
+        self._sizes = RequestSizes()
 
     def submit(self, job: SchedJob, now: float) -> None:
         self._queue.add(job, (job.priority * -1, job.submitted_at))
-        self._sizes[job.gpus] = self._sizes.get(job.gpus, 0) + 1
+        self._sizes.add(job.gpus)
 
     def started(self, job: SchedJob, now: float) -> None:
         self._queue.remove(job)
-        self._sizes[job.gpus] -= 1
-        if not self._sizes[job.gpus]:
-            del self._sizes[job.gpus]
+        self._sizes.remove(job.gpus)
         self._ends.add(job, (self._end(job, now),))
 
     def preempted(self, job: SchedJob, now: float) -> None:
@@ -63,9 +61,7 @@ class BackfillPolicy:
             self._ends.remove(job)
         else:
             self._queue.remove(job)
-            self._sizes[job.gpus] -= 1
-            if not self._sizes[job.gpus]:
-                del self._sizes[job.gpus]
+            self._sizes.remove(job.gpus)
 
     @staticmethod
     def _end(job: SchedJob, now: float) -> float:
@@ -88,7 +84,7 @@ class BackfillPolicy:
             return
         head = pending[index]
         shadow, free_at_shadow = self._reservation(head, cluster)
-        smallest = min(self._sizes)
+        smallest = self._sizes.smallest()
         for job in pending[index + 1 : index + 1 + self._max_candidates]:
             if cluster.free_gpus < smallest:
                 return

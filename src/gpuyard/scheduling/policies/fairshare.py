@@ -10,7 +10,7 @@ jobs start greedily in priority order, smaller ones using GPUs a bigger one cann
 
 from __future__ import annotations
 
-from gpuyard.scheduling.policies.ranked import SortedJobs
+from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
 from gpuyard.scheduling.policy import Context, SchedJob
 
 
@@ -39,7 +39,7 @@ class FairsharePolicy:
         self._jobs: dict[int, SchedJob] = {}
         self._total_gpus = 1
         self._next_recalc = 0.0
-        self._sizes: dict[int, int] = {}
+        self._sizes = RequestSizes()
 
     # -- priority ---------------------------------------------------------------------------
     def priority(self, job: SchedJob, now: float) -> float:
@@ -78,14 +78,12 @@ class FairsharePolicy:
     def submit(self, job: SchedJob, now: float) -> None:
         self._usage.setdefault(job.user, 0.0)
         self._pending.add(job, (-self.priority(job, now), job.submitted_at))
-        self._sizes[job.gpus] = self._sizes.get(job.gpus, 0) + 1
+        self._sizes.add(job.gpus)
 
     def started(self, job: SchedJob, now: float) -> None:
         self._decay(now)
         self._pending.remove(job)
-        self._sizes[job.gpus] -= 1
-        if not self._sizes[job.gpus]:
-            del self._sizes[job.gpus]
+        self._sizes.remove(job.gpus)
         self._running[job.id] = job
 
     def preempted(self, job: SchedJob, now: float) -> None:
@@ -102,9 +100,7 @@ class FairsharePolicy:
             del self._running[job.id]
         else:
             self._pending.remove(job)
-            self._sizes[job.gpus] -= 1
-            if not self._sizes[job.gpus]:
-                del self._sizes[job.gpus]
+            self._sizes.remove(job.gpus)
 
     def next_decision_at(self, now: float) -> float | None:
         return self._next_recalc if self._pending else None
@@ -116,7 +112,7 @@ class FairsharePolicy:
             self._recalc(now)
         if not self._sizes:
             return
-        smallest = min(self._sizes)
+        smallest = self._sizes.smallest()
         for job in list(self._pending):
             if cluster.free_gpus < smallest:
                 return

@@ -16,6 +16,28 @@ from gpuyard.scheduling.cluster import Placement
 from gpuyard.scheduling.policy import Context, SchedJob
 
 
+class RequestSizes:
+    """How many pending jobs ask for each GPU count, so a pass can stop as soon as the free
+    GPUs are fewer than the smallest request still waiting."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[int] = Counter()
+
+    def __bool__(self) -> bool:
+        return bool(self._counts)
+
+    def add(self, gpus: int) -> None:
+        self._counts[gpus] += 1
+
+    def remove(self, gpus: int) -> None:
+        self._counts[gpus] -= 1
+        if self._counts[gpus] <= 0:
+            del self._counts[gpus]
+
+    def smallest(self) -> int:
+        return min(self._counts)
+
+
 class SortedJobs:
     """Jobs kept sorted by a key fixed while they are in the list (bisect on a key list)."""
 
@@ -67,7 +89,7 @@ class RankedPolicy:
     preemptive = True
 
     def __init__(self) -> None:
-        self._pending_sizes: Counter[int] = Counter()
+        self._pending_sizes = RequestSizes()
         self.preemptions = 0
 
     # Subclasses keep their own structures in step through these hooks.
@@ -89,7 +111,7 @@ class RankedPolicy:
         cluster = ctx.cluster
         if not self._pending_sizes:
             return
-        smallest = min(self._pending_sizes)
+        smallest = self._pending_sizes.smallest()
         # A lower-ranked job needing at least as many GPUs as one whose preemption attempt
         # failed cannot succeed either: its possible victims are a subset.
         failed_at = 1 << 30
@@ -184,12 +206,10 @@ class RankedPolicy:
 
     # -- pending-size bookkeeping for the early exit ----------------------------------------------
     def _pending_added(self, job: SchedJob) -> None:
-        self._pending_sizes[job.gpus] += 1
+        self._pending_sizes.add(job.gpus)
 
     def _pending_removed(self, job: SchedJob) -> None:
-        self._pending_sizes[job.gpus] -= 1
-        if self._pending_sizes[job.gpus] <= 0:
-            del self._pending_sizes[job.gpus]
+        self._pending_sizes.remove(job.gpus)
 
 
-__all__ = ["Placement", "RankedPolicy", "SortedJobs"]
+__all__ = ["Placement", "RankedPolicy", "RequestSizes", "SortedJobs"]
