@@ -36,6 +36,7 @@ check: $(STAMP_TEST)
 bench: $(STAMP_TEST)
 	$(BIN)/python bench/submit.py --json
 	$(BIN)/python bench/cli.py --json
+	$(BIN)/python bench/schedule_pass.py --json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
