@@ -42,6 +42,13 @@ def test_the_probe_sees_heavy_imports() -> None:
         "gpuyard.domain.units",
         "gpuyard.scheduling",
         "gpuyard.scheduling.plan",
+        "gpuyard.scheduling.cluster",
+        "gpuyard.scheduling.policy",
+        "gpuyard.scheduling.policies",  # imports every policy module
+        "gpuyard.simulation.engine",
+        "gpuyard.simulation.metrics",
+        "gpuyard.simulation.replay",
+        "gpuyard.simulation.trace",
     ],
 )
 def test_pure_core_imports_no_server_stack(module: str) -> None:

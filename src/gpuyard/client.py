@@ -95,12 +95,24 @@ class Client:
 
     def log(self, job_id: int, offset: int = 0) -> bytes:
         resp = self._request("GET", f"/api/v1/jobs/{job_id}/log?offset={offset}")
-        return resp.read()
+        try:
+            return resp.read()
+        except OSError:
+            raise self._lost() from None
+
+    def _lost(self) -> ServerUnreachable:
+        return ServerUnreachable(
+            f"lost the connection to the gpuyard server at {self.url} mid-answer; "
+            "check `gpuyard queue` (a submit may have been accepted)"
+        )
 
     def follow_log(self, job_id: int, offset: int = 0) -> Iterator[bytes]:
         """Yield the job's output as it is written, until the job ends."""
         path = f"/api/v1/jobs/{job_id}/log?offset={offset}&follow=true"
-        yield from self._request("GET", path, timeout_s=None).chunks()
+        try:
+            yield from self._request("GET", path, timeout_s=None).chunks()
+        except OSError:
+            raise self._lost() from None
 
     def wait(self, job_ids: Sequence[int], poll_s: float = 0.5) -> list[JobDict]:
         """Block until every job has ended; returns their final records."""
@@ -117,7 +129,11 @@ class Client:
 
     # -- transport ------------------------------------------------------------------------
     def _json(self, method: str, path: str, body: Any = None) -> Any:
-        return json.loads(self._request(method, path, body).read())
+        resp = self._request(method, path, body)
+        try:
+            return json.loads(resp.read())
+        except OSError:
+            raise self._lost() from None
 
     def _request(
         self, method: str, path: str, body: Any = None, timeout_s: float | None = -1.0

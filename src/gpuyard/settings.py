@@ -51,11 +51,21 @@ class Settings:
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:
-                values[name] = cast(raw)
+                try:
+                    values[name] = cast(raw)
+                except ValueError:
+                    raise ValueError(
+                        f"GPUYARD_{name.upper()}={raw!r} is not a valid {cast.__name__}"
+                    ) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "state_dir" in values:
             values["state_dir"] = Path(str(values["state_dir"])).expanduser()
-        return cls(**values)  # type: ignore[arg-type]
+        settings = cls(**values)  # type: ignore[arg-type]
+        if not 1 <= settings.port <= 65535:
+            raise ValueError(f"port {settings.port} is out of range: use 1-65535")
+        if settings.tick_s < 0.05:
+            raise ValueError(f"tick of {settings.tick_s} s is too short: use at least 0.05")
+        return settings
 
     @property
     def url(self) -> str:

@@ -86,6 +86,11 @@ BAD_SUBMISSIONS = [
     ({"workdir": "relative/dir"}, "workdir"),
     ({"colour": "blue"}, "colour"),
     ({"env": {"A": 1}}, "env.A"),
+    ({"time_limit": "99999999999"}, "time_limit"),
+    ({"time_limit": "1" * 400 + "d"}, "time_limit"),
+    ({"mem": "1" * 400 + "G"}, "mem"),
+    ({"command": ["echo", "a\0b"]}, "command"),
+    ({"env": {"A": "x\0y"}}, "env"),
 ]
 
 
@@ -127,6 +132,11 @@ def test_unknown_job_is_404_and_finished_cancel_is_409(api: TestClient):
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "conflict"
     assert api.get("/api/v1/jobs/not-a-number").status_code == 422
     assert api.get("/api/v1/nothing-here").json()["error"]["code"] == "not_found"
+
+
+def test_absurd_log_offset_is_422(api: TestClient):
+    job = submit(api, command=["true"]).json()
+    assert api.get(f"/api/v1/jobs/{job['id']}/log", params={"offset": "9" * 30}).status_code == 422
 
 
 def test_log_reads_from_an_offset(api: TestClient):

@@ -102,3 +102,11 @@ def test_default_preempts_only_when_it_clearly_pays() -> None:
     # A long job does not preempt a long one for its rank; only the starvation guard lets it
     # in, after it has waited an hour (`starve_min_s`).
     assert started(out[22]) >= 400_000 + 7300 + 3600
+
+
+def test_backfill_without_limits_never_delays_the_head() -> None:
+    # Nobody gave a limit: the head's reservation is unknown, so a job behind it may start early
+    # only where the head could never need its GPUs, not on the head's node.
+    jobs = [job(1, 0, 6, 100), job(2, 1, 8, 50), job(3, 2, 2, 1000)]
+    out = replay("backfill", jobs)
+    assert started(out[2]) == 100 and started(out[3]) == 150

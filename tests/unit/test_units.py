@@ -7,7 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuyard.domain.errors import InvalidRequest
-from gpuyard.domain.units import format_duration, parse_duration_s, parse_size_mib
+from gpuyard.domain.units import (
+    MAX_DURATION_S,
+    format_duration,
+    parse_duration_s,
+    parse_size_mib,
+)
 
 # -- sizes ---------------------------------------------------------------------------------
 
@@ -141,7 +146,18 @@ def test_format_duration(seconds: float | None, text: str) -> None:
     assert format_duration(seconds) == text
 
 
-@given(st.integers(min_value=1, max_value=400 * 86400))
+@given(st.integers(min_value=1, max_value=MAX_DURATION_S))
 def test_format_duration_reads_back_with_parse_duration(seconds: int) -> None:
     # What `gpuyard show` prints can be pasted back into `--time`.
     assert parse_duration_s(format_duration(seconds)) == seconds
+
+
+def test_limits_over_a_year_and_absurd_sizes_are_refused() -> None:
+    with pytest.raises(InvalidRequest, match="over a year"):
+        parse_duration_s("367d")
+    with pytest.raises(InvalidRequest, match="too long"):
+        parse_duration_s("1" * 400 + "d")
+    with pytest.raises(InvalidRequest, match="too large"):
+        parse_size_mib("1" * 400 + "G")
+    with pytest.raises(InvalidRequest, match="larger than any machine"):
+        parse_size_mib("2048P")

@@ -85,7 +85,7 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
     @app.get("/api/v1/jobs/{job_id}/log", dependencies=auth, response_class=Response)
     async def job_log(
         job_id: int,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
         follow: bool = False,
     ) -> Response:
         job = service.get(job_id)

@@ -21,9 +21,15 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
     workdir = body.workdir or str(Path.home())
     if not os.path.isabs(workdir):
         raise InvalidRequest(f"workdir {workdir!r} must be an absolute path", field="workdir")
-    for key in body.env:
+    for key, value in body.env.items():
         if not key or "=" in key or "\0" in key:
             raise InvalidRequest(f"env: {key!r} is not a valid variable name", field="env")
+        if "\0" in value:
+            raise InvalidRequest(f"env: the value of {key} contains a NUL byte", field="env")
+    if any("\0" in arg for arg in body.command):
+        raise InvalidRequest("command: an argument contains a NUL byte", field="command")
+    if "\0" in workdir:
+        raise InvalidRequest("workdir contains a NUL byte", field="workdir")
     return JobSpec(
         argv=tuple(body.command),
         name=body.name or Path(body.command[0]).name,

@@ -192,9 +192,13 @@ def server(
     from gpuyard.cli.serving import run_server
     from gpuyard.settings import Settings
 
-    settings = Settings.from_env(
-        host=host, port=port, state_dir=state_dir, gpus=gpus, cpus=cpus, kill_grace_s=kill_grace
-    )
+    try:
+        settings = Settings.from_env(
+            host=host, port=port, state_dir=state_dir, gpus=gpus, cpus=cpus,
+            kill_grace_s=kill_grace,
+        )  # fmt: skip
+    except ValueError as exc:
+        fail(str(exc))
     run_server(settings)
 
 
@@ -235,4 +239,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
+        sys.exit(1)
+    except OSError as exc:
+        sys.stderr.write(f"gpuyard: {exc.strerror or exc}\n")
         sys.exit(1)

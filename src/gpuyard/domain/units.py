@@ -8,6 +8,8 @@ import re
 from gpuyard.domain.errors import InvalidRequest
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?B?)\s*$", re.IGNORECASE)
+MAX_SIZE_MIB = 1024**3  # 1 PiB
+MAX_DURATION_S = 366 * 86400  # a year: longer limits are typos, and overflow timers
 _SIZE_FACTOR_MIB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3}
 
 
@@ -20,10 +22,14 @@ def parse_size_mib(text: str, *, field: str = "mem") -> int:
             field=field,
         )
     number, unit, suffix = match.groups()
+    if len(number) > 15:
+        raise InvalidRequest(f"size {text!r} is too large", field=field)
     if not unit and suffix.upper() == "B":
         mib = float(number) / 2**20  # a lone B means bytes
     else:
         mib = float(number) * _SIZE_FACTOR_MIB[(unit or "M").upper()]
+    if mib > MAX_SIZE_MIB:
+        raise InvalidRequest(f"size {text!r} is larger than any machine (1 PiB)", field=field)
     return max(1, round(mib)) if float(number) > 0 else 0
 
 
@@ -37,6 +43,8 @@ def parse_duration_s(text: str, *, field: str = "time") -> int:
     A bare number is minutes, as in `sbatch --time`.
     """
     raw = text.strip().lower()
+    if len(raw) > 32:
+        raise InvalidRequest(f"bad duration {text[:40]!r}...: too long", field=field)
     try:
         unit_match = _UNIT_RE.match(raw)
         if unit_match:
@@ -48,8 +56,10 @@ def parse_duration_s(text: str, *, field: str = "time") -> int:
             f"bad duration {text!r}: use minutes, [D-]HH:MM:SS, or 30s/90m/2h/1d",
             field=field,
         ) from None
-    if seconds <= 0:
+    if not seconds > 0:
         raise InvalidRequest(f"duration {text!r} must be positive", field=field)
+    if seconds > MAX_DURATION_S:
+        raise InvalidRequest(f"duration {text!r} is over a year; ask for less", field=field)
     return max(1, math.ceil(round(seconds, 6)))  # never round a positive limit down to "no limit"
 
 

@@ -42,9 +42,6 @@ class ClusterState:
             nodes.append(NodeSpec(f"node{count}", rest))
         return cls(nodes)
 
-    def whole_free_nodes(self) -> int:
-        return len(self._buckets[self.node_gpus]) if self.node_gpus else 0
-
     def can_ever_fit(self, gpus: int) -> bool:
         """Whether the job could run on this cluster at all (with everything free)."""
         if gpus <= self.node_gpus:

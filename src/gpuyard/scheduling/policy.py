@@ -8,7 +8,7 @@ them to processes. Same code, same decisions for the same events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
@@ -35,8 +35,6 @@ class SchedJob:
     placement: Placement = ()
     restarts: int = 0
     oracle_duration_s: float | None = None
-    reason: str = "None"
-    extra: dict[str, float] = field(default_factory=dict)
 
     def attained(self, now: float) -> float:
         """GPU-seconds of service received so far, the current run included."""

@@ -199,6 +199,8 @@ class Controller:
             found = self.executor.recover(job)
             if found.ended is not None:
                 self._finish(job.id, found.ended, None)
+            elif found.never_started and job.stop_intent is JobState.CANCELLED:
+                self._finish(job.id, ExitStatus(exit_code=None), None)  # cancelled before it ran
             elif found.never_started:
                 self._requeue(job)
             elif found.alive is not None:
@@ -222,8 +224,9 @@ class Controller:
             current = self.book.get(job.id)
             assert current is not None
             requeued = current.transition(
-                JobState.PENDING, gpus=(), started_at=None, pid=None, pid_started_at=None
-            )
+                JobState.PENDING, gpus=(), started_at=None, pid=None, pid_started_at=None,
+                stop_intent=None,
+            )  # fmt: skip
             self.store.write([], [requeued])
             self.book.put(requeued)
         log.info("job %s requeued: it had not started when the server stopped", job.id)

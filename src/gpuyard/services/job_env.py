@@ -6,13 +6,13 @@ from collections.abc import Mapping
 
 from gpuyard.domain.job import Job
 
-# Variables of the server's own environment that must never leak into a job.
-_SERVER_ONLY = ("GPUYARD_TOKEN", "GPUYARD_STATE_DIR", "GPUYARD_URL")
+# The server's own settings (token, database URL with its password, ...) never reach a job.
+_SERVER_PREFIX = "GPUYARD_"
 
 
 def build_job_env(job: Job, base: Mapping[str, str]) -> dict[str, str]:
     """Server environment, then the job's own `--env`, then what gpuyard guarantees."""
-    env = {k: v for k, v in base.items() if k not in _SERVER_ONLY}
+    env = {k: v for k, v in base.items() if not k.startswith(_SERVER_PREFIX)}
     env.update(dict(job.spec.env))
     env.update(
         {

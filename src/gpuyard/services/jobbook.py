@@ -1,8 +1,9 @@
 """JobBook: the server's in-memory index of jobs, kept in step with the durable store.
 
 Reads (queue, show, the scheduler's view) come from here, so they never touch the database;
-every change is written to the store first and put here after, under `mutation_lock` so two
-changes to one job can never interleave.
+every change is written to the store first and put here after. Changes to existing jobs happen
+under `mutation_lock`, so two changes to one job can never interleave; a new job needs no such
+lock (nobody else knows its id yet).
 """
 
 from __future__ import annotations

@@ -177,8 +177,14 @@ class Replay:
                 raise RuntimeError(f"job {job.id} never finished: the policy starved it")
             outcomes.append(
                 JobOutcome(
-                    job.id, job.user, job.gpus, job.submitted_at, run.trace.duration_s,
-                    job.first_started_at, run.finished_at, job.restarts,
+                    job.id,
+                    job.user,
+                    job.gpus,
+                    job.submitted_at,
+                    run.trace.duration_s,
+                    job.first_started_at,
+                    run.finished_at,
+                    job.restarts,
                 )
             )
         start, end = self._window

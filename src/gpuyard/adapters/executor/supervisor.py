@@ -174,6 +174,10 @@ def main() -> None:
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_alarm)
+    if _limit_s > 0:
+        # Before the fork: interval timers are not inherited, and a failure here must happen
+        # before the job exists, never leave it running unsupervised.
+        signal.setitimer(signal.ITIMER_REAL, _limit_s)
     child = os.fork()
     if child == 0:
         _run_child(workdir, argv)
@@ -182,8 +186,8 @@ def main() -> None:
     except OSError:
         pass
     _job_pgid = child
-    if _limit_s > 0:
-        signal.setitimer(signal.ITIMER_REAL, _limit_s)
+    if _stage:
+        _signal_tree(signal.SIGTERM)  # a stop that arrived before the job existed
     _, status = os.waitpid(child, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

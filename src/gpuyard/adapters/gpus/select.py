@@ -44,6 +44,8 @@ def choose_gpus(
         raise InvalidRequest(
             f"--gpus {spec!r}: use auto, a count (4) or a list of indices (0,2)", field="gpus"
         ) from None
+    if not wanted or len(set(wanted)) != len(wanted):
+        raise InvalidRequest(f"--gpus {spec!r}: list each GPU index once, e.g. 0,2", field="gpus")
     if found is None:
         raise InvalidRequest(
             f"--gpus {spec}: a list needs detected GPUs, but {why}; use --gpus N to declare N",

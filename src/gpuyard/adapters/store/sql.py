@@ -53,6 +53,18 @@ class SqlJobStore:
         if self._conn is None:
             self._conn = self._engine.connect()
         conn = self._conn
+        try:
+            self._commit_on(conn, batch, rows)
+        except Exception:
+            # A broken connection (database restarted, network blip) must not break every
+            # later write: start the next batch on a fresh one.
+            self._conn = None
+            conn.close()
+            raise
+
+    def _commit_on(
+        self, conn: Connection, batch: Sequence[_Batch], rows: list[dict[str, Any]]
+    ) -> None:
         with conn.begin():
             if rows:
                 # The hot path of every submit: the insert is compiled once, not per batch.

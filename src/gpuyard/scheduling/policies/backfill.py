@@ -56,13 +56,6 @@ class BackfillPolicy:
     def finished(self, job: SchedJob, now: float) -> None:
         self._ends.remove(job)
 
-    def cancel(self, job: SchedJob) -> None:
-        if job in self._ends:
-            self._ends.remove(job)
-        else:
-            self._queue.remove(job)
-            self._sizes.remove(job.gpus)
-
     @staticmethod
     def _end(job: SchedJob, now: float) -> float:
         return now + job.time_limit_s if job.time_limit_s else math.inf
@@ -91,9 +84,8 @@ class BackfillPolicy:
             placement = cluster.place(job.gpus)
             if placement is None:
                 continue
-            if self._end(job, now) <= shadow or self._leaves_room(
-                head, placement, free_at_shadow, cluster
-            ):
+            ends_in_time = shadow < math.inf and self._end(job, now) <= shadow
+            if ends_in_time or self._leaves_room(head, placement, free_at_shadow, cluster):
                 ctx.start(job, placement)
 
     def _reservation(self, head: SchedJob, cluster: ClusterState) -> tuple[float, list[int]]:

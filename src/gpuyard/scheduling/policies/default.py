@@ -178,25 +178,15 @@ class DefaultPolicy(RankedPolicy):
         self._cache.pop(job.id, None)
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)
-        ran_s = job.attained(now) / max(job.gpus, 1)
+        if job.gpus == 0:
+            return  # no GPU service to learn from: it would read as a zero-length run
+        ran_s = job.attained(now) / job.gpus
         for key in ((job.user, job.gpus), job.user):
             h = self._hist.get(key)
             if h is None:
                 h = self._hist[key] = _History(self._history_len)
             h.add(ran_s)
         self._global.add(ran_s)
-
-    def cancel(self, job: SchedJob) -> None:
-        self._cache.pop(job.id, None)
-        self._rank.pop(job.id, None)
-        self._starved.discard(job.id)
-        if job.id in self._running:
-            del self._running[job.id]
-            self._victims_at = None
-        else:
-            self._pending.remove(job)
-            self._pending_removed(job)
-        self._token.pop(job.id, None)
 
     def _enqueue(self, job: SchedJob, now: float) -> None:
         self._cache.pop(job.id, None)
@@ -214,11 +204,6 @@ class DefaultPolicy(RankedPolicy):
             heapq.heappush(self._timers, (now + wait, job.id, token, job))
 
     # -- ranking ----------------------------------------------------------------------------
-    def reason(self, job: SchedJob) -> str:
-        if job.id in self._starved:
-            return "Priority (waited too long: first in line)"
-        return f"Priority (expected {self._rank.get(job.id, 0.0) / 3600:.1f} GPU-h left)"
-
     def _pending_order(self, now: float) -> list[SchedJob]:
         return list(self._pending)
 

@@ -95,13 +95,6 @@ class FairsharePolicy:
         self._decay(now)
         del self._running[job.id]
 
-    def cancel(self, job: SchedJob) -> None:
-        if job.id in self._running:
-            del self._running[job.id]
-        else:
-            self._pending.remove(job)
-            self._sizes.remove(job.gpus)
-
     def next_decision_at(self, now: float) -> float | None:
         return self._next_recalc if self._pending else None
 

@@ -61,14 +61,6 @@ class LasPolicy(RankedPolicy):
         self._base.pop(job.id, None)
         self._token.pop(job.id, None)
 
-    def cancel(self, job: SchedJob) -> None:
-        q = self._queue.pop(job.id)
-        if job in self._pending[q]:
-            self._pending[q].remove(job)
-            self._pending_removed(job)
-        else:
-            self._running[q].remove(job)
-
     # -- ranking ----------------------------------------------------------------------------
     def _pending_order(self, now: float) -> list[SchedJob]:
         order: list[SchedJob] = []
@@ -87,9 +79,6 @@ class LasPolicy(RankedPolicy):
         # Only a better queue preempts: within a queue, jobs are first come first served and
         # are not preempted for each other (that churns: 55k preemptions on philly_14237@1024).
         return qa < qb
-
-    def reason(self, job: SchedJob) -> str:
-        return f"Priority (LAS queue {self._queue.get(job.id, 0)})"
 
     # -- timers -----------------------------------------------------------------------------
     def next_decision_at(self, now: float) -> float | None:

@@ -90,7 +90,6 @@ class RankedPolicy:
 
     def __init__(self) -> None:
         self._pending_sizes = RequestSizes()
-        self.preemptions = 0
 
     # Subclasses keep their own structures in step through these hooks.
     def _pending_order(self, now: float) -> list[SchedJob]:
@@ -138,7 +137,6 @@ class RankedPolicy:
         if victims is None:
             return False
         for victim in victims:
-            self.preemptions += 1
             ctx.preempt(victim)
         placement = cluster.place(job.gpus)
         assert placement is not None, "preemption planned room that is not there"
@@ -154,9 +152,9 @@ class RankedPolicy:
         thereby preempts nothing in that pass: a deliberate throttle on preemptions."""
         per_node: dict[int, list[SchedJob]] = {}
         for victim in self._victims(ctx.now):
-            if victim.run_started_at is None:
-                continue  # preempted earlier in this pass (victim lists may be cached)
-            if not victim.preemptible or not self._outranks(job, victim, ctx.now):
+            if victim.run_started_at is None or not victim.preemptible:
+                continue  # preempted earlier in this pass (lists may be cached), or exempt
+            if not self._outranks(job, victim, ctx.now):
                 break
             for node, _ in victim.placement:
                 per_node.setdefault(node, []).append(victim)
@@ -190,9 +188,7 @@ class RankedPolicy:
             if spec.gpus != size:
                 continue
             held = [v for v in per_node.get(node, [])]
-            freed = cluster.free[node] + sum(
-                g for v in held for n, g in v.placement if n == node
-            )
+            freed = cluster.free[node] + sum(g for v in held for n, g in v.placement if n == node)
             if freed == size:
                 options.append((sum(v.gpus for v in held), node, held))
         if len(options) < need_nodes:

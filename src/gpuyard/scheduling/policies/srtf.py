@@ -21,7 +21,6 @@ def remaining_gpu_s(job: SchedJob, now: float) -> float:
 class SrtfOraclePolicy(RankedPolicy):
     name = "srtf-oracle"
     preemptive = True
-    oracle = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -45,13 +44,6 @@ class SrtfOraclePolicy(RankedPolicy):
 
     def finished(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
-
-    def cancel(self, job: SchedJob) -> None:
-        if job.id in self._running:
-            del self._running[job.id]
-        else:
-            self._pending.remove(job)
-            self._pending_removed(job)
 
     def _add_pending(self, job: SchedJob, now: float) -> None:
         self._pending.add(job, (remaining_gpu_s(job, now), job.submitted_at))

@@ -1,0 +1,21 @@
+"""The one recipe for a job's environment."""
+
+from __future__ import annotations
+
+from gpuyard.domain.job import Job, JobSpec
+from gpuyard.domain.states import JobState
+from gpuyard.services.job_env import build_job_env
+
+
+def test_server_settings_never_reach_a_job_but_the_users_own_env_does() -> None:
+    spec = JobSpec(argv=("x",), name="n", workdir="/", gpus=2, env=(("GPUYARD_MINE", "1"),))
+    job = Job(1, spec, "me", JobState.RUNNING, 0.0, gpus=(1, 3))
+    base = {
+        "PATH": "/bin",
+        "GPUYARD_TOKEN": "secret",
+        "GPUYARD_DATABASE_URL": "postgresql://u:pw@h/db",
+    }
+    env = build_job_env(job, base)
+    assert "GPUYARD_TOKEN" not in env and "GPUYARD_DATABASE_URL" not in env
+    assert env["GPUYARD_MINE"] == "1" and env["PATH"] == "/bin"
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,3" and env["GPUYARD_NUM_GPUS"] == "2"
