@@ -110,3 +110,22 @@ def test_backfill_without_limits_never_delays_the_head() -> None:
     jobs = [job(1, 0, 6, 100), job(2, 1, 8, 50), job(3, 2, 2, 1000)]
     out = replay("backfill", jobs)
     assert started(out[2]) == 100 and started(out[3]) == 150
+
+
+def test_preemptive_policies_never_preempt_a_no_preempt_job() -> None:
+    for name in ("las", "default"):
+        guarded = TraceJob(1, "u", 0, 8, 100_000, None, preemptible=False)
+        out = replay(name, [guarded, job(2, 3600, 1, 60)])
+        assert out[1].preemptions == 0 and started(out[2]) == 100_000, name
+    free = replay("las", [job(1, 0, 8, 100_000), job(2, 3600, 1, 60)])
+    assert free[1].preemptions == 1  # the same job, preemptible, is preempted
+
+
+def test_trace_no_preempt_column(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from gpuyard.simulation.trace import load_trace
+
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "job_id,user,submit_time_s,num_gpus,duration_s,no_preempt\n0,a,0,1,10,1\n1,a,1,1,10,\n"
+    )
+    assert [j.preemptible for j in load_trace(path)] == [False, True]

@@ -82,6 +82,7 @@ class Replay:
             job = SchedJob(
                 id=t.id, user=t.user, gpus=t.gpus, submitted_at=t.submitted_at,
                 time_limit_s=t.time_limit_s or (t.duration_s if exact_time_limits else None),
+                preemptible=t.preemptible,
                 oracle_duration_s=t.duration_s if expose_durations else None,
             )  # fmt: skip
             run = _Run(job, t)

@@ -1,4 +1,6 @@
-"""Loading job traces: CSV with `job_id,user,submit_time_s,num_gpus,duration_s[,time_limit_s]`."""
+"""Loading job traces: CSV with `job_id,user,submit_time_s,num_gpus,duration_s`; optional
+`time_limit_s` (seconds) and `no_preempt` (1/true: the job must never be preempted, like
+`gpuyard submit --no-preempt`)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ class TraceJob:
     gpus: int
     duration_s: float
     time_limit_s: float | None = None
+    preemptible: bool = True
 
 
 def load_trace(path: Path) -> list[TraceJob]:
@@ -45,6 +48,7 @@ def load_trace(path: Path) -> list[TraceJob]:
 def _row(row: dict[str, str], has_limit: bool, line: int) -> TraceJob:
     try:
         limit = row.get("time_limit_s") if has_limit else None
+        no_preempt = (row.get("no_preempt") or "").strip().lower() in ("1", "true", "yes")
         return TraceJob(
             id=int(row["job_id"]),
             user=row["user"],
@@ -52,6 +56,7 @@ def _row(row: dict[str, str], has_limit: bool, line: int) -> TraceJob:
             gpus=int(row["num_gpus"]),
             duration_s=float(row["duration_s"]),
             time_limit_s=float(limit) if limit else None,
+            preemptible=not no_preempt,
         )
     except (TypeError, ValueError):
         raise InvalidRequest(f"trace line {line}: a number is malformed: {row}") from None
