@@ -20,11 +20,11 @@ from typing import Any
 
 from gpuyard._http import HttpResponse, request
 from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError
+from gpuyard.domain.states import TERMINAL_STATES
 from gpuyard.settings import DEFAULT_URL, TOKEN_FILE, default_state_dir
 
 JobDict = dict[str, Any]
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
-            "OUT_OF_MEMORY"}  # fmt: skip
+_TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
 
 
 class ServerUnreachable(GpuyardError):
@@ -121,7 +121,7 @@ class Client:
             for job_id in job_ids:
                 if job_id not in done:
                     job = self.job(job_id)
-                    if job["state"] in TERMINAL:
+                    if job["state"] in _TERMINAL:
                         done[job_id] = job
             if len(done) < len(job_ids):
                 time.sleep(poll_s)

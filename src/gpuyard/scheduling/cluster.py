@@ -49,6 +49,15 @@ class ClusterState:
         full = sum(1 for n in self.nodes if n.gpus == self.node_gpus)
         return self.node_gpus > 0 and -(-gpus // self.node_gpus) <= full
 
+    def would_fit(self, free: list[int], gpus: int) -> bool:
+        """Whether `gpus` could be placed if the nodes had `free` GPUs (what-if planning, same
+        rules as `place`)."""
+        size = self.node_gpus
+        if gpus <= size:
+            return any(f >= gpus for f in free)
+        whole = sum(1 for i, f in enumerate(free) if f == size and self.nodes[i].gpus == size)
+        return whole >= -(-gpus // size)
+
     def place(self, gpus: int) -> Placement | None:
         """Where a job of `gpus` GPUs would go now, or None. Does not allocate."""
         if gpus == 0:

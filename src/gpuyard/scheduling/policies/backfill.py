@@ -20,15 +20,6 @@ from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
 from gpuyard.scheduling.policy import Context, SchedJob
 
 
-def _fits(cluster: ClusterState, free: list[int], gpus: int) -> bool:
-    """Whether `gpus` could be placed if the nodes had `free` GPUs (same rules as `place`)."""
-    size = cluster.node_gpus
-    if gpus <= size:
-        return any(f >= gpus for f in free)
-    whole = sum(1 for i, f in enumerate(free) if f == size and cluster.nodes[i].gpus == size)
-    return whole >= -(-gpus // size)
-
-
 class BackfillPolicy:
     name = "backfill"
     preemptive = False
@@ -95,7 +86,7 @@ class BackfillPolicy:
         for job in self._ends:
             for node, gpus in job.placement:
                 free[node] += gpus
-            if _fits(cluster, free, head.gpus):
+            if cluster.would_fit(free, head.gpus):
                 return self._ends.key(job)[0], free
         return math.inf, free
 
@@ -108,7 +99,7 @@ class BackfillPolicy:
         trial = list(free_at_shadow)
         for node, gpus in placement:
             trial[node] -= gpus
-        if not _fits(cluster, trial, head.gpus):
+        if not cluster.would_fit(trial, head.gpus):
             return False
         free_at_shadow[:] = trial
         return True
