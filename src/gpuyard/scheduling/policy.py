@@ -73,6 +73,10 @@ class Policy(Protocol):
 
     def finished(self, job: SchedJob, now: float) -> None: ...
 
+    def cancel(self, job: SchedJob, now: float) -> None:
+        """Forget a PENDING job (cancelled by its user); a running one ends by `finished`."""
+        ...
+
     def schedule(self, ctx: Context) -> None: ...
 
     def next_decision_at(self, now: float) -> float | None:

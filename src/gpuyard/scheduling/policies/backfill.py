@@ -47,6 +47,10 @@ class BackfillPolicy:
     def finished(self, job: SchedJob, now: float) -> None:
         self._ends.remove(job)
 
+    def cancel(self, job: SchedJob, now: float) -> None:
+        self._queue.remove(job)
+        self._sizes.remove(job.gpus)
+
     @staticmethod
     def _end(job: SchedJob, now: float) -> float:
         return now + job.time_limit_s if job.time_limit_s else math.inf

@@ -188,6 +188,13 @@ class DefaultPolicy(RankedPolicy):
             h.add(ran_s)
         self._global.add(ran_s)
 
+    def cancel(self, job: SchedJob, now: float) -> None:
+        self._pending.remove(job)
+        self._pending_removed(job)
+        self._starved.discard(job.id)
+        self._rank.pop(job.id, None)
+        self._token.pop(job.id, None)  # voids its starvation timer
+
     def _enqueue(self, job: SchedJob, now: float) -> None:
         self._cache.pop(job.id, None)
         work = self._rank[job.id] = self._estimate_now(job, now)[0]

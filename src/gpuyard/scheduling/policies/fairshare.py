@@ -95,6 +95,10 @@ class FairsharePolicy:
         self._decay(now)
         del self._running[job.id]
 
+    def cancel(self, job: SchedJob, now: float) -> None:
+        self._pending.remove(job)
+        self._sizes.remove(job.gpus)
+
     def next_decision_at(self, now: float) -> float | None:
         return self._next_recalc if self._pending else None
 

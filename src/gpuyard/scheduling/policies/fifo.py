@@ -32,6 +32,9 @@ class FifoPolicy:
     def finished(self, job: SchedJob, now: float) -> None:
         pass
 
+    def cancel(self, job: SchedJob, now: float) -> None:
+        self._queue.remove(job)
+
     def schedule(self, ctx: Context) -> None:
         queue = self._queue
         while queue:

@@ -61,6 +61,13 @@ class LasPolicy(RankedPolicy):
         self._base.pop(job.id, None)
         self._token.pop(job.id, None)
 
+    def cancel(self, job: SchedJob, now: float) -> None:
+        q = self._queue.pop(job.id)
+        self._pending[q].remove(job)
+        self._pending_removed(job)
+        self._base.pop(job.id, None)
+        self._token.pop(job.id, None)  # voids its promotion timer
+
     # -- ranking ----------------------------------------------------------------------------
     def _pending_order(self, now: float) -> list[SchedJob]:
         order: list[SchedJob] = []

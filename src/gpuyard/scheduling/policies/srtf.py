@@ -45,6 +45,10 @@ class SrtfOraclePolicy(RankedPolicy):
     def finished(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
 
+    def cancel(self, job: SchedJob, now: float) -> None:
+        self._pending.remove(job)
+        self._pending_removed(job)
+
     def _add_pending(self, job: SchedJob, now: float) -> None:
         self._pending.add(job, (remaining_gpu_s(job, now), job.submitted_at))
         self._pending_added(job)
