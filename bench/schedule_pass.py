@@ -31,7 +31,7 @@ class _Ctx:
         self.running: dict[int, SchedJob] = {}
 
     def start(self, job: SchedJob, placement: Placement) -> None:
-        self.cluster.allocate(placement)
+        self.cluster.allocate(placement, job.cpus, job.mem_mib)
         job.placement, job.run_started_at = placement, self.now
         job.first_started_at = job.first_started_at or self.now
         self.policy.started(job, self.now)
@@ -39,7 +39,7 @@ class _Ctx:
 
     def preempt(self, job: SchedJob) -> None:
         assert job.run_started_at is not None
-        self.cluster.release(job.placement)
+        self.cluster.release(job.placement, job.cpus, job.mem_mib)
         job.attained_gpu_s += job.gpus * (self.now - job.run_started_at)
         job.run_started_at, job.placement = None, ()
         self.running.pop(job.id, None)

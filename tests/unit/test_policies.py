@@ -129,3 +129,36 @@ def test_trace_no_preempt_column(tmp_path) -> None:  # type: ignore[no-untyped-d
         "job_id,user,submit_time_s,num_gpus,duration_s,no_preempt\n0,a,0,1,10,1\n1,a,1,1,10,\n"
     )
     assert [j.preemptible for j in load_trace(path)] == [False, True]
+
+
+def test_cluster_accounts_cpus_and_memory_where_nodes_declare_them() -> None:
+    from gpuyard.scheduling.cluster import NodeSpec
+
+    cluster = ClusterState([NodeSpec("a", 8, cpus=4, mem_mib=1000), NodeSpec("b", 8, cpus=16, mem_mib=1000)])
+    assert cluster.place(1, cpus=4) == ((0, 1),)  # best fit by GPUs, CPUs fit on a
+    cluster.allocate(((0, 1),), cpus=4)
+    assert cluster.place(1, cpus=1) == ((1, 1),)  # a has no CPU left: b
+    assert cluster.place(1, mem_mib=2000) is None  # no node has that memory
+    assert cluster.place(0, cpus=2) == ((1, 0),)  # a CPU-only job still gets a node
+    assert cluster.place(0) == ()  # ...unless it asks for nothing
+    cluster.release(((0, 1),), cpus=4)
+    assert cluster.place(1, cpus=4) == ((0, 1),)
+
+
+def test_preemption_frees_cpus_too() -> None:
+    from tests.unit.test_policy_cancel import Ctx
+
+    from gpuyard.scheduling.cluster import NodeSpec
+    from gpuyard.scheduling.policy import SchedJob
+
+    policy = make_policy("las")
+    ctx = Ctx(policy)
+    ctx.cluster = ClusterState([NodeSpec("a", 8, cpus=4)])
+    hog = SchedJob(1, "u", 1, 0.0, cpus=4)  # one GPU, every CPU
+    policy.submit(hog, 0.0)
+    policy.schedule(ctx)
+    ctx.now = 7200.0  # hog has 7,200 GPU-s: queue 1
+    small = SchedJob(2, "v", 1, 7200.0, cpus=2)
+    policy.submit(small, ctx.now)
+    policy.schedule(ctx)
+    assert ctx.started == [1, 2] and hog.run_started_at is None  # preempted for its CPUs

@@ -20,21 +20,21 @@ class Ctx:
         self.started: list[int] = []
 
     def start(self, job: SchedJob, placement: Placement) -> None:
-        self.cluster.allocate(placement)
+        self.cluster.allocate(placement, job.cpus, job.mem_mib)
         job.placement, job.run_started_at = placement, self.now
         self.started.append(job.id)
         self.policy.started(job, self.now)
 
     def preempt(self, job: SchedJob) -> None:
         assert job.run_started_at is not None
-        self.cluster.release(job.placement)
+        self.cluster.release(job.placement, job.cpus, job.mem_mib)
         job.attained_gpu_s += job.gpus * (self.now - job.run_started_at)
         job.run_started_at, job.placement = None, ()
         self.policy.preempted(job, self.now)
 
     def finish(self, job: SchedJob) -> None:
         assert job.run_started_at is not None
-        self.cluster.release(job.placement)
+        self.cluster.release(job.placement, job.cpus, job.mem_mib)
         job.attained_gpu_s += job.gpus * (self.now - job.run_started_at)
         job.run_started_at, job.placement = None, ()
         self.policy.finished(job, self.now)

@@ -4,6 +4,10 @@ Worked example. Three nodes of 8 GPUs with 8, 3 and 5 GPUs free. A 2-GPU job goe
 with 3 free (best fit: it leaves the larger holes for larger jobs); a 4-GPU job to the node with
 5 free; a 16-GPU job needs two whole free nodes (gang: all its GPUs at once) and so cannot start
 here: only one node is entirely free.
+
+CPU cores and memory are accounted per node when a node declares them (the live server's
+machine does; simulated Philly nodes do not): a job of up to one node goes only where its CPUs
+and memory fit too. Gang jobs are placed by GPUs alone.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ class NodeSpec:
 
     name: str
     gpus: int
+    cpus: int | None = None  # None: not accounted
+    mem_mib: int | None = None
 
 
 class ClusterState:
@@ -33,6 +39,9 @@ class ClusterState:
         self._buckets: list[set[int]] = [set() for _ in range(self.node_gpus + 1)]
         for i, n in enumerate(nodes):
             self._buckets[n.gpus].add(i)
+        inf = float("inf")
+        self.free_cpus = [inf if n.cpus is None else float(n.cpus) for n in nodes]
+        self.free_mem_mib = [inf if n.mem_mib is None else float(n.mem_mib) for n in nodes]
 
     @classmethod
     def uniform(cls, total_gpus: int, gpus_per_node: int) -> ClusterState:
@@ -58,17 +67,23 @@ class ClusterState:
         whole = sum(1 for i, f in enumerate(free) if f == size and self.nodes[i].gpus == size)
         return whole >= -(-gpus // size)
 
-    def place(self, gpus: int) -> Placement | None:
-        """Where a job of `gpus` GPUs would go now, or None. Does not allocate."""
-        if gpus == 0:
-            return ()
+    def place(self, gpus: int, cpus: int = 0, mem_mib: int = 0) -> Placement | None:
+        """Where a job would go now, or None. Does not allocate. A job that asks for CPUs or
+        memory is always given a node, even without GPUs, so they can be charged there."""
         if gpus > self.free_gpus:
             return None
+        if gpus == 0 and not (cpus or mem_mib):
+            return ()
         if gpus <= self.node_gpus:
             for free in range(gpus, self.node_gpus + 1):
                 bucket = self._buckets[free]
-                if bucket:
+                if not bucket:
+                    continue
+                if not (cpus or mem_mib):
                     return ((min(bucket), gpus),)
+                for node in sorted(bucket):
+                    if self.free_cpus[node] >= cpus and self.free_mem_mib[node] >= mem_mib:
+                        return ((node, gpus),)
             return None
         need = -(-gpus // self.node_gpus)
         whole = self._buckets[self.node_gpus]
@@ -76,13 +91,24 @@ class ClusterState:
             return None
         return tuple((i, self.node_gpus) for i in sorted(whole)[:need])
 
-    def allocate(self, placement: Placement) -> None:
+    def allocate(self, placement: Placement, cpus: int = 0, mem_mib: int = 0) -> None:
         for node, gpus in placement:
             self._move(node, self.free[node] - gpus)
+        self._charge(placement, -cpus, -mem_mib)
 
-    def release(self, placement: Placement) -> None:
+    def release(self, placement: Placement, cpus: int = 0, mem_mib: int = 0) -> None:
         for node, gpus in placement:
             self._move(node, self.free[node] + gpus)
+        self._charge(placement, cpus, mem_mib)
+
+    def _charge(self, placement: Placement, cpus: int, mem_mib: int) -> None:
+        """CPUs and memory are charged to the job's first node."""
+        if placement and (cpus or mem_mib):
+            node = placement[0][0]
+            self.free_cpus[node] += cpus
+            self.free_mem_mib[node] += mem_mib
+            if self.free_cpus[node] < 0 or self.free_mem_mib[node] < 0:
+                raise ValueError(f"node {node} would have negative free CPUs or memory")
 
     def _move(self, node: int, new_free: int) -> None:
         if not 0 <= new_free <= self.nodes[node].gpus:

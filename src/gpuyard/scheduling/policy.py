@@ -27,6 +27,8 @@ class SchedJob:
     gpus: int
     submitted_at: float
     priority: int = 0
+    cpus: int = 0
+    mem_mib: int = 0
     time_limit_s: float | None = None
     preemptible: bool = True
     attained_gpu_s: float = 0.0  # GPU-seconds held in earlier runs

@@ -103,7 +103,7 @@ class Replay:
     def start(self, job: SchedJob, placement: Placement) -> None:
         run = self._runs[job.id]
         self._account()
-        self.cluster.allocate(placement)
+        self.cluster.allocate(placement, job.cpus, job.mem_mib)
         job.placement = placement
         job.run_started_at = self.now
         if job.first_started_at is None:
@@ -118,7 +118,7 @@ class Replay:
         run = self._runs[job.id]
         assert job.run_started_at is not None
         self._account()
-        self.cluster.release(job.placement)
+        self.cluster.release(job.placement, job.cpus, job.mem_mib)
         held = self.now - job.run_started_at
         run.done_s += max(0.0, held - run.penalty_s)
         job.attained_gpu_s += job.gpus * held
@@ -155,7 +155,7 @@ class Replay:
         job = run.job
         assert job.run_started_at is not None
         self._account()
-        self.cluster.release(job.placement)
+        self.cluster.release(job.placement, job.cpus, job.mem_mib)
         job.attained_gpu_s += job.gpus * (self.now - job.run_started_at)
         job.run_started_at = None
         run.done_s = run.trace.duration_s

@@ -63,7 +63,8 @@ class BackfillPolicy:
         pending = list(self._queue)
         index = 0
         while index < len(pending):  # in order, while the head fits
-            placement = cluster.place(pending[index].gpus)
+            first = pending[index]
+            placement = cluster.place(first.gpus, first.cpus, first.mem_mib)
             if placement is None:
                 break
             ctx.start(pending[index], placement)
@@ -76,7 +77,7 @@ class BackfillPolicy:
         for job in pending[index + 1 : index + 1 + self._max_candidates]:
             if cluster.free_gpus < smallest:
                 return
-            placement = cluster.place(job.gpus)
+            placement = cluster.place(job.gpus, job.cpus, job.mem_mib)
             if placement is None:
                 continue
             ends_in_time = shadow < math.inf and self._end(job, now) <= shadow

@@ -113,6 +113,6 @@ class FairsharePolicy:
         for job in list(self._pending):
             if cluster.free_gpus < smallest:
                 return
-            placement = cluster.place(job.gpus)
+            placement = cluster.place(job.gpus, job.cpus, job.mem_mib)
             if placement is not None:
                 ctx.start(job, placement)

@@ -39,7 +39,7 @@ class FifoPolicy:
         queue = self._queue
         while queue:
             head = queue[0]
-            placement = ctx.cluster.place(head.gpus)
+            placement = ctx.cluster.place(head.gpus, head.cpus, head.mem_mib)
             if placement is None:
                 return
             queue.popleft()

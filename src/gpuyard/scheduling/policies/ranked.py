@@ -115,7 +115,7 @@ class RankedPolicy:
         # failed cannot succeed either: its possible victims are a subset.
         failed_at = 1 << 30
         for job in self._pending_order(now):
-            placement = cluster.place(job.gpus)
+            placement = cluster.place(job.gpus, job.cpus, job.mem_mib)
             if placement is not None:
                 ctx.start(job, placement)
                 continue
@@ -138,7 +138,7 @@ class RankedPolicy:
             return False
         for victim in victims:
             ctx.preempt(victim)
-        placement = cluster.place(job.gpus)
+        placement = cluster.place(job.gpus, job.cpus, job.mem_mib)
         assert placement is not None, "preemption planned room that is not there"
         ctx.start(job, placement)
         return True
@@ -161,17 +161,22 @@ class RankedPolicy:
         return per_node
 
     def _free_one_node(self, job: SchedJob, ctx: Context) -> list[SchedJob] | None:
-        free = ctx.cluster.free
+        cluster = ctx.cluster
         best: tuple[int, int, list[SchedJob]] | None = None
         for node, candidates in self._by_node(job, ctx).items():
-            need = job.gpus - free[node]
+            need_gpus = job.gpus - cluster.free[node]
+            need_cpus = job.cpus - cluster.free_cpus[node]
+            need_mem = job.mem_mib - cluster.free_mem_mib[node]
             chosen: list[SchedJob] = []
             for victim in candidates:
-                if need <= 0:
+                if need_gpus <= 0 and need_cpus <= 0 and need_mem <= 0:
                     break
                 chosen.append(victim)
-                need -= sum(g for n, g in victim.placement if n == node)
-            if need > 0:
+                need_gpus -= sum(g for n, g in victim.placement if n == node)
+                if victim.placement and victim.placement[0][0] == node:  # charged there
+                    need_cpus -= victim.cpus
+                    need_mem -= victim.mem_mib
+            if need_gpus > 0 or need_cpus > 0 or need_mem > 0:
                 continue
             cost = (sum(v.gpus for v in chosen), len(chosen))
             if best is None or cost < best[:2]:
