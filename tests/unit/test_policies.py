@@ -134,7 +134,8 @@ def test_trace_no_preempt_column(tmp_path) -> None:  # type: ignore[no-untyped-d
 def test_cluster_accounts_cpus_and_memory_where_nodes_declare_them() -> None:
     from gpuyard.scheduling.cluster import NodeSpec
 
-    cluster = ClusterState([NodeSpec("a", 8, cpus=4, mem_mib=1000), NodeSpec("b", 8, cpus=16, mem_mib=1000)])
+    nodes = [NodeSpec("a", 8, cpus=4, mem_mib=1000), NodeSpec("b", 8, cpus=16, mem_mib=1000)]
+    cluster = ClusterState(nodes)
     assert cluster.place(1, cpus=4) == ((0, 1),)  # best fit by GPUs, CPUs fit on a
     cluster.allocate(((0, 1),), cpus=4)
     assert cluster.place(1, cpus=1) == ((1, 1),)  # a has no CPU left: b
