@@ -18,7 +18,7 @@ import time
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policies import make_policy, policy_names
-from gpuyard.scheduling.policy import Policy, SchedJob
+from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
 
 SIZES = [1] * 80 + [2] * 3 + [4] * 6 + [8] * 9 + [16] * 2
 
@@ -31,17 +31,12 @@ class _Ctx:
         self.running: dict[int, SchedJob] = {}
 
     def start(self, job: SchedJob, placement: Placement) -> None:
-        self.cluster.allocate(placement, job.cpus, job.mem_mib)
-        job.placement, job.run_started_at = placement, self.now
-        job.first_started_at = job.first_started_at or self.now
+        begin_run(job, self.cluster, placement, self.now)
         self.policy.started(job, self.now)
         self.running[job.id] = job
 
     def preempt(self, job: SchedJob) -> None:
-        assert job.run_started_at is not None
-        self.cluster.release(job.placement, job.cpus, job.mem_mib)
-        job.attained_gpu_s += job.gpus * (self.now - job.run_started_at)
-        job.run_started_at, job.placement = None, ()
+        end_run(job, self.cluster, self.now)
         self.running.pop(job.id, None)
         self.policy.preempted(job, self.now)
 
@@ -71,9 +66,7 @@ def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]
         first_ms.append((time.perf_counter() - t0) * 1000)
         now += 1.0
         victim = ctx.running.pop(min(ctx.running))
-        cluster.release(victim.placement)
-        victim.attained_gpu_s += victim.gpus * (now - victim.run_started_at)  # type: ignore[operator]
-        victim.run_started_at = None
+        end_run(victim, cluster, now)
         policy.finished(victim, now)
         ctx.now = now
         t0 = time.perf_counter()

@@ -7,7 +7,7 @@ import pytest
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policies import ORACLES, make_policy, policy_names
-from gpuyard.scheduling.policy import Policy, SchedJob
+from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
 
 
 class Ctx:
@@ -20,23 +20,16 @@ class Ctx:
         self.started: list[int] = []
 
     def start(self, job: SchedJob, placement: Placement) -> None:
-        self.cluster.allocate(placement, job.cpus, job.mem_mib)
-        job.placement, job.run_started_at = placement, self.now
+        begin_run(job, self.cluster, placement, self.now)
         self.started.append(job.id)
         self.policy.started(job, self.now)
 
     def preempt(self, job: SchedJob) -> None:
-        assert job.run_started_at is not None
-        self.cluster.release(job.placement, job.cpus, job.mem_mib)
-        job.attained_gpu_s += job.gpus * (self.now - job.run_started_at)
-        job.run_started_at, job.placement = None, ()
+        end_run(job, self.cluster, self.now)
         self.policy.preempted(job, self.now)
 
     def finish(self, job: SchedJob) -> None:
-        assert job.run_started_at is not None
-        self.cluster.release(job.placement, job.cpus, job.mem_mib)
-        job.attained_gpu_s += job.gpus * (self.now - job.run_started_at)
-        job.run_started_at, job.placement = None, ()
+        end_run(job, self.cluster, self.now)
         self.policy.finished(job, self.now)
 
 

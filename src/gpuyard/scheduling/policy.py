@@ -49,6 +49,27 @@ class SchedJob:
         return self.run_started_at is not None
 
 
+def begin_run(job: SchedJob, cluster: ClusterState, placement: Placement, now: float) -> None:
+    """Put a job on the cluster: allocate its placement (GPUs, CPUs, memory) and start its run."""
+    cluster.allocate(placement, job.cpus, job.mem_mib)
+    job.placement = placement
+    job.run_started_at = now
+    if job.first_started_at is None:
+        job.first_started_at = now
+
+
+def end_run(job: SchedJob, cluster: ClusterState, now: float) -> float:
+    """Take a running job off the cluster (it ended or was preempted): release what it held and
+    add the GPU time to its attained service. Returns the seconds this run held its GPUs."""
+    assert job.run_started_at is not None, f"job {job.id} is not running"
+    cluster.release(job.placement, job.cpus, job.mem_mib)
+    held_s = now - job.run_started_at
+    job.attained_gpu_s += job.gpus * held_s
+    job.run_started_at = None
+    job.placement = ()
+    return held_s
+
+
 class Context(Protocol):
     """What a policy acts on during one scheduling pass."""
 

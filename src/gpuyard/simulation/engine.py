@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
-from gpuyard.scheduling.policy import Policy, SchedJob
+from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
 from gpuyard.simulation.trace import TraceJob
 
 _ARRIVE, _FINISH, _WAKE = 0, 1, 2
@@ -103,11 +103,7 @@ class Replay:
     def start(self, job: SchedJob, placement: Placement) -> None:
         run = self._runs[job.id]
         self._account()
-        self.cluster.allocate(placement, job.cpus, job.mem_mib)
-        job.placement = placement
-        job.run_started_at = self.now
-        if job.first_started_at is None:
-            job.first_started_at = self.now
+        begin_run(job, self.cluster, placement, self.now)
         run.penalty_s = self.penalty_s if job.restarts else 0.0
         run.version += 1
         finish = self.now + run.penalty_s + (run.trace.duration_s - run.done_s)
@@ -116,14 +112,9 @@ class Replay:
 
     def preempt(self, job: SchedJob) -> None:
         run = self._runs[job.id]
-        assert job.run_started_at is not None
         self._account()
-        self.cluster.release(job.placement, job.cpus, job.mem_mib)
-        held = self.now - job.run_started_at
+        held = end_run(job, self.cluster, self.now)
         run.done_s += max(0.0, held - run.penalty_s)
-        job.attained_gpu_s += job.gpus * held
-        job.run_started_at = None
-        job.placement = ()
         job.restarts += 1
         run.version += 1  # its completion event is void now
         self.policy.preempted(job, self.now)
@@ -153,11 +144,8 @@ class Replay:
 
     def _finish(self, run: _Run) -> None:
         job = run.job
-        assert job.run_started_at is not None
         self._account()
-        self.cluster.release(job.placement, job.cpus, job.mem_mib)
-        job.attained_gpu_s += job.gpus * (self.now - job.run_started_at)
-        job.run_started_at = None
+        end_run(job, self.cluster, self.now)
         run.done_s = run.trace.duration_s
         run.finished_at = self.now
         self.policy.finished(job, self.now)
