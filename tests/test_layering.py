@@ -41,7 +41,7 @@ def test_the_probe_sees_heavy_imports() -> None:
         "gpuyard.domain.states",
         "gpuyard.domain.units",
         "gpuyard.scheduling",
-        "gpuyard.scheduling.plan",
+        "gpuyard.scheduling.projection",
         "gpuyard.scheduling.cluster",
         "gpuyard.scheduling.policy",
         "gpuyard.scheduling.policies",  # imports every policy module

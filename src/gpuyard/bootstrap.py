@@ -7,6 +7,7 @@ import getpass
 import os
 import secrets
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -18,10 +19,12 @@ from gpuyard.adapters.gpus.select import choose_gpus
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import NodeCapacity
+from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.controller import Controller
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.jobs import JobService
+from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.settings import Settings
 
 
@@ -69,7 +72,9 @@ def build_server(settings: Settings) -> Server:
         state / "jobs", lambda job_id, status: holder[0].on_exit(job_id, status),
         grace_s=settings.kill_grace_s,
     )  # fmt: skip
-    controller = Controller(book, store, executor, inventory, base_env=os.environ)
+    scheduler = LiveScheduler(make_policy(settings.policy, for_server=True), inventory, time.time)
+    scheduler.rebuild(book.jobs(include_finished=True))
+    controller = Controller(book, store, executor, inventory, scheduler, base_env=os.environ)
     holder.append(controller)
     service = JobService(book, store, controller)
     return Server(

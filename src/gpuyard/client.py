@@ -73,6 +73,12 @@ class Client:
         result: JobDict = self._json("POST", "/api/v1/jobs", body)
         return result
 
+    def dry_run(self, command: Sequence[str], **fields: Any) -> JobDict:
+        """Whether a job with these fields could run here and when it would start."""
+        body = {"command": list(command), **{k: v for k, v in fields.items() if v is not None}}
+        result: JobDict = self._json("POST", "/api/v1/jobs/dry-run", body)
+        return result
+
     def jobs(self, *, all: bool = False) -> list[JobDict]:
         result: list[JobDict] = self._json("GET", "/api/v1/jobs" + ("?all=true" if all else ""))
         return result

@@ -39,6 +39,7 @@ class Settings:
     database_url: str | None = None  # None: SQLite in the state dir
     kill_grace_s: float = 10.0
     tick_s: float = 1.0
+    policy: str = "default"  # a name from gpuyard.scheduling.policies (oracles refused)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -48,6 +49,7 @@ class Settings:
         for name, cast in (
             ("host", str), ("port", int), ("gpus", str), ("cpus", int),
             ("database_url", str), ("kill_grace_s", float), ("tick_s", float),
+            ("policy", str),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:

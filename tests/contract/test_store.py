@@ -46,6 +46,7 @@ def finished_job_with_every_field_set() -> Job:
         time_limit_s=2 * 86400 + 5,
         priority=-3,
         env=(("A", "1"), ("EMPTY", ""), ("PATHS", "a:b=c")),
+        preemptible=False,
     )
     return Job(
         id=41,
@@ -63,6 +64,8 @@ def finished_job_with_every_field_set() -> Job:
         stop_intent=JobState.CANCELLED,
         version=9,
         node="gpu-box-2",
+        attained_gpu_s=7_200.5,
+        restarts=3,
     )
 
 
@@ -247,7 +250,7 @@ def test_reopening_sees_every_committed_job(db_path: Path) -> None:
         finally:
             again.close()
         with sqlite3.connect(db_path) as raw:
-            assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
+            assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
 
 
 def test_acknowledged_writes_are_visible_to_another_reader(
@@ -264,3 +267,36 @@ def test_writes_after_close_are_refused(db_path: Path) -> None:
     s.close()
     with pytest.raises(RuntimeError):
         s.write([pending_job(1)], [])
+
+
+def test_a_database_from_before_preemption_is_upgraded_with_its_jobs(db_path: Path) -> None:
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    import gpuyard.adapters.store.sql as sql_module
+
+    config = Config()
+    config.set_main_option(
+        "script_location", str(Path(sql_module.__file__).parent / "migrations")
+    )
+    engine = create_engine(sqlite_url(db_path))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0001")
+    engine.dispose()
+    with sqlite3.connect(db_path) as raw:  # a job written by the first release
+        raw.execute(
+            "INSERT INTO jobs (id, name, owner, state, priority, spec, reason, gpus, node,"
+            " submitted_at, version) VALUES (7, 'old', 'ada', 'PENDING', 0, ?, 'None', '[]',"
+            " 'local', 5.0, 1)",
+            ('{"argv": ["true"], "workdir": "/", "gpus": 1, "cpus": 1, "mem_mib": 0,'
+             ' "time_limit_s": null, "env": []}',),
+        )  # fmt: skip
+    store = SqlJobStore(sqlite_url(db_path))
+    try:
+        (job,) = store.load_jobs()
+    finally:
+        store.close()
+    assert (job.id, job.spec.gpus, job.restarts, job.attained_gpu_s) == (7, 1, 0, 0.0)
+    assert job.spec.preemptible is True

@@ -1,9 +1,8 @@
-"""JobBook: the in-memory index the queue, `show` and the scheduler read from."""
+"""JobBook: the in-memory index `queue` and `show` read from."""
 
 from __future__ import annotations
 
 import threading
-from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +11,6 @@ from hypothesis import strategies as st
 from gpuyard.domain.errors import Conflict
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.scheduling.plan import PendingJob
 from gpuyard.services.jobbook import JobBook
 
 
@@ -23,32 +21,7 @@ def new_job(job_id: int, *, gpus: int = 1, priority: int = 0, cpus: int = 1) -> 
 
 
 def pending_ids(book: JobBook) -> list[int]:
-    return [p.id for p in book.pending_in_order()[0]]
-
-
-def test_pending_queue_is_in_priority_order_whatever_the_put_order() -> None:
-    book = JobBook()
-    for job_id, prio in [(1, 0), (2, 5), (3, 0), (4, 10), (5, 5), (6, -1)]:
-        book.put(new_job(job_id, priority=prio))
-    assert pending_ids(book) == [4, 2, 5, 1, 3, 6]
-
-
-def test_pending_items_carry_what_the_scheduler_needs() -> None:
-    book = JobBook()
-    book.put(new_job(3, gpus=2, priority=4, cpus=8))
-    assert book.pending_in_order()[0] == [PendingJob(3, 2, 8, 1536, 4)]
-
-
-def test_priority_change_moves_the_job_in_the_queue() -> None:
-    book = JobBook()
-    for job_id in (1, 2, 3):
-        book.put(new_job(job_id))
-    job3 = book.get(3)
-    assert job3 is not None
-    bumped = job3.with_changes(spec=JobSpec(("train",), "j3", "/tmp", gpus=1, priority=9))
-    book.put(bumped)
-    assert pending_ids(book) == [3, 1, 2]
-    assert book.pending_in_order()[0][0].priority == 9
+    return [j.id for j in book.jobs(include_finished=False) if j.state is JobState.PENDING]
 
 
 def test_started_job_leaves_the_queue_and_joins_running() -> None:
@@ -67,7 +40,7 @@ def test_started_job_leaves_the_queue_and_joins_running() -> None:
     assert finished is not None and finished.state is JobState.COMPLETED
 
 
-def test_requeued_job_returns_to_its_place_in_the_queue() -> None:
+def test_requeued_job_is_pending_again() -> None:
     book = JobBook([new_job(1), new_job(2), new_job(3)])
     job = book.get(2)
     assert job is not None
@@ -97,21 +70,6 @@ def test_skipping_a_version_is_refused() -> None:
     assert job is not None
     with pytest.raises(Conflict):
         book.put(job.with_changes().with_changes())  # version 3 over version 1
-
-
-def test_pending_by_gpus_counts_the_requests_of_pending_jobs_only() -> None:
-    book = JobBook()
-    for job_id, gpus in [(1, 1), (2, 1), (3, 4), (4, 0), (5, 4)]:
-        book.put(new_job(job_id, gpus=gpus))
-    assert book.pending_in_order()[1] == {1: 2, 4: 2, 0: 1}
-    for job_id in (3, 5):
-        job = book.get(job_id)
-        assert job is not None
-        book.put(job.transition(JobState.RUNNING, gpus=(0, 1, 2, 3)))
-    job4 = book.get(4)
-    assert job4 is not None
-    book.put(job4.transition(JobState.CANCELLED))
-    assert book.pending_in_order()[1] == {1: 2}  # no zero-count entries left behind
 
 
 def test_loaded_jobs_are_indexed_and_ids_continue_after_the_highest() -> None:
@@ -174,12 +132,8 @@ def test_indexes_match_the_jobs_after_any_sequence_of_changes(
                            priority=prio)  # fmt: skip
             book.put(job.with_changes(spec=spec))
     everything = book.jobs(include_finished=True)
-    pending = [j for j in everything if j.state is JobState.PENDING]
-    expected = sorted(pending, key=lambda j: (-j.spec.priority, j.id))
-    items, counts = book.pending_in_order()
-    assert [p.id for p in items] == [j.id for j in expected]
-    assert [p.priority for p in items] == [j.spec.priority for j in expected]
-    assert counts == dict(Counter(j.spec.gpus for j in pending))
+    unfinished = [j.id for j in everything if not j.state.is_terminal]
+    assert [j.id for j in book.jobs(include_finished=False)] == unfinished
     assert sorted(j.id for j in book.running()) == sorted(
         j.id for j in everything if j.state is JobState.RUNNING
     )

@@ -14,12 +14,13 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import TypeAdapter
 
 from gpuyard import __version__
-from gpuyard.api.convert import gpu_to_wire, job_to_wire, spec_from_wire
+from gpuyard.api.convert import dry_run_to_wire, gpu_to_wire, job_to_wire, spec_from_wire
 from gpuyard.api.errors import install_error_handlers
 from gpuyard.bootstrap import Server
 from gpuyard.domain.errors import Unauthorized
 from gpuyard.domain.job import Job
-from gpuyard.schemas.v1 import ErrorOut, GpuOut, JobOut, JobSubmitIn, ServerInfoOut
+from gpuyard.domain.states import JobState
+from gpuyard.schemas.v1 import DryRunOut, ErrorOut, GpuOut, JobOut, JobSubmitIn, ServerInfoOut
 
 _LOG_CHUNK = 1 << 16
 _FOLLOW_POLL_S = 0.2
@@ -51,8 +52,16 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
                 "(or set GPUYARD_TOKEN)"
             )
 
-    def out(job: Job) -> JobOut:
-        return job_to_wire(job, service.reason(job), server.executor.log_path(job.id))
+    def out(job: Job, estimates: dict[int, float | None] | None = None) -> JobOut:
+        start = estimates.get(job.id) if estimates else None
+        return job_to_wire(job, service.reason(job), server.executor.log_path(job.id), start)
+
+    async def estimates_for(jobs: list[Job]) -> dict[int, float | None] | None:
+        """Projected starts, only when a pending job is listed (the projection costs a copy
+        of the scheduler's state), off the event loop."""
+        if not any(job.state is JobState.PENDING for job in jobs):
+            return None
+        return await asyncio.to_thread(service.estimated_starts)
 
     @app.get("/healthz", include_in_schema=True)
     def healthz() -> dict[str, str]:
@@ -67,16 +76,23 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
         job = await service.submit_async(spec_from_wire(body), server.owner)
         return _json(out(job).model_dump_json(), status=201)
 
+    @app.post("/api/v1/jobs/dry-run", dependencies=auth)
+    def dry_run(body: JobSubmitIn) -> DryRunOut:
+        """Whether the job can ever run here and when it would start, without queueing it."""
+        return dry_run_to_wire(service.dry_run(spec_from_wire(body), server.owner))
+
     @app.get("/api/v1/jobs", dependencies=auth, response_model=list[JobOut])
     async def list_jobs(
         all: Annotated[bool, Query(description="include finished jobs")] = False,
     ) -> Response:
         jobs = service.list_jobs(include_finished=all)
-        return _json(_JOB_LIST.dump_json([out(job) for job in jobs]))
+        estimates = await estimates_for(jobs)
+        return _json(_JOB_LIST.dump_json([out(job, estimates) for job in jobs]))
 
     @app.get("/api/v1/jobs/{job_id}", dependencies=auth, response_model=JobOut)
     async def get_job(job_id: int) -> Response:
-        return _json(out(service.get(job_id)).model_dump_json())
+        job = service.get(job_id)
+        return _json(out(job, await estimates_for([job])).model_dump_json())
 
     @app.post("/api/v1/jobs/{job_id}/cancel", dependencies=auth)
     def cancel_job(job_id: int) -> JobOut:
@@ -120,6 +136,7 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
         return ServerInfoOut(
             version=__version__, gpus_source=inv.source, num_gpus=len(inv.gpus),
             cpus=inv.node.cpus, mem_mib=inv.node.mem_mib, owner=server.owner,
+            policy=server.settings.policy,
         )  # fmt: skip
 
     return app

@@ -10,8 +10,8 @@ from pathlib import Path
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.units import parse_duration_s, parse_size_mib
-from gpuyard.schemas.v1 import GpuOut, JobOut, JobSubmitIn
-from gpuyard.services.jobs import GpuHolding
+from gpuyard.schemas.v1 import DryRunOut, GpuOut, JobOut, JobSubmitIn
+from gpuyard.services.jobs import DryRun, GpuHolding
 
 
 def spec_from_wire(body: JobSubmitIn) -> JobSpec:
@@ -42,12 +42,16 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
         else None,
         priority=body.priority,
         env=tuple(sorted(body.env.items())),
+        preemptible=body.preemptible,
     )
 
 
-def job_to_wire(job: Job, reason: str, log_path: str) -> JobOut:
+def job_to_wire(
+    job: Job, reason: str, log_path: str, estimated_start: float | None = None
+) -> JobOut:
     spec = job.spec
     end = job.ended_at if job.ended_at is not None else time.time()
+    running_s = end - job.started_at if job.started_at is not None else 0.0
     return JobOut.model_construct(  # our own values: no need to validate them again
         id=job.id,
         name=spec.name,
@@ -69,6 +73,19 @@ def job_to_wire(job: Job, reason: str, log_path: str) -> JobOut:
         ended_at=_iso(job.ended_at),
         runtime_s=round(end - job.started_at, 3) if job.started_at is not None else None,
         log_path=log_path,
+        preemptible=spec.preemptible,
+        restarts=job.restarts,
+        attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
+        estimated_start_at=_iso(estimated_start),
+    )
+
+
+def dry_run_to_wire(answer: DryRun) -> DryRunOut:
+    start = answer.start_at
+    return DryRunOut(
+        now=_iso(answer.now) or "",
+        start_at=_iso(start),
+        starts_in_s=None if start is None else round(max(0.0, start - answer.now), 3),
     )
 
 

@@ -63,14 +63,27 @@ def submit(
     export_env: Annotated[
         bool, typer.Option(help="pass PATH and the active virtualenv/conda env to the job")
     ] = True,
+    no_preempt: Annotated[
+        bool, typer.Option("--no-preempt", help="never stop this job to run another")
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="queue nothing: say if and when the job would start"),
+    ] = False,
 ) -> None:
     """Queue a job; prints its id alone (JOB=$(gpuyard submit ...) works)."""
     from gpuyard.cli.submitting import build_submission
 
     argv, fields = build_submission(command, name, workdir, env or [], export_env)
-    job = _client().submit(
-        argv, gpus=gpus, cpus=cpus, mem=mem, time_limit=time, priority=priority, **fields
-    )
+    fields.update(gpus=gpus, cpus=cpus, mem=mem, time_limit=time, priority=priority)
+    if no_preempt:
+        fields["preemptible"] = False
+    if dry_run:
+        from gpuyard.cli.render import dry_run_answer
+
+        sys.stdout.write(dry_run_answer(_client().dry_run(argv, **fields)) + "\n")
+        return
+    job = _client().submit(argv, **fields)
     sys.stdout.write(f"{job['id']}\n")
 
 
@@ -187,6 +200,10 @@ def server(
     kill_grace: Annotated[
         float | None, typer.Option(help="seconds between SIGTERM and SIGKILL [10]")
     ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(help="scheduling policy: default, fifo, backfill, fairshare, las [default]"),
+    ] = None,
 ) -> None:
     """Run the server: HTTP API, scheduler and executor in one process."""
     from gpuyard.cli.serving import run_server
@@ -195,7 +212,7 @@ def server(
     try:
         settings = Settings.from_env(
             host=host, port=port, state_dir=state_dir, gpus=gpus, cpus=cpus,
-            kill_grace_s=kill_grace,
+            kill_grace_s=kill_grace, policy=policy,
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))

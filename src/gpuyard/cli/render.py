@@ -39,11 +39,33 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
                 str(job["num_gpus"]),
                 format_duration(job["runtime_s"]) if job["runtime_s"] is not None else "0:00",
                 format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED",
+                _start(job),
                 where,
             ]
         )
-    return table(["JOBID", "NAME", "USER", "STATE", "GPUS", "TIME", "TIME_LIMIT",
+    return table(["JOBID", "NAME", "USER", "STATE", "GPUS", "TIME", "TIME_LIMIT", "START",
                   "GPU_IDS(REASON)"], rows)  # fmt: skip
+
+
+def _start(job: dict[str, Any]) -> str:
+    """Start time; for a pending job the estimate (`~`), or `?` when none can be made."""
+    if job["state"] == "PENDING":
+        estimate = job.get("estimated_start_at")
+        return f"~{_local(estimate, short=True)}" if estimate else "?"
+    return _local(job["started_at"], short=True)
+
+
+def dry_run_answer(answer: dict[str, Any]) -> str:
+    """One line for `submit --dry-run`."""
+    seconds = answer["starts_in_s"]
+    if seconds is None:
+        return ("the job fits this server, but no start can be estimated: the GPUs it needs "
+                "are held by jobs without a time limit (nothing was queued)")  # fmt: skip
+    if seconds < 1:
+        return "the job would start now (nothing was queued)"
+    return (f"the job would start in about {format_duration(seconds)}, at "
+            f"{_local(answer['start_at'])}, if running jobs use their whole time limit "
+            "(nothing was queued)")  # fmt: skip
 
 
 def job_record(job: dict[str, Any]) -> str:
@@ -55,6 +77,9 @@ def job_record(job: dict[str, Any]) -> str:
         ("Reason", job["reason"]),
         ("ExitCode", "-" if job["exit_code"] is None else job["exit_code"]),
         ("Priority", job["priority"]),
+        ("Preemptible", "yes" if job["preemptible"] else "no (--no-preempt)"),
+        ("Restarts", f"{job['restarts']} (preempted and requeued)"),
+        ("GpuTime", f"{job['attained_gpu_s'] / 3600:.2f} GPU-hours, all runs"),
         ("Command", " ".join(_quote(a) for a in job["command"])),
         ("WorkDir", job["workdir"]),
         ("GPUs", f"{job['num_gpus']} requested, held: {gpu_list(job['gpus'])}"),
@@ -64,6 +89,7 @@ def job_record(job: dict[str, Any]) -> str:
         ("Node", job["node"]),
         ("SubmitTime", _local(job["submitted_at"])),
         ("StartTime", _local(job["started_at"])),
+        ("EstimatedStart", _estimate(job)),
         ("EndTime", _local(job["ended_at"])),
         ("RunTime", format_duration(job["runtime_s"])),
         ("Log", job["log_path"]),
@@ -91,10 +117,22 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _local(iso: str | None) -> str:
+def _estimate(job: dict[str, Any]) -> str:
+    if job["state"] != "PENDING":
+        return "-"
+    if not job.get("estimated_start_at"):
+        return "unknown (running jobs without a time limit hold what it needs)"
+    return f"{_local(job['estimated_start_at'])} if running jobs use their whole time limit"
+
+
+def _local(iso: str | None, *, short: bool = False) -> str:
+    """ISO UTC time in local time; `short` drops today's date."""
     if not iso:
         return "-"
-    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+    when = datetime.fromisoformat(iso).astimezone()
+    if short and when.date() == datetime.now().astimezone().date():
+        return when.strftime("%H:%M:%S")
+    return when.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _quote(arg: str) -> str:

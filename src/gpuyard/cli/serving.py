@@ -16,6 +16,9 @@ def run_server(settings: Settings) -> None:
         stream=sys.stderr,
     )  # fmt: skip
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    from gpuyard.scheduling.policies import make_policy
+
+    make_policy(settings.policy, for_server=True)  # a wrong name: one line, before binding
     sock = _bind(settings.host, settings.port)
     import uvicorn
 
@@ -28,6 +31,7 @@ def run_server(settings: Settings) -> None:
     print(f"gpuyard server listening on {settings.url}", flush=True)
     print(f"  state dir: {settings.state_dir}", flush=True)
     print(f"  GPUs:      {server.service.inventory.source}", flush=True)
+    print(f"  policy:    {settings.policy}", flush=True)
     print(f"  API token: {settings.token_path} (the CLI on this machine finds it)", flush=True)
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, loop="uvloop", http="httptools",

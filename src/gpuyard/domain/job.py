@@ -10,6 +10,9 @@ from gpuyard.domain.states import JobState, check_transition
 REASON_NONE = "None"
 REASON_RESOURCES = "Resources"
 REASON_PRIORITY = "Priority"
+# Chosen to run, waiting for the jobs it preempted to stop and release their GPUs.
+REASON_PREEMPTING = "Preempting"
+REASON_PREEMPTED = "Preempted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +28,7 @@ class JobSpec:
     time_limit_s: int | None = None
     priority: int = 0
     env: tuple[tuple[str, str], ...] = ()
+    preemptible: bool = True  # False: `--no-preempt`, no policy may stop it for another job
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +47,13 @@ class Job:
     ended_at: float | None = None
     pid: int | None = None
     pid_started_at: float | None = None
+    # The state the job goes to once its processes are gone: CANCELLED (the user cancelled
+    # it) or PENDING (the scheduler preempted it: it is requeued).
     stop_intent: JobState | None = None
     version: int = 1
     node: str = "local"
+    attained_gpu_s: float = 0.0  # GPU-seconds held in earlier runs (before preemptions)
+    restarts: int = 0  # times it was preempted and requeued
 
     def transition(self, target: JobState, **changes: object) -> Job:
         """Return this job moved to `target` (checked against the transition table)."""

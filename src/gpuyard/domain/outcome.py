@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal as signals
 
-from gpuyard.domain.job import REASON_NONE, Job
+from gpuyard.domain.job import REASON_NONE, REASON_PREEMPTED, Job
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_duration
 
@@ -12,9 +12,15 @@ from gpuyard.domain.units import format_duration
 def judge_exit(
     job: Job, exit_code: int | None, signal: int | None, timed_out: bool, lost: bool
 ) -> tuple[JobState, int | None, str]:
-    """Final state, recorded exit code and reason for a job whose process tree ended."""
+    """Final state, recorded exit code and reason for a job whose process tree ended.
+
+    A preempted job (stop intent PENDING) goes back to PENDING, unless it completed or ran out
+    of time before the stop reached it: then that is its end."""
     if job.stop_intent is JobState.CANCELLED:
         return JobState.CANCELLED, exit_code, "Cancelled by user"
+    finished_anyway = timed_out or (exit_code == 0 and not signal)
+    if job.stop_intent is JobState.PENDING and not finished_anyway and not lost:
+        return JobState.PENDING, None, REASON_PREEMPTED
     if timed_out:
         limit = format_duration(job.spec.time_limit_s)
         return JobState.TIMEOUT, exit_code, f"TimeLimit: stopped after its limit of {limit}"

@@ -1,8 +1,4 @@
-"""Pure scheduling: which pending jobs start on which GPUs, with a reason for every wait.
+"""Pure scheduling: the cluster model, the Policy protocol and the policies, projections.
 
 No I/O here: the server's controller and the simulator call the same code.
 """
-
-from gpuyard.scheduling.plan import PendingJob, Plan, SchedulingView, Start, plan
-
-__all__ = ["PendingJob", "Plan", "SchedulingView", "Start", "plan"]

@@ -26,7 +26,7 @@ class SchedJob:
     user: str
     gpus: int
     submitted_at: float
-    priority: int = 0
+    priority: int = 0  # the user's/admin's priority: strictly before any policy's own ranking
     cpus: int = 0
     mem_mib: int = 0
     time_limit_s: float | None = None
@@ -101,6 +101,10 @@ class Policy(Protocol):
         ...
 
     def schedule(self, ctx: Context) -> None: ...
+
+    def pending(self, now: float) -> list[SchedJob]:
+        """Pending jobs, the one to start next first: the order `gpuyard queue` explains."""
+        ...
 
     def next_decision_at(self, now: float) -> float | None:
         """When the policy would decide differently with no new event (a job crossing a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 
 class _Strict(BaseModel):
@@ -25,6 +25,9 @@ class JobSubmitIn(_Strict):
     priority: Annotated[StrictInt, Field(ge=-1_000_000, le=1_000_000)] = 0
     workdir: Annotated[StrictStr | None, Field(description="absolute path on the server")] = None
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    preemptible: Annotated[
+        StrictBool, Field(description="false: no policy may preempt it (--no-preempt)")
+    ] = True
 
 
 class JobOut(BaseModel):
@@ -50,6 +53,20 @@ class JobOut(BaseModel):
     ended_at: str | None
     runtime_s: float | None
     log_path: str
+    preemptible: bool
+    restarts: int = Field(description="times it was preempted and requeued")
+    attained_gpu_s: float = Field(description="GPU-seconds held so far, all runs")
+    estimated_start_at: str | None = Field(
+        description="pending jobs: projected start if running jobs use their whole time limit"
+    )
+
+
+class DryRunOut(BaseModel):
+    """`submit --dry-run`: the job fits this server; when it would start if submitted now."""
+
+    now: str
+    start_at: str | None = Field(description="null: not before jobs without a time limit end")
+    starts_in_s: float | None
 
 
 class GpuOut(BaseModel):
@@ -73,6 +90,7 @@ class ServerInfoOut(BaseModel):
     cpus: int
     mem_mib: int
     owner: str
+    policy: str = Field(description="the scheduling policy (gpuyard server --policy)")
 
 
 class ErrorBody(BaseModel):

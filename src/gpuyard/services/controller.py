@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from gpuyard.domain.job import REASON_NONE, Job
 from gpuyard.domain.outcome import judge_exit
 from gpuyard.domain.states import JobState
-from gpuyard.scheduling.plan import NodeFree, Plan, SchedulingView, plan
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.job_env import build_job_env
 from gpuyard.services.jobbook import JobBook
+from gpuyard.services.live_scheduler import Decisions, Launch, LiveScheduler
 from gpuyard.services.ports import Executor, ExitStatus, JobStore, Launched
 
 log = logging.getLogger("gpuyard.controller")
@@ -32,6 +32,7 @@ class Controller:
         store: JobStore,
         executor: Executor,
         inventory: Inventory,
+        scheduler: LiveScheduler,
         *,
         base_env: Mapping[str, str],
         clock: Callable[[], float] = time.time,
@@ -40,9 +41,9 @@ class Controller:
         self.store = store
         self.executor = executor
         self.inventory = inventory
+        self.scheduler = scheduler
         self._base_env = dict(base_env)
         self._clock = clock
-        self._last_plan = Plan()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -75,47 +76,38 @@ class Controller:
                 log.exception("scheduling pass failed")
 
     # -- one pass -------------------------------------------------------------------------
-    def tick(self) -> Plan:
-        """One scheduling pass: decide, record the starts durably, then launch them."""
+    def tick(self) -> Decisions:
+        """One scheduling pass: the policy decides; starts and preemptions are recorded durably,
+        then processes are launched and stopped."""
         with self.book.mutation_lock:
-            decided = plan(self._view())
-            self._last_plan = decided
-            started = self._record_starts(decided)
+            decided = self.scheduler.decide()
+            started = self._record_starts(decided.launches)
+            stopping = self._record_preemptions(decided.preempt)
         if started:
             self._launch(started)
+        for job in stopping:
+            if job.pid is not None:  # else `_launch` stops it once its pid is known
+                self.executor.stop(job)
         return decided
 
     def reason_for(self, job: Job) -> str:
-        """Why a job is in its state: the last pass's reason for pending jobs."""
+        """Why a job is in its state: the scheduler's reason for pending jobs."""
         if job.state is JobState.PENDING:
-            return self._last_plan.reason_for(job.id)
+            return self.scheduler.reason_for(job.id)
         return job.reason
 
-    def _view(self) -> SchedulingView:
-        pending, by_gpus = self.book.pending_in_order()
-        held: set[int] = set()
-        cpus = self.inventory.node.cpus
-        mem = self.inventory.node.mem_mib
-        for job in self.book.running():
-            held.update(job.gpus)
-            cpus -= job.spec.cpus
-            mem -= job.spec.mem_mib
-        free = [g for g in self.inventory.gpu_indices() if g not in held]
-        node = NodeFree(self.inventory.node.name, free, cpus, mem)
-        return SchedulingView(pending=pending, nodes=[node], pending_by_gpus=by_gpus)
-
-    def _record_starts(self, decided: Plan) -> list[Job]:
+    def _record_starts(self, launches: list[Launch]) -> list[Job]:
         now = self._clock()
         started = []
-        for start in decided.starts:
-            job = self.book.get(start.job_id)
+        for launch in launches:
+            job = self.book.get(launch.job_id)
             if job is None or job.state is not JobState.PENDING:
-                continue
+                continue  # a preempted job whose old processes are still stopping
             started.append(
                 job.transition(
                     JobState.RUNNING,
-                    gpus=start.gpus,
-                    node=start.node,
+                    gpus=launch.gpus,
+                    node=launch.node,
                     started_at=now,
                     reason=REASON_NONE,
                 )
@@ -126,7 +118,23 @@ class Controller:
             self.store.write([], started)
             for job in started:
                 self.book.put(job)
+                self.scheduler.launched(job.id, job.gpus)
         return started
+
+    def _record_preemptions(self, job_ids: list[int]) -> list[Job]:
+        """Mark preempted jobs durably (stop intent PENDING: they are requeued once stopped)."""
+        stopping = []
+        for job_id in job_ids:
+            job = self.book.get(job_id)
+            if job is None or job.state is not JobState.RUNNING or job.stop_intent is not None:
+                continue
+            stopping.append(job.with_changes(stop_intent=JobState.PENDING))
+        if stopping:
+            self.store.write([], stopping)
+            for job in stopping:
+                self.book.put(job)
+                log.info("job %s preempted: it will be requeued once stopped", job.id)
+        return stopping
 
     def _launch(self, started: list[Job]) -> None:
         launched: list[tuple[Job, Launched]] = []
@@ -167,14 +175,16 @@ class Controller:
             state, exit_code, judged = judge_exit(
                 job, status.exit_code, status.signal, status.timed_out, status.lost
             )
-            ended = job.transition(
-                state,
-                exit_code=exit_code,
-                ended_at=status.ended_at or self._clock(),
-                reason=reason or judged,
-            )
+            ended_at = status.ended_at or self._clock()
+            if state is JobState.PENDING:
+                ended = _requeued(job, ended_at, judged)
+            else:
+                ended = job.transition(
+                    state, exit_code=exit_code, ended_at=ended_at, reason=reason or judged
+                )
             self.store.write([], [ended])
             self.book.put(ended)
+            self.scheduler.ended(ended, ended_at)
         log.info("job %s %s%s", job_id, ended.state.value,
                  "" if ended.reason == REASON_NONE else f" ({ended.reason})")  # fmt: skip
 
@@ -229,4 +239,15 @@ class Controller:
             )  # fmt: skip
             self.store.write([], [requeued])
             self.book.put(requeued)
+            self.scheduler.ended(requeued, self._clock())
         log.info("job %s requeued: it had not started when the server stopped", job.id)
+
+
+def _requeued(job: Job, stopped_at: float, reason: str) -> Job:
+    """A preempted job back in the queue, keeping the GPU service it attained."""
+    ran_s = max(0.0, stopped_at - (job.started_at or stopped_at))
+    return job.transition(
+        JobState.PENDING, gpus=(), started_at=None, pid=None, pid_started_at=None,
+        stop_intent=None, exit_code=None, reason=reason, restarts=job.restarts + 1,
+        attained_gpu_s=job.attained_gpu_s + len(job.gpus) * ran_s,
+    )  # fmt: skip

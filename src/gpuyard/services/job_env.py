@@ -23,6 +23,8 @@ def build_job_env(job: Job, base: Mapping[str, str]) -> dict[str, str]:
             "GPUYARD_JOB_NAME": job.spec.name,
             "GPUYARD_NUM_GPUS": str(len(job.gpus)),
             "GPUYARD_NODE": job.node,
+            # 0 on the first run; N after N preemptions: resume from your checkpoint.
+            "GPUYARD_RESTART_COUNT": str(job.restarts),
             "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1"),
         }
     )

@@ -26,6 +26,15 @@ class GpuHolding:
     job: Job | None
 
 
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """The answer to `submit --dry-run`: the job fits this server; it would start at
+    `start_at` (None: not before the running jobs without a time limit end)."""
+
+    now: float
+    start_at: float | None
+
+
 class JobService:
     """The server's use cases; the API is a thin layer over these."""
 
@@ -71,6 +80,7 @@ class JobService:
     def _queue(self, job: Job) -> Job:
         """Only a durable job enters the queue: the scheduler never starts a job it could lose."""
         self.book.put(job)
+        self.controller.scheduler.submitted(job)
         self.controller.wake()
         return job
 
@@ -97,12 +107,25 @@ class JobService:
                 )
                 self.store.write([], [cancelled])
                 self.book.put(cancelled)
+                self.controller.scheduler.cancelled(job_id, cancelled.ended_at or 0.0)
                 self.controller.wake()
                 return cancelled
         return self.controller.request_stop(job, JobState.CANCELLED)
 
     def reason(self, job: Job) -> str:
         return self.controller.reason_for(job)
+
+    def estimated_starts(self) -> dict[int, float | None]:
+        """Projected start of each pending job: running and started jobs use their whole time
+        limit (what Slurm's `squeue --start` assumes); None where no estimate is possible."""
+        return self.controller.scheduler.estimated_starts()
+
+    def dry_run(self, spec: JobSpec, owner: str) -> DryRun:
+        """Whether `spec` can ever run here and when it would start, without queueing it."""
+        self._check_fits(spec)
+        probe_id = self.book.peek_next_id()
+        start = self.controller.scheduler.dry_run(spec, owner, probe_id)
+        return DryRun(now=self._clock(), start_at=start)
 
     def gpus(self) -> list[GpuHolding]:
         holders = {gpu: job for job in self.book.running() for gpu in job.gpus}

@@ -26,6 +26,7 @@ def job_to_row(job: Job) -> dict[str, Any]:
                 "mem_mib": spec.mem_mib,
                 "time_limit_s": spec.time_limit_s,
                 "env": [list(kv) for kv in spec.env],
+                "preemptible": spec.preemptible,
             }
         ),
         "reason": job.reason,
@@ -39,6 +40,8 @@ def job_to_row(job: Job) -> dict[str, Any]:
         "pid_started_at": job.pid_started_at,
         "stop_intent": job.stop_intent.value if job.stop_intent else None,
         "version": job.version,
+        "attained_gpu_s": job.attained_gpu_s,
+        "restarts": job.restarts,
     }
 
 
@@ -54,6 +57,7 @@ def row_to_job(row: Any) -> Job:
         time_limit_s=spec_data["time_limit_s"],
         priority=row.priority,
         env=tuple((k, v) for k, v in spec_data["env"]),
+        preemptible=spec_data.get("preemptible", True),
     )
     return Job(
         id=row.id,
@@ -71,4 +75,6 @@ def row_to_job(row: Any) -> Job:
         pid_started_at=row.pid_started_at,
         stop_intent=JobState(row.stop_intent) if row.stop_intent else None,
         version=row.version,
+        attained_gpu_s=row.attained_gpu_s,
+        restarts=row.restarts,
     )

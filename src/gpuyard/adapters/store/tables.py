@@ -26,4 +26,6 @@ jobs = Table(
     Column("pid_started_at", Float),
     Column("stop_intent", String(32)),
     Column("version", Integer, nullable=False),
+    Column("attained_gpu_s", Float, nullable=False, server_default="0"),
+    Column("restarts", Integer, nullable=False, server_default="0"),
 )

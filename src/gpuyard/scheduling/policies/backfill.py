@@ -58,6 +58,9 @@ class BackfillPolicy:
     def next_decision_at(self, now: float) -> float | None:
         return None
 
+    def pending(self, now: float) -> list[SchedJob]:
+        return list(self._queue)
+
     def schedule(self, ctx: Context) -> None:
         cluster, now = ctx.cluster, ctx.now
         pending = list(self._queue)

@@ -5,7 +5,8 @@ Worked example. Users a and b have equal shares. a used 900 GPU-h this week, b 1
 submits a 1-GPU job at the same moment. b's fair-share factor is 2^(-0.1/0.5) = 0.87 and a's
 2^(-0.9/0.5) = 0.29, so b's job ranks first and runs on the next free GPU. A job's age adds up
 to `weight_age` over `max_age_s` (7 days), so a's job still starts eventually. No preemption:
-jobs start greedily in priority order, smaller ones using GPUs a bigger one cannot.
+jobs start greedily in priority order, smaller ones using GPUs a bigger one cannot. A job's own
+`--priority` (like Slurm's QOS priority) ranks before the multifactor score.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class FairsharePolicy:
         age = min((now - job.submitted_at) / self._max_age_s, 1.0)
         size = 1.0 - min(job.gpus / self._total_gpus, 1.0)
         score = self._w_fs * fairshare + self._w_age * age + self._w_size * size
-        return float(score + job.priority)
+        return float(score)
 
     def _decay(self, now: float) -> None:
         """Charge running jobs' GPU time, then decay everyone's usage to `now`."""
@@ -71,13 +72,13 @@ class FairsharePolicy:
         jobs = list(self._pending)
         self._pending = SortedJobs()
         for job in jobs:
-            self._pending.add(job, (-self.priority(job, now), job.submitted_at))
+            self._pending.add(job, (-job.priority, -self.priority(job, now), job.submitted_at))
         self._next_recalc = now + self._recalc_s
 
     # -- events -----------------------------------------------------------------------------
     def submit(self, job: SchedJob, now: float) -> None:
         self._usage.setdefault(job.user, 0.0)
-        self._pending.add(job, (-self.priority(job, now), job.submitted_at))
+        self._pending.add(job, (-job.priority, -self.priority(job, now), job.submitted_at))
         self._sizes.add(job.gpus)
 
     def started(self, job: SchedJob, now: float) -> None:
@@ -101,6 +102,9 @@ class FairsharePolicy:
 
     def next_decision_at(self, now: float) -> float | None:
         return self._next_recalc if self._pending else None
+
+    def pending(self, now: float) -> list[SchedJob]:
+        return list(self._pending)
 
     def schedule(self, ctx: Context) -> None:
         cluster, now = ctx.cluster, ctx.now

@@ -1,13 +1,13 @@
 """`fifo`: strict first come, first served, the baseline everyone quotes.
 
 Worked example. 8 free GPUs; queue: A (16 GPUs), B (1 GPU). A cannot start, and B waits behind
-it although a GPU is free: head-of-line blocking is the point of this baseline.
+it although a GPU is free: head-of-line blocking is the point of this baseline. A job submitted
+with a higher `--priority` goes ahead of every job of lower priority.
 """
 
 from __future__ import annotations
 
-from collections import deque
-
+from gpuyard.scheduling.policies.ranked import SortedJobs
 from gpuyard.scheduling.policy import Context, SchedJob
 
 
@@ -18,16 +18,16 @@ class FifoPolicy:
     preemptive = False
 
     def __init__(self) -> None:
-        self._queue: deque[SchedJob] = deque()
+        self._queue = SortedJobs()
 
     def submit(self, job: SchedJob, now: float) -> None:
-        self._queue.append(job)
+        self._queue.add(job, (-job.priority, job.submitted_at))
 
     def started(self, job: SchedJob, now: float) -> None:
         pass
 
     def preempted(self, job: SchedJob, now: float) -> None:
-        self._queue.appendleft(job)
+        self.submit(job, now)  # back in its place: submission order
 
     def finished(self, job: SchedJob, now: float) -> None:
         pass
@@ -35,14 +35,16 @@ class FifoPolicy:
     def cancel(self, job: SchedJob, now: float) -> None:
         self._queue.remove(job)
 
+    def pending(self, now: float) -> list[SchedJob]:
+        return list(self._queue)
+
     def schedule(self, ctx: Context) -> None:
         queue = self._queue
-        while queue:
-            head = queue[0]
+        while (head := queue.first()) is not None:
             placement = ctx.cluster.place(head.gpus, head.cpus, head.mem_mib)
             if placement is None:
                 return
-            queue.popleft()
+            queue.remove(head)
             ctx.start(head, placement)
 
     def next_decision_at(self, now: float) -> float | None:

@@ -41,7 +41,8 @@ class LasPolicy(RankedPolicy):
     # -- events -----------------------------------------------------------------------------
     def submit(self, job: SchedJob, now: float) -> None:
         self._base[job.id] = 0.0
-        self._enqueue(job, 0, now)
+        # A new job starts in queue 0; a requeued one (server restart) where its service says.
+        self._enqueue(job, self._queue_for(job, now), now)
 
     def started(self, job: SchedJob, now: float) -> None:
         q = self._queue[job.id]

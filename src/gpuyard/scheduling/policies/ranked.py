@@ -4,6 +4,10 @@ A pass walks pending jobs best-first. A job that fits starts. One that does not 
 GPUs of running jobs ranked below it (the worst first), if together with the free GPUs they make
 room for it; otherwise it waits and smaller jobs behind it may still use free GPUs (no GPU idles
 while a fitting job waits). Subclasses say how jobs rank and when a rank changes by itself.
+
+A job's `priority` (`gpuyard submit --priority`) comes before the subclass's ranking: a pending
+job goes ahead of every job of lower priority and may preempt any of them; it never preempts a
+job of higher priority. With every priority equal (the traces) this changes nothing.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ class RankedPolicy:
 
     def __init__(self) -> None:
         self._pending_sizes = RequestSizes()
+        self._priorities_seen = False  # a job with a non-zero priority was ever submitted
 
     # Subclasses keep their own structures in step through these hooks.
     def _pending_order(self, now: float) -> list[SchedJob]:
@@ -104,6 +109,12 @@ class RankedPolicy:
     def _refresh(self, now: float) -> None:
         """Apply rank changes that happened by themselves since the last pass."""
 
+    def pending(self, now: float) -> list[SchedJob]:
+        order = self._pending_order(now)
+        if self._priorities_seen:
+            order.sort(key=lambda j: -j.priority)  # stable: the policy's order within a priority
+        return order
+
     def schedule(self, ctx: Context) -> None:
         now = ctx.now
         self._refresh(now)
@@ -114,7 +125,7 @@ class RankedPolicy:
         # A lower-ranked job needing at least as many GPUs as one whose preemption attempt
         # failed cannot succeed either: its possible victims are a subset.
         failed_at = 1 << 30
-        for job in self._pending_order(now):
+        for job in self.pending(now):
             placement = cluster.place(job.gpus, job.cpus, job.mem_mib)
             if placement is not None:
                 ctx.start(job, placement)
@@ -151,10 +162,15 @@ class RankedPolicy:
         protects jobs for other reasons (`default` protects jobs that started moments ago)
         thereby preempts nothing in that pass: a deliberate throttle on preemptions."""
         per_node: dict[int, list[SchedJob]] = {}
-        for victim in self._victims(ctx.now):
+        victims = self._victims(ctx.now)
+        if self._priorities_seen:
+            victims = sorted(victims, key=lambda v: v.priority)  # stable: worst first within
+        for victim in victims:
             if victim.run_started_at is None or not victim.preemptible:
                 continue  # preempted earlier in this pass (lists may be cached), or exempt
-            if not self._outranks(job, victim, ctx.now):
+            if victim.priority > job.priority:
+                break  # the rest rank higher still
+            if victim.priority == job.priority and not self._outranks(job, victim, ctx.now):
                 break
             for node, _ in victim.placement:
                 per_node.setdefault(node, []).append(victim)
@@ -208,6 +224,8 @@ class RankedPolicy:
     # -- pending-size bookkeeping for the early exit ----------------------------------------------
     def _pending_added(self, job: SchedJob) -> None:
         self._pending_sizes.add(job.gpus)
+        if job.priority:
+            self._priorities_seen = True
 
     def _pending_removed(self, job: SchedJob) -> None:
         self._pending_sizes.remove(job.gpus)

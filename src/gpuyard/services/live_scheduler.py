@@ -1,0 +1,316 @@
+"""The live server's scheduler: a Policy fed with the server's events, deciding on real GPUs.
+
+The policy objects are the ones `gpuyard simulate` replays, called the same way: events
+(`submit`, `started`, `preempted`, `finished`, `cancel`) in time order, then `schedule`. Two
+things differ from the simulator, and neither changes a decision:
+- A preempted job's processes take a moment (SIGTERM, grace, SIGKILL) to stop. The policy sees
+  the preemption at once, as in the simulator, and may start another job on the freed GPUs at
+  once; that job is *assigned* and launched as soon as the stopping job's processes are gone
+  (its pending reason meanwhile: `Preempting`).
+- The policy thinks in GPU counts per node; the physical GPU indices are chosen here, lowest
+  free first.
+
+Thread model: events arrive from API and executor threads and are queued in an inbox (cheap,
+no lock shared with the scheduling pass); `decide()` runs on the controller thread, applies the
+inbox in order and schedules. Estimates (`estimated_starts`, `dry_run`) work on a deep copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from gpuyard.domain.job import REASON_PREEMPTING, REASON_PRIORITY, REASON_RESOURCES, Job, JobSpec
+from gpuyard.domain.states import JobState
+from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
+from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
+from gpuyard.scheduling.projection import project_starts
+from gpuyard.services.inventory import Inventory
+
+# Jobs that ended longer ago than this many jobs back teach a restarted policy nothing new:
+# every policy's memory of the past is bounded (histories, decayed usage).
+_REBUILD_HISTORY_JOBS = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Start `job_id` now on these physical GPUs of `node`."""
+
+    job_id: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class Decisions:
+    """One pass's outcome: jobs to launch now, and running jobs to stop for others."""
+
+    launches: list[Launch] = field(default_factory=list)
+    preempt: list[int] = field(default_factory=list)
+
+
+def sched_job(job: Job) -> SchedJob:
+    """What the policy may know about a job."""
+    spec = job.spec
+    return SchedJob(
+        id=job.id, user=job.owner, gpus=spec.gpus, submitted_at=job.submitted_at,
+        priority=spec.priority, cpus=spec.cpus, mem_mib=spec.mem_mib,
+        time_limit_s=spec.time_limit_s, preemptible=spec.preemptible,
+        attained_gpu_s=job.attained_gpu_s, restarts=job.restarts,
+    )  # fmt: skip
+
+
+class LiveScheduler:
+    """One policy, the cluster it sees, and the physical GPUs behind it."""
+
+    def __init__(
+        self, policy: Policy, inventory: Inventory, clock: Callable[[], float]
+    ) -> None:
+        self.policy = policy
+        self._clock = clock
+        node = inventory.node
+        self._node_names = [node.name]
+        self._node_gpus = [inventory.gpu_indices()]
+        self.cluster = ClusterState(
+            [NodeSpec(node.name, len(self._node_gpus[0]), node.cpus, node.mem_mib)]
+        )
+        self._lock = threading.Lock()  # the policy and everything below
+        self._inbox: deque[tuple[str, float, object]] = deque()
+        self._jobs: dict[int, SchedJob] = {}  # pending or running in the policy's view
+        self._assigned: dict[int, Placement] = {}  # started by the policy, not launched yet
+        self._holding: dict[int, tuple[int, ...]] = {}  # GPUs held by a job's processes
+        self._stopping: set[int] = set()  # preempted, processes not gone yet
+        self._reasons: tuple[int, dict[int, str]] = (-1, {})
+        self._estimates: tuple[int, dict[int, float | None]] | None = None
+        self._generation = 0
+
+    # -- events (any thread) -------------------------------------------------------------------
+    def submitted(self, job: Job) -> None:
+        self._inbox.append(("submit", job.submitted_at, job))
+
+    def cancelled(self, job_id: int, at: float) -> None:
+        """A PENDING job was cancelled by its user."""
+        self._inbox.append(("cancel", at, job_id))
+
+    def ended(self, job: Job, at: float) -> None:
+        """A job's processes are gone: `job` is its new record, final or requeued (PENDING)."""
+        self._inbox.append(("end", at, job))
+
+    def launched(self, job_id: int, gpus: tuple[int, ...]) -> None:
+        """The controller recorded a launch durably; its GPUs are held from now on."""
+        with self._lock:
+            self._assigned.pop(job_id, None)
+            self._holding[job_id] = gpus
+
+    # -- the pass (controller thread) ----------------------------------------------------------
+    def decide(self) -> Decisions:
+        """Apply the events since the last pass, let the policy decide, and say what to do."""
+        with self._lock:
+            now = self._clock()
+            self._apply_inbox()
+            ctx = _LiveContext(self, now)
+            self.policy.schedule(ctx)
+            self._generation += 1
+            return Decisions(self._launchable(), ctx.preempted)
+
+    def reason_for(self, job_id: int) -> str:
+        """Why a pending job waits, as of the last pass (computed once per pass, on demand)."""
+        with self._lock:
+            if self._reasons[0] != self._generation:
+                self._reasons = (self._generation, self._pending_reasons(self._clock()))
+            return self._reasons[1].get(job_id, REASON_RESOURCES)
+
+    def _apply_inbox(self) -> None:
+        inbox = self._inbox
+        while inbox:
+            kind, at, item = inbox.popleft()
+            if kind == "submit":
+                assert isinstance(item, Job)
+                job = self._jobs[item.id] = sched_job(item)
+                self.policy.submit(job, at)
+            elif kind == "cancel":
+                assert isinstance(item, int)
+                self._forget(item, at)
+            else:
+                assert isinstance(item, Job)
+                self._on_end(item, at)
+
+    def _on_end(self, record: Job, at: float) -> None:
+        job_id = record.id
+        self._holding.pop(job_id, None)
+        requeued = record.state is JobState.PENDING
+        if job_id in self._stopping:
+            self._stopping.discard(job_id)
+            if not requeued:  # it ended for good before the stop reached it
+                self._forget(job_id, at)
+            return  # requeued: the policy saw the preemption when it decided it
+        job = self._jobs.get(job_id)
+        if job is None:
+            return
+        if requeued:  # its start was recorded but it never ran (server restart)
+            if job.running:
+                end_run(job, self.cluster, at)
+                self.policy.preempted(job, at)
+            return
+        if job.running:
+            del self._jobs[job_id]
+            self._assigned.pop(job_id, None)
+            end_run(job, self.cluster, at)
+            self.policy.finished(job, at)
+        else:
+            self._forget(job_id, at)
+
+    def _forget(self, job_id: int, at: float) -> None:
+        """Take a job out of the policy's view without a run to learn from (cancelled while
+        pending or assigned, or ended while the policy had it pending)."""
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            return
+        if job.running:
+            self._assigned.pop(job_id, None)
+            end_run(job, self.cluster, at)
+            self.policy.preempted(job, at)
+        self.policy.cancel(job, at)
+
+    def _launchable(self) -> list[Launch]:
+        """Assigned jobs whose GPUs are physically free now, in the order they were decided."""
+        held = {gpu for gpus in self._holding.values() for gpu in gpus}
+        free = [[g for g in gpus if g not in held] for gpus in self._node_gpus]
+        launches = []
+        for job_id, placement in self._assigned.items():
+            if any(len(free[node]) < count for node, count in placement):
+                continue  # waits for a preempted job's processes to stop
+            gpus: list[int] = []
+            for node, count in placement:
+                gpus.extend(free[node][:count])
+                del free[node][:count]
+            node_index = placement[0][0] if placement else 0
+            launches.append(Launch(job_id, self._node_names[node_index], tuple(gpus)))
+        return launches
+
+    def _pending_reasons(self, now: float) -> dict[int, str]:
+        """Slurm's reasons: the job next in line waits for Resources, the ones behind it for
+        Priority; a job already chosen waits for the jobs it preempted (Preempting)."""
+        reasons = {job_id: REASON_PREEMPTING for job_id in self._assigned}
+        for i, job in enumerate(self.policy.pending(now)):
+            reasons[job.id] = REASON_RESOURCES if i == 0 else REASON_PRIORITY
+        return reasons
+
+    # -- restart ------------------------------------------------------------------------------
+    def rebuild(self, jobs: Iterable[Job]) -> None:
+        """Feed the policy the server's past in time order, so that a restarted server ranks
+        jobs as the one that stopped did: finished runs (history, usage), running jobs (on
+        their GPUs), pending jobs (with the service they attained before a preemption)."""
+        events: list[tuple[float, int, int, Job]] = []
+        jobs = list(jobs)
+        finished = [
+            j for j in jobs if j.state.is_terminal and j.started_at is not None and j.ended_at
+        ]
+        finished.sort(key=lambda j: j.ended_at or 0.0)
+        for job in finished[-_REBUILD_HISTORY_JOBS:]:
+            events += _life(job, (job.submitted_at, job.started_at, job.ended_at))
+        for job in jobs:
+            if job.state is JobState.PENDING:
+                events += _life(job, (job.submitted_at,))
+            elif job.state is JobState.RUNNING:
+                events += _life(job, (job.submitted_at, job.started_at))
+        events.sort(key=lambda e: e[:3])
+        with self._lock:
+            for at, kind, _, record in events:
+                self._replay(kind, at, record)
+
+    def _replay(self, kind: int, at: float, record: Job) -> None:
+        if kind == 0:
+            job = self._jobs[record.id] = sched_job(record)
+            self.policy.submit(job, at)
+            return
+        job = self._jobs[record.id]
+        if kind == 1:
+            if record.state is JobState.RUNNING:
+                begin_run(job, self.cluster, _placement_of(record), at)
+                self._holding[record.id] = record.gpus
+            else:  # a finished run: on no GPUs any more, only its times matter
+                job.run_started_at = at
+            self.policy.started(job, at)
+            if record.state is JobState.RUNNING and record.stop_intent is JobState.PENDING:
+                # It was being preempted when the server stopped: it still is.
+                end_run(job, self.cluster, self._clock())
+                job.restarts += 1
+                self.policy.preempted(job, self._clock())
+                self._stopping.add(record.id)
+            return
+        del self._jobs[record.id]
+        job.attained_gpu_s += job.gpus * (at - (job.run_started_at or at))
+        job.run_started_at = None
+        self.policy.finished(job, at)
+
+    # -- estimates ----------------------------------------------------------------------------
+    def estimated_starts(self) -> dict[int, float | None]:
+        """Projected start of every pending job (None: not within the projection), recomputed
+        once per pass at most."""
+        with self._lock:
+            cached = self._estimates
+            if cached is not None and cached[0] == self._generation:
+                return cached[1]
+            generation = self._generation
+            policy, cluster, running, assigned = self._copy()
+        estimates = project_starts(policy, cluster, running, self._clock())
+        now = self._clock()
+        estimates.update({job_id: now for job_id in assigned})
+        with self._lock:
+            if self._generation == generation:
+                self._estimates = (generation, estimates)
+        return estimates
+
+    def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> float | None:
+        """When a job of `spec` submitted now would start (None: not within the projection)."""
+        now = self._clock()
+        probe = sched_job(Job(job_id, spec, owner, JobState.PENDING, submitted_at=now))
+        with self._lock:
+            self._apply_inbox()
+            policy, cluster, running, _ = self._copy()
+        policy.submit(probe, now)
+        return project_starts(policy, cluster, running, now).get(probe.id)
+
+    def can_ever_fit(self, gpus: int) -> bool:
+        return self.cluster.can_ever_fit(gpus)
+
+    def _copy(self) -> tuple[Policy, ClusterState, list[SchedJob], list[int]]:
+        running = [j for j in self._jobs.values() if j.running]
+        policy, cluster, running = copy.deepcopy((self.policy, self.cluster, running))
+        return policy, cluster, running, list(self._assigned)
+
+
+class _LiveContext:
+    """The Context the policy acts on during a live pass."""
+
+    def __init__(self, scheduler: LiveScheduler, now: float) -> None:
+        self._s = scheduler
+        self.now = now
+        self.cluster = scheduler.cluster
+        self.preempted: list[int] = []
+
+    def start(self, job: SchedJob, placement: Placement) -> None:
+        begin_run(job, self.cluster, placement, self.now)
+        self._s._assigned[job.id] = placement
+        self._s.policy.started(job, self.now)
+
+    def preempt(self, job: SchedJob) -> None:
+        end_run(job, self.cluster, self.now)
+        job.restarts += 1
+        self._s.policy.preempted(job, self.now)
+        if self._s._assigned.pop(job.id, None) is None:  # it has processes to stop
+            self._s._stopping.add(job.id)
+            self.preempted.append(job.id)
+
+
+def _life(job: Job, times: tuple[float | None, ...]) -> list[tuple[float, int, int, Job]]:
+    """Rebuild events of one job: (time, kind: 0 submit / 1 start / 2 end, id, record)."""
+    return [(at or 0.0, kind, job.id, job) for kind, at in enumerate(times)]
+
+
+def _placement_of(job: Job) -> Placement:
+    return ((0, len(job.gpus)),)
