@@ -277,9 +277,7 @@ def test_a_database_from_before_preemption_is_upgraded_with_its_jobs(db_path: Pa
     import gpuyard.adapters.store.sql as sql_module
 
     config = Config()
-    config.set_main_option(
-        "script_location", str(Path(sql_module.__file__).parent / "migrations")
-    )
+    config.set_main_option("script_location", str(Path(sql_module.__file__).parent / "migrations"))
     engine = create_engine(sqlite_url(db_path))
     with engine.begin() as conn:
         config.attributes["connection"] = conn

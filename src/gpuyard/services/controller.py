@@ -245,7 +245,8 @@ class Controller:
 
 def _requeued(job: Job, stopped_at: float, reason: str) -> Job:
     """A preempted job back in the queue, keeping the GPU service it attained."""
-    ran_s = max(0.0, stopped_at - (job.started_at or stopped_at))
+    started = stopped_at if job.started_at is None else job.started_at
+    ran_s = max(0.0, stopped_at - started)
     return job.transition(
         JobState.PENDING, gpus=(), started_at=None, pid=None, pid_started_at=None,
         stop_intent=None, exit_code=None, reason=reason, restarts=job.restarts + 1,

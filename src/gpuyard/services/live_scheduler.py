@@ -66,9 +66,7 @@ def sched_job(job: Job) -> SchedJob:
 class LiveScheduler:
     """One policy, the cluster it sees, and the physical GPUs behind it."""
 
-    def __init__(
-        self, policy: Policy, inventory: Inventory, clock: Callable[[], float]
-    ) -> None:
+    def __init__(self, policy: Policy, inventory: Inventory, clock: Callable[[], float]) -> None:
         self.policy = policy
         self._clock = clock
         node = inventory.node
@@ -110,7 +108,12 @@ class LiveScheduler:
         """Apply the events since the last pass, let the policy decide, and say what to do."""
         with self._lock:
             now = self._clock()
-            self._apply_inbox()
+            fed = self._apply_inbox()
+            wake = self.policy.next_decision_at(now)
+            if not fed and (wake is None or wake > now):
+                # Nothing the policy could act on: no pass, exactly as in the simulator (a
+                # pass at another instant could decide otherwise for time-dependent ranks).
+                return Decisions(self._launchable(), [])
             ctx = _LiveContext(self, now)
             self.policy.schedule(ctx)
             self._generation += 1
@@ -123,57 +126,63 @@ class LiveScheduler:
                 self._reasons = (self._generation, self._pending_reasons(self._clock()))
             return self._reasons[1].get(job_id, REASON_RESOURCES)
 
-    def _apply_inbox(self) -> None:
+    def _apply_inbox(self) -> bool:
+        """Feed the queued events to the policy; True if it was told anything."""
         inbox = self._inbox
+        fed = False
         while inbox:
             kind, at, item = inbox.popleft()
             if kind == "submit":
                 assert isinstance(item, Job)
                 job = self._jobs[item.id] = sched_job(item)
                 self.policy.submit(job, at)
+                fed = True
             elif kind == "cancel":
                 assert isinstance(item, int)
-                self._forget(item, at)
+                fed = self._forget(item, at) or fed
             else:
                 assert isinstance(item, Job)
-                self._on_end(item, at)
+                fed = self._on_end(item, at) or fed
+        return fed
 
-    def _on_end(self, record: Job, at: float) -> None:
+    def _on_end(self, record: Job, at: float) -> bool:
         job_id = record.id
         self._holding.pop(job_id, None)
         requeued = record.state is JobState.PENDING
         if job_id in self._stopping:
             self._stopping.discard(job_id)
             if not requeued:  # it ended for good before the stop reached it
-                self._forget(job_id, at)
-            return  # requeued: the policy saw the preemption when it decided it
+                return self._forget(job_id, at)
+            return False  # requeued: the policy saw the preemption when it decided it
         job = self._jobs.get(job_id)
         if job is None:
-            return
+            return False
         if requeued:  # its start was recorded but it never ran (server restart)
-            if job.running:
-                end_run(job, self.cluster, at)
-                self.policy.preempted(job, at)
-            return
-        if job.running:
-            del self._jobs[job_id]
-            self._assigned.pop(job_id, None)
+            if not job.running:
+                return False
             end_run(job, self.cluster, at)
-            self.policy.finished(job, at)
-        else:
-            self._forget(job_id, at)
+            self.policy.preempted(job, at)
+            return True
+        if not job.running:
+            return self._forget(job_id, at)
+        del self._jobs[job_id]
+        self._assigned.pop(job_id, None)
+        end_run(job, self.cluster, at)
+        self.policy.finished(job, at)
+        return True
 
-    def _forget(self, job_id: int, at: float) -> None:
+    def _forget(self, job_id: int, at: float) -> bool:
         """Take a job out of the policy's view without a run to learn from (cancelled while
         pending or assigned, or ended while the policy had it pending)."""
         job = self._jobs.pop(job_id, None)
         if job is None:
-            return
+            return False
         if job.running:
             self._assigned.pop(job_id, None)
             end_run(job, self.cluster, at)
             self.policy.preempted(job, at)
         self.policy.cancel(job, at)
+        return True
 
     def _launchable(self) -> list[Launch]:
         """Assigned jobs whose GPUs are physically free now, in the order they were decided."""
@@ -243,8 +252,7 @@ class LiveScheduler:
                 self._stopping.add(record.id)
             return
         del self._jobs[record.id]
-        job.attained_gpu_s += job.gpus * (at - (job.run_started_at or at))
-        job.run_started_at = None
+        end_run(job, self.cluster, at)  # placement () for a finished run: frees nothing
         self.policy.finished(job, at)
 
     # -- estimates ----------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Discrete-event replay: arrivals, completions and policy wake-ups in simulated time, no sleeping.
 
 After every batch of events at one instant the policy's `schedule` runs, exactly as the live
-server's controller calls it after a submit or an exit. A preempted job pays the restart
-penalty (default 60 s, Tiresias' measurement) before it makes progress again.
+server's controller calls it after a submit, an exit or a policy wake-up, and at no other
+time: passes follow the events, so live and simulated decisions are the same. A preempted job
+pays the restart penalty (default 60 s, Tiresias' measurement) before it makes progress again.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ class Replay:
         finished = 0
         while events:
             self.now = events[0][0]
+            happened = False
             while events and events[0][0] == self.now:
                 _, _, kind, run, version = heapq.heappop(events)
                 if kind == _ARRIVE and run is not None:
@@ -134,6 +136,11 @@ class Replay:
                     finished += 1
                     if progress is not None and finished % 1000 == 0:
                         progress(finished)
+                elif kind == _FINISH:
+                    continue  # the end of a run that was preempted: nothing happened
+                happened = True
+            if not happened:
+                continue
             policy.schedule(self)
             wake = policy.next_decision_at(self.now)
             if wake is not None and wake > self.now and wake != self._next_wake:

@@ -17,9 +17,7 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
-        batch.add_column(
-            sa.Column("attained_gpu_s", sa.Float, nullable=False, server_default="0")
-        )
+        batch.add_column(sa.Column("attained_gpu_s", sa.Float, nullable=False, server_default="0"))
         batch.add_column(sa.Column("restarts", sa.Integer, nullable=False, server_default="0"))
 
 

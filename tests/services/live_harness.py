@@ -1,0 +1,178 @@
+"""The live server's decision path (Controller, LiveScheduler, JobService, JobBook, a real SQLite
+store) driven in simulated time, so that its decisions can be compared with the simulator's.
+
+Only the executor is replaced: `SimulatedProcesses` runs each job for its trace duration in
+simulated time and ends a stopped job at once (as SIGTERM does to a job that checkpoints and
+exits). The real executor's stop, grace and kill are tested in tests/e2e with real processes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
+from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
+from gpuyard.domain.states import JobState
+from gpuyard.scheduling.policy import Context, Policy, SchedJob
+from gpuyard.services.controller import Controller
+from gpuyard.services.inventory import Inventory
+from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobs import JobService
+from gpuyard.services.live_scheduler import LiveScheduler
+from gpuyard.services.ports import ExitStatus, Launched, Recovered
+
+Event = tuple[str, float, int]
+
+
+class Recording:
+    """A policy wrapper that records every event the policy is fed, in order."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self.events: list[Event] = []
+        self.name = policy.name
+        self.preemptive = policy.preemptive
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
+
+    def _record(self, kind: str, job: SchedJob, now: float) -> None:
+        self.events.append((kind, round(now, 6), job.id))
+
+    def submit(self, job: SchedJob, now: float) -> None:
+        self._record("submit", job, now)
+        self._policy.submit(job, now)
+
+    def started(self, job: SchedJob, now: float) -> None:
+        self._record("started", job, now)
+        self._policy.started(job, now)
+
+    def preempted(self, job: SchedJob, now: float) -> None:
+        self._record("preempted", job, now)
+        self._policy.preempted(job, now)
+
+    def finished(self, job: SchedJob, now: float) -> None:
+        self._record("finished", job, now)
+        self._policy.finished(job, now)
+
+    def cancel(self, job: SchedJob, now: float) -> None:
+        self._record("cancel", job, now)
+        self._policy.cancel(job, now)
+
+    def schedule(self, ctx: Context) -> None:
+        self._policy.schedule(ctx)
+
+    def pending(self, now: float) -> list[SchedJob]:
+        return self._policy.pending(now)
+
+    def next_decision_at(self, now: float) -> float | None:
+        return self._policy.next_decision_at(now)
+
+
+class SimulatedProcesses:
+    """An Executor whose jobs need `work_s[job id]` seconds of simulated time to complete."""
+
+    def __init__(self, work_s: dict[int, float], clock: Callable[[], float]) -> None:
+        self.work_s = dict(work_s)
+        self.clock = clock
+        self.on_exit: Callable[[int, ExitStatus], None] | None = None
+        self.runs: dict[int, float] = {}  # job id -> start of the current run
+        self.envs: dict[int, list[dict[str, str]]] = {}
+        self.stops: list[int] = []
+
+    def launch(self, job: Job, env: dict[str, str]) -> Launched:
+        self.runs[job.id] = self.clock()
+        self.envs.setdefault(job.id, []).append(env)
+        return Launched(pid=100_000 + job.id, started_at=self.clock())
+
+    def stop(self, job: Job) -> None:
+        now = self.clock()
+        self.stops.append(job.id)
+        self.work_s[job.id] -= now - self.runs.pop(job.id)
+        assert self.on_exit is not None
+        self.on_exit(job.id, ExitStatus(exit_code=None, signal=15, ended_at=now))
+
+    def next_end(self) -> float:
+        return min((t + self.work_s[i] for i, t in self.runs.items()), default=math.inf)
+
+    def end_due(self) -> None:
+        now = self.clock()
+        for job_id, started in sorted(self.runs.items()):
+            if started + self.work_s[job_id] <= now:
+                del self.runs[job_id]
+                assert self.on_exit is not None
+                self.on_exit(job_id, ExitStatus(exit_code=0, ended_at=now))
+
+    def watch(self, job: Job) -> None:
+        pass
+
+    def recover(self, job: Job) -> Recovered:
+        return Recovered(never_started=True)
+
+    def log_path(self, job_id: int) -> str:
+        return f"/nonexistent/{job_id}.log"
+
+    def close(self) -> None:
+        pass
+
+
+class LiveRig:
+    """One live server's decision path on a SQLite file, in simulated time."""
+
+    def __init__(
+        self, tmp_path: Path, policy: Policy, gpus: int, work_s: dict[int, float] | None = None
+    ) -> None:
+        self.now = 0.0
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        self.store = SqlJobStore(sqlite_url(tmp_path / "gpuyard.db"))
+        self.book = JobBook(self.store.load_jobs())
+        gpu_list = tuple(Gpu(i, f"GPU-{i}", "declared", None, False) for i in range(gpus))
+        node = NodeCapacity("node0", cpus=10_000, mem_mib=10**9)
+        self.inventory = Inventory(gpu_list, node, "declared")
+        self.policy = policy
+        self.scheduler = LiveScheduler(policy, self.inventory, self.clock)
+        self.scheduler.rebuild(self.book.jobs(include_finished=True))
+        self.processes = SimulatedProcesses(work_s or {}, self.clock)
+        self.controller = Controller(
+            self.book, self.store, self.processes, self.inventory, self.scheduler,
+            base_env={}, clock=self.clock,
+        )  # fmt: skip
+        self.processes.on_exit = self.controller.on_exit
+        self.service = JobService(self.book, self.store, self.controller, clock=self.clock)
+
+    def clock(self) -> float:
+        return self.now
+
+    def submit(self, work_s: float, *, user: str = "ada", **spec: Any) -> Job:
+        job_spec = JobSpec(argv=("train",), name="t", workdir="/", **spec)
+        job = self.service.submit(job_spec, user)
+        self.processes.work_s[job.id] = work_s
+        return job
+
+    def settle(self) -> None:
+        """Deliver the ends due now and run passes until nothing more happens at this instant
+        (a job chosen over a preempted one launches on the pass after the victim stopped)."""
+        self.processes.end_due()
+        for _ in range(3):
+            self.controller.tick()
+
+    def advance(self, to: float) -> None:
+        self.now = to
+        self.settle()
+
+    def next_time(self) -> float:
+        wake = self.policy.next_decision_at(self.now)
+        wake = wake if wake is not None and wake > self.now else math.inf
+        return min(self.processes.next_end(), wake)
+
+    def job(self, job_id: int) -> Job:
+        return self.service.get(job_id)
+
+    def state(self, job_id: int) -> JobState:
+        return self.job(job_id).state
+
+    def close(self) -> None:
+        self.store.close()

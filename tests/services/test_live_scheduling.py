@@ -1,0 +1,260 @@
+"""The live server schedules with the same policies as `gpuyard simulate`, and the same way."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from gpuyard.domain.job import REASON_PREEMPTED, REASON_PREEMPTING
+from gpuyard.domain.states import JobState
+from gpuyard.scheduling.cluster import ClusterState, NodeSpec
+from gpuyard.scheduling.policies import make_policy
+from gpuyard.simulation.engine import Replay
+from gpuyard.simulation.trace import TraceJob
+from tests.services.live_harness import LiveRig, Recording
+
+LIVE_POLICIES = ["fifo", "backfill", "fairshare", "las", "default"]
+
+
+def contended_trace(seed: int, jobs: int = 60) -> list[TraceJob]:
+    """Jobs of three users on 8 GPUs: bursts of arrivals, short and long jobs, some big."""
+    rng = random.Random(seed)
+    trace, t = [], 0
+    for job_id in range(1, jobs + 1):
+        t += rng.choice([0, 0, 30, 120, 600])
+        long = rng.random() < 0.3
+        duration = rng.randint(4_000, 20_000) if long else rng.randint(10, 900)
+        gpus = rng.choice([1, 1, 1, 2, 4, 8])
+        trace.append(TraceJob(job_id, rng.choice("abc"), float(t), gpus, float(duration),
+                              time_limit_s=float(duration)))  # fmt: skip
+    return trace
+
+
+def simulated_events(trace: list[TraceJob], policy: str, gpus: int) -> list[tuple[str, float, int]]:
+    recorder = Recording(make_policy(policy))
+    cluster = ClusterState([NodeSpec("node0", gpus)])
+    Replay(trace, recorder, cluster, restart_penalty_s=0.0).run()  # type: ignore[arg-type]
+    return recorder.events
+
+
+def live_events(
+    tmp_path: Path, trace: list[TraceJob], policy: str, gpus: int
+) -> list[tuple[str, float, int]]:
+    recorder = Recording(make_policy(policy, for_server=True))
+    rig = LiveRig(tmp_path, recorder, gpus)  # type: ignore[arg-type]
+    try:
+        arrivals = list(trace)
+        while arrivals or rig.processes.runs or rig.book.jobs(include_finished=False):
+            at = min(arrivals[0].submitted_at if arrivals else math.inf, rig.next_time())
+            assert at < math.inf, "jobs left that nothing will ever start"
+            rig.now = at
+            while arrivals and arrivals[0].submitted_at == at:
+                t = arrivals.pop(0)
+                job = rig.submit(t.duration_s, user=t.user, gpus=t.gpus,
+                                 time_limit_s=int(t.duration_s))  # fmt: skip
+                assert job.id == t.id
+            rig.settle()
+        assert all(j.state is JobState.COMPLETED for j in rig.book.jobs(include_finished=True))
+        return recorder.events
+    finally:
+        rig.close()
+
+
+@pytest.mark.parametrize("policy", LIVE_POLICIES)
+def test_live_server_and_simulator_make_the_same_decisions(tmp_path: Path, policy: str) -> None:
+    trace = contended_trace(seed=7)
+    simulated = simulated_events(trace, policy, gpus=8)
+    live = live_events(tmp_path, trace, policy, gpus=8)
+    assert len(simulated) >= 3 * len(trace)  # submit, started, finished at least
+    assert live == simulated
+    if policy in ("las", "default"):
+        assert any(kind == "preempted" for kind, _, _ in live), "the trace must exercise preemption"
+
+
+# -- live preemption, priorities, --no-preempt --------------------------------------------------
+
+
+def test_a_higher_priority_job_preempts_and_the_victim_is_requeued_with_its_service(
+    tmp_path: Path,
+) -> None:
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=2)
+    try:
+        low = rig.submit(10_000, gpus=2)
+        rig.settle()
+        assert rig.job(low.id).state is JobState.RUNNING
+        rig.advance(600)
+        high = rig.submit(100, gpus=1, priority=10)
+        rig.settle()
+        victim = rig.job(low.id)
+        assert rig.processes.stops == [low.id]
+        assert victim.state is JobState.PENDING and victim.reason == REASON_PREEMPTED
+        assert victim.restarts == 1 and victim.attained_gpu_s == pytest.approx(2 * 600)
+        assert rig.state(high.id) is JobState.RUNNING
+        rig.advance(700)  # the high-priority job is done; the victim resumes
+        assert rig.state(high.id) is JobState.COMPLETED
+        resumed = rig.job(low.id)
+        assert resumed.state is JobState.RUNNING
+        first_run, second_run = rig.processes.envs[low.id]
+        assert first_run["GPUYARD_RESTART_COUNT"] == "0"
+        assert second_run["GPUYARD_RESTART_COUNT"] == "1"
+    finally:
+        rig.close()
+
+
+def test_a_no_preempt_job_is_never_preempted(tmp_path: Path) -> None:
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=1)
+    try:
+        keep = rig.submit(10_000, gpus=1, preemptible=False)
+        rig.settle()
+        rig.advance(600)
+        urgent = rig.submit(100, gpus=1, priority=10)
+        rig.settle()
+        assert rig.processes.stops == []
+        assert rig.state(keep.id) is JobState.RUNNING
+        assert rig.state(urgent.id) is JobState.PENDING
+        assert rig.service.reason(rig.job(urgent.id)) == "Resources"
+    finally:
+        rig.close()
+
+
+def test_a_job_chosen_over_a_stopping_job_waits_for_its_gpus_and_can_be_cancelled(
+    tmp_path: Path,
+) -> None:
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=1)
+    rig.processes.stop = lambda job: rig.processes.stops.append(job.id)  # type: ignore[method-assign]
+    try:
+        low = rig.submit(10_000, gpus=1)
+        rig.settle()
+        rig.advance(600)
+        high = rig.submit(100, gpus=1, priority=5)
+        rig.settle()
+        # The victim's processes have not stopped yet: nothing may run on its GPU meanwhile.
+        assert rig.processes.stops == [low.id]
+        assert rig.job(low.id).state is JobState.RUNNING
+        assert rig.job(low.id).stop_intent is JobState.PENDING
+        assert rig.state(high.id) is JobState.PENDING
+        assert rig.service.reason(rig.job(high.id)) == REASON_PREEMPTING
+        rig.service.cancel(high.id)
+        rig.settle()
+        assert rig.state(high.id) is JobState.CANCELLED
+        rig.controller.on_exit(low.id, _sigterm(rig.now))  # the victim stops now
+        rig.settle()
+        assert rig.job(low.id).state is JobState.RUNNING  # nothing else wants the GPU
+        assert rig.job(low.id).restarts == 1
+    finally:
+        rig.close()
+
+
+def _sigterm(at: float):  # type: ignore[no-untyped-def]
+    from gpuyard.services.ports import ExitStatus
+
+    return ExitStatus(exit_code=None, signal=15, ended_at=at)
+
+
+def test_priority_orders_the_queue_in_every_live_policy(tmp_path: Path) -> None:
+    for policy in LIVE_POLICIES:
+        rig = LiveRig(tmp_path / policy, make_policy(policy, for_server=True), gpus=1)
+        try:
+            running = rig.submit(1_000, gpus=1, preemptible=False)
+            rig.settle()
+            low = rig.submit(10, gpus=1)
+            high = rig.submit(10, gpus=1, priority=3)
+            rig.settle()
+            rig.advance(1_000)
+            assert rig.state(running.id) is JobState.COMPLETED, policy
+            assert rig.state(high.id) is JobState.RUNNING, policy
+            assert rig.state(low.id) is JobState.PENDING, policy
+        finally:
+            rig.close()
+
+
+# -- estimated start times and dry runs -------------------------------------------------------
+
+
+def test_estimated_starts_assume_running_jobs_use_their_whole_time_limit(tmp_path: Path) -> None:
+    rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=4)
+    try:
+        rig.now = 1_000.0
+        r = rig.submit(500, gpus=4, time_limit_s=7_200)
+        rig.settle()
+        a = rig.submit(60, gpus=4, time_limit_s=3_600)
+        b = rig.submit(60, gpus=2)
+        rig.settle()
+        estimates = rig.service.estimated_starts()
+        assert estimates == {a.id: 1_000.0 + 7_200, b.id: 1_000.0 + 7_200 + 3_600}
+        assert rig.state(r.id) is JobState.RUNNING
+        assert rig.service.reason(rig.job(a.id)) == "Resources"
+        assert rig.service.reason(rig.job(b.id)) == "Priority"
+    finally:
+        rig.close()
+
+
+def test_no_estimate_behind_a_job_without_a_time_limit(tmp_path: Path) -> None:
+    rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=1)
+    try:
+        rig.submit(500, gpus=1)
+        rig.settle()
+        waiting = rig.submit(60, gpus=1, time_limit_s=60)
+        rig.settle()
+        assert rig.service.estimated_starts() == {waiting.id: None}
+    finally:
+        rig.close()
+
+
+def test_dry_run_answers_when_a_job_would_start_and_queues_nothing(tmp_path: Path) -> None:
+    from gpuyard.domain.job import JobSpec
+
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=2)
+    try:
+        rig.now = 50.0
+        rig.submit(500, gpus=2, time_limit_s=3_000, preemptible=False)
+        rig.settle()
+        spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=1)
+        assert rig.service.dry_run(spec, "ada").start_at == 50.0 + 3_000
+        cpu_only = JobSpec(argv=("x",), name="x", workdir="/", gpus=0)
+        assert rig.service.dry_run(cpu_only, "ada").start_at == 50.0
+        assert len(rig.book.jobs(include_finished=True)) == 1  # nothing was queued
+        from gpuyard.domain.errors import InvalidRequest
+
+        with pytest.raises(InvalidRequest, match="has 2 GPUs"):
+            rig.service.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=3), "ada")
+    finally:
+        rig.close()
+
+
+# -- restart ----------------------------------------------------------------------------------
+
+
+def test_a_restarted_server_ranks_jobs_as_before(tmp_path: Path) -> None:
+    """The default policy learns from finished jobs; after a restart it must still know them."""
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=1)
+    try:
+        for _ in range(4):  # bob's jobs run 10 s, ada's 5,000 s: bob's rank first
+            rig.submit(10, gpus=1, user="bob")
+            rig.submit(5_000, gpus=1, user="ada")
+        rig.settle()
+        for _ in range(100):
+            if not rig.book.jobs(include_finished=False):
+                break
+            rig.advance(rig.next_time())
+        assert not rig.book.jobs(include_finished=False), rig.book.jobs(include_finished=False)
+        blocker = rig.submit(1_000, gpus=1, user="carol", preemptible=False)
+        rig.settle()
+        ada = rig.submit(5_000, gpus=1, user="ada")
+        bob = rig.submit(10, gpus=1, user="bob")
+        rig.settle()
+        before = [j.id for j in rig.policy.pending(rig.now)]
+        assert before == [bob.id, ada.id]
+    finally:
+        rig.close()
+    again = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=1)
+    try:
+        again.now = rig.now
+        again.settle()
+        assert [j.id for j in again.policy.pending(again.now)] == before
+        assert again.state(blocker.id) is JobState.RUNNING
+    finally:
+        again.close()
