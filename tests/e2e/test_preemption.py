@@ -1,0 +1,87 @@
+"""Live preemption with real processes: stopped like a cancel, requeued, restarted with its count;
+`--no-preempt`, estimated start times and `submit --dry-run` through the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.e2e.server import GPUYARD, ServerProcess, free_port, pid_alive, wait_for
+
+# Records each run's restart count, then works until stopped; a stop makes it exit at once.
+CHECKPOINTING = (
+    'echo "$GPUYARD_RESTART_COUNT" >> "$RUNS"; echo $$ > "$PID"; '
+    'trap "echo checkpointed >> $RUNS; exit 143" TERM; '
+    'if [ "$GPUYARD_RESTART_COUNT" -ge 1 ]; then exit 0; fi; '
+    "while :; do sleep 0.1; done"
+)
+
+
+def test_a_higher_priority_job_preempts_and_the_victim_resumes(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    runs, pid = tmp_path / "runs", tmp_path / "pid"
+    victim = server.cli(
+        "submit", "--gpus", "4", "--env", f"RUNS={runs}", "--env", f"PID={pid}",
+        "--", "sh", "-c", CHECKPOINTING,
+    ).stdout.strip()  # fmt: skip
+    wait_for(lambda: pid.exists() and runs.exists())
+    first_pid = int(pid.read_text())
+    urgent = server.cli("submit", "--gpus", "2", "--priority", "10", "--", "sleep", "1")
+    urgent_id = int(urgent.stdout)
+    client = server.client()
+    requeued = wait_for(lambda: (j := client.job(int(victim)))["restarts"] == 1 and j)
+    assert not pid_alive(first_pid), "the preempted job's process survived"
+    assert "checkpointed" in runs.read_text()  # it got SIGTERM first, like a cancel
+    assert requeued["attained_gpu_s"] > 0
+    assert wait_for(lambda: client.job(urgent_id)["state"] == "COMPLETED", timeout_s=20)
+    done = wait_for(lambda: (j := client.job(int(victim)))["state"] == "COMPLETED" and j)
+    assert runs.read_text().split() == ["0", "checkpointed", "1"]
+    assert done["restarts"] == 1
+    shown = server.cli("show", victim).stdout
+    assert "Restarts: 1 (preempted and requeued)" in shown
+
+
+def test_no_preempt_job_keeps_its_gpus_and_the_queue_shows_why_and_when(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    keep = server.cli("submit", "--gpus", "4", "--no-preempt", "-t", "2h", "--", "sleep", "60")
+    client = server.client()
+    wait_for(lambda: client.job(int(keep.stdout))["state"] == "RUNNING")
+    urgent = int(server.cli("submit", "--gpus", "1", "--priority", "10", "--", "true").stdout)
+    behind = int(server.cli("submit", "--gpus", "1", "--", "true").stdout)
+    wait_for(lambda: client.job(behind)["reason"] == "Priority")
+    assert client.job(int(keep.stdout))["state"] == "RUNNING"
+    job = client.job(urgent)
+    assert (job["state"], job["reason"]) == ("PENDING", "Resources")
+    assert job["estimated_start_at"] is not None  # when the 2 h limit of the blocker ends
+    table = server.cli("queue").stdout.splitlines()
+    assert "START" in table[0]
+    row = next(line for line in table if line.startswith(str(urgent)))
+    assert "~" in row and "(Resources)" in row
+    assert "Preemptible: no (--no-preempt)" in server.cli("show", keep.stdout.strip()).stdout
+
+
+def test_dry_run_says_when_a_job_would_start_and_queues_nothing(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    now = server.cli("submit", "--dry-run", "--gpus", "2", "--", "true").stdout
+    assert "would start now" in now
+    server.cli("submit", "--gpus", "4", "--no-preempt", "-t", "30m", "--", "sleep", "60")
+    later = server.cli("submit", "--dry-run", "--gpus", "2", "--", "true").stdout
+    assert "would start in about" in later and "nothing was queued" in later
+    too_big = server.cli("submit", "--dry-run", "--gpus", "8", "--", "true", check=False)
+    assert too_big.returncode != 0
+    assert too_big.stderr.count("\n") == 1 and "has 4 GPUs" in too_big.stderr
+    assert len(server.client().jobs(all=True)) == 1
+
+
+def test_the_server_refuses_an_oracle_policy_in_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [GPUYARD, "server", "--state-dir", str(tmp_path), "--port", str(free_port()),
+         "--policy", "srtf-oracle"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "unknown policy 'srtf-oracle'" in result.stderr and "default" in result.stderr
