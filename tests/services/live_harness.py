@@ -164,7 +164,7 @@ class LiveRig:
         self.settle()
 
     def next_time(self) -> float:
-        wake = self.policy.next_decision_at(self.now)
+        wake = self.scheduler.next_pass_at
         wake = wake if wake is not None and wake > self.now else math.inf
         return min(self.processes.next_end(), wake)
 

@@ -8,14 +8,15 @@ unknown. This is what Slurm's `squeue --start` reports, with the same caveat: jo
 before their limit, so real starts come earlier.
 
 The projection works on a private copy (the caller deep-copies the policy and cluster), calls
-the very `schedule` the server calls, and stops after `max_events` ends or wake-ups so that a
-deep queue costs a bounded time: jobs it did not reach get None.
+the very `schedule` the server calls, and stops after `max_events` ends or wake-ups or a wall
+time budget, so that a deep queue costs a bounded time: jobs it did not reach get None.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import time
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
@@ -77,19 +78,24 @@ def project_starts(
     running: list[SchedJob],
     now: float,
     *,
+    wanted: set[int] | None = None,
     max_events: int = 2000,
+    budget_s: float | None = None,
 ) -> dict[int, float | None]:
-    """Estimated first start of every job `policy` has pending, by simulating forward from
-    `now` with each running and started job ending at its time limit. Mutates its arguments:
-    pass copies."""
+    """Estimated first start of the `wanted` jobs (default: every job `policy` has pending), by
+    simulating forward from `now` with each running and started job ending at its time limit.
+    Stops after `max_events` or `budget_s` seconds of wall time. Mutates its arguments: pass
+    copies."""
     ctx = _Projection(policy, cluster, now)
     for job in running:
         assert job.run_started_at is not None, f"job {job.id} is not running"
         ctx.expect_end(job, job.run_started_at)
-    wanted = {job.id for job in policy.pending(now)}
+    if wanted is None:
+        wanted = {job.id for job in policy.pending(now)}
+    deadline = math.inf if budget_s is None else time.perf_counter() + budget_s
     for _ in range(max_events):
         policy.schedule(ctx)
-        if wanted <= ctx.first_start.keys():
+        if wanted <= ctx.first_start.keys() or time.perf_counter() > deadline:
             break
         wake = policy.next_decision_at(ctx.now)
         at = min(ctx.next_end(), wake if wake is not None and wake > ctx.now else math.inf)

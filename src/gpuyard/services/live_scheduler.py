@@ -18,7 +18,9 @@ inbox in order and schedules. Estimates (`estimated_starts`, `dry_run`) work on 
 from __future__ import annotations
 
 import copy
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,6 +35,20 @@ from gpuyard.services.inventory import Inventory
 # Jobs that ended longer ago than this many jobs back teach a restarted policy nothing new:
 # every policy's memory of the past is bounded (histories, decayed usage).
 _REBUILD_HISTORY_JOBS = 20_000
+# Estimated start times: a projection that took longer than this is refreshed in the background,
+# at most every _REFRESH_FACTOR times its duration; wall-time caps for one projection.
+_SYNC_PROJECTION_S = 0.05
+_REFRESH_FACTOR = 5.0
+_PROJECTION_BUDGET_S = 2.0
+_DRY_RUN_BUDGET_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Estimates:
+    generation: int  # the scheduling pass they were projected after
+    starts: dict[int, float | None]
+    made_at: float  # time.monotonic()
+    took_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +98,9 @@ class LiveScheduler:
         self._holding: dict[int, tuple[int, ...]] = {}  # GPUs held by a job's processes
         self._stopping: set[int] = set()  # preempted, processes not gone yet
         self._reasons: tuple[int, dict[int, str]] = (-1, {})
-        self._estimates: tuple[int, dict[int, float | None]] | None = None
+        self._estimates: _Estimates | None = None
+        self._wake_at: float | None = -math.inf  # the first pass runs whatever happened
+        self._refreshing = False
         self._generation = 0
 
     # -- events (any thread) -------------------------------------------------------------------
@@ -109,15 +127,21 @@ class LiveScheduler:
         with self._lock:
             now = self._clock()
             fed = self._apply_inbox()
-            wake = self.policy.next_decision_at(now)
-            if not fed and (wake is None or wake > now):
+            due = self._wake_at is not None and self._wake_at <= now
+            if not fed and not due:
                 # Nothing the policy could act on: no pass, exactly as in the simulator (a
                 # pass at another instant could decide otherwise for time-dependent ranks).
                 return Decisions(self._launchable(), [])
             ctx = _LiveContext(self, now)
             self.policy.schedule(ctx)
             self._generation += 1
+            self._wake_at = self.policy.next_decision_at(now)
             return Decisions(self._launchable(), ctx.preempted)
+
+    @property
+    def next_pass_at(self) -> float | None:
+        """When the policy asked for its next pass without a new event (None: not needed)."""
+        return self._wake_at
 
     def reason_for(self, job_id: int) -> str:
         """Why a pending job waits, as of the last pass (computed once per pass, on demand)."""
@@ -257,31 +281,63 @@ class LiveScheduler:
 
     # -- estimates ----------------------------------------------------------------------------
     def estimated_starts(self) -> dict[int, float | None]:
-        """Projected start of every pending job (None: not within the projection), recomputed
-        once per pass at most."""
+        """Projected start of every pending job (None: not within the projection).
+
+        Fresh when the projection is cheap (a short queue: milliseconds). With a deep queue it
+        costs up to a second or two, so readers get the last projection at once while a
+        background thread makes a new one, at most one at a time and never more often than
+        every `_REFRESH_FACTOR` times its own duration."""
         with self._lock:
             cached = self._estimates
-            if cached is not None and cached[0] == self._generation:
-                return cached[1]
+            stale = cached is None or cached.generation != self._generation
+            if cached is not None and (not stale or cached.took_s > _SYNC_PROJECTION_S):
+                if stale and not self._refreshing:
+                    self._refreshing = True
+                    delay = max(
+                        0.0, cached.made_at + _REFRESH_FACTOR * cached.took_s - time.monotonic()
+                    )
+                    threading.Thread(
+                        target=self._refresh_estimates, args=(delay,), daemon=True,
+                        name="gpuyard-estimates",
+                    ).start()  # fmt: skip
+                return cached.starts
+        return self._project_estimates()
+
+    def _refresh_estimates(self, delay_s: float) -> None:
+        try:
+            time.sleep(delay_s)
+            self._project_estimates()
+        finally:
+            self._refreshing = False
+
+    def _project_estimates(self) -> dict[int, float | None]:
+        began = time.monotonic()
+        with self._lock:
             generation = self._generation
             policy, cluster, running, assigned = self._copy()
-        estimates = project_starts(policy, cluster, running, self._clock())
         now = self._clock()
-        estimates.update({job_id: now for job_id in assigned})
+        starts = project_starts(policy, cluster, running, now, budget_s=_PROJECTION_BUDGET_S)
+        starts.update({job_id: now for job_id in assigned})
+        made = _Estimates(
+            generation, starts, made_at=time.monotonic(), took_s=time.monotonic() - began
+        )
         with self._lock:
-            if self._generation == generation:
-                self._estimates = (generation, estimates)
-        return estimates
+            if self._estimates is None or self._estimates.generation <= generation:
+                self._estimates = made
+        return starts
 
     def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> float | None:
         """When a job of `spec` submitted now would start (None: not within the projection)."""
         now = self._clock()
         probe = sched_job(Job(job_id, spec, owner, JobState.PENDING, submitted_at=now))
-        with self._lock:
-            self._apply_inbox()
+        with self._lock:  # as of the last pass (which follows every submit at once)
             policy, cluster, running, _ = self._copy()
         policy.submit(probe, now)
-        return project_starts(policy, cluster, running, now).get(probe.id)
+        starts = project_starts(
+            policy, cluster, running, now, wanted={probe.id}, max_events=100_000,
+            budget_s=_DRY_RUN_BUDGET_S,
+        )  # fmt: skip
+        return starts[probe.id]
 
     def can_ever_fit(self, gpus: int) -> bool:
         return self.cluster.can_ever_fit(gpus)

@@ -115,6 +115,11 @@ class RankedPolicy:
             order.sort(key=lambda j: -j.priority)  # stable: the policy's order within a priority
         return order
 
+    def _shielded(self, victim: SchedJob, now: float) -> bool:
+        """Whether a running job `_outranks` would give up is nonetheless kept this time, without
+        shielding the jobs ranked above it (the walk goes on past it). None by default."""
+        return False
+
     def schedule(self, ctx: Context) -> None:
         now = ctx.now
         self._refresh(now)
@@ -160,7 +165,8 @@ class RankedPolicy:
         The walk stops at the first victim `job` may not take. Victims come worst first, so for
         a pure ranking no later one could be taken either; a policy whose `_outranks` also
         protects jobs for other reasons (`default` protects jobs that started moments ago)
-        thereby preempts nothing in that pass: a deliberate throttle on preemptions."""
+        thereby preempts nothing in that pass: a deliberate throttle on preemptions. A victim
+        `_shielded` says to keep is skipped instead: the walk goes on to the next one."""
         per_node: dict[int, list[SchedJob]] = {}
         victims = self._victims(ctx.now)
         if self._priorities_seen:
@@ -172,6 +178,8 @@ class RankedPolicy:
                 break  # the rest rank higher still
             if victim.priority == job.priority and not self._outranks(job, victim, ctx.now):
                 break
+            if self._shielded(victim, ctx.now):
+                continue
             for node, _ in victim.placement:
                 per_node.setdefault(node, []).append(victim)
         return per_node
