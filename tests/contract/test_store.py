@@ -47,6 +47,7 @@ def finished_job_with_every_field_set() -> Job:
         priority=-3,
         env=(("A", "1"), ("EMPTY", ""), ("PATHS", "a:b=c")),
         preemptible=False,
+        distributed="torchrun",
     )
     return Job(
         id=41,

@@ -83,7 +83,7 @@ class SimulatedProcesses:
         self.envs: dict[int, list[dict[str, str]]] = {}
         self.stops: list[int] = []
 
-    def launch(self, job: Job, env: dict[str, str]) -> Launched:
+    def launch(self, job: Job, argv: list[str], env: dict[str, str]) -> Launched:
         self.runs[job.id] = self.clock()
         self.envs.setdefault(job.id, []).append(env)
         return Launched(pid=100_000 + job.id, started_at=self.clock())

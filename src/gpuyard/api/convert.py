@@ -30,6 +30,11 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
         raise InvalidRequest("command: an argument contains a NUL byte", field="command")
     if "\0" in workdir:
         raise InvalidRequest("workdir contains a NUL byte", field="workdir")
+    if body.distributed and body.gpus < 1:
+        raise InvalidRequest(
+            f"--distributed {body.distributed} runs one process per GPU: ask for --gpus N",
+            field="distributed",
+        )
     return JobSpec(
         argv=tuple(body.command),
         name=body.name or Path(body.command[0]).name,
@@ -43,6 +48,7 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
         priority=body.priority,
         env=tuple(sorted(body.env.items())),
         preemptible=body.preemptible,
+        distributed=body.distributed,
     )
 
 
@@ -74,6 +80,7 @@ def job_to_wire(
         runtime_s=round(end - job.started_at, 3) if job.started_at is not None else None,
         log_path=log_path,
         preemptible=spec.preemptible,
+        distributed=spec.distributed,
         restarts=job.restarts,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),

@@ -66,6 +66,10 @@ def submit(
     no_preempt: Annotated[
         bool, typer.Option("--no-preempt", help="never stop this job to run another")
     ] = False,
+    distributed: Annotated[
+        str | None,
+        typer.Option(help="torchrun (one process per GPU), jax or tf: see docs/cli.md"),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="queue nothing: say if and when the job would start"),
@@ -78,6 +82,8 @@ def submit(
     fields.update(gpus=gpus, cpus=cpus, mem=mem, time_limit=time, priority=priority)
     if no_preempt:
         fields["preemptible"] = False
+    if distributed:
+        fields["distributed"] = distributed
     if dry_run:
         from gpuyard.cli.render import dry_run_answer
 

@@ -78,6 +78,7 @@ def job_record(job: dict[str, Any]) -> str:
         ("ExitCode", "-" if job["exit_code"] is None else job["exit_code"]),
         ("Priority", job["priority"]),
         ("Preemptible", "yes" if job["preemptible"] else "no (--no-preempt)"),
+        ("Distributed", job.get("distributed") or "no"),
         ("Restarts", f"{job['restarts']} (preempted and requeued)"),
         ("GpuTime", f"{job['attained_gpu_s'] / 3600:.2f} GPU-hours, all runs"),
         ("Command", " ".join(_quote(a) for a in job["command"])),

@@ -14,6 +14,10 @@ REASON_PRIORITY = "Priority"
 REASON_PREEMPTING = "Preempting"
 REASON_PREEMPTED = "Preempted"
 
+# `--distributed`: how a multi-GPU job's processes find each other (docs/cli.md lists the
+# variables each sets).
+DISTRIBUTED_MODES = ("torchrun", "jax", "tf")
+
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
@@ -29,6 +33,7 @@ class JobSpec:
     priority: int = 0
     env: tuple[tuple[str, str], ...] = ()
     preemptible: bool = True  # False: `--no-preempt`, no policy may stop it for another job
+    distributed: str | None = None  # one of DISTRIBUTED_MODES, or None: run argv as it is
 
 
 @dataclass(frozen=True, slots=True)

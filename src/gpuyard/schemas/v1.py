@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
@@ -28,6 +28,10 @@ class JobSubmitIn(_Strict):
     preemptible: Annotated[
         StrictBool, Field(description="false: no policy may preempt it (--no-preempt)")
     ] = True
+    distributed: Annotated[
+        Literal["torchrun", "jax", "tf"] | None,
+        Field(description="one process per GPU through torchrun, or JAX/TF cluster variables"),
+    ] = None
 
 
 class JobOut(BaseModel):
@@ -54,6 +58,7 @@ class JobOut(BaseModel):
     runtime_s: float | None
     log_path: str
     preemptible: bool
+    distributed: str | None
     restarts: int = Field(description="times it was preempted and requeued")
     attained_gpu_s: float = Field(description="GPU-seconds held so far, all runs")
     estimated_start_at: str | None = Field(

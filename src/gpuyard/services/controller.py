@@ -17,8 +17,10 @@ from gpuyard.domain.states import JobState
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.job_env import build_job_env
 from gpuyard.services.jobbook import JobBook
+from gpuyard.services.launch import job_process, rank_failure
 from gpuyard.services.live_scheduler import Decisions, Launch, LiveScheduler
 from gpuyard.services.ports import Executor, ExitStatus, JobStore, Launched
+from gpuyard.services.rendezvous import RendezvousPorts
 
 log = logging.getLogger("gpuyard.controller")
 
@@ -42,6 +44,7 @@ class Controller:
         self.executor = executor
         self.inventory = inventory
         self.scheduler = scheduler
+        self._ports = RendezvousPorts()
         self._base_env = dict(base_env)
         self._clock = clock
         self._wake = threading.Event()
@@ -140,9 +143,9 @@ class Controller:
         launched: list[tuple[Job, Launched]] = []
         for job in started:
             try:
-                launched.append(
-                    (job, self.executor.launch(job, build_job_env(job, self._base_env)))
-                )
+                port = self._ports.take(job.id) if job.spec.distributed else None
+                argv, env = job_process(job, build_job_env(job, self._base_env), port)
+                launched.append((job, self.executor.launch(job, argv, env)))
             except Exception as exc:  # the job cannot start; it must not stay RUNNING
                 log.warning("job %s could not start: %s", job.id, exc)
                 self._finish(job.id, ExitStatus(exit_code=None, lost=True), f"LaunchFailed: {exc}")
@@ -175,6 +178,8 @@ class Controller:
             state, exit_code, judged = judge_exit(
                 job, status.exit_code, status.signal, status.timed_out, status.lost
             )
+            if state is JobState.FAILED and job.spec.distributed == "torchrun" and not reason:
+                reason = rank_failure(_log_tail(self.executor.log_path(job_id)))
             ended_at = status.ended_at or self._clock()
             if state is JobState.PENDING:
                 ended = _requeued(job, ended_at, judged)
@@ -185,6 +190,7 @@ class Controller:
             self.store.write([], [ended])
             self.book.put(ended)
             self.scheduler.ended(ended, ended_at)
+            self._ports.release(job_id)
         log.info("job %s %s%s", job_id, ended.state.value,
                  "" if ended.reason == REASON_NONE else f" ({ended.reason})")  # fmt: skip
 
@@ -252,3 +258,14 @@ def _requeued(job: Job, stopped_at: float, reason: str) -> Job:
         stop_intent=None, exit_code=None, reason=reason, restarts=job.restarts + 1,
         attained_gpu_s=job.attained_gpu_s + len(job.gpus) * ran_s,
     )  # fmt: skip
+
+
+def _log_tail(path: str, size: int = 16_384) -> str:
+    """The end of a job's log (where torchrun prints its failure summary)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -61,8 +61,9 @@ class Recovered:
 class Executor(Protocol):
     """Runs jobs in supervised process trees and reports when they end."""
 
-    def launch(self, job: Job, env: dict[str, str]) -> Launched:
-        """Start the job's supervisor; returns once the process exists."""
+    def launch(self, job: Job, argv: list[str], env: dict[str, str]) -> Launched:
+        """Start the job's supervisor running `argv` with `env`; returns once the process
+        exists."""
         ...
 
     def stop(self, job: Job) -> None:

@@ -53,15 +53,15 @@ class LocalExecutor:
         return str(self.job_dir(job_id) / "output.log")
 
     # -- start / stop ---------------------------------------------------------------------
-    def launch(self, job: Job, env: dict[str, str]) -> Launched:
+    def launch(self, job: Job, argv: list[str], env: dict[str, str]) -> Launched:
         jobdir = self.job_dir(job.id)
         jobdir.mkdir(parents=True, exist_ok=True)
         limit = job.spec.time_limit_s or 0
-        argv = [sys.executable, "-I", "-S", self._supervisor, str(jobdir), str(self._grace_s),
-                str(limit), job.spec.workdir, "--", *job.spec.argv]  # fmt: skip
+        command = [sys.executable, "-I", "-S", self._supervisor, str(jobdir), str(self._grace_s),
+                   str(limit), job.spec.workdir, "--", *argv]  # fmt: skip
         with open(self.log_path(job.id), "ab") as logf:
             proc = subprocess.Popen(
-                argv,
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=subprocess.STDOUT,

@@ -27,6 +27,7 @@ def job_to_row(job: Job) -> dict[str, Any]:
                 "time_limit_s": spec.time_limit_s,
                 "env": [list(kv) for kv in spec.env],
                 "preemptible": spec.preemptible,
+                "distributed": spec.distributed,
             }
         ),
         "reason": job.reason,
@@ -58,6 +59,7 @@ def row_to_job(row: Any) -> Job:
         priority=row.priority,
         env=tuple((k, v) for k, v in spec_data["env"]),
         preemptible=spec_data.get("preemptible", True),
+        distributed=spec_data.get("distributed"),
     )
     return Job(
         id=row.id,

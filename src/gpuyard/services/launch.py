@@ -1,0 +1,77 @@
+"""What process a job runs as: its argv as given, or wrapped for distributed training.
+
+`--distributed torchrun` on one machine runs
+    python -m torch.distributed.run --nnodes=1 --nproc-per-node=N --node-rank=0
+        --master-addr=127.0.0.1 --master-port=PORT --max-restarts=0 train.py ARGS
+with N the job's GPU count and PORT chosen by gpuyard (never torchrun's shared default 29500),
+so every rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+torchrun starts all ranks together and, with no restarts, stops the others when one fails and
+exits non-zero; `rank_failure` reads its "Root Cause" summary from the log so the job's reason
+names the failing rank and its exit code.
+
+`--distributed jax` and `--distributed tf` run the argv as is, one process on this machine that
+drives the job's GPUs, with the variables `jax.distributed.initialize()` and TensorFlow's
+MultiWorkerMirroredStrategy read (`TF_CONFIG`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from gpuyard.domain.job import Job
+
+LOCALHOST = "127.0.0.1"
+
+
+def job_process(
+    job: Job, env: dict[str, str], port: int | None
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment the job's supervisor runs (`env` from `build_job_env`)."""
+    argv = list(job.spec.argv)
+    mode = job.spec.distributed
+    if mode is None:
+        return argv, env
+    assert port is not None, "a distributed job needs a rendezvous port"
+    env = {**env, "GPUYARD_DISTRIBUTED": mode}
+    if mode == "torchrun":
+        return _torchrun(argv, len(job.gpus), port), env
+    address = f"{LOCALHOST}:{port}"
+    if mode == "jax":
+        env.update(JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="1", JAX_PROCESS_ID="0")
+    elif mode == "tf":
+        cluster = {"cluster": {"worker": [address]}, "task": {"type": "worker", "index": 0}}
+        env["TF_CONFIG"] = json.dumps(cluster)
+    return argv, env
+
+
+def _torchrun(argv: list[str], nproc: int, port: int) -> list[str]:
+    options = [
+        "--nnodes=1", f"--nproc-per-node={nproc}", "--node-rank=0",
+        f"--master-addr={LOCALHOST}", f"--master-port={port}", "--max-restarts=0",
+    ]  # fmt: skip
+    if re.fullmatch(r"python[0-9.]*", os.path.basename(argv[0])):
+        # `python train.py` (what a submitted script becomes): that python runs torchrun.
+        return [argv[0], "-m", "torch.distributed.run", *options, *argv[1:]]
+    return ["torchrun", *options, *argv]
+
+
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)"
+    r".*?exitcode\s*:\s*(-?\d+)",
+    re.DOTALL,
+)
+
+
+def rank_failure(log_tail: str) -> str | None:
+    """The reason for a failed torchrun job, from torchrun's failure summary, if it printed one."""
+    found = _ROOT_CAUSE.search(log_tail)
+    if found is None:
+        return None
+    rank, local_rank, code = found.groups()
+    how = f"was killed by signal {-int(code)}" if int(code) < 0 else f"exited with code {code}"
+    return (
+        f"RankFailed: rank {rank} (local rank {local_rank}) {how}; "
+        "torchrun stopped the other ranks"
+    )
