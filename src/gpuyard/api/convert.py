@@ -93,6 +93,7 @@ def dry_run_to_wire(answer: DryRun) -> DryRunOut:
         now=_iso(answer.now) or "",
         start_at=_iso(start),
         starts_in_s=None if start is None else round(max(0.0, start - answer.now), 3),
+        not_before=_iso(answer.not_before),
     )
 
 

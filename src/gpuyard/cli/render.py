@@ -58,6 +58,10 @@ def _start(job: dict[str, Any]) -> str:
 def dry_run_answer(answer: dict[str, Any]) -> str:
     """One line for `submit --dry-run`."""
     seconds = answer["starts_in_s"]
+    if seconds is None and answer.get("not_before"):
+        return (f"the job fits this server; it would not start before "
+                f"{_local(answer['not_before'])} (the projection of a deep queue stopped "
+                "there; nothing was queued)")  # fmt: skip
     if seconds is None:
         return ("the job fits this server, but no start can be estimated: the GPUs it needs "
                 "are held by jobs without a time limit (nothing was queued)")  # fmt: skip

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from dataclasses import dataclass
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
@@ -72,6 +73,16 @@ class _Projection:
             self.policy.finished(job, self.now)
 
 
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """Projected first starts (None: not reached) and how far the projection got: `complete`
+    when it stopped because every wanted job started or nothing more would ever end."""
+
+    starts: dict[int, float | None]
+    reached_at: float
+    complete: bool
+
+
 def project_starts(
     policy: Policy,
     cluster: ClusterState,
@@ -81,7 +92,7 @@ def project_starts(
     wanted: set[int] | None = None,
     max_events: int = 2000,
     budget_s: float | None = None,
-) -> dict[int, float | None]:
+) -> Projection:
     """Estimated first start of the `wanted` jobs (default: every job `policy` has pending), by
     simulating forward from `now` with each running and started job ending at its time limit.
     Stops after `max_events` or `budget_s` seconds of wall time. Mutates its arguments: pass
@@ -93,14 +104,20 @@ def project_starts(
     if wanted is None:
         wanted = {job.id for job in policy.pending(now)}
     deadline = math.inf if budget_s is None else time.perf_counter() + budget_s
+    complete = False
     for _ in range(max_events):
         policy.schedule(ctx)
-        if wanted <= ctx.first_start.keys() or time.perf_counter() > deadline:
+        if wanted <= ctx.first_start.keys():
+            complete = True
+            break
+        if time.perf_counter() > deadline:
             break
         wake = policy.next_decision_at(ctx.now)
         at = min(ctx.next_end(), wake if wake is not None and wake > ctx.now else math.inf)
         if at == math.inf:
+            complete = True  # nothing will ever end: the rest wait on jobs without a limit
             break
         ctx.now = at
         ctx.end_due()
-    return {job_id: ctx.first_start.get(job_id) for job_id in wanted}
+    starts = {job_id: ctx.first_start.get(job_id) for job_id in wanted}
+    return Projection(starts, ctx.now, complete)

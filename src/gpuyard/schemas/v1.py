@@ -70,8 +70,12 @@ class DryRunOut(BaseModel):
     """`submit --dry-run`: the job fits this server; when it would start if submitted now."""
 
     now: str
-    start_at: str | None = Field(description="null: not before jobs without a time limit end")
+    start_at: str | None = Field(description="null: see not_before")
     starts_in_s: float | None
+    not_before: str | None = Field(
+        description="start_at null: not before this time (the projection stopped there); "
+        "both null: not before jobs without a time limit end"
+    )
 
 
 class GpuOut(BaseModel):

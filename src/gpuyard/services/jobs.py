@@ -29,10 +29,12 @@ class GpuHolding:
 @dataclass(frozen=True, slots=True)
 class DryRun:
     """The answer to `submit --dry-run`: the job fits this server; it would start at
-    `start_at` (None: not before the running jobs without a time limit end)."""
+    `start_at`. None: not before jobs without a time limit end, or, with `not_before`, not
+    before that time (the projection stopped there: a deep queue)."""
 
     now: float
     start_at: float | None
+    not_before: float | None = None
 
 
 class JobService:
@@ -124,8 +126,10 @@ class JobService:
         """Whether `spec` can ever run here and when it would start, without queueing it."""
         self._check_fits(spec)
         probe_id = self.book.peek_next_id()
-        start = self.controller.scheduler.dry_run(spec, owner, probe_id)
-        return DryRun(now=self._clock(), start_at=start)
+        projection = self.controller.scheduler.dry_run(spec, owner, probe_id)
+        start = projection.starts[probe_id]
+        later_than = None if start is not None or projection.complete else projection.reached_at
+        return DryRun(now=self._clock(), start_at=start, not_before=later_than)
 
     def gpus(self) -> list[GpuHolding]:
         holders = {gpu: job for job in self.book.running() for gpu in job.gpus}

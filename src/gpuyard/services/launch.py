@@ -72,6 +72,5 @@ def rank_failure(log_tail: str) -> str | None:
     rank, local_rank, code = found.groups()
     how = f"was killed by signal {-int(code)}" if int(code) < 0 else f"exited with code {code}"
     return (
-        f"RankFailed: rank {rank} (local rank {local_rank}) {how}; "
-        "torchrun stopped the other ranks"
+        f"RankFailed: rank {rank} (local rank {local_rank}) {how}; torchrun stopped the other ranks"
     )

@@ -29,7 +29,7 @@ from gpuyard.domain.job import REASON_PREEMPTING, REASON_PRIORITY, REASON_RESOUR
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
-from gpuyard.scheduling.projection import project_starts
+from gpuyard.scheduling.projection import Projection, project_starts
 from gpuyard.services.inventory import Inventory
 
 # Jobs that ended longer ago than this many jobs back teach a restarted policy nothing new:
@@ -316,7 +316,7 @@ class LiveScheduler:
             generation = self._generation
             policy, cluster, running, assigned = self._copy()
         now = self._clock()
-        starts = project_starts(policy, cluster, running, now, budget_s=_PROJECTION_BUDGET_S)
+        starts = project_starts(policy, cluster, running, now, budget_s=_PROJECTION_BUDGET_S).starts
         starts.update({job_id: now for job_id in assigned})
         made = _Estimates(
             generation, starts, made_at=time.monotonic(), took_s=time.monotonic() - began
@@ -326,18 +326,18 @@ class LiveScheduler:
                 self._estimates = made
         return starts
 
-    def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> float | None:
-        """When a job of `spec` submitted now would start (None: not within the projection)."""
+    def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> Projection:
+        """When a job of `spec` submitted now would start (`starts[job_id]`; None: not within
+        the projection, which says how far it got)."""
         now = self._clock()
         probe = sched_job(Job(job_id, spec, owner, JobState.PENDING, submitted_at=now))
         with self._lock:  # as of the last pass (which follows every submit at once)
             policy, cluster, running, _ = self._copy()
         policy.submit(probe, now)
-        starts = project_starts(
+        return project_starts(
             policy, cluster, running, now, wanted={probe.id}, max_events=100_000,
             budget_s=_DRY_RUN_BUDGET_S,
         )  # fmt: skip
-        return starts[probe.id]
 
     def can_ever_fit(self, gpus: int) -> bool:
         return self.cluster.can_ever_fit(gpus)
