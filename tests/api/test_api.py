@@ -91,6 +91,9 @@ BAD_SUBMISSIONS = [
     ({"mem": "1" * 400 + "G"}, "mem"),
     ({"command": ["echo", "a\0b"]}, "command"),
     ({"env": {"A": "x\0y"}}, "env"),
+    ({"distributed": "mpi", "gpus": 1}, "distributed"),
+    ({"distributed": "torchrun", "gpus": 0}, "distributed"),
+    ({"preemptible": "no"}, "preemptible"),
 ]
 
 
@@ -146,3 +149,33 @@ def test_log_reads_from_an_offset(api: TestClient):
     assert resp.text == "world" and resp.headers["X-Log-Offset"] == "11"
     followed = api.get(f"/api/v1/jobs/{job['id']}/log", params={"follow": "true"})
     assert followed.text == "hello world"
+
+
+def test_pending_jobs_carry_an_estimated_start_and_running_ones_their_service(api: TestClient):
+    blocker = submit(api, gpus=4, time_limit="2h", preemptible=False).json()
+    wait_state(api, blocker["id"], "RUNNING")
+    waiting = submit(api, gpus=2).json()
+    time.sleep(0.3)
+    jobs = {j["id"]: j for j in api.get("/api/v1/jobs").json()}
+    started = time.mktime(
+        time.strptime(jobs[blocker["id"]]["started_at"][:19], "%Y-%m-%dT%H:%M:%S")
+    )
+    estimate = jobs[waiting["id"]]["estimated_start_at"]
+    assert estimate is not None
+    projected = time.mktime(time.strptime(estimate[:19], "%Y-%m-%dT%H:%M:%S"))
+    assert abs(projected - (started + 7200)) <= 2  # the blocker's whole 2 h limit
+    assert jobs[blocker["id"]]["estimated_start_at"] is None
+    assert jobs[blocker["id"]]["preemptible"] is False
+    assert jobs[blocker["id"]]["attained_gpu_s"] >= 0 and jobs[blocker["id"]]["restarts"] == 0
+    for job in (blocker, waiting):
+        api.post(f"/api/v1/jobs/{job['id']}/cancel")
+
+
+def test_dry_run_route_answers_and_queues_nothing(api: TestClient):
+    body = {"command": ["true"], "workdir": api.workdir, "gpus": 1}  # type: ignore[attr-defined]
+    answer = api.post("/api/v1/jobs/dry-run", json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["starts_in_s"] == 0.0 and answer.json()["not_before"] is None
+    too_big = api.post("/api/v1/jobs/dry-run", json={**body, "gpus": 5})
+    assert too_big.status_code == 422 and too_big.json()["error"]["field"] == "gpus"
+    assert api.get("/api/v1/jobs?all=true").json() == []
