@@ -8,10 +8,11 @@ from pathlib import Path
 
 from tests.e2e.server import GPUYARD, ServerProcess, free_port, pid_alive, wait_for
 
-# Records each run's restart count, then works until stopped; a stop makes it exit at once.
+# Records each run's restart count, then works until stopped; on SIGTERM it "saves a checkpoint"
+# and exits 0, as a well-behaved training script does: it must be resumed, not marked done.
 CHECKPOINTING = (
     'echo "$GPUYARD_RESTART_COUNT" >> "$RUNS"; echo $$ > "$PID"; '
-    'trap "echo checkpointed >> $RUNS; exit 143" TERM; '
+    'trap "echo checkpointed >> $RUNS; exit 0" TERM; '
     'if [ "$GPUYARD_RESTART_COUNT" -ge 1 ]; then exit 0; fi; '
     "while :; do sleep 0.1; done"
 )

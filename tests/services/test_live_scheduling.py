@@ -279,3 +279,65 @@ def test_dry_run_beyond_the_projection_budget_says_not_before_where_it_stopped(
         assert (answer.start_at, answer.not_before) == (110.0, None)
     finally:
         rig.close()
+
+
+def test_a_cancel_during_a_preemption_ends_the_job_instead_of_requeueing_it(
+    tmp_path: Path,
+) -> None:
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=1)
+    rig.processes.stop = lambda job: rig.processes.stops.append(job.id)  # type: ignore[method-assign]
+    try:
+        low = rig.submit(10_000, gpus=1)
+        rig.settle()
+        rig.advance(600)
+        rig.submit(100, gpus=1, priority=5)
+        rig.settle()
+        assert rig.job(low.id).stop_intent is JobState.PENDING
+        rig.service.cancel(low.id)  # the user cancels it during its grace period
+        assert rig.job(low.id).stop_intent is JobState.CANCELLED
+        rig.controller.on_exit(low.id, _sigterm(rig.now))
+        rig.settle()
+        assert rig.state(low.id) is JobState.CANCELLED
+    finally:
+        rig.close()
+
+
+def test_a_preemption_whose_record_failed_is_retried_not_lost(tmp_path: Path) -> None:
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=1)
+    try:
+        low = rig.submit(10_000, gpus=1)
+        rig.settle()
+        rig.advance(600)
+        real_write = rig.store.write
+        failures = []
+
+        def flaky(inserts, updates):  # type: ignore[no-untyped-def]
+            if any(j.stop_intent is JobState.PENDING for j in updates) and not failures:
+                failures.append(1)
+                raise OSError("disk full")
+            real_write(inserts, updates)
+
+        rig.store.write = flaky  # type: ignore[method-assign]
+        high = rig.submit(100, gpus=1, priority=5)
+        with pytest.raises(OSError):
+            rig.controller.tick()  # the controller loop logs this and ticks again
+        rig.settle()
+        assert failures and rig.processes.stops == [low.id]
+        assert rig.state(low.id) is JobState.PENDING and rig.state(high.id) is JobState.RUNNING
+    finally:
+        rig.close()
+
+
+def test_a_server_restarted_with_fewer_gpus_than_its_running_jobs_hold_says_so(
+    tmp_path: Path,
+) -> None:
+    from gpuyard.domain.errors import Unavailable
+
+    rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=2)
+    try:
+        rig.submit(10_000, gpus=2)
+        rig.settle()
+    finally:
+        rig.close()
+    with pytest.raises(Unavailable, match=r"job 1 is still running on GPUs 0,1"):
+        LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=1)

@@ -80,3 +80,18 @@ def test_rendezvous_ports_are_distinct_while_held() -> None:
     ports = RendezvousPorts()
     taken = {ports.take(job_id) for job_id in range(50)}
     assert len(taken) == 50 and 29500 not in taken
+
+
+def test_torchrun_under_an_env_shebang_and_python_flags() -> None:
+    shebang = ("/usr/bin/env", "python3", "/w/t.py", "-x")
+    argv, _ = job_process(running(shebang, "torchrun", (0,)), {}, 7)
+    assert argv[:4] == ["/usr/bin/env", "python3", "-m", "torch.distributed.run"]
+    assert argv[-2:] == ["/w/t.py", "-x"]
+    argv, _ = job_process(running(("python", "-u", "-X", "dev", "t.py"), "torchrun", (0,)), {}, 7)
+    assert argv[:6] == ["python", "-u", "-X", "dev", "-m", "torch.distributed.run"]
+    assert argv[-1] == "t.py"
+
+
+def test_the_last_root_cause_is_the_one_of_the_last_run() -> None:
+    earlier = TORCHRUN_FAILURE.replace("exitcode  : 3", "exitcode  : 7")
+    assert "code 3" in (rank_failure(earlier + "\nrestart\n" + TORCHRUN_FAILURE) or "")

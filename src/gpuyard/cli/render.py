@@ -126,7 +126,8 @@ def _estimate(job: dict[str, Any]) -> str:
     if job["state"] != "PENDING":
         return "-"
     if not job.get("estimated_start_at"):
-        return "unknown (running jobs without a time limit hold what it needs)"
+        return ("unknown (jobs without a time limit hold what it needs, or the queue ahead is "
+                "too deep to project)")  # fmt: skip
     return f"{_local(job['estimated_start_at'])} if running jobs use their whole time limit"
 
 

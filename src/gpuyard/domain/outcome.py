@@ -10,16 +10,22 @@ from gpuyard.domain.units import format_duration
 
 
 def judge_exit(
-    job: Job, exit_code: int | None, signal: int | None, timed_out: bool, lost: bool
+    job: Job,
+    exit_code: int | None,
+    signal: int | None,
+    timed_out: bool,
+    lost: bool,
+    stop_requested: bool = False,
 ) -> tuple[JobState, int | None, str]:
     """Final state, recorded exit code and reason for a job whose process tree ended.
 
-    A preempted job (stop intent PENDING) goes back to PENDING, unless it completed or ran out
-    of time before the stop reached it: then that is its end."""
+    A preempted job (stop intent PENDING) goes back to PENDING whatever its exit (a job that
+    saves a checkpoint on SIGTERM and exits 0 is resumed, not done), unless it ran out of time
+    or completed before the stop reached it (`stop_requested` false, exit 0)."""
     if job.stop_intent is JobState.CANCELLED:
         return JobState.CANCELLED, exit_code, "Cancelled by user"
-    finished_anyway = timed_out or (exit_code == 0 and not signal)
-    if job.stop_intent is JobState.PENDING and not finished_anyway and not lost:
+    completed_first = exit_code == 0 and not signal and not stop_requested
+    if job.stop_intent is JobState.PENDING and not timed_out and not completed_first:
         return JobState.PENDING, None, REASON_PREEMPTED
     if timed_out:
         limit = format_duration(job.spec.time_limit_s)

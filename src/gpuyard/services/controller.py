@@ -137,6 +137,7 @@ class Controller:
             for job in stopping:
                 self.book.put(job)
                 log.info("job %s preempted: it will be requeued once stopped", job.id)
+        self.scheduler.stops_recorded(job_ids)
         return stopping
 
     def _launch(self, started: list[Job]) -> None:
@@ -176,8 +177,9 @@ class Controller:
             if job is None or job.state is not JobState.RUNNING:
                 return
             state, exit_code, judged = judge_exit(
-                job, status.exit_code, status.signal, status.timed_out, status.lost
-            )
+                job, status.exit_code, status.signal, status.timed_out, status.lost,
+                status.stop_requested,
+            )  # fmt: skip
             if state is JobState.FAILED and job.spec.distributed == "torchrun" and not reason:
                 reason = rank_failure(_log_tail(self.executor.log_path(job_id)))
             ended_at = status.ended_at or self._clock()
@@ -200,7 +202,10 @@ class Controller:
             current = self.book.get(job.id)
             if current is None or current.state is not JobState.RUNNING:
                 return current or job
-            if current.stop_intent is None:
+            # A cancel overrides a preemption in progress: the job must not come back.
+            if current.stop_intent is None or (
+                intent is JobState.CANCELLED and current.stop_intent is JobState.PENDING
+            ):
                 current = current.with_changes(stop_intent=intent)
                 self.store.write([], [current])
                 self.book.put(current)

@@ -81,8 +81,10 @@ class JobService:
 
     def _queue(self, job: Job) -> Job:
         """Only a durable job enters the queue: the scheduler never starts a job it could lose."""
-        self.book.put(job)
+        # The scheduler hears of it first: a cancel, which needs the job in the book, can then
+        # never reach the scheduler before the submit.
         self.controller.scheduler.submitted(job)
+        self.book.put(job)
         self.controller.wake()
         return job
 

@@ -51,10 +51,27 @@ def _torchrun(argv: list[str], nproc: int, port: int) -> list[str]:
         "--nnodes=1", f"--nproc-per-node={nproc}", "--node-rank=0",
         f"--master-addr={LOCALHOST}", f"--master-port={port}", "--max-restarts=0",
     ]  # fmt: skip
-    if re.fullmatch(r"python[0-9.]*", os.path.basename(argv[0])):
-        # `python train.py` (what a submitted script becomes): that python runs torchrun.
-        return [argv[0], "-m", "torch.distributed.run", *options, *argv[1:]]
-    return ["torchrun", *options, *argv]
+    python, rest = _python_of(argv)
+    if python is None:
+        return ["torchrun", *options, *argv]
+    # `python [flags] train.py` (what a submitted script becomes): that python runs torchrun,
+    # its flags stay with it.
+    flags = []
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+        flags.append(rest.pop(0))
+        if flags[-1] in ("-X", "-W") and rest:  # options that take a value
+            flags.append(rest.pop(0))
+    return [*python, *flags, "-m", "torch.distributed.run", *options, *rest]
+
+
+def _python_of(argv: list[str]) -> tuple[list[str] | None, list[str]]:
+    """(`python` or `/usr/bin/env python3`, the rest) when argv runs a Python interpreter."""
+    is_python = re.compile(r"python[0-9.]*").fullmatch
+    if is_python(os.path.basename(argv[0])):
+        return argv[:1], argv[1:]
+    if os.path.basename(argv[0]) == "env" and len(argv) > 1 and is_python(argv[1]):
+        return argv[:2], argv[2:]  # a `#!/usr/bin/env python3` script
+    return None, argv
 
 
 _ROOT_CAUSE = re.compile(
@@ -66,9 +83,10 @@ _ROOT_CAUSE = re.compile(
 
 def rank_failure(log_tail: str) -> str | None:
     """The reason for a failed torchrun job, from torchrun's failure summary, if it printed one."""
-    found = _ROOT_CAUSE.search(log_tail)
-    if found is None:
+    summaries = list(_ROOT_CAUSE.finditer(log_tail))
+    if not summaries:
         return None
+    found = summaries[-1]  # the last run's: the log holds every run of a requeued job
     rank, local_rank, code = found.groups()
     how = f"was killed by signal {-int(code)}" if int(code) < 0 else f"exited with code {code}"
     return (

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import REASON_PREEMPTING, REASON_PRIORITY, REASON_RESOURCES, Job, JobSpec
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
@@ -97,6 +98,7 @@ class LiveScheduler:
         self._assigned: dict[int, Placement] = {}  # started by the policy, not launched yet
         self._holding: dict[int, tuple[int, ...]] = {}  # GPUs held by a job's processes
         self._stopping: set[int] = set()  # preempted, processes not gone yet
+        self._unrecorded_stops: dict[int, None] = {}  # preempted, not yet recorded (ordered)
         self._reasons: tuple[int, dict[int, str]] = (-1, {})
         self._estimates: _Estimates | None = None
         self._wake_at: float | None = -math.inf  # the first pass runs whatever happened
@@ -128,15 +130,20 @@ class LiveScheduler:
             now = self._clock()
             fed = self._apply_inbox()
             due = self._wake_at is not None and self._wake_at <= now
-            if not fed and not due:
-                # Nothing the policy could act on: no pass, exactly as in the simulator (a
-                # pass at another instant could decide otherwise for time-dependent ranks).
-                return Decisions(self._launchable(), [])
-            ctx = _LiveContext(self, now)
-            self.policy.schedule(ctx)
-            self._generation += 1
-            self._wake_at = self.policy.next_decision_at(now)
-            return Decisions(self._launchable(), ctx.preempted)
+            if fed or due:
+                # Else no pass, exactly as in the simulator (a pass at another instant could
+                # decide otherwise for time-dependent ranks).
+                self.policy.schedule(_LiveContext(self, now))
+                self._generation += 1
+                self._wake_at = self.policy.next_decision_at(now)
+            return Decisions(self._launchable(), list(self._unrecorded_stops))
+
+    def stops_recorded(self, job_ids: list[int]) -> None:
+        """The controller recorded these preemptions durably; until then `decide` repeats them
+        (a failed write must not leave a preempted job running for ever)."""
+        with self._lock:
+            for job_id in job_ids:
+                self._unrecorded_stops.pop(job_id, None)
 
     @property
     def next_pass_at(self) -> float | None:
@@ -214,6 +221,8 @@ class LiveScheduler:
         free = [[g for g in gpus if g not in held] for gpus in self._node_gpus]
         launches = []
         for job_id, placement in self._assigned.items():
+            if job_id in self._holding:
+                continue  # chosen again while its preempted processes are still stopping
             if any(len(free[node]) < count for node, count in placement):
                 continue  # waits for a preempted job's processes to stop
             gpus: list[int] = []
@@ -263,7 +272,15 @@ class LiveScheduler:
         job = self._jobs[record.id]
         if kind == 1:
             if record.state is JobState.RUNNING:
-                begin_run(job, self.cluster, _placement_of(record), at)
+                try:
+                    begin_run(job, self.cluster, _placement_of(record), at)
+                except ValueError:
+                    raise Unavailable(
+                        f"job {record.id} is still running on GPUs "
+                        f"{','.join(map(str, record.gpus)) or '-'} with {record.spec.cpus} CPUs, "
+                        "more than this server now offers next to the other running jobs; start "
+                        "it with the GPUs/--cpus it had, or stop that job's processes first"
+                    ) from None
                 self._holding[record.id] = record.gpus
             else:  # a finished run: on no GPUs any more, only its times matter
                 job.run_started_at = at
@@ -355,7 +372,6 @@ class _LiveContext:
         self._s = scheduler
         self.now = now
         self.cluster = scheduler.cluster
-        self.preempted: list[int] = []
 
     def start(self, job: SchedJob, placement: Placement) -> None:
         begin_run(job, self.cluster, placement, self.now)
@@ -368,7 +384,7 @@ class _LiveContext:
         self._s.policy.preempted(job, self.now)
         if self._s._assigned.pop(job.id, None) is None:  # it has processes to stop
             self._s._stopping.add(job.id)
-            self.preempted.append(job.id)
+            self._s._unrecorded_stops[job.id] = None
 
 
 def _life(job: Job, times: tuple[float | None, ...]) -> list[tuple[float, int, int, Job]]:

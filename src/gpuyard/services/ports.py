@@ -38,6 +38,7 @@ class ExitStatus:
     timed_out: bool = False
     ended_at: float | None = None
     lost: bool = False  # the supervisor vanished without recording anything
+    stop_requested: bool = False  # it was told to stop (cancel, preemption) before it ended
 
 
 @dataclass(frozen=True, slots=True)

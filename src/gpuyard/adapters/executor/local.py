@@ -56,6 +56,8 @@ class LocalExecutor:
     def launch(self, job: Job, argv: list[str], env: dict[str, str]) -> Launched:
         jobdir = self.job_dir(job.id)
         jobdir.mkdir(parents=True, exist_ok=True)
+        for stale in ("status.json", "supervisor.pid"):  # an earlier run's (preempted, requeued)
+            (jobdir / stale).unlink(missing_ok=True)
         limit = job.spec.time_limit_s or 0
         command = [sys.executable, "-I", "-S", self._supervisor, str(jobdir), str(self._grace_s),
                    str(limit), job.spec.workdir, "--", *argv]  # fmt: skip
@@ -152,6 +154,7 @@ class LocalExecutor:
             signal=data["signal"],
             timed_out=bool(data["timed_out"]),
             ended_at=data["ended_at"],
+            stop_requested=bool(data.get("stop_requested", False)),
         )
 
     def _read_pid(self, job_id: int) -> int | None:

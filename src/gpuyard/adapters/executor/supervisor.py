@@ -21,6 +21,7 @@ PR_SET_CHILD_SUBREAPER = 36
 _job_pgid = 0
 _stage = 0  # 0 running, 1 SIGTERM sent, 2 SIGKILL sent
 _timed_out = False
+_stop_requested = False  # SIGTERM from the server (cancel, preemption), not the time limit
 _grace_s = 10.0
 _limit_s = 0.0
 
@@ -77,6 +78,8 @@ def _begin_stop(why: str) -> None:
 
 
 def _on_term(signum: int, frame: object) -> None:
+    global _stop_requested
+    _stop_requested = True
     _begin_stop("stop requested")
 
 
@@ -197,7 +200,9 @@ def main() -> None:
     _write_atomic(
         os.path.join(jobdir, "status.json"),
         f'{{"exit_code": {exit_code}, "signal": {sig}, '
-        f'"timed_out": {"true" if _timed_out else "false"}, "ended_at": {time.time()!r}}}\n',
+        f'"timed_out": {"true" if _timed_out else "false"}, '
+        f'"stop_requested": {"true" if _stop_requested else "false"}, '
+        f'"ended_at": {time.time()!r}}}\n',
     )
 
 
