@@ -17,7 +17,8 @@ preempted), it queues behind every job that still has a prediction, first come f
 among its kind, like LAS' last queue.
 
 What it knows is what a real server knows: GPU count, user, submission time, the service each
-job attained, and the run times of jobs that already finished. It never reads durations.
+job attained, the run times of jobs that already finished and how long unfinished ones have run
+so far. It never reads durations.
 
 Parameters, and why:
 - `history` (32): finished run times kept per (user, GPU count) and per user (4x that
@@ -25,6 +26,21 @@ Parameters, and why:
   A job is predicted from its (user, GPU count) history when that has `min_samples` (3) runs,
   else from the user's, else from everyone's: a user's 8-GPU jobs are often unlike their
   1-GPU ones.
+- Unfinished runs count as censored observations (no parameter). A history of finished runs
+  over-represents short ones: while u's long jobs still run, only its short ones have finished
+  (survivorship bias), so the index was optimistic about u's next job, which preempted a long
+  job for a probe and then itself ran for hours (at 1,280 GPUs, half the preemptions). So a
+  job of the same history key ((user, GPU count), or user) that started and has not finished
+  counts as "ran longer than it has so far": the distribution is the Kaplan-Meier estimate
+  (finished runs, right-censored unfinished ones), which gives a job that has run 5 h its
+  weight on the runs longer than 5 h instead of leaving it out. It is used for the decisions
+  that bet on a prediction: a pending job's rank (computed when it is queued) and the
+  preemption test, which compares that rank with the victim's estimate recomputed then.
+  Running jobs are still put in victim order by their cached estimate over finished runs only
+  (cheap, and with censoring there too the long 8-GPU jobs at 1,024 GPUs were picked more
+  often: p99 JCT 215 h instead of 206 h). On philly_14237 this took preemptions at 1,280 GPUs
+  from 1,660 to 1,415 and avg JCT at 1,024 from 8.700 to 8.683 h (-13% preemptions on
+  average over 1,216-1,344 and 992-1,056 GPUs).
 - Gittins index rather than a median: the mean JCT-optimal rank for jobs of unknown size drawn
   from a known distribution. It gives a new job of a user whose jobs are "seconds or days" a
   short probe at the front of the queue, and ranks it by the long mode once it outlives the
@@ -60,6 +76,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right, insort
 from collections import deque
+from collections.abc import Sequence
 
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
@@ -88,19 +105,46 @@ class _History:
         return len(self._recent)
 
 
-def gittins_remaining_s(sample: list[float], ran_s: float) -> float | None:
+def gittins_remaining_s(
+    sample: list[float], ran_s: float, censored: Sequence[float] = ()
+) -> float | None:
     """Expected run time still needed per unit chance of finishing, at the best stopping point:
     min over t of E[min(S, t) - a | S > a] / P(S <= t | S > a), S drawn from `sample` (sorted),
-    a = `ran_s`. The reciprocal of the Gittins index; None when the job outlived every sample."""
+    a = `ran_s`. The reciprocal of the Gittins index; None when the job outlived every sample.
+
+    `censored` (sorted) are run times so far of jobs that have not finished: each says only
+    "longer than this". The distribution is then the Kaplan-Meier estimate: at each finished
+    run, the chance of finishing there is the runs that finished there over those still at
+    risk (finished there or later, or unfinished at a longer run time), so a job still running
+    keeps its weight on the run times longer than its own instead of being left out."""
     i = bisect_right(sample, ran_s)
     left = len(sample) - i
     if left == 0:
         return None
+    j = bisect_right(censored, ran_s)
     best = float("inf")
-    acc = 0.0
-    for done, s in enumerate(sample[i:], 1):
-        acc += s - ran_s
-        work = (acc + (left - done) * (s - ran_s)) / done
+    if j == len(censored):  # nothing censored beyond `ran_s`: plain empirical distribution
+        acc = 0.0
+        for done, s in enumerate(sample[i:], 1):
+            acc += s - ran_s
+            work = (acc + (left - done) * (s - ran_s)) / done
+            if work < best:
+                best = work
+        return best
+    at_risk = left + len(censored) - j
+    surv, area, prev = 1.0, 0.0, ran_s  # P(S > prev | S > a), E[min(S, prev) - a | S > a]
+    n_cens = len(censored)
+    for s in sample[i:]:
+        while j < n_cens and censored[j] < s:  # unfinished before s: leaves the risk set
+            area += surv * (censored[j] - prev)
+            prev = censored[j]
+            at_risk -= 1
+            j += 1
+        area += surv * (s - prev)
+        prev = s
+        surv -= surv / at_risk
+        at_risk -= 1
+        work = area / (1.0 - surv)
         if work < best:
             best = work
     return best
@@ -140,26 +184,50 @@ class DefaultPolicy(RankedPolicy):
         self._guards: list[tuple[float, int, int]] = []  # running jobs' protection ends
         self._token: dict[int, int] = {}
         self._victims_at: tuple[float, list[SchedJob]] | None = None
+        # Jobs that started and have not finished, per history key: censored run times.
+        self._unfinished: dict[object, dict[int, SchedJob]] = {}
+        self._censored_at: tuple[float, dict[object, list[float]]] = (-1.0, {})
 
     # -- prediction -------------------------------------------------------------------------
-    def _sample(self, job: SchedJob) -> list[float]:
+    def _sample(self, job: SchedJob) -> tuple[object, list[float]]:
+        """(history key, its sorted run times): (user, GPU count), else user, else everyone's
+        (key None)."""
         for key in ((job.user, job.gpus), job.user):
             h = self._hist.get(key)
             if h is not None and len(h) >= self._min_samples:
-                return h.sorted
-        return self._global.sorted or [_FALLBACK_S]
+                return key, h.sorted
+        return None, self._global.sorted or [_FALLBACK_S]
+
+    def _censored(self, key: object, now: float) -> list[float]:
+        """Run times so far, sorted, of the jobs of `key` that started and have not finished
+        (running, or preempted and waiting); computed once per key and instant."""
+        if key is None:
+            return []
+        if self._censored_at[0] != now:
+            self._censored_at = (now, {})
+        cache = self._censored_at[1]
+        runs = cache.get(key)
+        if runs is None:
+            jobs = self._unfinished.get(key)
+            runs = sorted(j.attained(now) / j.gpus for j in jobs.values()) if jobs else []
+            cache[key] = runs
+        return runs
 
     def _outlived(self, job: SchedJob, now: float) -> bool:
         """Whether the job has run longer than every run in its history."""
-        sample = self._sample(job)
+        sample = self._sample(job)[1]
         return job.attained(now) / max(job.gpus, 1) >= sample[-1]
 
-    def _estimate_now(self, job: SchedJob, now: float) -> tuple[float, float]:
-        """(remaining GPU-seconds, for how long that stays about right)."""
+    def _estimate_now(
+        self, job: SchedJob, now: float, censored: bool = True
+    ) -> tuple[float, float]:
+        """(remaining GPU-seconds, for how long that stays about right); with `censored`, the
+        unfinished runs of the same history key count as censored observations."""
         gpus = max(job.gpus, 1)
         ran_s = job.attained(now) / gpus
-        sample = self._sample(job)
-        rem = gittins_remaining_s(sample, ran_s)
+        key, sample = self._sample(job)
+        cens = self._censored(key, now) if censored else ()
+        rem = gittins_remaining_s(sample, ran_s, cens)
         stale = max(60.0, 0.1 * ran_s)
         if rem is None:
             return gpus * (ran_s + 60.0), stale  # outlived its history: as long again
@@ -174,7 +242,7 @@ class DefaultPolicy(RankedPolicy):
             return self._rank[job.id]
         cached = self._cache.get(job.id)
         if cached is None or now >= cached[1]:
-            rem, stale = self._estimate_now(job, now)
+            rem, stale = self._estimate_now(job, now, censored=False)
             cached = self._cache[job.id] = (rem, now + stale)
         return cached[0]
 
@@ -189,6 +257,9 @@ class DefaultPolicy(RankedPolicy):
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
         self._running[job.id] = job
         self._victims_at = None
+        if job.gpus > 0:
+            for key in ((job.user, job.gpus), job.user):
+                self._unfinished.setdefault(key, {})[job.id] = job
         # When its protection ends, a pass may decide otherwise: say so (next_decision_at).
         until = now + self._min_run_s * self._backoff**job.restarts
         heapq.heappush(self._guards, (until, job.id, token))
@@ -204,6 +275,7 @@ class DefaultPolicy(RankedPolicy):
         self._cache.pop(job.id, None)
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)
+        self._forget_unfinished(job)
         if job.gpus == 0:
             return  # no GPU service to learn from: it would read as a zero-length run
         ran_s = job.attained(now) / job.gpus
@@ -220,6 +292,13 @@ class DefaultPolicy(RankedPolicy):
         self._starved.discard(job.id)
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)  # voids its starvation timer
+        self._forget_unfinished(job)
+
+    def _forget_unfinished(self, job: SchedJob) -> None:
+        for key in ((job.user, job.gpus), job.user):
+            jobs = self._unfinished.get(key)
+            if jobs is not None:
+                jobs.pop(job.id, None)
 
     def _enqueue(self, job: SchedJob, now: float) -> None:
         self._cache.pop(job.id, None)
@@ -259,7 +338,7 @@ class DefaultPolicy(RankedPolicy):
             return False
         if a.id in self._starved:
             return True
-        return self._ratio * self._rank[a.id] < self.remaining_gpu_s(b, now)
+        return self._ratio * self._rank[a.id] < self._estimate_now(b, now)[0]
 
     def _shielded(self, victim: SchedJob, now: float) -> bool:
         """Restart backoff: a job restarted k times keeps its GPUs until its current run reaches
