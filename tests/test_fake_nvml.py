@@ -152,7 +152,7 @@ ERRORS = """
     if out["init"] == "None":
         h = pynvml.nvmlDeviceGetHandleByIndex(0)
         out["serial"] = attempt(pynvml.nvmlDeviceGetSerial, h)
-        out["clock"] = attempt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
+        out["fan"] = attempt(pynvml.nvmlDeviceGetFanSpeed, h)
         out["bad_index"] = attempt(pynvml.nvmlDeviceGetHandleByIndex, 99)
         out["bad_uuid"] = attempt(pynvml.nvmlDeviceGetHandleByUUID, "GPU-nope")
         out["shutdown"] = attempt(pynvml.nvmlShutdown)
@@ -178,7 +178,7 @@ def test_unimplemented_function_and_error_paths(fake_nvml_dir: Path) -> None:
     assert out["init"] == "None"
     not_found = ["NVMLError_FunctionNotFound", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND]
     assert out["serial"][:2] == not_found
-    assert out["clock"][:2] == not_found
+    assert out["fan"][:2] == not_found
     assert out["bad_index"][:2] == ["NVMLError_InvalidArgument", 2]
     assert out["bad_uuid"][:2] == ["NVMLError_NotFound", 6]
     assert out["shutdown"] == "None"
@@ -303,3 +303,65 @@ def test_fake_nvml_env_helper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         fake_nvml_env(tmp_path, [("bad|name", 1, "GPU-a")])
     with pytest.raises(ValueError):
         write_fake_nvml_state(tmp_path / "s", {0: {"bogus": 1}})
+
+
+TELEMETRY_EXTRA = """
+    import json, pynvml
+    def attempt(fn, *args):
+        try:
+            value = fn(*args)
+            return value if isinstance(value, (int, list)) else repr(value)
+        except pynvml.NVMLError as exc:
+            return type(exc).__name__
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    events = pynvml.nvmlEventSetCreate()
+    pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, events)
+    before = attempt(pynvml.nvmlEventSetWait_v2, events, 0)
+    with open(os.environ["FAKE_NVML_STATE"], "a") as f:
+        f.write("0 xid 79\\n0 xid_events 3\\n")
+    data = pynvml.nvmlEventSetWait_v2(events, 0)
+    out = {
+        "sm": attempt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+        "mem_clock": attempt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
+        "reasons": attempt(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h),
+        "reasons_old": attempt(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, h),
+        "ecc": [attempt(pynvml.nvmlDeviceGetTotalEccErrors, h, kind, pynvml.NVML_VOLATILE_ECC)
+                for kind in (0, 1)],
+        "procs": [[p.pid, p.usedGpuMemory] for p in
+                  pynvml.nvmlDeviceGetComputeRunningProcesses(h)],
+        "procs_v2": len(pynvml.nvmlDeviceGetComputeRunningProcesses_v2(h)),
+        "idle_procs": pynvml.nvmlDeviceGetComputeRunningProcesses(
+            pynvml.nvmlDeviceGetHandleByIndex(1)),
+        "temp": attempt(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
+        "before": before,
+        "event": [pynvml.nvmlDeviceGetIndex(data.device), data.eventType, data.eventData],
+        "after": [attempt(pynvml.nvmlEventSetWait_v2, events, 0) for _ in range(3)],
+        "graphics": attempt(pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3, h),
+    }
+    pynvml.nvmlEventSetFree(events)
+    print(json.dumps(out))
+"""
+
+
+def test_clocks_ecc_processes_and_xid_events(fake_nvml_dir: Path, tmp_path: Path) -> None:
+    state = tmp_path / "nvml_state"
+    write_fake_nvml_state(
+        state,
+        {0: {"sm_clock_mhz": 1755, "throttle": 0x44, "ecc_corrected": 5, "ecc_uncorrected": 1}},
+        procs={0: [(4242, 3000), (4343, 1)]},
+    )
+    env = fake_nvml_env(fake_nvml_dir, H200_GPUS, state=state, missing="nvmlDeviceGetTemperature")
+    out = run_pynvml("import os\n" + textwrap.dedent(TELEMETRY_EXTRA), env)
+    assert (out["sm"], out["mem_clock"]) == (1755, 2619)
+    assert out["reasons"] == out["reasons_old"] == 0x44
+    assert out["ecc"] == [5, 1]
+    assert out["procs"] == [[4242, 3000 * MIB], [4343, 1 * MIB]]
+    assert out["procs_v2"] == 2
+    assert out["idle_procs"] == []
+    assert out["temp"] == "NVMLError_FunctionNotFound"  # FAKE_NVML_MISSING
+    # Events raised before registration are not handed out; each later one is, once.
+    assert out["before"] == "NVMLError_Timeout"
+    assert out["event"] == [0, pynvml.nvmlEventTypeXidCriticalError, 79]
+    assert [a == "NVMLError_Timeout" for a in out["after"]] == [False, False, True]
+    assert out["graphics"] == "NVMLError_FunctionNotFound"  # absent from the library

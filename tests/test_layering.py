@@ -8,8 +8,12 @@ import sys
 
 import pytest
 
-SERVER_STACK = ("fastapi", "sqlalchemy", "pynvml", "ray", "httpx", "uvicorn", "psutil")
-CLI_FORBIDDEN = ("fastapi", "sqlalchemy", "pydantic", "httpx", "pynvml", "rich")
+SERVER_STACK = (
+    "fastapi", "sqlalchemy", "pynvml", "ray", "httpx", "uvicorn", "psutil", "prometheus_client",
+)  # fmt: skip
+CLI_FORBIDDEN = (
+    "fastapi", "sqlalchemy", "pydantic", "httpx", "pynvml", "rich", "prometheus_client",
+)  # fmt: skip
 
 
 def loaded_after_import(*modules: str) -> set[str]:

@@ -15,6 +15,8 @@ from typing import IO
 import psutil
 
 from gpuyard.adapters.executor.local import LocalExecutor
+from gpuyard.adapters.gpus.nvml import NvmlTelemetry
+from gpuyard.adapters.gpus.processes import PsutilProcessOwners
 from gpuyard.adapters.gpus.select import choose_gpus
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.errors import Unavailable
@@ -25,6 +27,8 @@ from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.jobs import JobService
 from gpuyard.services.live_scheduler import LiveScheduler
+from gpuyard.services.metrics import QueueMetrics
+from gpuyard.services.telemetry import GpuMonitor
 from gpuyard.settings import Settings
 
 
@@ -40,14 +44,17 @@ class Server:
     token: str
     owner: str
     _lock_file: IO[str]
+    monitor: GpuMonitor
 
     def start(self) -> None:
         self.controller.recover()
         self.controller.start(self.settings.tick_s)
         self.controller.wake()
+        self.monitor.start()
 
     def close(self) -> None:
         """Stop serving; running jobs keep running under their supervisors."""
+        self.monitor.stop()
         self.controller.stop()
         self.executor.close()
         self.store.close()
@@ -74,12 +81,18 @@ def build_server(settings: Settings) -> Server:
     )  # fmt: skip
     scheduler = LiveScheduler(make_policy(settings.policy, for_server=True), inventory, time.time)
     scheduler.rebuild(book.jobs(include_finished=True))
-    controller = Controller(book, store, executor, inventory, scheduler, base_env=os.environ)
+    metrics = QueueMetrics()
+    controller = Controller(
+        book, store, executor, inventory, scheduler, base_env=os.environ, metrics=metrics
+    )
     holder.append(controller)
-    service = JobService(book, store, controller)
+    monitor = GpuMonitor(
+        NvmlTelemetry, PsutilProcessOwners(), book, inventory, period_s=settings.telemetry_s
+    )
+    service = JobService(book, store, controller, monitor=monitor, metrics=metrics)
     return Server(
         settings, service, controller, store, executor, ensure_token(settings.token_path),
-        getpass.getuser(), lock_file,
+        getpass.getuser(), lock_file, monitor,
     )  # fmt: skip
 
 

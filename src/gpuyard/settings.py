@@ -40,6 +40,7 @@ class Settings:
     kill_grace_s: float = 10.0
     tick_s: float = 1.0
     policy: str = "default"  # a name from gpuyard.scheduling.policies (oracles refused)
+    telemetry_s: float = 1.0  # GPU sampling interval; 0 turns telemetry off
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -49,7 +50,7 @@ class Settings:
         for name, cast in (
             ("host", str), ("port", int), ("gpus", str), ("cpus", int),
             ("database_url", str), ("kill_grace_s", float), ("tick_s", float),
-            ("policy", str),
+            ("policy", str), ("telemetry_s", float),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:
@@ -67,6 +68,10 @@ class Settings:
             raise ValueError(f"port {settings.port} is out of range: use 1-65535")
         if settings.tick_s < 0.05:
             raise ValueError(f"tick of {settings.tick_s} s is too short: use at least 0.05")
+        if settings.telemetry_s != 0 and not 0.1 <= settings.telemetry_s <= 3600:
+            raise ValueError(
+                f"GPU telemetry every {settings.telemetry_s} s: use 0.1-3600 s, or 0 for off"
+            )
         return settings
 
     @property

@@ -24,9 +24,21 @@ Environment variables read by the library at ``nvmlInit`` time:
 ``FAKE_NVML_STATE``
     Path to a text file re-read on every per-device call, lines
     ``index key value`` with keys ``util_gpu``, ``util_mem``, ``mem_used_mib``,
-    ``temp_c``, ``power_mw``, ``power_limit_mw`` and ``lost`` (non-zero makes
-    every call on that GPU return ``NVML_ERROR_GPU_IS_LOST``).  Write it with
-    :func:`write_fake_nvml_state`.
+    ``temp_c``, ``power_mw``, ``power_limit_mw``, ``lost`` (non-zero makes
+    every call on that GPU return ``NVML_ERROR_GPU_IS_LOST``),
+    ``sm_clock_mhz``, ``mem_clock_mhz``, ``throttle`` (clocks event reasons
+    bitmask), ``ecc_corrected``, ``ecc_uncorrected``, ``xid`` (last XID code)
+    and ``xid_events`` (XID events raised so far: each one beyond the count at
+    ``nvmlDeviceRegisterEvents`` is handed out once by ``nvmlEventSetWait_v2``);
+    and lines ``index proc PID MEM_MIB``, a compute process on that GPU.
+    Write it with :func:`write_fake_nvml_state`.
+``FAKE_NVML_MISSING``
+    Comma-separated NVML function names (telemetry, processes, clocks, ECC,
+    event sets) that answer ``NVML_ERROR_FUNCTION_NOT_FOUND``, as with a
+    driver too old to have them.
+
+``fake_nvml_call_count()`` (not part of NVML) returns the number of
+per-device calls answered so far, for benchmarks.
 """
 
 from __future__ import annotations
@@ -35,7 +47,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = [
@@ -52,8 +64,12 @@ __all__ = [
 SOURCE = Path(__file__).with_name("fake_nvml.c")
 LIB_NAME = "libnvidia-ml.so.1"
 STATE_KEYS = frozenset(
-    {"util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_mw", "power_limit_mw", "lost"}
-)
+    {
+        "util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_mw", "power_limit_mw", "lost",
+        "sm_clock_mhz", "mem_clock_mhz", "throttle", "ecc_corrected", "ecc_uncorrected", "xid",
+        "xid_events",
+    }
+)  # fmt: skip
 _ENV_PREFIX = "FAKE_NVML_"
 
 
@@ -154,8 +170,13 @@ def fake_nvml_env(
     return env
 
 
-def write_fake_nvml_state(path: Path, values: Mapping[int, Mapping[str, int]]) -> None:
-    """Atomically write a FAKE_NVML_STATE file: ``{gpu_index: {key: value}}``."""
+def write_fake_nvml_state(
+    path: Path,
+    values: Mapping[int, Mapping[str, int]],
+    procs: Mapping[int, Sequence[tuple[int, int]]] | None = None,
+) -> None:
+    """Atomically write a FAKE_NVML_STATE file: ``{gpu_index: {key: value}}``, and the
+    compute processes on each GPU as ``{gpu_index: [(pid, memory_used_mib), ...]}``."""
     path = Path(path)
     lines = []
     for index, kv in sorted(values.items()):
@@ -165,6 +186,13 @@ def write_fake_nvml_state(path: Path, values: Mapping[int, Mapping[str, int]]) -
             if int(value) < 0:
                 raise ValueError(f"negative value for {key!r}: {value!r}")
             lines.append(f"{int(index)} {key} {int(value)}\n")
+    for index, listed in sorted((procs or {}).items()):
+        if len(listed) > 32:
+            raise ValueError(f"at most 32 processes per GPU, got {len(listed)}")
+        for pid, mem_mib in listed:
+            if int(pid) < 0 or int(mem_mib) < 0:
+                raise ValueError(f"negative pid or memory in {(pid, mem_mib)!r}")
+            lines.append(f"{int(index)} proc {int(pid)} {int(mem_mib)}\n")
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:

@@ -34,7 +34,29 @@
  *                               power_mw power_limit_mw  (milliwatts)
  *                               lost   (non-zero: every call on that GPU
  *                                       returns NVML_ERROR_GPU_IS_LOST)
- *                             A missing file means "all defaults".
+ *                               sm_clock_mhz mem_clock_mhz  (default 1980, 2619)
+ *                               throttle  (clocks event reasons bitmask, 0)
+ *                               ecc_corrected ecc_uncorrected  (counts, 0)
+ *                               xid xid_events  (last XID code; how many XID
+ *                                       events were raised: each one above
+ *                                       the count at registration is handed
+ *                                       out once by nvmlEventSetWait_v2)
+ *                             and "index proc PID MEM_MIB" lines: a compute
+ *                             process on that GPU (at most 32 per GPU).
+ *                             Defaults: util 0, memory used 0, 35 C, 60 W of
+ *                             700 W.  A missing file means "all defaults".
+ *   FAKE_NVML_MISSING         comma-separated NVML function names (telemetry,
+ *                             process, clock, ECC and event functions) that
+ *                             answer NVML_ERROR_FUNCTION_NOT_FOUND, as if the
+ *                             driver were too old to have them.
+ *
+ * Deliberately absent (always NVML_ERROR_FUNCTION_NOT_FOUND through pynvml):
+ * serial numbers, fan speed, graphics processes, nvmlEventSetWait_v3 and most
+ * of the rest of NVML.  nvmlEventSetWait_v2 never sleeps: it hands out one
+ * pending XID event or returns NVML_ERROR_TIMEOUT at once.
+ *
+ * fake_nvml_call_count() (not an NVML function) returns how many per-device
+ * calls the library has answered, for benchmarks.
  *
  * Thread safety: init/shutdown are serialised by a mutex; the device table is
  * only written while going from 0 to 1 references, and the state file is
@@ -170,9 +192,20 @@ struct nvmlDevice_st {
 };
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
+#define FAKE_MAX_PROCS 32
+
+struct fake_proc {
+    unsigned int pid;
+    unsigned long long mem_mib;
+};
+
 struct fake_dyn {
     unsigned long long util_gpu, util_mem, mem_used_mib, temp_c;
     unsigned long long power_mw, power_limit_mw, lost;
+    unsigned long long sm_clock_mhz, mem_clock_mhz, throttle;
+    unsigned long long ecc_corrected, ecc_uncorrected, xid, xid_events;
+    unsigned int nprocs;
+    struct fake_proc procs[FAKE_MAX_PROCS];
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -333,6 +366,14 @@ static void read_dyn(unsigned int index, struct fake_dyn *out)
     out->power_mw = 60000;
     out->power_limit_mw = 700000;
     out->lost = 0;
+    out->sm_clock_mhz = 1980;
+    out->mem_clock_mhz = 2619;
+    out->throttle = 0;
+    out->ecc_corrected = 0;
+    out->ecc_uncorrected = 0;
+    out->xid = 0;
+    out->xid_events = 0;
+    out->nprocs = 0;
 
     const char *path = getenv("FAKE_NVML_STATE");
     if (!path || !*path)
@@ -347,9 +388,18 @@ static void read_dyn(unsigned int index, struct fake_dyn *out)
             *hash = '\0';
         unsigned int idx;
         char key[32];
-        unsigned long long val;
-        if (sscanf(line, "%u %31s %llu", &idx, key, &val) != 3 || idx != index)
+        unsigned long long val, mem;
+        int n = sscanf(line, "%u %31s %llu %llu", &idx, key, &val, &mem);
+        if (n < 3 || idx != index)
             continue;
+        if (!strcmp(key, "proc")) { /* "index proc PID MEM_MIB" */
+            if (n == 4 && out->nprocs < FAKE_MAX_PROCS) {
+                out->procs[out->nprocs].pid = (unsigned int)val;
+                out->procs[out->nprocs].mem_mib = mem;
+                out->nprocs++;
+            }
+            continue;
+        }
         if (!strcmp(key, "util_gpu"))
             out->util_gpu = val;
         else if (!strcmp(key, "util_mem"))
@@ -364,6 +414,20 @@ static void read_dyn(unsigned int index, struct fake_dyn *out)
             out->power_limit_mw = val;
         else if (!strcmp(key, "lost"))
             out->lost = val;
+        else if (!strcmp(key, "sm_clock_mhz"))
+            out->sm_clock_mhz = val;
+        else if (!strcmp(key, "mem_clock_mhz"))
+            out->mem_clock_mhz = val;
+        else if (!strcmp(key, "throttle"))
+            out->throttle = val;
+        else if (!strcmp(key, "ecc_corrected"))
+            out->ecc_corrected = val;
+        else if (!strcmp(key, "ecc_uncorrected"))
+            out->ecc_uncorrected = val;
+        else if (!strcmp(key, "xid"))
+            out->xid = val;
+        else if (!strcmp(key, "xid_events"))
+            out->xid_events = val;
     }
     fclose(f);
 }
@@ -373,9 +437,34 @@ static int initialized(void)
     return __atomic_load_n(&g_refcount, __ATOMIC_ACQUIRE) > 0;
 }
 
+static unsigned long long g_calls;
+
+/* Not an NVML function: per-device calls answered since load (benchmarks count them). */
+EXPORT unsigned long long fake_nvml_call_count(void)
+{
+    return __atomic_load_n(&g_calls, __ATOMIC_RELAXED);
+}
+
+/* Is `fn` listed in FAKE_NVML_MISSING (comma-separated)?  Then it answers
+ * NVML_ERROR_FUNCTION_NOT_FOUND, as pynvml does for a symbol an old driver lacks. */
+static int missing(const char *fn)
+{
+    const char *list = getenv("FAKE_NVML_MISSING");
+    size_t len = strlen(fn);
+    while (list && *list) {
+        const char *comma = strchr(list, ',');
+        size_t n = comma ? (size_t)(comma - list) : strlen(list);
+        if (n == len && strncmp(list, fn, len) == 0)
+            return 1;
+        list = comma ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
 /* Common prologue for per-device calls. */
 static nvmlReturn_t check_device(nvmlDevice_t device, struct fake_dyn *dyn)
 {
+    __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED);
     if (!initialized())
         return NVML_ERROR_UNINITIALIZED;
     uintptr_t p = (uintptr_t)device;
@@ -663,6 +752,8 @@ static void memory_numbers(nvmlDevice_t device, const struct fake_dyn *dyn,
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
+    if (missing("nvmlDeviceGetMemoryInfo"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     struct fake_dyn dyn;
     nvmlReturn_t r = check_device(device, &dyn);
     if (r != NVML_SUCCESS)
@@ -676,6 +767,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
+    if (missing("nvmlDeviceGetMemoryInfo_v2"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     struct fake_dyn dyn;
     nvmlReturn_t r = check_device(device, &dyn);
     if (r != NVML_SUCCESS)
@@ -692,6 +785,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
+    if (missing("nvmlDeviceGetUtilizationRates"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     struct fake_dyn dyn;
     nvmlReturn_t r = check_device(device, &dyn);
     if (r != NVML_SUCCESS)
@@ -706,6 +801,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtili
 EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                              unsigned int *temp)
 {
+    if (missing("nvmlDeviceGetTemperature"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     struct fake_dyn dyn;
     nvmlReturn_t r = check_device(device, &dyn);
     if (r != NVML_SUCCESS)
@@ -718,6 +815,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatur
 
 EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t *temperature)
 {
+    if (missing("nvmlDeviceGetTemperatureV"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     struct fake_dyn dyn;
     nvmlReturn_t r = check_device(device, &dyn);
     if (r != NVML_SUCCESS)
@@ -734,6 +833,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperatu
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
+    if (missing("nvmlDeviceGetPowerUsage"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     struct fake_dyn dyn;
     nvmlReturn_t r = check_device(device, &dyn);
     if (r != NVML_SUCCESS)
@@ -746,6 +847,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *p
 
 EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
 {
+    if (missing("nvmlDeviceGetEnforcedPowerLimit"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     struct fake_dyn dyn;
     nvmlReturn_t r = check_device(device, &dyn);
     if (r != NVML_SUCCESS)
@@ -753,5 +856,214 @@ EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigne
     if (!limit)
         return NVML_ERROR_INVALID_ARGUMENT;
     *limit = (unsigned int)dyn.power_limit_mw;
+    return NVML_SUCCESS;
+}
+
+/* ---- clocks, throttle reasons, ECC ------------------------------------ */
+
+typedef enum nvmlClockType_enum {
+    NVML_CLOCK_GRAPHICS = 0,
+    NVML_CLOCK_SM = 1,
+    NVML_CLOCK_MEM = 2,
+    NVML_CLOCK_VIDEO = 3
+} nvmlClockType_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                           unsigned int *clock)
+{
+    if (missing("nvmlDeviceGetClockInfo"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    struct fake_dyn dyn;
+    nvmlReturn_t r = check_device(device, &dyn);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!clock)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    switch (type) {
+    case NVML_CLOCK_GRAPHICS:
+    case NVML_CLOCK_SM: *clock = (unsigned int)dyn.sm_clock_mhz; return NVML_SUCCESS;
+    case NVML_CLOCK_MEM: *clock = (unsigned int)dyn.mem_clock_mhz; return NVML_SUCCESS;
+    default: return NVML_ERROR_NOT_SUPPORTED;
+    }
+}
+
+static nvmlReturn_t throttle(const char *fn, nvmlDevice_t device, unsigned long long *reasons)
+{
+    if (missing(fn))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    struct fake_dyn dyn;
+    nvmlReturn_t r = check_device(device, &dyn);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *reasons = dyn.throttle;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                           unsigned long long *reasons)
+{
+    return throttle("nvmlDeviceGetCurrentClocksEventReasons", device, reasons);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                              unsigned long long *reasons)
+{
+    return throttle("nvmlDeviceGetCurrentClocksThrottleReasons", device, reasons);
+}
+
+typedef enum { NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 }
+    nvmlMemoryErrorType_t;
+typedef enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 } nvmlEccCounterType_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t type,
+                                                nvmlEccCounterType_t counter,
+                                                unsigned long long *count)
+{
+    if (missing("nvmlDeviceGetTotalEccErrors"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    struct fake_dyn dyn;
+    nvmlReturn_t r = check_device(device, &dyn);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!count || (counter != NVML_VOLATILE_ECC && counter != NVML_AGGREGATE_ECC))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (type == NVML_MEMORY_ERROR_TYPE_CORRECTED)
+        *count = dyn.ecc_corrected;
+    else if (type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        *count = dyn.ecc_uncorrected;
+    else
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+/* ---- processes ("index proc PID MEM_MIB" lines) ------------------------ */
+
+typedef struct nvmlProcessInfo_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory; /* bytes */
+    unsigned int gpuInstanceId;       /* 0xFFFFFFFF: not MIG */
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+_Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t layout (v2 == v3)");
+
+static nvmlReturn_t processes(const char *fn, nvmlDevice_t device, unsigned int *count,
+                              nvmlProcessInfo_t *infos)
+{
+    if (missing(fn))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    struct fake_dyn dyn;
+    nvmlReturn_t r = check_device(device, &dyn);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (*count < dyn.nprocs || (dyn.nprocs > 0 && !infos)) {
+        *count = dyn.nprocs;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < dyn.nprocs; i++) {
+        infos[i].pid = dyn.procs[i].pid;
+        infos[i].usedGpuMemory = dyn.procs[i].mem_mib * MIB;
+        infos[i].gpuInstanceId = 0xFFFFFFFFu;
+        infos[i].computeInstanceId = 0xFFFFFFFFu;
+    }
+    *count = dyn.nprocs;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                            unsigned int *count,
+                                                            nvmlProcessInfo_t *infos)
+{
+    return processes("nvmlDeviceGetComputeRunningProcesses_v3", device, count, infos);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                            unsigned int *count,
+                                                            nvmlProcessInfo_t *infos)
+{
+    return processes("nvmlDeviceGetComputeRunningProcesses_v2", device, count, infos);
+}
+
+/* ---- XID events ("index xid CODE" and "index xid_events N" lines) ------ */
+
+#define NVML_EVENT_TYPE_XID_CRITICAL 0x0000000000000008ULL
+
+struct nvmlEventSet_st {
+    unsigned long long registered[FAKE_MAX_GPUS]; /* event mask per device */
+    unsigned long long delivered[FAKE_MAX_GPUS];  /* XID events handed out per device */
+};
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+
+typedef struct nvmlEventData_st {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+_Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t layout");
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    if (missing("nvmlEventSetCreate"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (!initialized())
+        return NVML_ERROR_UNINITIALIZED;
+    if (!set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *set = calloc(1, sizeof **set);
+    return *set ? NVML_SUCCESS : NVML_ERROR_MEMORY;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                             nvmlEventSet_t set)
+{
+    struct fake_dyn dyn;
+    nvmlReturn_t r = check_device(device, &dyn);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~NVML_EVENT_TYPE_XID_CRITICAL)
+        return NVML_ERROR_NOT_SUPPORTED;
+    set->registered[device->index] |= types;
+    set->delivered[device->index] = dyn.xid_events; /* only events raised from now on */
+    return NVML_SUCCESS;
+}
+
+/* Never sleeps: an event raised since the last call, else NVML_ERROR_TIMEOUT at once. */
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                        unsigned int timeoutms)
+{
+    (void)timeoutms;
+    __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED);
+    if (!initialized())
+        return NVML_ERROR_UNINITIALIZED;
+    if (!set || !data)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < g_count; i++) {
+        if (!(set->registered[i] & NVML_EVENT_TYPE_XID_CRITICAL))
+            continue;
+        struct fake_dyn dyn;
+        read_dyn(i, &dyn);
+        if (dyn.xid_events > set->delivered[i]) {
+            set->delivered[i]++;
+            data->device = &g_devs[i];
+            data->eventType = NVML_EVENT_TYPE_XID_CRITICAL;
+            data->eventData = dyn.xid;
+            data->gpuInstanceId = 0xFFFFFFFFu;
+            data->computeInstanceId = 0xFFFFFFFFu;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    free(set);
     return NVML_SUCCESS;
 }

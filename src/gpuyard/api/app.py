@@ -16,6 +16,8 @@ from pydantic import TypeAdapter
 from gpuyard import __version__
 from gpuyard.api.convert import dry_run_to_wire, gpu_to_wire, job_to_wire, spec_from_wire
 from gpuyard.api.errors import install_error_handlers
+from gpuyard.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from gpuyard.api.metrics import render_metrics
 from gpuyard.bootstrap import Server
 from gpuyard.domain.errors import Unauthorized
 from gpuyard.domain.job import Job
@@ -54,7 +56,14 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
 
     def out(job: Job, estimates: dict[int, float | None] | None = None) -> JobOut:
         start = estimates.get(job.id) if estimates else None
-        return job_to_wire(job, service.reason(job), server.executor.log_path(job.id), start)
+        return job_to_wire(
+            job, service.reason(job), server.executor.log_path(job.id), start,
+            service.gpu_stats(job.id),
+        )  # fmt: skip
+
+    def owner_of(job_id: int) -> str | None:
+        job = service.book.get(job_id)
+        return None if job is None else job.owner
 
     async def estimates_for(jobs: list[Job]) -> dict[int, float | None] | None:
         """Projected starts, only when a pending job is listed (the projection costs a copy
@@ -128,7 +137,15 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @app.get("/api/v1/gpus", dependencies=auth)
     def list_gpus() -> list[GpuOut]:
-        return [gpu_to_wire(h) for h in service.gpus()]
+        """The GPUs, who holds each, and their latest telemetry (null fields: n/a)."""
+        sampled_at = service.telemetry().taken_at
+        return [gpu_to_wire(h, owner_of, sampled_at) for h in service.gpus()]
+
+    @app.get("/metrics", dependencies=auth, response_class=Response)
+    def metrics() -> Response:
+        """Prometheus text format: dcgm-exporter's GPU metrics and gpuyard_* queue metrics."""
+        body = render_metrics(service, service.inventory.node.name)
+        return Response(body, media_type=METRICS_CONTENT_TYPE)
 
     @app.get("/api/v1/info", dependencies=auth)
     def info() -> ServerInfoOut:

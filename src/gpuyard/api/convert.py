@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.units import parse_duration_s, parse_size_mib
-from gpuyard.schemas.v1 import DryRunOut, GpuOut, JobOut, JobSubmitIn
+from gpuyard.schemas.v1 import (
+    DryRunOut,
+    GpuOut,
+    GpuProcessOut,
+    JobGpuStatsOut,
+    JobOut,
+    JobSubmitIn,
+)
 from gpuyard.services.jobs import DryRun, GpuHolding
+from gpuyard.services.telemetry import JobGpuStats
 
 
 def spec_from_wire(body: JobSubmitIn) -> JobSpec:
@@ -53,7 +62,11 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
 
 
 def job_to_wire(
-    job: Job, reason: str, log_path: str, estimated_start: float | None = None
+    job: Job,
+    reason: str,
+    log_path: str,
+    estimated_start: float | None = None,
+    gpu_stats: JobGpuStats | None = None,
 ) -> JobOut:
     spec = job.spec
     end = job.ended_at if job.ended_at is not None else time.time()
@@ -84,6 +97,19 @@ def job_to_wire(
         restarts=job.restarts,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),
+        gpu_stats=None if gpu_stats is None else gpu_stats_to_wire(gpu_stats),
+    )
+
+
+def gpu_stats_to_wire(stats: JobGpuStats) -> JobGpuStatsOut:
+    mean = stats.util_mean_pct
+    return JobGpuStatsOut(
+        util_mean_pct=None if mean is None else round(mean, 1),
+        util_peak_pct=stats.util_peak_pct,
+        memory_peak_mib=stats.memory_peak_mib,
+        gpu_hours=round(stats.gpu_s / 3600, 6),
+        sampled_s=round(stats.sampled_s, 3),
+        samples=stats.samples,
     )
 
 
@@ -97,17 +123,47 @@ def dry_run_to_wire(answer: DryRun) -> DryRunOut:
     )
 
 
-def gpu_to_wire(holding: GpuHolding) -> GpuOut:
-    gpu = holding.gpu
-    return GpuOut(
+def gpu_to_wire(
+    holding: GpuHolding, owner_of: Callable[[int], str | None], sampled_at: float
+) -> GpuOut:
+    """A GPU with its telemetry; `owner_of(job_id)` names the user of a process's job."""
+    gpu, job, live = holding.gpu, holding.job, holding.telemetry
+    out = GpuOut(
         index=gpu.index,
         uuid=gpu.uuid,
         name=gpu.name,
         memory_total_mib=gpu.memory_total_mib,
         detected=gpu.detected,
         node=gpu.node,
-        job=holding.job.id if holding.job else None,
+        job=job.id if job else None,
+        user=job.owner if job else None,
     )
+    if live is None:
+        return out
+    r = live.reading
+    out.sampled_at = _iso(sampled_at)
+    out.error = r.error
+    if r.error is not None:
+        return out
+    out.util_pct, out.memory_util_pct = r.util_pct, r.memory_util_pct
+    out.memory_used_mib, out.temperature_c = r.memory_used_mib, r.temperature_c
+    out.power_w = None if r.power_w is None else round(r.power_w, 1)
+    out.power_limit_w = None if r.power_limit_w is None else round(r.power_limit_w, 1)
+    out.sm_clock_mhz = r.sm_clock_mhz
+    out.throttle_reasons = None if r.throttle_reasons is None else list(r.throttle_reasons)
+    out.ecc_errors_corrected, out.ecc_errors_uncorrected = r.ecc_corrected, r.ecc_uncorrected
+    out.xid_errors, out.last_xid = r.xid_events, r.last_xid
+    if live.processes is not None:
+        out.processes = [
+            GpuProcessOut(
+                pid=p.pid,
+                memory_used_mib=p.memory_used_mib,
+                job=p.job_id,
+                user=None if p.job_id is None else owner_of(p.job_id),
+            )
+            for p in live.processes
+        ]
+    return out
 
 
 def _iso(ts: float | None) -> str | None:

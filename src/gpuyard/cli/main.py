@@ -177,7 +177,7 @@ def wait(job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")]) -> Non
 
 @app.command()
 def gpus(json_out: JsonOpt = False) -> None:
-    """The GPU inventory and which job holds each GPU."""
+    """The GPUs: utilisation, memory, temperature, power, processes and the job on each."""
     inventory = _client().gpus()
     if json_out:
         _print_json(inventory)
@@ -190,6 +190,23 @@ def gpus(json_out: JsonOpt = False) -> None:
         )
         return
     sys.stdout.write(gpu_rows(inventory) + "\n")
+
+
+@app.command()
+def top(
+    interval: Annotated[
+        float, typer.Option("--interval", "-d", help="seconds between redraws")
+    ] = 1.0,
+    iterations: Annotated[
+        int | None, typer.Option("--iterations", "-n", help="stop after N frames (as top -n)")
+    ] = None,
+) -> None:
+    """The GPUs and the running jobs, live (Ctrl-C to quit)."""
+    if interval < 0.1:
+        fail(f"--interval {interval}: use at least 0.1 s")
+    from gpuyard.cli.top import run_top
+
+    run_top(_client(), interval, iterations)
 
 
 @app.command()

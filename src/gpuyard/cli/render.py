@@ -85,6 +85,7 @@ def job_record(job: dict[str, Any]) -> str:
         ("Distributed", job.get("distributed") or "no"),
         ("Restarts", f"{job['restarts']} (preempted and requeued)"),
         ("GpuTime", f"{job['attained_gpu_s'] / 3600:.2f} GPU-hours, all runs"),
+        *gpu_stats_fields(job),
         ("Command", " ".join(_quote(a) for a in job["command"])),
         ("WorkDir", job["workdir"]),
         ("GPUs", f"{job['num_gpus']} requested, held: {gpu_list(job['gpus'])}"),
@@ -103,19 +104,101 @@ def job_record(job: dict[str, Any]) -> str:
     return "\n".join(f"{k.rjust(width)}: {v}" for k, v in fields)
 
 
+NA = "n/a"
+BAR_WIDTH = 10
+
+
+def bar(pct: float | None, width: int = BAR_WIDTH) -> str:
+    """`███░░░░░░░`: a share drawn in whole cells; n/a is blank."""
+    if pct is None:
+        return " " * width
+    full = round(max(0.0, min(100.0, pct)) / 100 * width)
+    return "█" * full + "░" * (width - full)
+
+
 def gpu_rows(gpus: Sequence[dict[str, Any]]) -> str:
+    """The GPU table of `gpuyard gpus` (nvitop/gpustat-like), with processes under each GPU."""
     rows = [
         [
             str(g["index"]),
-            _clip(g["name"], 28),
-            format_size_mib(g["memory_total_mib"]),
+            _clip(g["name"], 24),
+            _util(g),
+            _memory(g),
+            _num(g.get("temperature_c"), "C"),
+            _power(g),
+            _holder(g),
             "detected" if g["detected"] else "declared",
-            g["uuid"],
-            str(g["job"]) if g["job"] is not None else "-",
         ]
         for g in gpus
     ]
-    return table(["GPU", "NAME", "MEMORY", "SOURCE", "UUID", "JOB"], rows)
+    lines = table(["GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "JOB", "SOURCE"],
+                  rows).split("\n")  # fmt: skip
+    out = [lines[0]]
+    for gpu, line in zip(gpus, lines[1:], strict=True):
+        out.append(line)
+        out.extend(f"    {note}" for note in gpu_notes(gpu))
+    return "\n".join(out)
+
+
+def gpu_notes(g: dict[str, Any]) -> list[str]:
+    """Lines under a GPU: its processes (and their jobs), and anything wrong with it."""
+    if g.get("error"):
+        return [f"! cannot read this GPU: {g['error']}"]
+    notes = []
+    for proc in g.get("processes") or []:
+        owner = (f"job {proc['job']} ({proc['user']})" if proc["job"] is not None
+                 else "not a gpuyard job")  # fmt: skip
+        notes.append(f"pid {proc['pid']:<8} {format_size_mib(proc['memory_used_mib']):>6}  {owner}")
+    reasons = [r for r in g.get("throttle_reasons") or [] if r != "gpu_idle"]
+    if reasons:
+        notes.append(f"! clocks held back: {', '.join(reasons)}")
+    if g.get("ecc_errors_uncorrected"):
+        notes.append(f"! {g['ecc_errors_uncorrected']} uncorrected ECC errors")
+    if g.get("xid_errors"):
+        notes.append(f"! {g['xid_errors']} XID errors, last XID {g['last_xid']}")
+    return notes
+
+
+def _util(g: dict[str, Any]) -> str:
+    pct = g.get("util_pct")
+    return f"{bar(pct)} {NA if pct is None else f'{pct}%':>4}"
+
+
+def _memory(g: dict[str, Any]) -> str:
+    used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
+    if used is None:
+        return f"{bar(None)} {NA}/{format_size_mib(total) if total else NA}"
+    pct = 100 * used / total if total else None
+    return f"{bar(pct)} {used / 1024:.1f}/{(total or 0) / 1024:.1f}G"
+
+
+def _power(g: dict[str, Any]) -> str:
+    draw, limit = g.get("power_w"), g.get("power_limit_w")
+    if draw is None:
+        return NA
+    return f"{draw:.0f}W" if limit is None else f"{draw:.0f}/{limit:.0f}W"
+
+
+def _holder(g: dict[str, Any]) -> str:
+    return "-" if g["job"] is None else f"{g['job']} {g.get('user') or ''}".rstrip()
+
+
+def _num(value: float | None, unit: str) -> str:
+    return NA if value is None else f"{value:.0f}{unit}"
+
+
+def gpu_stats_fields(job: dict[str, Any]) -> list[tuple[str, object]]:
+    """`show`'s GPU-use lines: mean/peak utilisation, peak memory, sampled GPU-hours."""
+    stats = job.get("gpu_stats")
+    if stats is None:
+        return [("GpuUse", "n/a (no GPU telemetry for this job)" if job["num_gpus"] else "-")]
+    mean, peak, memory = stats["util_mean_pct"], stats["util_peak_pct"], stats["memory_peak_mib"]
+    sampled = format_duration(stats["sampled_s"])
+    return [
+        ("GpuUtil", NA if mean is None else f"mean {mean:.0f}%, peak {peak}%"),
+        ("GpuMemPeak", NA if memory is None else format_size_mib(memory)),
+        ("GpuHours", f"{stats['gpu_hours']:.3f} (while sampled, {sampled})"),
+    ]
 
 
 def _clip(text: str, width: int) -> str:

@@ -34,6 +34,17 @@ class JobSubmitIn(_Strict):
     ] = None
 
 
+class JobGpuStatsOut(BaseModel):
+    """What a job did with its GPUs while the server sampled them (1 Hz)."""
+
+    util_mean_pct: float | None = Field(description="mean GPU utilisation over its GPUs")
+    util_peak_pct: int | None = Field(description="highest utilisation of any of its GPUs")
+    memory_peak_mib: int | None = Field(description="highest GPU memory it used, all GPUs")
+    gpu_hours: float = Field(description="GPUs held x hours sampled")
+    sampled_s: float
+    samples: int
+
+
 class JobOut(BaseModel):
     """One job. Times are ISO 8601 in UTC, or null."""
 
@@ -64,6 +75,9 @@ class JobOut(BaseModel):
     estimated_start_at: str | None = Field(
         description="pending jobs: projected start if running jobs use their whole time limit"
     )
+    gpu_stats: JobGpuStatsOut | None = Field(
+        default=None, description="null: the job's GPUs were never sampled (no NVML)"
+    )
 
 
 class DryRunOut(BaseModel):
@@ -78,8 +92,18 @@ class DryRunOut(BaseModel):
     )
 
 
+class GpuProcessOut(BaseModel):
+    """A compute process NVML lists on a GPU, and the job it runs under (null: not ours)."""
+
+    pid: int
+    memory_used_mib: int | None
+    job: int | None
+    user: str | None = Field(description="the owner of that job")
+
+
 class GpuOut(BaseModel):
-    """One GPU of the inventory and the job holding it."""
+    """One GPU of the inventory, the job holding it and its live telemetry (null: n/a:
+    declared GPU, not sampled yet, or the driver lacks that metric)."""
 
     index: int
     uuid: str
@@ -88,6 +112,26 @@ class GpuOut(BaseModel):
     detected: bool = Field(description="true from NVML, false when declared by the admin")
     node: str
     job: int | None
+    user: str | None = Field(default=None, description="the owner of the job holding it")
+    sampled_at: str | None = Field(default=None, description="time of the telemetry below")
+    error: str | None = Field(default=None, description="why it could not be read, e.g. lost")
+    util_pct: int | None = None
+    memory_util_pct: int | None = None
+    memory_used_mib: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: int | None = None
+    throttle_reasons: list[str] | None = None
+    ecc_errors_corrected: int | None = Field(default=None, description="volatile ECC count")
+    ecc_errors_uncorrected: int | None = None
+    xid_errors: int | None = Field(
+        default=None, description="critical XID events since the server started"
+    )
+    last_xid: int | None = None
+    processes: list[GpuProcessOut] | None = Field(
+        default=None, description="null: n/a; refreshed every ~2 s"
+    )
 
 
 class ServerInfoOut(BaseModel):

@@ -19,6 +19,7 @@ from gpuyard.services.job_env import build_job_env
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.launch import job_process, rank_failure
 from gpuyard.services.live_scheduler import Decisions, Launch, LiveScheduler
+from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.ports import Executor, ExitStatus, JobStore, Launched
 from gpuyard.services.rendezvous import RendezvousPorts
 
@@ -38,6 +39,7 @@ class Controller:
         *,
         base_env: Mapping[str, str],
         clock: Callable[[], float] = time.time,
+        metrics: QueueMetrics | None = None,
     ) -> None:
         self.book = book
         self.store = store
@@ -47,6 +49,7 @@ class Controller:
         self._ports = RendezvousPorts()
         self._base_env = dict(base_env)
         self._clock = clock
+        self.metrics = metrics or QueueMetrics()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -82,6 +85,7 @@ class Controller:
     def tick(self) -> Decisions:
         """One scheduling pass: the policy decides; starts and preemptions are recorded durably,
         then processes are launched and stopped."""
+        began = time.perf_counter()
         with self.book.mutation_lock:
             decided = self.scheduler.decide()
             started = self._record_starts(decided.launches)
@@ -91,6 +95,7 @@ class Controller:
         for job in stopping:
             if job.pid is not None:  # else `_launch` stops it once its pid is known
                 self.executor.stop(job)
+        self.metrics.pass_s.observe(time.perf_counter() - began)
         return decided
 
     def reason_for(self, job: Job) -> str:
@@ -122,6 +127,8 @@ class Controller:
             for job in started:
                 self.book.put(job)
                 self.scheduler.launched(job.id, job.gpus)
+                if job.restarts == 0:  # the wait users feel: submit to first start
+                    self.metrics.submit_to_start_s.observe(max(0.0, now - job.submitted_at))
         return started
 
     def _record_preemptions(self, job_ids: list[int]) -> list[Job]:

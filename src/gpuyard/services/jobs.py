@@ -15,15 +15,24 @@ from gpuyard.domain.units import format_size_mib
 from gpuyard.services.controller import Controller
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
+from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.ports import JobStore
+from gpuyard.services.telemetry import (
+    EMPTY_SNAPSHOT,
+    GpuMonitor,
+    GpuTelemetry,
+    JobGpuStats,
+    TelemetrySnapshot,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class GpuHolding:
-    """One GPU and the job holding it, if any."""
+    """One GPU, the job holding it, if any, and its live telemetry (None: not sampled)."""
 
     gpu: Gpu
     job: Job | None
+    telemetry: GpuTelemetry | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +56,15 @@ class JobService:
         controller: Controller,
         *,
         clock: Callable[[], float] = time.time,
+        monitor: GpuMonitor | None = None,
+        metrics: QueueMetrics | None = None,
     ) -> None:
         self.book = book
         self.store = store
         self.controller = controller
         self._clock = clock
+        self.monitor = monitor
+        self.metrics = metrics or controller.metrics
 
     @property
     def inventory(self) -> Inventory:
@@ -86,6 +99,7 @@ class JobService:
         self.controller.scheduler.submitted(job)
         self.book.put(job)
         self.controller.wake()
+        self.metrics.submitted()
         return job
 
     def get(self, job_id: int) -> Job:
@@ -135,7 +149,21 @@ class JobService:
 
     def gpus(self) -> list[GpuHolding]:
         holders = {gpu: job for job in self.book.running() for gpu in job.gpus}
-        return [GpuHolding(gpu, holders.get(gpu.index)) for gpu in self.inventory.gpus]
+        sampled = self.telemetry().gpus
+        return [
+            GpuHolding(
+                gpu, holders.get(gpu.index), sampled.get(gpu.index) if gpu.detected else None
+            )
+            for gpu in self.inventory.gpus
+        ]
+
+    def telemetry(self) -> TelemetrySnapshot:
+        """The latest GPU sample (empty without NVML or before the first sample)."""
+        return self.monitor.snapshot if self.monitor is not None else EMPTY_SNAPSHOT
+
+    def gpu_stats(self, job_id: int) -> JobGpuStats | None:
+        """What the job did with its GPUs while sampled; None if it never was."""
+        return self.monitor.job_stats(job_id) if self.monitor is not None else None
 
     def _check_fits(self, spec: JobSpec) -> None:
         inv = self.inventory

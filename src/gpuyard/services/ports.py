@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
@@ -94,4 +94,58 @@ class GpuProbe(Protocol):
 
     def describe(self) -> str:
         """One line for the server's start banner."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcessReading:
+    """One compute process NVML lists on a GPU; memory None where the driver won't say."""
+
+    pid: int
+    memory_used_mib: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU's telemetry at one instant. None means n/a: the driver lacks the function,
+    the GPU doesn't support it, or the call failed (`error` says why when the GPU is gone)."""
+
+    index: int
+    util_pct: int | None = None
+    memory_util_pct: int | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    xid_events: int | None = None  # critical XID events seen since the server started
+    last_xid: int | None = None
+    # None: not listed this time (processes are sampled less often) or n/a.
+    processes: tuple[GpuProcessReading, ...] | None = None
+    error: str | None = None
+
+
+class GpuTelemetrySource(Protocol):
+    """Reads live GPU telemetry (NVML). Called from one thread only; never raises for a
+    missing or failing metric (that metric is None)."""
+
+    def read(self, indices: Sequence[int], *, processes: bool) -> list[GpuReading]:
+        """One reading per GPU index; `processes`: also list each GPU's compute processes."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ProcessOwners(Protocol):
+    """Which job a process belongs to: the process trees under the jobs' supervisors."""
+
+    def owners(
+        self, pids: Collection[int], supervisors: Mapping[int, tuple[int, float | None]]
+    ) -> dict[int, int]:
+        """`pids` -> `{pid: job_id}` for those that run under a supervisor, given as
+        `{supervisor pid: (job_id, its recorded start time)}`; others are left out."""
         ...

@@ -1,0 +1,153 @@
+"""What GPU telemetry costs the server: the sampling thread at 1 Hz over 8 GPUs, in % of one
+CPU core (target: at most 1 %).
+
+Runs the server's own sampler (`GpuMonitor` over `NvmlTelemetry`, the real nvidia-ml-py) against
+the test suite's fake libnvidia-ml.so.1 in a child process, for two cases: idle GPUs, and
+8 GPUs each with one process of a running job (the fake lists them from its state file, the
+sampler lists processes every 2 s and traces each to its job through psutil). The fake reads
+its state file on every call, which a real driver does not: the second case is a pessimistic
+figure. Also counts the NVML calls per sample (the fake counts them).
+
+    .venv/bin/python bench/telemetry.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUS = 8
+
+
+def child(seconds: float, period_s: float, pids: list[tuple[int, int]]) -> dict[str, float]:
+    """In the process that loaded the fake NVML: sample for `seconds`, report the cost."""
+    import ctypes
+
+    from gpuyard.adapters.gpus.nvml import NvmlTelemetry, detect_gpus
+    from gpuyard.adapters.gpus.processes import PsutilProcessOwners
+    from gpuyard.domain.job import Job, JobSpec, NodeCapacity
+    from gpuyard.domain.states import JobState
+    from gpuyard.services.inventory import Inventory
+    from gpuyard.services.jobbook import JobBook
+    from gpuyard.services.telemetry import GpuMonitor
+
+    gpus = detect_gpus()
+    jobs = [
+        Job(i + 1, JobSpec(("train",), "train", "/", gpus=1), "bench", JobState.RUNNING, 0.0,
+            gpus=(i,), started_at=time.time(), pid=supervisor)
+        for i, (supervisor, _) in enumerate(pids)
+    ]  # fmt: skip
+    inventory = Inventory(tuple(gpus), NodeCapacity("bench", 1, 1024), "bench")
+    monitor = GpuMonitor(
+        NvmlTelemetry, PsutilProcessOwners(), JobBook(jobs), inventory, period_s=period_s
+    )
+    calls = ctypes.CDLL("libnvidia-ml.so.1").fake_nvml_call_count
+    calls.restype = ctypes.c_ulonglong
+    monitor.start()
+    time.sleep(period_s / 2)  # past NVML init and the first sample
+    cpu0, wall0, calls0, cost0 = (
+        time.process_time(),
+        time.monotonic(),
+        calls(),
+        monitor.sample_cost_s,
+    )
+    samples0 = monitor.snapshot.taken_at
+    time.sleep(seconds)
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    sampled, made = monitor.sample_cost_s - cost0, calls() - calls0
+    snapshot = monitor.snapshot
+    monitor.stop()
+    samples = max(1, round(wall / period_s))
+    attributed = sum(
+        1 for g in snapshot.gpus.values() for p in g.processes or () if p.job_id is not None
+    )
+    assert snapshot.taken_at > samples0, "the sampler did not run"
+    return {
+        "cpu_pct_of_core": round(100 * cpu / wall, 3),
+        "sampler_thread_cpu_pct": round(100 * sampled / wall, 3),
+        "ms_per_sample": round(1000 * sampled / samples, 3),
+        "nvml_calls_per_sample": round(made / samples, 1),
+        "processes_attributed": attributed,
+    }
+
+
+def run_case(lib_dir: Path, seconds: float, period_s: float, with_jobs: bool) -> dict[str, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")}
+    env["LD_LIBRARY_PATH"] = f"{lib_dir}{os.pathsep}{env.get('LD_LIBRARY_PATH', '')}"
+    env["FAKE_NVML_GPUS"] = ";".join(
+        f"NVIDIA H100 80GB HBM3|81559|GPU-bench-{i}" for i in range(GPUS)
+    )
+    supervisors: list[subprocess.Popen[bytes]] = []
+    pids: list[tuple[int, int]] = []
+    try:
+        if with_jobs:
+            import psutil
+
+            for _ in range(GPUS):  # a "supervisor" (sh) whose child (sleep) uses the GPU
+                sup = subprocess.Popen(["sh", "-c", f"sleep {seconds + 30}; true"])
+                supervisors.append(sup)
+            for sup in supervisors:
+                deadline = time.monotonic() + 5
+                while not psutil.Process(sup.pid).children() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                pids.append((sup.pid, psutil.Process(sup.pid).children()[0].pid))
+            state = Path(tempfile.mkdtemp()) / "nvml_state"
+            lines = [f"{i} util_gpu 97\n{i} mem_used_mib 60000\n{i} proc {pid} 59000\n"
+                     for i, (_, pid) in enumerate(pids)]  # fmt: skip
+            state.write_text("".join(lines))
+            env["FAKE_NVML_STATE"] = str(state)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps([seconds, period_s, pids])],
+            env=env, capture_output=True, text=True, check=True, timeout=seconds + 60,
+        )  # fmt: skip
+        return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    finally:
+        for sup in supervisors:
+            sup.kill()
+            sup.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--period", type=float, default=1.0, help="sampling interval, s")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        seconds, period_s, pids = json.loads(args.child)
+        print(json.dumps(child(seconds, period_s, [tuple(p) for p in pids])))
+        return
+    sys.path.insert(0, str(ROOT))
+    from tests.fakenvml import build_fake_nvml
+
+    lib_dir = build_fake_nvml(Path(tempfile.mkdtemp(prefix="gpuyard-bench-nvml-")))
+    idle = run_case(lib_dir, args.seconds, args.period, with_jobs=False)
+    busy = run_case(lib_dir, args.seconds, args.period, with_jobs=True)
+    result = {
+        "bench": "telemetry", "gpus": GPUS, "period_s": args.period, "seconds": args.seconds,
+        "idle_cpu_pct_of_core": idle["cpu_pct_of_core"],
+        "busy_cpu_pct_of_core": busy["cpu_pct_of_core"],
+        "idle_ms_per_sample": idle["ms_per_sample"],
+        "busy_ms_per_sample": busy["ms_per_sample"],
+        "idle_nvml_calls_per_sample": idle["nvml_calls_per_sample"],
+        "busy_nvml_calls_per_sample": busy["nvml_calls_per_sample"],
+        "busy_processes_attributed": busy["processes_attributed"],
+        "target_cpu_pct_of_core": 1.0,
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(result))
+        return
+    for key, value in result.items():
+        print(f"{key:>28}: {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""`/metrics`: GPU telemetry under dcgm-exporter's names and labels (so its Grafana dashboards
+work unchanged, with the gpuyard job in `hpc_job`), plus gpuyard_* figures for the queue.
+
+A metric the driver cannot give (n/a) is left out for that GPU, as dcgm-exporter does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from gpuyard.domain.states import JobState
+from gpuyard.services.jobs import GpuHolding, JobService
+from gpuyard.services.metrics import HistogramView
+from gpuyard.services.ports import GpuReading
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+GPU_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "hpc_job")
+
+
+def _fb_free(r: GpuReading) -> int | None:
+    if r.memory_used_mib is None or r.memory_total_mib is None:
+        return None
+    return r.memory_total_mib - r.memory_used_mib
+
+
+def _xid_value(r: GpuReading) -> int | None:
+    """dcgm-exporter shows 0 until an XID happens; n/a where events are unsupported."""
+    return None if r.xid_events is None else (r.last_xid or 0)
+
+
+# (dcgm-exporter name, help, value from one reading)
+_DCGM: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda r: r.util_pct),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda r: r.memory_util_pct),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda r: r.memory_used_mib),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _fb_free),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda r: r.temperature_c),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda r: r.power_w),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).", lambda r: r.power_limit_w),
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda r: r.sm_clock_mhz),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", _xid_value),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
+     lambda r: r.ecc_corrected),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
+     lambda r: r.ecc_uncorrected),
+)  # fmt: skip
+
+
+class ServerCollector(Collector):
+    """Builds every family at scrape time from the service's latest state."""
+
+    def __init__(self, service: JobService, hostname: str) -> None:
+        self._service = service
+        self._hostname = hostname
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._gpu_families()
+        yield from self._queue_families()
+
+    def _gpu_families(self) -> Iterator[Metric]:
+        sampled = [h for h in self._service.gpus() if h.telemetry is not None]
+        for name, doc, value_of in _DCGM:
+            family = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
+            for holding in sampled:
+                assert holding.telemetry is not None
+                reading = holding.telemetry.reading
+                if reading.error is not None:
+                    continue
+                value = value_of(reading)
+                if value is not None:
+                    family.add_metric(self._labels(holding), float(value))
+            yield family
+
+    def _labels(self, holding: GpuHolding) -> list[str]:
+        gpu, job = holding.gpu, holding.job
+        return [str(gpu.index), gpu.uuid, f"nvidia{gpu.index}", gpu.name, self._hostname,
+                "" if job is None else str(job.id)]  # fmt: skip
+
+    def _queue_families(self) -> Iterator[Metric]:
+        service = self._service
+        jobs = service.list_jobs(include_finished=False)
+        pending = sum(1 for job in jobs if job.state is JobState.PENDING)
+        yield GaugeMetricFamily("gpuyard_jobs_pending", "Jobs waiting in the queue.", pending)
+        yield GaugeMetricFamily("gpuyard_jobs_running", "Jobs running now.", len(jobs) - pending)
+        yield GaugeMetricFamily(
+            "gpuyard_gpus", "GPUs this server schedules.", len(service.inventory.gpus)
+        )
+        yield CounterMetricFamily(
+            "gpuyard_job_submits", "Jobs accepted since the server started.",
+            service.metrics.submits,
+        )  # fmt: skip
+        yield _histogram(
+            "gpuyard_scheduling_pass_seconds", "Duration of a controller pass (decide, record, "
+            "launch).", service.metrics.pass_s.view(),
+        )  # fmt: skip
+        yield _histogram(
+            "gpuyard_submit_to_start_seconds", "Wait from submission to a job's first start.",
+            service.metrics.submit_to_start_s.view(),
+        )  # fmt: skip
+        monitor = service.monitor
+        if monitor is not None and monitor.enabled:
+            yield CounterMetricFamily(
+                "gpuyard_telemetry_cpu_seconds", "CPU time spent sampling GPUs.",
+                monitor.sample_cost_s,
+            )  # fmt: skip
+
+
+def _histogram(name: str, doc: str, view: HistogramView) -> HistogramMetricFamily:
+    buckets = [("+Inf" if b == float("inf") else repr(float(b)), c) for b, c in view.buckets]
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=view.sum)
+
+
+def render_metrics(service: JobService, hostname: str) -> bytes:
+    """The Prometheus text exposition of everything above."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ServerCollector(service, hostname))
+    return generate_latest(registry)

@@ -1,0 +1,109 @@
+"""`gpuyard top`: the GPUs and running jobs, redrawn every interval (rich Live).
+
+Only this command imports rich: the other commands stay fast to start.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from gpuyard.cli.render import NA, bar, gpu_notes
+from gpuyard.domain.units import format_duration, format_size_mib
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from gpuyard.client import Client
+
+
+def run_top(client: Client, interval_s: float, iterations: int | None) -> None:
+    """Redraw until Ctrl-C, or `iterations` frames."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    shown = 1
+    with Live(_frame(client), console=console, auto_refresh=False) as live:
+        try:
+            while iterations is None or shown < iterations:
+                time.sleep(interval_s)
+                live.update(_frame(client), refresh=True)
+                shown += 1
+        except KeyboardInterrupt:
+            pass
+
+
+def _frame(client: Client) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
+    gpus = client.gpus()
+    running = [job for job in client.jobs() if job["state"] == "RUNNING"]
+    title = Text(f"gpuyard top  {time.strftime('%H:%M:%S')}  {client.url}", style="bold")
+    parts: list[RenderableType] = [title, _gpu_table(gpus) if gpus else Text("no GPUs")]
+    for g in gpus:
+        for note in gpu_notes(g):
+            style = "red" if note.startswith("!") else "dim"
+            parts.append(Text(f"  GPU {g['index']}: {note}", style=style))
+    parts.append(_job_table(running) if running else Text("no running jobs"))
+    return Group(*parts)
+
+
+def _level(pct: float | None) -> str:
+    if pct is None:
+        return "dim"
+    return "red" if pct >= 90 else "yellow" if pct >= 50 else "green"
+
+
+def _gpu_table(gpus: list[dict[str, Any]]) -> RenderableType:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "SM", "JOB", "SOURCE"):
+        table.add_column(column, no_wrap=True)
+    for g in gpus:
+        util, used, total = g.get("util_pct"), g.get("memory_used_mib"), g.get("memory_total_mib")
+        mem_pct = 100 * used / total if used is not None and total else None
+        memory = NA if used is None else f"{used / 1024:.1f}/{(total or 0) / 1024:.1f}G"
+        table.add_row(
+            str(g["index"]),
+            g["name"],
+            Text(f"{bar(util)} {NA if util is None else f'{util}%':>4}", style=_level(util)),
+            Text(f"{bar(mem_pct)} {memory}", style=_level(mem_pct)),
+            NA if g.get("temperature_c") is None else f"{g['temperature_c']}C",
+            _power(g),
+            NA if g.get("sm_clock_mhz") is None else f"{g['sm_clock_mhz']}MHz",
+            "-" if g["job"] is None else f"{g['job']} {g.get('user') or ''}",
+            "detected" if g["detected"] else "declared",
+        )
+    return table
+
+
+def _power(g: dict[str, Any]) -> str:
+    draw, limit = g.get("power_w"), g.get("power_limit_w")
+    if draw is None:
+        return NA
+    return f"{draw:.0f}W" if limit is None else f"{draw:.0f}/{limit:.0f}W"
+
+
+def _job_table(jobs: list[dict[str, Any]]) -> RenderableType:
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold", title_justify="left")
+    for column in ("JOBID", "NAME", "USER", "GPU_IDS", "TIME", "GPU_UTIL", "GPU_MEM_PEAK"):
+        table.add_column(column, no_wrap=True)
+    for job in jobs:
+        stats = job.get("gpu_stats") or {}
+        mean, peak = stats.get("util_mean_pct"), stats.get("memory_peak_mib")
+        table.add_row(
+            str(job["id"]),
+            job["name"],
+            job["owner"],
+            ",".join(map(str, job["gpus"])) or "-",
+            format_duration(job["runtime_s"]),
+            NA if mean is None else f"{mean:.0f}%",
+            NA if peak is None else format_size_mib(peak),
+        )
+    return table
