@@ -37,6 +37,9 @@ bench: $(STAMP_TEST)
 	$(BIN)/python bench/submit.py --json
 	$(BIN)/python bench/cli.py --json
 	$(BIN)/python bench/schedule_pass.py --json
+	$(BIN)/python bench/estimates.py --json
+	$(BIN)/python bench/telemetry.py --json
+	$(BIN)/python bench/ddp_overhead.py --json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
