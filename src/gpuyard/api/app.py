@@ -68,9 +68,10 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
     async def estimates_for(jobs: list[Job]) -> dict[int, float | None] | None:
         """Projected starts, only when a pending job is listed (the projection costs a copy
         of the scheduler's state), off the event loop."""
-        if not any(job.state is JobState.PENDING for job in jobs):
+        pending = [job.id for job in jobs if job.state is JobState.PENDING]
+        if not pending:
             return None
-        return await asyncio.to_thread(service.estimated_starts)
+        return await asyncio.to_thread(service.estimated_starts, pending)
 
     @app.get("/healthz", include_in_schema=True)
     def healthz() -> dict[str, str]:

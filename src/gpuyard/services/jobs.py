@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from gpuyard.domain.errors import Conflict, InvalidRequest, NotFound
@@ -133,10 +133,10 @@ class JobService:
     def reason(self, job: Job) -> str:
         return self.controller.reason_for(job)
 
-    def estimated_starts(self) -> dict[int, float | None]:
+    def estimated_starts(self, wanted: Collection[int] = ()) -> dict[int, float | None]:
         """Projected start of each pending job: running and started jobs use their whole time
         limit (what Slurm's `squeue --start` assumes); None where no estimate is possible."""
-        return self.controller.scheduler.estimated_starts()
+        return self.controller.scheduler.estimated_starts(wanted)
 
     def dry_run(self, spec: JobSpec, owner: str) -> DryRun:
         """Whether `spec` can ever run here and when it would start, without queueing it."""

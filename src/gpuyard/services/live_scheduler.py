@@ -22,7 +22,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from gpuyard.domain.errors import Unavailable
@@ -39,6 +39,7 @@ _REBUILD_HISTORY_JOBS = 20_000
 # Estimated start times: a projection that took longer than this is refreshed in the background,
 # at most every _REFRESH_FACTOR times its duration; wall-time caps for one projection.
 _SYNC_PROJECTION_S = 0.05
+_FRESH_S = 2.0  # estimates are estimates: a projection this recent is served as it is
 _REFRESH_FACTOR = 5.0
 _PROJECTION_BUDGET_S = 2.0
 _DRY_RUN_BUDGET_S = 5.0
@@ -99,7 +100,7 @@ class LiveScheduler:
         self._holding: dict[int, tuple[int, ...]] = {}  # GPUs held by a job's processes
         self._stopping: set[int] = set()  # preempted, processes not gone yet
         self._unrecorded_stops: dict[int, None] = {}  # preempted, not yet recorded (ordered)
-        self._reasons: tuple[int, dict[int, str]] = (-1, {})
+        self._head: tuple[int, int | None] = (-1, None)  # (pass, first pending job's id)
         self._estimates: _Estimates | None = None
         self._wake_at: float | None = -math.inf  # the first pass runs whatever happened
         self._refreshing = False
@@ -151,11 +152,17 @@ class LiveScheduler:
         return self._wake_at
 
     def reason_for(self, job_id: int) -> str:
-        """Why a pending job waits, as of the last pass (computed once per pass, on demand)."""
+        """Why a pending job waits, as of the last pass, in Slurm's words: the job next in line
+        waits for Resources, the ones behind it for Priority; a job already chosen waits for
+        the jobs it preempted (Preempting). Only the head of the queue is looked up, once per
+        pass: a submit's answer must not cost a walk over a deep queue."""
         with self._lock:
-            if self._reasons[0] != self._generation:
-                self._reasons = (self._generation, self._pending_reasons(self._clock()))
-            return self._reasons[1].get(job_id, REASON_RESOURCES)
+            if job_id in self._assigned:
+                return REASON_PREEMPTING
+            if self._head[0] != self._generation:
+                pending = self.policy.pending(self._clock())
+                self._head = (self._generation, pending[0].id if pending else None)
+            return REASON_RESOURCES if self._head[1] in (job_id, None) else REASON_PRIORITY
 
     def _apply_inbox(self) -> bool:
         """Feed the queued events to the policy; True if it was told anything."""
@@ -233,14 +240,6 @@ class LiveScheduler:
             launches.append(Launch(job_id, self._node_names[node_index], tuple(gpus)))
         return launches
 
-    def _pending_reasons(self, now: float) -> dict[int, str]:
-        """Slurm's reasons: the job next in line waits for Resources, the ones behind it for
-        Priority; a job already chosen waits for the jobs it preempted (Preempting)."""
-        reasons = {job_id: REASON_PREEMPTING for job_id in self._assigned}
-        for i, job in enumerate(self.policy.pending(now)):
-            reasons[job.id] = REASON_RESOURCES if i == 0 else REASON_PRIORITY
-        return reasons
-
     # -- restart ------------------------------------------------------------------------------
     def rebuild(self, jobs: Iterable[Job]) -> None:
         """Feed the policy the server's past in time order, so that a restarted server ranks
@@ -297,28 +296,35 @@ class LiveScheduler:
         self.policy.finished(job, at)
 
     # -- estimates ----------------------------------------------------------------------------
-    def estimated_starts(self) -> dict[int, float | None]:
+    def estimated_starts(self, wanted: Collection[int] = ()) -> dict[int, float | None]:
         """Projected start of every pending job (None: not within the projection).
 
-        Fresh when the projection is cheap (a short queue: milliseconds). With a deep queue it
-        costs up to a second or two, so readers get the last projection at once while a
-        background thread makes a new one, at most one at a time and never more often than
-        every `_REFRESH_FACTOR` times its own duration."""
+        A projection costs a deep copy of the policy: milliseconds for a short queue, up to a
+        second or two for a deep one. So the last one is served while it is recent
+        (`_FRESH_S`) and covers the `wanted` jobs; otherwise a cheap one is made now, and an
+        expensive one is served stale while a background thread makes the next, at most one at
+        a time and never more often than every `_REFRESH_FACTOR` times its own duration."""
         with self._lock:
             cached = self._estimates
-            stale = cached is None or cached.generation != self._generation
-            if cached is not None and (not stale or cached.took_s > _SYNC_PROJECTION_S):
-                if stale and not self._refreshing:
-                    self._refreshing = True
-                    delay = max(
-                        0.0, cached.made_at + _REFRESH_FACTOR * cached.took_s - time.monotonic()
-                    )
-                    threading.Thread(
-                        target=self._refresh_estimates, args=(delay,), daemon=True,
-                        name="gpuyard-estimates",
-                    ).start()  # fmt: skip
-                return cached.starts
+            if cached is not None:
+                current = cached.generation == self._generation
+                recent = time.monotonic() - cached.made_at < _FRESH_S
+                covers = all(job_id in cached.starts for job_id in wanted)
+                if current or (recent and covers):
+                    return cached.starts
+                if cached.took_s > _SYNC_PROJECTION_S:
+                    self._refresh_in_background(cached)
+                    return cached.starts
         return self._project_estimates()
+
+    def _refresh_in_background(self, cached: _Estimates) -> None:
+        if self._refreshing:
+            return
+        self._refreshing = True
+        delay = max(0.0, cached.made_at + _REFRESH_FACTOR * cached.took_s - time.monotonic())
+        threading.Thread(
+            target=self._refresh_estimates, args=(delay,), daemon=True, name="gpuyard-estimates"
+        ).start()
 
     def _refresh_estimates(self, delay_s: float) -> None:
         try:
