@@ -84,7 +84,10 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
     @app.post("/api/v1/jobs", status_code=201, dependencies=auth, response_model=JobOut)
     async def submit_job(body: JobSubmitIn) -> Response:
         job = await service.submit_async(spec_from_wire(body), server.owner)
-        return _json(out(job).model_dump_json(), status=201)
+        # No pass has seen it yet: its reason is the record's ("None"), and asking the
+        # scheduler would only make the hottest route wait for its lock.
+        fresh = job_to_wire(job, job.reason, server.executor.log_path(job.id))
+        return _json(fresh.model_dump_json(), status=201)
 
     @app.post("/api/v1/jobs/dry-run", dependencies=auth)
     def dry_run(body: JobSubmitIn) -> DryRunOut:
