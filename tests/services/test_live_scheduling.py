@@ -341,3 +341,24 @@ def test_a_server_restarted_with_fewer_gpus_than_its_running_jobs_hold_says_so(
         rig.close()
     with pytest.raises(Unavailable, match=r"job 1 is still running on GPUs 0,1"):
         LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=1)
+
+
+def test_estimates_stay_within_a_year_when_starvation_preemptions_ping_pong(
+    tmp_path: Path,
+) -> None:
+    """Under `default`, jobs without limits preempt each other by the starvation guard, with
+    waits that double each time: the projection must not answer in year 12,000."""
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=2)
+    try:
+        rig.now = 1_700_000_000.0
+        rig.submit(10**9, gpus=1)
+        rig.submit(10**9, gpus=1)
+        rig.settle()
+        waiting = [rig.submit(10**9, gpus=1) for _ in range(48)]
+        rig.settle()
+        estimates = rig.service.estimated_starts()
+        assert set(estimates) == {job.id for job in waiting}
+        for start in estimates.values():
+            assert start is None or rig.now <= start <= rig.now + 366 * 86400
+    finally:
+        rig.close()

@@ -167,4 +167,9 @@ def gpu_to_wire(
 
 
 def _iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+    if ts is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ts, UTC).isoformat()
+    except (ValueError, OverflowError, OSError):  # beyond year 9999: no meaningful date
+        return None

@@ -23,6 +23,9 @@ from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
 
 
+HORIZON_S = 366 * 86400.0  # the longest time limit a job may ask for
+
+
 class _Projection:
     """The Context a projected pass acts on: starts and preemptions in projected time."""
 
@@ -92,11 +95,13 @@ def project_starts(
     wanted: set[int] | None = None,
     max_events: int = 2000,
     budget_s: float | None = None,
+    horizon_s: float = HORIZON_S,
 ) -> Projection:
     """Estimated first start of the `wanted` jobs (default: every job `policy` has pending), by
     simulating forward from `now` with each running and started job ending at its time limit.
-    Stops after `max_events` or `budget_s` seconds of wall time. Mutates its arguments: pass
-    copies."""
+    Stops after `max_events`, `budget_s` seconds of wall time, or `horizon_s` of projected time
+    (preemption ping-pong under a starvation guard can push projected time out by centuries).
+    Mutates its arguments: pass copies."""
     ctx = _Projection(policy, cluster, now)
     for job in running:
         assert job.run_started_at is not None, f"job {job.id} is not running"
@@ -117,6 +122,8 @@ def project_starts(
         if at == math.inf:
             complete = True  # nothing will ever end: the rest wait on jobs without a limit
             break
+        if at > now + horizon_s:
+            break  # not within a year: no estimate (and no absurd dates)
         ctx.now = at
         ctx.end_due()
     starts = {job_id: ctx.first_start.get(job_id) for job_id in wanted}
