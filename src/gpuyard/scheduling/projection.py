@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
 
-
 HORIZON_S = 366 * 86400.0  # the longest time limit a job may ask for
 
 
