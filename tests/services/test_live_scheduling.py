@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.domain.job import REASON_PREEMPTED, REASON_PREEMPTING
+from gpuyard.domain.job import REASON_PREEMPTED, REASON_PREEMPTING, Job
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec
 from gpuyard.scheduling.policies import make_policy
@@ -120,17 +120,24 @@ def test_a_no_preempt_job_is_never_preempted(tmp_path: Path) -> None:
         rig.close()
 
 
+def _preempting(tmp_path: Path) -> tuple[LiveRig, Job, Job]:
+    """One GPU; a priority-5 job has just preempted a job that ran 600 s, whose processes have
+    not stopped yet (stops are recorded, not delivered)."""
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=1)
+    rig.processes.stop = lambda job: rig.processes.stops.append(job.id)  # type: ignore[method-assign]
+    low = rig.submit(10_000, gpus=1)
+    rig.settle()
+    rig.advance(600)
+    high = rig.submit(100, gpus=1, priority=5)
+    rig.settle()
+    return rig, low, high
+
+
 def test_a_job_chosen_over_a_stopping_job_waits_for_its_gpus_and_can_be_cancelled(
     tmp_path: Path,
 ) -> None:
-    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=1)
-    rig.processes.stop = lambda job: rig.processes.stops.append(job.id)  # type: ignore[method-assign]
+    rig, low, high = _preempting(tmp_path)
     try:
-        low = rig.submit(10_000, gpus=1)
-        rig.settle()
-        rig.advance(600)
-        high = rig.submit(100, gpus=1, priority=5)
-        rig.settle()
         # The victim's processes have not stopped yet: nothing may run on its GPU meanwhile.
         assert rig.processes.stops == [low.id]
         assert rig.job(low.id).state is JobState.RUNNING
@@ -284,14 +291,8 @@ def test_dry_run_beyond_the_projection_budget_says_not_before_where_it_stopped(
 def test_a_cancel_during_a_preemption_ends_the_job_instead_of_requeueing_it(
     tmp_path: Path,
 ) -> None:
-    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=1)
-    rig.processes.stop = lambda job: rig.processes.stops.append(job.id)  # type: ignore[method-assign]
+    rig, low, _ = _preempting(tmp_path)
     try:
-        low = rig.submit(10_000, gpus=1)
-        rig.settle()
-        rig.advance(600)
-        rig.submit(100, gpus=1, priority=5)
-        rig.settle()
         assert rig.job(low.id).stop_intent is JobState.PENDING
         rig.service.cancel(low.id)  # the user cancels it during its grace period
         assert rig.job(low.id).stop_intent is JobState.CANCELLED

@@ -30,8 +30,9 @@ class NvmlUnavailable(Exception):
     """No usable NVIDIA driver (or nvidia-ml-py missing); the message says which."""
 
 
-def detect_gpus() -> list[Gpu]:
-    """GPUs the NVIDIA driver reports, in NVML index order (PCI bus order)."""
+def _init_nvml() -> Any:
+    """pynvml, initialised (one reference; the caller shuts it down); NvmlUnavailable says
+    why not."""
     try:
         import pynvml
     except ImportError:
@@ -40,6 +41,12 @@ def detect_gpus() -> list[Gpu]:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
         raise NvmlUnavailable(f"no NVIDIA driver found (NVML: {exc})") from None
+    return pynvml
+
+
+def detect_gpus() -> list[Gpu]:
+    """GPUs the NVIDIA driver reports, in NVML index order (PCI bus order)."""
+    pynvml = _init_nvml()
     try:
         gpus = []
         for index in range(pynvml.nvmlDeviceGetCount()):
@@ -77,15 +84,7 @@ class NvmlTelemetry:
     """
 
     def __init__(self) -> None:
-        try:
-            import pynvml
-        except ImportError:
-            raise NvmlUnavailable("nvidia-ml-py is not installed") from None
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            raise NvmlUnavailable(f"no NVIDIA driver found (NVML: {exc})") from None
-        self._nv: Any = pynvml
+        self._nv: Any = _init_nvml()
         self._handles: dict[int, Any] = {}
         self._absent: set[str] = set()  # functions this driver lacks
         self._unsupported: set[tuple[str, int]] = set()
