@@ -23,6 +23,7 @@ from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import NodeCapacity
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.controller import Controller
+from gpuyard.services.health import HealthGuard
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.jobs import JobService
@@ -90,6 +91,7 @@ def build_server(settings: Settings) -> Server:
         NvmlTelemetry, PsutilProcessOwners(), book, inventory, period_s=settings.telemetry_s
     )
     service = JobService(book, store, controller, monitor=monitor, metrics=metrics)
+    monitor.on_sample = HealthGuard(service.drain).check
     return Server(
         settings, service, controller, store, executor, ensure_token(settings.token_path),
         getpass.getuser(), lock_file, monitor,

@@ -95,6 +95,14 @@ class Client:
         result: list[JobDict] = self._json("GET", "/api/v1/gpus")
         return result
 
+    def drain(self, gpu_index: int, reason: str = "") -> JobDict:
+        result: JobDict = self._json("POST", f"/api/v1/gpus/{gpu_index}/drain", {"reason": reason})
+        return result
+
+    def resume(self, gpu_index: int) -> JobDict:
+        result: JobDict = self._json("POST", f"/api/v1/gpus/{gpu_index}/resume")
+        return result
+
     def info(self) -> JobDict:
         result: JobDict = self._json("GET", "/api/v1/info")
         return result

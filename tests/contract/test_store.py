@@ -251,7 +251,7 @@ def test_reopening_sees_every_committed_job(db_path: Path) -> None:
         finally:
             again.close()
         with sqlite3.connect(db_path) as raw:
-            assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
+            assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
 
 
 def test_acknowledged_writes_are_visible_to_another_reader(

@@ -363,3 +363,31 @@ def test_estimates_stay_within_a_year_when_starvation_preemptions_ping_pong(
             assert start is None or rig.now <= start <= rig.now + 366 * 86400
     finally:
         rig.close()
+
+
+def test_a_drained_gpu_stays_out_of_service_across_a_restart(tmp_path: Path) -> None:
+    rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=2)
+    try:
+        running = rig.submit(10_000, gpus=1)
+        rig.settle()
+        held = rig.job(running.id).gpus[0]
+        failed = rig.service.drain(held, "maintenance")
+        assert [j.id for j in failed] == [running.id]
+        rig.controller.on_exit(running.id, _sigterm(rig.now))
+        rig.settle()
+        assert rig.state(running.id) is JobState.NODE_FAIL
+        assert "GPU" in rig.job(running.id).reason and "maintenance" in rig.job(running.id).reason
+    finally:
+        rig.close()
+    again = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=2)
+    try:
+        pair = again.submit(100, gpus=2)
+        single = again.submit(100, gpus=1)
+        again.settle()
+        assert again.state(pair.id) is JobState.PENDING  # one GPU is out of service
+        assert again.job(single.id).gpus == (1 - held,)
+        again.service.resume(held)
+        again.advance(again.now + 100)  # the single job ends; both GPUs are free again
+        assert again.state(pair.id) is JobState.RUNNING
+    finally:
+        again.close()

@@ -22,7 +22,16 @@ from gpuyard.bootstrap import Server
 from gpuyard.domain.errors import Unauthorized
 from gpuyard.domain.job import Job
 from gpuyard.domain.states import JobState
-from gpuyard.schemas.v1 import DryRunOut, ErrorOut, GpuOut, JobOut, JobSubmitIn, ServerInfoOut
+from gpuyard.schemas.v1 import (
+    DrainIn,
+    DrainOut,
+    DryRunOut,
+    ErrorOut,
+    GpuOut,
+    JobOut,
+    JobSubmitIn,
+    ServerInfoOut,
+)
 
 _LOG_CHUNK = 1 << 16
 _FOLLOW_POLL_S = 0.2
@@ -143,7 +152,22 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
     def list_gpus() -> list[GpuOut]:
         """The GPUs, who holds each, and their latest telemetry (null fields: n/a)."""
         sampled_at = service.telemetry().taken_at
-        return [gpu_to_wire(h, owner_of, sampled_at) for h in service.gpus()]
+        drains = service.drains()
+        return [
+            gpu_to_wire(h, owner_of, sampled_at, drains.get(h.gpu.index)) for h in service.gpus()
+        ]
+
+    @app.post("/api/v1/gpus/{index}/drain", dependencies=auth)
+    def drain_gpu(index: int, body: DrainIn) -> DrainOut:
+        """Take a GPU out of service; jobs running on it are stopped and end NODE_FAIL."""
+        failed = service.drain(index, body.reason)
+        return DrainOut(gpu=index, drained=True, failed_jobs=[j.id for j in failed])
+
+    @app.post("/api/v1/gpus/{index}/resume", dependencies=auth)
+    def resume_gpu(index: int) -> DrainOut:
+        """Put a drained GPU back in service."""
+        service.resume(index)
+        return DrainOut(gpu=index, drained=False, failed_jobs=[])
 
     @app.get("/metrics", dependencies=auth, response_class=Response)
     def metrics() -> Response:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuyard.domain.errors import InvalidRequest
-from gpuyard.domain.job import Job, JobSpec
+from gpuyard.domain.job import Drain, Job, JobSpec
 from gpuyard.domain.units import parse_duration_s, parse_size_mib
 from gpuyard.schemas.v1 import (
     DryRunOut,
@@ -124,7 +124,10 @@ def dry_run_to_wire(answer: DryRun) -> DryRunOut:
 
 
 def gpu_to_wire(
-    holding: GpuHolding, owner_of: Callable[[int], str | None], sampled_at: float
+    holding: GpuHolding,
+    owner_of: Callable[[int], str | None],
+    sampled_at: float,
+    drain: Drain | None = None,
 ) -> GpuOut:
     """A GPU with its telemetry; `owner_of(job_id)` names the user of a process's job."""
     gpu, job, live = holding.gpu, holding.job, holding.telemetry
@@ -134,6 +137,8 @@ def gpu_to_wire(
         name=gpu.name,
         memory_total_mib=gpu.memory_total_mib,
         detected=gpu.detected,
+        drained=drain is not None,
+        drain_reason=None if drain is None else drain.reason,
         node=gpu.node,
         job=job.id if job else None,
         user=job.owner if job else None,

@@ -242,6 +242,29 @@ def server(
     run_server(settings)
 
 
+admin = typer.Typer(help="Administer the server's GPUs.", no_args_is_help=True)
+app.add_typer(admin, name="admin")
+
+
+@admin.command("drain")
+def admin_drain(
+    gpu: Annotated[int, typer.Argument(metavar="GPU", help="GPU index")],
+    reason: Annotated[str, typer.Option(help="why, shown in `gpuyard gpus`")] = "",
+) -> None:
+    """Take a GPU out of service: no new job goes there; jobs on it end NODE_FAIL."""
+    answer = _client().drain(gpu, reason)
+    failed = answer["failed_jobs"]
+    ended = f"; job(s) {', '.join(map(str, failed))} on it end NODE_FAIL" if failed else ""
+    sys.stdout.write(f"GPU {gpu} drained{ended}\n")
+
+
+@admin.command("resume")
+def admin_resume(gpu: Annotated[int, typer.Argument(metavar="GPU", help="GPU index")]) -> None:
+    """Put a drained GPU back in service."""
+    _client().resume(gpu)
+    sys.stdout.write(f"GPU {gpu} is back in service\n")
+
+
 @app.command("simulate")
 def simulate_cmd(
     trace: Annotated[

@@ -142,9 +142,11 @@ def gpu_rows(gpus: Sequence[dict[str, Any]]) -> str:
 
 def gpu_notes(g: dict[str, Any]) -> list[str]:
     """Lines under a GPU: its processes (and their jobs), and anything wrong with it."""
-    if g.get("error"):
-        return [f"! cannot read this GPU: {g['error']}"]
     notes = []
+    if g.get("drained"):
+        notes.append(f"! DRAINED: {g['drain_reason']} (gpuyard admin resume {g['index']})")
+    if g.get("error"):
+        return [*notes, f"! cannot read this GPU: {g['error']}"]
     for proc in g.get("processes") or []:
         owner = (f"job {proc['job']} ({proc['user']})" if proc["job"] is not None
                  else "not a gpuyard job")  # fmt: skip

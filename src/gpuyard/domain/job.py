@@ -89,3 +89,12 @@ class NodeCapacity:
     name: str
     cpus: int
     mem_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Why a GPU is out of service: no new job is placed on it until it is resumed."""
+
+    reason: str
+    source: str  # "admin" (gpuyard admin drain) or "auto" (a GPU failure was detected)
+    drained_at: float

@@ -24,6 +24,8 @@ def judge_exit(
     or completed before the stop reached it (`stop_requested` false, exit 0)."""
     if job.stop_intent is JobState.CANCELLED:
         return JobState.CANCELLED, exit_code, "Cancelled by user"
+    if job.stop_intent is JobState.NODE_FAIL:  # the reason was recorded with the intent
+        return JobState.NODE_FAIL, exit_code, job.reason
     completed_first = exit_code == 0 and not signal and not stop_requested
     if job.stop_intent is JobState.PENDING and not timed_out and not completed_first:
         return JobState.PENDING, None, REASON_PREEMPTED

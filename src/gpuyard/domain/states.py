@@ -16,6 +16,7 @@ class JobState(StrEnum):
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"  # its GPU failed (XID, ECC, off the bus) or was drained under it
 
     @property
     def is_terminal(self) -> bool:
@@ -23,7 +24,7 @@ class JobState(StrEnum):
 
 
 TERMINAL_STATES = frozenset(
-    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL}
 )
 
 # RUNNING -> PENDING is a requeue: the job was marked to start but its process never began
@@ -36,6 +37,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.FAILED,
             JobState.CANCELLED,
             JobState.TIMEOUT,
+            JobState.NODE_FAIL,
             JobState.PENDING,
         }
     ),
@@ -43,6 +45,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
     JobState.TIMEOUT: frozenset(),
+    JobState.NODE_FAIL: frozenset(),
 }
 
 

@@ -110,6 +110,8 @@ class GpuOut(BaseModel):
     name: str
     memory_total_mib: int | None
     detected: bool = Field(description="true from NVML, false when declared by the admin")
+    drained: bool = Field(False, description="out of service: no new job is placed on it")
+    drain_reason: str | None = Field(None, description="why (admin or a detected failure)")
     node: str
     job: int | None
     user: str | None = Field(default=None, description="the owner of the job holding it")
@@ -154,3 +156,17 @@ class ErrorBody(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorBody
+
+
+class DrainIn(_Strict):
+    """`gpuyard admin drain`: why the GPU goes out of service."""
+
+    reason: Annotated[StrictStr, Field(max_length=200)] = ""
+
+
+class DrainOut(BaseModel):
+    """A drain's outcome: the jobs that were running on the GPU now end NODE_FAIL."""
+
+    gpu: int
+    drained: bool
+    failed_jobs: list[int]

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from gpuyard.domain.job import REASON_NONE, Job
+from gpuyard.domain.job import REASON_NONE, Drain, Job
 from gpuyard.domain.outcome import judge_exit
 from gpuyard.domain.states import JobState
 from gpuyard.services.inventory import Inventory
@@ -24,6 +24,9 @@ from gpuyard.services.ports import Executor, ExitStatus, JobStore, Launched
 from gpuyard.services.rendezvous import RendezvousPorts
 
 log = logging.getLogger("gpuyard.controller")
+
+# A job already ending for good (cancelled, or failed with its GPU) keeps that end.
+_FINAL_INTENTS = frozenset({JobState.CANCELLED, JobState.NODE_FAIL})
 
 
 class Controller:
@@ -46,6 +49,9 @@ class Controller:
         self.executor = executor
         self.inventory = inventory
         self.scheduler = scheduler
+        self.drains: dict[int, Drain] = dict(store.load_drains())  # GPUs out of service
+        for gpu_index, drain in self.drains.items():
+            scheduler.drained(gpu_index, True, drain.drained_at)
         self._ports = RendezvousPorts()
         self._base_env = dict(base_env)
         self._clock = clock
@@ -219,6 +225,40 @@ class Controller:
         if current.pid is not None:
             self.executor.stop(current)
         return current
+
+    # -- GPUs out of service -----------------------------------------------------------------
+    def drain_gpu(self, gpu_index: int, reason: str, source: str) -> list[Job]:
+        """Take a GPU out of service, durably; jobs running on it end NODE_FAIL (stopped like a
+        cancel, whole tree). Returns those jobs."""
+        now = self._clock()
+        drain = Drain(reason, source, now)
+        self.store.save_drain(gpu_index, drain)
+        self.drains[gpu_index] = drain
+        self.scheduler.drained(gpu_index, True, now)
+        failing = []
+        with self.book.mutation_lock:
+            for job in self.book.running():
+                if gpu_index in job.gpus and job.stop_intent not in _FINAL_INTENTS:
+                    why = f"NodeFail: GPU {gpu_index} was taken out of service: {reason}"
+                    failing.append(job.with_changes(stop_intent=JobState.NODE_FAIL, reason=why))
+            if failing:
+                self.store.write([], failing)
+                for job in failing:
+                    self.book.put(job)
+        log.warning("GPU %s drained (%s): %s", gpu_index, source, reason)
+        for job in failing:
+            if job.pid is not None:
+                self.executor.stop(job)
+        self.wake()
+        return failing
+
+    def resume_gpu(self, gpu_index: int) -> None:
+        """Put a drained GPU back in service."""
+        self.store.save_drain(gpu_index, None)
+        self.drains.pop(gpu_index, None)
+        self.scheduler.drained(gpu_index, False, self._clock())
+        log.info("GPU %s back in service", gpu_index)
+        self.wake()
 
     # -- restart --------------------------------------------------------------------------
     def recover(self) -> None:

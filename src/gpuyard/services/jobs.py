@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from gpuyard.domain.errors import Conflict, InvalidRequest, NotFound
-from gpuyard.domain.job import Gpu, Job, JobSpec
+from gpuyard.domain.job import Drain, Gpu, Job, JobSpec
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.controller import Controller
@@ -156,6 +156,28 @@ class JobService:
             )
             for gpu in self.inventory.gpus
         ]
+
+    def drain(self, gpu_index: int, reason: str, source: str = "admin") -> list[Job]:
+        """Take a GPU out of service: no new job goes there; jobs on it end NODE_FAIL."""
+        self._gpu(gpu_index)
+        return self.controller.drain_gpu(gpu_index, reason or "drained by an admin", source)
+
+    def resume(self, gpu_index: int) -> None:
+        """Put a drained GPU back in service."""
+        self._gpu(gpu_index)
+        if gpu_index not in self.controller.drains:
+            raise Conflict(f"GPU {gpu_index} is in service; there is nothing to resume")
+        self.controller.resume_gpu(gpu_index)
+
+    def drains(self) -> dict[int, Drain]:
+        return dict(self.controller.drains)
+
+    def _gpu(self, gpu_index: int) -> Gpu:
+        for gpu in self.inventory.gpus:
+            if gpu.index == gpu_index:
+                return gpu
+        known = ", ".join(str(g.index) for g in self.inventory.gpus) or "none"
+        raise NotFound(f"GPU {gpu_index} is not one of this server's GPUs ({known})")
 
     def telemetry(self) -> TelemetrySnapshot:
         """The latest GPU sample (empty without NVML or before the first sample)."""

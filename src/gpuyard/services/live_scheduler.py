@@ -99,6 +99,8 @@ class LiveScheduler:
         self._assigned: dict[int, Placement] = {}  # started by the policy, not launched yet
         self._holding: dict[int, tuple[int, ...]] = {}  # GPUs held by a job's processes
         self._stopping: set[int] = set()  # preempted, processes not gone yet
+        self._drained: set[int] = set()  # GPUs out of service
+        self._drain_charged: set[int] = set()  # drained GPUs the cluster counts as busy
         self._unrecorded_stops: dict[int, None] = {}  # preempted, not yet recorded (ordered)
         self._head: tuple[int, int | None] = (-1, None)  # (pass, first pending job's id)
         self._estimates: _Estimates | None = None
@@ -117,6 +119,10 @@ class LiveScheduler:
     def ended(self, job: Job, at: float) -> None:
         """A job's processes are gone: `job` is its new record, final or requeued (PENDING)."""
         self._inbox.append(("end", at, job))
+
+    def drained(self, gpu_index: int, out_of_service: bool, at: float) -> None:
+        """A GPU was taken out of service (True) or put back (False)."""
+        self._inbox.append(("drain" if out_of_service else "resume", at, gpu_index))
 
     def launched(self, job_id: int, gpus: tuple[int, ...]) -> None:
         """The controller recorded a launch durably; its GPUs are held from now on."""
@@ -178,10 +184,29 @@ class LiveScheduler:
             elif kind == "cancel":
                 assert isinstance(item, int)
                 fed = self._forget(item, at) or fed
+            elif kind in ("drain", "resume"):
+                assert isinstance(item, int)
+                (self._drained.add if kind == "drain" else self._drained.discard)(item)
+                fed = True  # the cluster the policy sees changes
             else:
                 assert isinstance(item, Job)
                 fed = self._on_end(item, at) or fed
+        self._charge_drained()
         return fed
+
+    def _charge_drained(self) -> None:
+        """Keep drained GPUs out of the policy's cluster: each drained GPU no process holds is
+        charged as busy; a resumed one is released. (A drained GPU a job still holds is charged
+        once that job has ended.)"""
+        held = {gpu for gpus in self._holding.values() for gpu in gpus}
+        for gpu in list(self._drain_charged - self._drained):
+            self.cluster.release(((0, 1),))
+            self._drain_charged.discard(gpu)
+        for gpu in sorted(self._drained - self._drain_charged - held):
+            if gpu not in self._node_gpus[0] or self.cluster.free[0] < 1:
+                continue  # not ours, or counted for a job waiting to launch: next time
+            self.cluster.allocate(((0, 1),))
+            self._drain_charged.add(gpu)
 
     def _on_end(self, record: Job, at: float) -> bool:
         job_id = record.id
@@ -224,7 +249,7 @@ class LiveScheduler:
 
     def _launchable(self) -> list[Launch]:
         """Assigned jobs whose GPUs are physically free now, in the order they were decided."""
-        held = {gpu for gpus in self._holding.values() for gpu in gpus}
+        held = {gpu for gpus in self._holding.values() for gpu in gpus} | self._drained
         free = [[g for g in gpus if g not in held] for gpus in self._node_gpus]
         launches = []
         for job_id, placement in self._assigned.items():

@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpuyard.domain.job import Gpu, Job
+from gpuyard.domain.job import Drain, Gpu, Job
 
 
 class JobStore(Protocol):
@@ -24,6 +24,14 @@ class JobStore(Protocol):
 
     def write_future(self, inserts: Sequence[Job], updates: Sequence[Job]) -> Future[None]:
         """`write` without blocking: the Future completes once the rows are on disk."""
+        ...
+
+    def load_drains(self) -> dict[int, Drain]:
+        """GPUs out of service, by index."""
+        ...
+
+    def save_drain(self, gpu_index: int, drain: Drain | None) -> None:
+        """Record a drain (None: the GPU is back in service), durably."""
         ...
 
     def close(self) -> None: ...

@@ -141,6 +141,7 @@ class GpuMonitor:
         self.sample_cost_s = 0.0  # CPU seconds spent sampling, for /metrics and the bench
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.on_sample: Callable[[TelemetrySnapshot], None] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -213,6 +214,8 @@ class GpuMonitor:
         self._grow_stats(running, snapshot, min(max(gap, 0.0), _MAX_GAP_INTERVALS * self.period_s))
         self.snapshot = snapshot
         self.sample_cost_s += time.thread_time() - started
+        if self.on_sample is not None:
+            self.on_sample(snapshot)  # the health guard: may drain a failing GPU
         return snapshot
 
     def _attribute(self, readings: Iterable[GpuReading], running: list[Job]) -> dict[int, int]:

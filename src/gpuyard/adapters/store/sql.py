@@ -7,13 +7,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, select, update
+from sqlalchemy import Connection, Engine, create_engine, delete, event, insert, select, update
 
 from gpuyard.adapters.store.codec import job_to_row, row_to_job
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
-from gpuyard.adapters.store.tables import jobs
+from gpuyard.adapters.store.tables import gpu_drains, jobs
 from gpuyard.domain.errors import Conflict
-from gpuyard.domain.job import Job
+from gpuyard.domain.job import Drain, Job
 
 _Batch = tuple[Sequence[Job], Sequence[Job]]
 _COLUMNS = tuple(jobs.c.keys())
@@ -33,6 +33,23 @@ class SqlJobStore:
     def load_jobs(self) -> list[Job]:
         with self._engine.connect() as conn:
             return [row_to_job(row) for row in conn.execute(select(jobs).order_by(jobs.c.id))]
+
+    def load_drains(self) -> dict[int, Drain]:
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(gpu_drains))
+            return {r.gpu_index: Drain(r.reason, r.source, r.drained_at) for r in rows}
+
+    def save_drain(self, gpu_index: int, drain: Drain | None) -> None:
+        """Record a GPU drained (or resumed, with None), durably; rare, so not group-committed."""
+        with self._engine.begin() as conn:
+            conn.execute(delete(gpu_drains).where(gpu_drains.c.gpu_index == gpu_index))
+            if drain is not None:
+                conn.execute(
+                    insert(gpu_drains).values(
+                        gpu_index=gpu_index, reason=drain.reason, source=drain.source,
+                        drained_at=drain.drained_at,
+                    )
+                )  # fmt: skip
 
     def write(self, inserts: Sequence[Job], updates: Sequence[Job]) -> None:
         if inserts or updates:

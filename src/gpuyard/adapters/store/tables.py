@@ -29,3 +29,13 @@ jobs = Table(
     Column("attained_gpu_s", Float, nullable=False, server_default="0"),
     Column("restarts", Integer, nullable=False, server_default="0"),
 )
+
+# GPUs taken out of service (`gpuyard admin drain`, or automatically on a GPU failure).
+gpu_drains = Table(
+    "gpu_drains",
+    metadata,
+    Column("gpu_index", Integer, primary_key=True, autoincrement=False),
+    Column("reason", String(255), nullable=False),
+    Column("source", String(16), nullable=False),  # "admin" or "auto"
+    Column("drained_at", Float, nullable=False),
+)

@@ -1,0 +1,65 @@
+"""GPU health: which readings mean a GPU must get no more work, and acting on them once.
+
+Worked example. GPU 1 reports XID 79 ("fallen off the bus") while job 7 runs on it. The next
+telemetry sample finds it, so GPU 1 is drained (reason "XID 79: the GPU has fallen off the
+bus; it needs a reset") and job 7 ends NODE_FAIL. An admin resets the GPU and runs `gpuyard
+admin resume 1`; the same XID, still the last one the driver reported, does not drain it
+again: only a new failure (another XID event, more uncorrectable ECC errors, the GPU lost
+anew) does.
+
+XIDs that need a reset or a reboot, from NVIDIA's XID catalogue; the others (application
+errors such as 13 or 31, which one job's bug can cause) leave the GPU in service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuyard.services.ports import GpuReading
+from gpuyard.services.telemetry import TelemetrySnapshot
+
+RESET_XIDS: dict[int, str] = {
+    48: "double-bit ECC error",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed",
+    74: "NVLink error",
+    79: "the GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+def failure_of(reading: GpuReading) -> str | None:
+    """Why this GPU must be drained, or None if it may keep working."""
+    if reading.error:
+        return f"the GPU cannot be read ({reading.error}); it may have fallen off the bus"
+    if reading.ecc_uncorrected:
+        return f"{reading.ecc_uncorrected} uncorrectable ECC error(s); the GPU needs a reset"
+    if reading.last_xid in RESET_XIDS:
+        return f"XID {reading.last_xid}: {RESET_XIDS[reading.last_xid]}; it needs a reset"
+    return None
+
+
+def _signature(reading: GpuReading) -> tuple[object, ...]:
+    return (reading.error, reading.ecc_uncorrected, reading.xid_events, reading.last_xid)
+
+
+class HealthGuard:
+    """Drains a GPU the first time a failure shows in its telemetry (called after every
+    sample), never twice for the same failure."""
+
+    def __init__(self, drain: Callable[[int, str, str], object]) -> None:
+        self._drain = drain
+        self._acted: dict[int, tuple[object, ...]] = {}
+
+    def check(self, snapshot: TelemetrySnapshot) -> None:
+        for index, gpu in snapshot.gpus.items():
+            reason = failure_of(gpu.reading)
+            signature = _signature(gpu.reading)
+            if reason is None or self._acted.get(index) == signature:
+                continue
+            self._acted[index] = signature
+            self._drain(index, reason, "auto")

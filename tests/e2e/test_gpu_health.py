@@ -1,0 +1,69 @@
+"""A failing GPU is taken out of service, its job ends NODE_FAIL, and admins drain and resume
+GPUs: with the real nvidia-ml-py against the project's fake libnvidia-ml."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.server import ServerProcess, wait_for
+from tests.fakenvml import build_fake_nvml, fake_nvml_env, gcc_path, write_fake_nvml_state
+
+pytestmark = pytest.mark.skipif(gcc_path() is None, reason="gcc is needed to build fake NVML")
+
+GPUS = [("NVIDIA H200", 143771, f"GPU-0000000{i}-aaaa-bbbb-cccc-000000000000") for i in range(2)]
+
+
+def _job(server: ServerProcess, job_id: int) -> dict:  # type: ignore[type-arg]
+    return json.loads(server.cli("show", str(job_id), "--json").stdout)  # type: ignore[no-any-return]
+
+
+def _gpus(server: ServerProcess) -> list[dict]:  # type: ignore[type-arg]
+    return json.loads(server.cli("gpus", "--json").stdout)  # type: ignore[no-any-return]
+
+
+def test_an_xid_drains_the_gpu_fails_its_job_and_admins_resume_and_drain(tmp_path: Path):
+    nvml = build_fake_nvml(tmp_path / "nvml")
+    state = tmp_path / "nvml_state"
+    write_fake_nvml_state(state, {0: {}, 1: {}})
+    env = fake_nvml_env(nvml, gpus=GPUS, state=state, GPUYARD_TELEMETRY_S="0.2")
+    server = ServerProcess(tmp_path / "state", "--kill-grace", "1", env=env).start()
+    try:
+        victim = int(server.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout)
+        wait_for(lambda: _job(server, victim)["state"] == "RUNNING")
+        bad = _job(server, victim)["gpus"][0]
+        write_fake_nvml_state(state, {bad: {"xid": 79, "xid_events": 1}, 1 - bad: {}})
+
+        failed = wait_for(lambda: (j := _job(server, victim))["state"] == "NODE_FAIL" and j)
+        assert f"GPU {bad} was taken out of service" in failed["reason"]
+        assert "XID 79" in failed["reason"]
+        gpu = _gpus(server)[bad]
+        assert gpu["drained"] and "XID 79" in gpu["drain_reason"]
+        assert "DRAINED" in server.cli("gpus").stdout
+
+        pair = int(server.cli("submit", "--gpus", "2", "--", "sleep", "60").stdout)
+        single = int(server.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout)
+        wait_for(lambda: _job(server, single)["state"] == "RUNNING")
+        assert _job(server, single)["gpus"] == [1 - bad]  # never the drained GPU
+        assert _job(server, pair)["state"] == "PENDING"
+
+        server.cli("cancel", str(single))
+        assert "back in service" in server.cli("admin", "resume", str(bad)).stdout
+        wait_for(lambda: _job(server, pair)["state"] == "RUNNING")  # the same XID: no re-drain
+        assert not _gpus(server)[bad]["drained"]
+
+        out = server.cli("admin", "drain", str(bad), "--reason", "fan replacement").stdout
+        assert f"job(s) {pair} on it end NODE_FAIL" in out
+        ended = wait_for(lambda: (j := _job(server, pair))["state"] == "NODE_FAIL" and j)
+        assert "fan replacement" in ended["reason"]
+
+        again = server.cli("admin", "resume", str(1 - bad), check=False)
+        assert again.returncode == 1 and again.stderr.count("\n") == 1
+        assert "is in service" in again.stderr
+        unknown = server.cli("admin", "drain", "7", check=False)
+        assert unknown.returncode == 1 and "not one of this server's GPUs" in unknown.stderr
+    finally:
+        server.stop()
+        server.kill_jobs()
