@@ -27,15 +27,19 @@ Environment variables read by the library at ``nvmlInit`` time:
     ``temp_c``, ``power_mw``, ``power_limit_mw``, ``lost`` (non-zero makes
     every call on that GPU return ``NVML_ERROR_GPU_IS_LOST``),
     ``sm_clock_mhz``, ``mem_clock_mhz``, ``throttle`` (clocks event reasons
-    bitmask), ``ecc_corrected``, ``ecc_uncorrected``, ``xid`` (last XID code)
-    and ``xid_events`` (XID events raised so far: each one beyond the count at
-    ``nvmlDeviceRegisterEvents`` is handed out once by ``nvmlEventSetWait_v2``);
+    bitmask), ``ecc_corrected``, ``ecc_uncorrected``, ``xid`` (last XID code),
+    ``xid_events`` (XID events raised so far: each one beyond the count at
+    ``nvmlDeviceRegisterEvents`` is handed out once by ``nvmlEventSetWait_v2``)
+    and ``persistence`` (``nvmlDeviceGetPersistenceMode``: 0 disabled,
+    non-zero enabled; default 1);
     and lines ``index proc PID MEM_MIB``, a compute process on that GPU.
     Write it with :func:`write_fake_nvml_state`.
 ``FAKE_NVML_MISSING``
     Comma-separated NVML function names (telemetry, processes, clocks, ECC,
-    event sets) that answer ``NVML_ERROR_FUNCTION_NOT_FOUND``, as with a
-    driver too old to have them.
+    event sets, ``nvmlDeviceGetPersistenceMode``,
+    ``nvmlDeviceGetCudaComputeCapability``,
+    ``nvmlSystemGetCudaDriverVersion[_v2]``) that answer
+    ``NVML_ERROR_FUNCTION_NOT_FOUND``, as with a driver too old to have them.
 
 ``fake_nvml_call_count()`` (not part of NVML) returns the number of
 per-device calls answered so far, for benchmarks.
@@ -67,7 +71,7 @@ STATE_KEYS = frozenset(
     {
         "util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_mw", "power_limit_mw", "lost",
         "sm_clock_mhz", "mem_clock_mhz", "throttle", "ecc_corrected", "ecc_uncorrected", "xid",
-        "xid_events",
+        "xid_events", "persistence",
     }
 )  # fmt: skip
 _ENV_PREFIX = "FAKE_NVML_"

@@ -41,12 +41,17 @@
  *                                       events were raised: each one above
  *                                       the count at registration is handed
  *                                       out once by nvmlEventSetWait_v2)
+ *                               persistence  (nvmlDeviceGetPersistenceMode:
+ *                                       0 disabled, non-zero enabled; 1)
  *                             and "index proc PID MEM_MIB" lines: a compute
  *                             process on that GPU (at most 32 per GPU).
  *                             Defaults: util 0, memory used 0, 35 C, 60 W of
  *                             700 W.  A missing file means "all defaults".
  *   FAKE_NVML_MISSING         comma-separated NVML function names (telemetry,
- *                             process, clock, ECC and event functions) that
+ *                             process, clock, ECC and event functions,
+ *                             nvmlDeviceGetPersistenceMode,
+ *                             nvmlDeviceGetCudaComputeCapability and
+ *                             nvmlSystemGetCudaDriverVersion[_v2]) that
  *                             answer NVML_ERROR_FUNCTION_NOT_FOUND, as if the
  *                             driver were too old to have them.
  *
@@ -204,6 +209,7 @@ struct fake_dyn {
     unsigned long long power_mw, power_limit_mw, lost;
     unsigned long long sm_clock_mhz, mem_clock_mhz, throttle;
     unsigned long long ecc_corrected, ecc_uncorrected, xid, xid_events;
+    unsigned long long persistence;
     unsigned int nprocs;
     struct fake_proc procs[FAKE_MAX_PROCS];
 };
@@ -373,6 +379,7 @@ static void read_dyn(unsigned int index, struct fake_dyn *out)
     out->ecc_uncorrected = 0;
     out->xid = 0;
     out->xid_events = 0;
+    out->persistence = 1;
     out->nprocs = 0;
 
     const char *path = getenv("FAKE_NVML_STATE");
@@ -428,6 +435,8 @@ static void read_dyn(unsigned int index, struct fake_dyn *out)
             out->xid = val;
         else if (!strcmp(key, "xid_events"))
             out->xid_events = val;
+        else if (!strcmp(key, "persistence"))
+            out->persistence = val;
     }
     fclose(f);
 }
@@ -575,6 +584,8 @@ EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 
 EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
 {
+    if (missing("nvmlSystemGetCudaDriverVersion"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     if (!initialized())
         return NVML_ERROR_UNINITIALIZED;
     if (!cudaDriverVersion)
@@ -585,7 +596,14 @@ EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
 
 EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
 {
-    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+    if (missing("nvmlSystemGetCudaDriverVersion_v2"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (!initialized())
+        return NVML_ERROR_UNINITIALIZED;
+    if (!cudaDriverVersion)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *cudaDriverVersion = g_cuda_version;
+    return NVML_SUCCESS;
 }
 
 /* ---- device enumeration ---------------------------------------------- */
@@ -728,6 +746,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfoLegacy_
 
 EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
 {
+    if (missing("nvmlDeviceGetCudaComputeCapability"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t r = check_device(device, NULL);
     if (r != NVML_SUCCESS)
         return r;
@@ -735,6 +755,22 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
         return NVML_ERROR_INVALID_ARGUMENT;
     *major = device->cc_major;
     *minor = device->cc_minor;
+    return NVML_SUCCESS;
+}
+
+typedef enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 } nvmlEnableState_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    if (missing("nvmlDeviceGetPersistenceMode"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    struct fake_dyn dyn;
+    nvmlReturn_t r = check_device(device, &dyn);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!mode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = dyn.persistence ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
 

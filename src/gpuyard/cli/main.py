@@ -74,6 +74,10 @@ def submit(
         bool,
         typer.Option("--dry-run", help="queue nothing: say if and when the job would start"),
     ] = False,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="refuse the job if its Python frameworks cannot run here"),
+    ] = False,
 ) -> None:
     """Queue a job; prints its id alone (JOB=$(gpuyard submit ...) works)."""
     from gpuyard.cli.submitting import build_submission
@@ -84,6 +88,10 @@ def submit(
         fields["preemptible"] = False
     if distributed:
         fields["distributed"] = distributed
+    if check:
+        from gpuyard.cli.doctoring import check_submission
+
+        check_submission(argv, fields)
     if dry_run:
         from gpuyard.cli.render import dry_run_answer
 
@@ -207,6 +215,22 @@ def top(
     from gpuyard.cli.top import run_top
 
     run_top(_client(), interval, iterations)
+
+
+@app.command()
+def doctor(
+    json_out: JsonOpt = False,
+    state_dir: Annotated[
+        str | None, typer.Option(help="the server's state dir, for its free disk")
+    ] = None,
+    python: Annotated[
+        str | None, typer.Option(help="check this interpreter's frameworks [python3 on PATH]")
+    ] = None,
+) -> None:
+    """Check driver, CUDA, GPUs, frameworks and disk: PASS/WARN/FAIL, each with a fix."""
+    from gpuyard.cli.doctoring import run_doctor
+
+    raise typer.Exit(run_doctor(json_out, state_dir, python))
 
 
 @app.command()

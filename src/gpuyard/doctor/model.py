@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """PASS: fine. WARN: works, with a cost or a risk. FAIL: will not work. INFO: a fact."""
 
     PASS = "pass"

@@ -1,0 +1,140 @@
+"""`gpuyard doctor` and `gpuyard submit --check`: gather the facts here, judge them in
+`gpuyard.doctor.checks`, print one line per check (or JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuyard.adapters.frameworks import job_python, probe_python
+from gpuyard.adapters.gpus.driver_facts import read_driver_facts
+from gpuyard.doctor import compat
+from gpuyard.doctor.checks import framework_checks, run_checks
+from gpuyard.doctor.model import (
+    Check,
+    DiskFacts,
+    DriverFacts,
+    Facts,
+    PythonFacts,
+    ServerFacts,
+    Status,
+    summarize,
+)  # fmt: skip
+from gpuyard.domain.errors import GpuyardError
+
+_SERVER_TIMEOUT_S = 3.0
+
+
+def run_doctor(json_out: bool, state_dir: str | None, python: str | None) -> int:
+    """Every check of this machine; the exit status: 1 if any FAILed."""
+    from gpuyard.settings import default_state_dir
+
+    driver = read_driver_facts()
+    executable = python or shutil.which("python3") or sys.executable
+    facts = Facts(
+        driver=driver,
+        python=probe_python(executable),
+        disk=disk_facts(Path(state_dir).expanduser() if state_dir else default_state_dir()),
+        server=server_facts(),
+    )
+    checks = run_checks(facts)
+    if json_out:
+        summary: dict[str, Any] = dict(summarize(checks))
+        summary.update(
+            gpus=len(driver.gpus), driver=driver.driver_version,
+            cuda=compat.cuda_text(driver.cuda_version) if driver.cuda_version else None,
+            python=facts.python.executable if facts.python else None,
+        )  # fmt: skip
+        payload = {"checks": [c.to_json() for c in checks], "summary": summary}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        sys.stdout.write("".join(check_line(c) + "\n" for c in checks))
+    return 1 if any(c.status is Status.FAIL for c in checks) else 0
+
+
+def check_line(check: Check) -> str:
+    """`PASS  name: message  (hint)`."""
+    hint = f"  ({check.hint})" if check.hint else ""
+    return f"{check.status.value.upper():<4}  {check.name}: {check.message}{hint}"
+
+
+def disk_facts(state_dir: Path) -> DiskFacts:
+    """Free space where the state dir is (or will be made: its nearest existing parent)."""
+    path = state_dir.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        stat = os.statvfs(path)
+    except OSError as exc:
+        return DiskFacts(str(state_dir), error=exc.strerror or str(exc))
+    return DiskFacts(
+        path=str(state_dir),
+        free_bytes=stat.f_bavail * stat.f_frsize,
+        total_bytes=stat.f_blocks * stat.f_frsize,
+        writable=os.access(path, os.W_OK),
+    )
+
+
+def server_facts() -> ServerFacts:
+    """Which GPUs a running server uses, if one answers at GPUYARD_URL (optional)."""
+    from gpuyard.client import Client
+
+    try:
+        client = Client(timeout_s=_SERVER_TIMEOUT_S)
+    except GpuyardError as exc:
+        return ServerFacts(os.environ.get("GPUYARD_URL", "?"), False, error=exc.message)
+    try:
+        with client:
+            info = client.info()
+            gpus = client.gpus()
+    except GpuyardError as exc:
+        return ServerFacts(client.url, False, error=exc.message)
+    detected = sum(1 for g in gpus if g.get("detected"))
+    return ServerFacts(
+        client.url, True, gpus_source=str(info.get("gpus_source")),
+        detected_gpus=detected, declared_gpus=len(gpus) - detected,
+    )  # fmt: skip
+
+
+def check_submission(argv: Sequence[str], fields: dict[str, Any]) -> None:
+    """`submit --check`: the job's frameworks against this machine's driver and GPUs.
+
+    Raises GpuyardError (one line: nothing is queued) if a check FAILs; WARNs go to stderr.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
+    env.update(fields.get("env") or {})
+    workdir = str(fields.get("workdir") or os.getcwd())
+    python, why = job_python(argv, env, workdir)
+    if python is None:
+        if os.path.basename(argv[0]).startswith("python"):
+            raise GpuyardError(f"--check: the job cannot start: {why}")
+        _warn(Check("python", Status.WARN, f"{why}: framework checks skipped"))
+        return
+    facts = probe_python(python, env=env, cwd=workdir)
+    checks = judge_submission(facts, read_driver_facts(), int(fields.get("gpus") or 0))
+    failed = [c for c in checks if c.status is Status.FAIL]
+    for check in checks:
+        if check.status is Status.WARN:
+            _warn(check)
+    if failed:
+        first = failed[0]
+        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+        hint = f"; {first.hint}" if first.hint else ""
+        raise GpuyardError(
+            f"--check refused the job: {first.name}: {first.message}{hint}{more}"
+        )
+
+
+def judge_submission(python: PythonFacts, driver: DriverFacts, gpus: int) -> list[Check]:
+    """The framework checks of a job asking for `gpus` GPUs."""
+    return framework_checks(python, driver, gpus_requested=gpus)
+
+
+def _warn(check: Check) -> None:
+    hint = f" ({check.hint})" if check.hint else ""
+    sys.stderr.write(f"gpuyard: --check: {check.name}: {check.message}{hint}\n")
