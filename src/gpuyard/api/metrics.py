@@ -99,8 +99,8 @@ class ServerCollector(Collector):
             service.metrics.submits,
         )  # fmt: skip
         yield _histogram(
-            "gpuyard_scheduling_pass_seconds", "Duration of a controller pass (decide, record, "
-            "launch).", service.metrics.pass_s.view(),
+            "gpuyard_scheduling_pass_seconds", "Duration of a scheduling pass (decide, record, "
+            "launch), for passes the policy ran.", service.metrics.pass_s.view(),
         )  # fmt: skip
         yield _histogram(
             "gpuyard_submit_to_start_seconds", "Wait from submission to a job's first start.",

@@ -68,6 +68,7 @@ class Decisions:
 
     launches: list[Launch] = field(default_factory=list)
     preempt: list[int] = field(default_factory=list)
+    passed: bool = False  # the policy ran a pass (else nothing it could act on happened)
 
 
 def sched_job(job: Job) -> SchedJob:
@@ -137,13 +138,14 @@ class LiveScheduler:
             now = self._clock()
             fed = self._apply_inbox()
             due = self._wake_at is not None and self._wake_at <= now
-            if fed or due:
+            passed = fed or due
+            if passed:
                 # Else no pass, exactly as in the simulator (a pass at another instant could
                 # decide otherwise for time-dependent ranks).
                 self.policy.schedule(_LiveContext(self, now))
                 self._generation += 1
                 self._wake_at = self.policy.next_decision_at(now)
-            return Decisions(self._launchable(), list(self._unrecorded_stops))
+            return Decisions(self._launchable(), list(self._unrecorded_stops), passed)
 
     def stops_recorded(self, job_ids: list[int]) -> None:
         """The controller recorded these preemptions durably; until then `decide` repeats them
