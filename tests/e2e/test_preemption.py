@@ -40,7 +40,7 @@ def test_a_higher_priority_job_preempts_and_the_victim_resumes(
     assert runs.read_text().split() == ["0", "checkpointed", "1"]
     assert done["restarts"] == 1
     shown = server.cli("show", victim).stdout
-    assert "Restarts: 1 (preempted and requeued)" in shown
+    assert "Restarts: 1 (preempted and requeued 1 time)" in shown
 
 
 def test_no_preempt_job_keeps_its_gpus_and_the_queue_shows_why_and_when(

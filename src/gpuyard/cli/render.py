@@ -55,6 +55,12 @@ def _start(job: dict[str, Any]) -> str:
     return _local(job["started_at"], short=True)
 
 
+def _restarts(count: int) -> str:
+    if not count:
+        return "0"
+    return f"{count} (preempted and requeued {count} time{'s' if count > 1 else ''})"
+
+
 def dry_run_answer(answer: dict[str, Any]) -> str:
     """One line for `submit --dry-run`."""
     seconds = answer["starts_in_s"]
@@ -83,7 +89,7 @@ def job_record(job: dict[str, Any]) -> str:
         ("Priority", job["priority"]),
         ("Preemptible", "yes" if job["preemptible"] else "no (--no-preempt)"),
         ("Distributed", job.get("distributed") or "no"),
-        ("Restarts", f"{job['restarts']} (preempted and requeued)"),
+        ("Restarts", _restarts(job["restarts"])),
         ("GpuTime", f"{job['attained_gpu_s'] / 3600:.2f} GPU-hours, all runs"),
         *gpu_stats_fields(job),
         ("Command", " ".join(_quote(a) for a in job["command"])),
@@ -169,7 +175,7 @@ def _util(g: dict[str, Any]) -> str:
 def _memory(g: dict[str, Any]) -> str:
     used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
     if used is None:
-        return f"{bar(None)} {NA}/{format_size_mib(total) if total else NA}"
+        return f"{bar(None)} {NA}/{format_size_mib(total)}" if total else f"{bar(None)} {NA}"
     pct = 100 * used / total if total else None
     return f"{bar(pct)} {used / 1024:.1f}/{(total or 0) / 1024:.1f}G"
 
