@@ -23,13 +23,13 @@ from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import NodeCapacity
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.controller import Controller
-from gpuyard.services.health import HealthGuard
+from gpuyard.services.health import HealthGuard, foreign_memory
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.jobs import JobService
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.metrics import QueueMetrics
-from gpuyard.services.telemetry import GpuMonitor
+from gpuyard.services.telemetry import GpuMonitor, TelemetrySnapshot
 from gpuyard.settings import Settings
 
 
@@ -91,7 +91,14 @@ def build_server(settings: Settings) -> Server:
         NvmlTelemetry, PsutilProcessOwners(), book, inventory, period_s=settings.telemetry_s
     )
     service = JobService(book, store, controller, monitor=monitor, metrics=metrics)
-    monitor.on_sample = HealthGuard(service.drain).check
+    guard = HealthGuard(service.drain)
+
+    def after_sample(snapshot: TelemetrySnapshot) -> None:
+        guard.check(snapshot)
+        held = {gpu for job in book.running() for gpu in job.gpus}
+        scheduler.set_busy(foreign_memory(snapshot, held, settings.foreign_mem_mib))
+
+    monitor.on_sample = after_sample
     return Server(
         settings, service, controller, store, executor, ensure_token(settings.token_path),
         getpass.getuser(), lock_file, monitor,

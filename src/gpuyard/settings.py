@@ -41,6 +41,8 @@ class Settings:
     tick_s: float = 1.0
     policy: str = "default"  # a name from gpuyard.scheduling.policies (oracles refused)
     telemetry_s: float = 1.0  # GPU sampling interval; 0 turns telemetry off
+    # A free GPU with more than this many MiB used by processes no job owns gets no new job.
+    foreign_mem_mib: int = 256
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -50,7 +52,7 @@ class Settings:
         for name, cast in (
             ("host", str), ("port", int), ("gpus", str), ("cpus", int),
             ("database_url", str), ("kill_grace_s", float), ("tick_s", float),
-            ("policy", str), ("telemetry_s", float),
+            ("policy", str), ("telemetry_s", float), ("foreign_mem_mib", int),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:

@@ -67,3 +67,27 @@ def test_an_xid_drains_the_gpu_fails_its_job_and_admins_resume_and_drain(tmp_pat
     finally:
         server.stop()
         server.kill_jobs()
+
+
+def test_a_gpu_holding_foreign_memory_gets_no_new_job_until_it_is_released(tmp_path: Path):
+    import os
+
+    nvml = build_fake_nvml(tmp_path / "nvml")
+    state = tmp_path / "nvml_state"
+    # A process gpuyard did not start (this test) holds 2000 MiB on the only GPU.
+    write_fake_nvml_state(state, {0: {}}, procs={0: [(os.getpid(), 2000)]})
+    env = fake_nvml_env(nvml, gpus=GPUS[:1], state=state, GPUYARD_TELEMETRY_S="0.2")
+    server = ServerProcess(tmp_path / "state", env=env).start()
+    try:
+        job = int(server.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout)
+        waiting = wait_for(lambda: (j := _job(server, job))["reason"].startswith("GpuMemory") and j)
+        assert waiting["state"] == "PENDING"
+        assert (
+            "GPU 0 still has 2000 MiB used by processes that are no running job's"
+            in (waiting["reason"])
+        )
+        write_fake_nvml_state(state, {0: {}})  # the memory is released
+        wait_for(lambda: _job(server, job)["state"] == "RUNNING")
+    finally:
+        server.stop()
+        server.kill_jobs()

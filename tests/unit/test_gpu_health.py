@@ -31,3 +31,19 @@ def test_the_guard_drains_once_per_failure_and_again_for_a_new_one() -> None:
     assert [(i, s) for i, _, s in drained] == [(1, "auto")]
     guard.check(snapshot(GpuReading(0), GpuReading(1, last_xid=79, xid_events=2)))  # new event
     assert len(drained) == 2
+
+
+def test_free_gpus_with_foreign_memory_over_the_threshold_are_busy() -> None:
+    from gpuyard.services.health import foreign_memory
+    from gpuyard.services.telemetry import AttributedProcess
+
+    def gpu(index: int, *mem: int) -> GpuTelemetry:
+        procs = tuple(AttributedProcess(100 + i, m, None) for i, m in enumerate(mem))
+        return GpuTelemetry(GpuReading(index), procs if mem else None)
+
+    snap = TelemetrySnapshot(
+        1.0, MappingProxyType({0: gpu(0, 3000), 1: gpu(1, 100, 100), 2: gpu(2), 3: gpu(3, 900)})
+    )
+    busy = foreign_memory(snap, held={3}, threshold_mib=256)
+    assert list(busy) == [0]  # 1: under the threshold; 2: processes not listed; 3: a job's
+    assert "3000 MiB" in busy[0] and "pid 100" in busy[0]

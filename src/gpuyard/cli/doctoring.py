@@ -125,9 +125,7 @@ def check_submission(argv: Sequence[str], fields: dict[str, Any]) -> None:
         first = failed[0]
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
         hint = f"; {first.hint}" if first.hint else ""
-        raise GpuyardError(
-            f"--check refused the job: {first.name}: {first.message}{hint}{more}"
-        )
+        raise GpuyardError(f"--check refused the job: {first.name}: {first.message}{hint}{more}")
 
 
 def judge_submission(python: PythonFacts, driver: DriverFacts, gpus: int) -> list[Check]:

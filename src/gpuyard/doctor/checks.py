@@ -60,16 +60,28 @@ def driver_checks(driver: DriverFacts) -> list[Check]:
         return [Check("nvidia driver", Status.FAIL, f"NVML failed: {driver.error}",
                       "run `nvidia-smi`; after a driver upgrade, reboot")]  # fmt: skip
     version = driver.driver_version or "n/a"
-    checks = [Check("nvidia driver", Status.PASS if driver.driver_version else Status.WARN,
-                    f"driver {version}, {len(driver.gpus)} GPU(s)",
-                    "" if driver.driver_version else "the driver did not report its version")]
+    checks = [
+        Check(
+            "nvidia driver",
+            Status.PASS if driver.driver_version else Status.WARN,
+            f"driver {version}, {len(driver.gpus)} GPU(s)",
+            "" if driver.driver_version else "the driver did not report its version",
+        )
+    ]
     if driver.cuda_version is None:
-        checks.append(Check("driver cuda", Status.WARN, "supported CUDA version: n/a",
-                            "the driver is too old to report it: upgrade the NVIDIA driver"))
+        checks.append(
+            Check(
+                "driver cuda",
+                Status.WARN,
+                "supported CUDA version: n/a",
+                "the driver is too old to report it: upgrade the NVIDIA driver",
+            )
+        )
     else:
         supported = compat.cuda_text(driver.cuda_version)
-        checks.append(Check("driver cuda", Status.PASS,
-                            f"the driver supports CUDA up to {supported}"))
+        checks.append(
+            Check("driver cuda", Status.PASS, f"the driver supports CUDA up to {supported}")
+        )
     checks.extend(gpu_checks(driver.gpus))
     if driver.gpus:
         checks.append(persistence_check(driver.gpus))
@@ -82,11 +94,22 @@ def gpu_checks(gpus: tuple[GpuFacts, ...]) -> list[Check]:
     for (name, cc), indices in _groups(gpus).items():
         label = f"gpu {_ranges(indices)}"
         if cc is None:
-            checks.append(Check(label, Status.WARN, f"{name}, compute capability n/a",
-                                "the driver did not report it; arch checks skipped"))
+            checks.append(
+                Check(
+                    label,
+                    Status.WARN,
+                    f"{name}, compute capability n/a",
+                    "the driver did not report it; arch checks skipped",
+                )
+            )
         else:
-            checks.append(Check(label, Status.PASS,
-                                f"{name}, compute capability {cc[0]}.{cc[1]} (sm_{cc[0]}{cc[1]})"))
+            checks.append(
+                Check(
+                    label,
+                    Status.PASS,
+                    f"{name}, compute capability {cc[0]}.{cc[1]} (sm_{cc[0]}{cc[1]})",
+                )
+            )
     return checks  # fmt: skip
 
 
@@ -98,27 +121,44 @@ def persistence_check(gpus: tuple[GpuFacts, ...]) -> Check:
                      "`sudo nvidia-smi -pm 1`: otherwise every job start re-initialises the "
                      "driver (seconds)")  # fmt: skip
     if unknown:
-        return Check("persistence mode", Status.WARN, f"n/a on GPU {_ranges(unknown)}",
-                     "the driver does not report it; check with `nvidia-smi -q | grep Persistence`")
+        return Check(
+            "persistence mode",
+            Status.WARN,
+            f"n/a on GPU {_ranges(unknown)}",
+            "the driver does not report it; check with `nvidia-smi -q | grep Persistence`",
+        )
     return Check("persistence mode", Status.PASS, "on for every GPU")
 
 
 def disk_check(disk: DiskFacts) -> Check:
     name = "state dir disk"
     if disk.error is not None or disk.free_bytes is None:
-        return Check(name, Status.FAIL, f"{disk.path}: {disk.error or 'free space n/a'}",
-                     "choose a state dir that exists or can be created (--state-dir)")
+        return Check(
+            name,
+            Status.FAIL,
+            f"{disk.path}: {disk.error or 'free space n/a'}",
+            "choose a state dir that exists or can be created (--state-dir)",
+        )
     if not disk.writable:
-        return Check(name, Status.FAIL, f"{disk.path} is not writable by this user",
-                     "fix its permissions or choose another --state-dir")
+        return Check(
+            name,
+            Status.FAIL,
+            f"{disk.path} is not writable by this user",
+            "fix its permissions or choose another --state-dir",
+        )
     free_gib = disk.free_bytes / _GIB
     message = f"{free_gib:.1f} GiB free in {disk.path}"
     if free_gib < DISK_FAIL_GIB:
-        return Check(name, Status.FAIL, message,
-                     "free space: job logs and the database cannot be written")
+        return Check(
+            name, Status.FAIL, message, "free space: job logs and the database cannot be written"
+        )
     if free_gib < DISK_WARN_GIB:
-        return Check(name, Status.WARN, message,
-                     f"free space: under {DISK_WARN_GIB} GiB, job logs may fill it")
+        return Check(
+            name,
+            Status.WARN,
+            message,
+            f"free space: under {DISK_WARN_GIB} GiB, job logs may fill it",
+        )
     return Check(name, Status.PASS, message)  # fmt: skip
 
 
@@ -141,8 +181,14 @@ def framework_checks(
     python: PythonFacts, driver: DriverFacts, gpus_requested: int | None = None
 ) -> list[Check]:
     if python.error is not None:
-        return [Check("python", Status.FAIL, f"cannot run {python.executable}: {python.error}",
-                      "give the interpreter the job runs with (its venv's bin/python)")]
+        return [
+            Check(
+                "python",
+                Status.FAIL,
+                f"cannot run {python.executable}: {python.error}",
+                "give the interpreter the job runs with (its venv's bin/python)",
+            )
+        ]
     checks = [Check("python", Status.PASS, f"Python {python.version} at {python.executable}")]
     for build in python.frameworks:
         checks.extend(build_checks(build, driver, gpus_requested))
@@ -166,15 +212,29 @@ def build_checks(
     label = f"{name} {build.version or '(version n/a)'}"
     if build.rocm is not None:
         status = Status.WARN if wants_gpus else Status.INFO
-        return [Check(name, status, f"{label}: a ROCm (AMD) build, it cannot use NVIDIA GPUs",
-                      f"install a CUDA build of {name}" if wants_gpus else "")]
+        return [
+            Check(
+                name,
+                status,
+                f"{label}: a ROCm (AMD) build, it cannot use NVIDIA GPUs",
+                f"install a CUDA build of {name}" if wants_gpus else "",
+            )
+        ]
     if build.cuda is None:
         if wants_gpus:
-            upto = f" for CUDA <= {compat.cuda_text(driver.cuda_version)}" if (
-                driver.cuda_version and driver.usable) else ""
-            return [Check(name, Status.WARN,
-                          f"{label}: CPU-only build, this {name} cannot use the GPUs",
-                          f"install a CUDA build{upto} ({_INSTALL_FROM.get(name, name)})")]
+            upto = (
+                f" for CUDA <= {compat.cuda_text(driver.cuda_version)}"
+                if (driver.cuda_version and driver.usable)
+                else ""
+            )
+            return [
+                Check(
+                    name,
+                    Status.WARN,
+                    f"{label}: CPU-only build, this {name} cannot use the GPUs",
+                    f"install a CUDA build{upto} ({_INSTALL_FROM.get(name, name)})",
+                )
+            ]
         return [Check(name, Status.PASS, f"{label}: CPU-only build (no GPU to use here)")]
     checks = [Check(name, Status.PASS, f"{label}: {_build_text(build)}")]
     cuda = compat.parse_cuda(build.cuda)

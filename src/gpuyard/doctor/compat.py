@@ -35,7 +35,7 @@ _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)([a-z]?)$")
 
 
 def parse_cuda(text: str | None) -> tuple[int, int | None] | None:
-    """"12.4" -> (12, 4); "12" -> (12, None); "12.4.1" -> (12, 4); junk or None -> None."""
+    """ "12.4" -> (12, 4); "12" -> (12, None); "12.4.1" -> (12, 4); junk or None -> None."""
     if not text:
         return None
     parts = text.strip().split(".")
@@ -57,9 +57,7 @@ def cuda_from_nvml(value: int) -> tuple[int, int]:
     return value // 1000, (value % 1000) // 10
 
 
-def cuda_verdict(
-    build: tuple[int, int | None], driver: tuple[int, int]
-) -> tuple[Status, str]:
+def cuda_verdict(build: tuple[int, int | None], driver: tuple[int, int]) -> tuple[Status, str]:
     """Whether a build for CUDA `build` runs on a driver supporting CUDA `driver`; why."""
     b, d = cuda_text(build), cuda_text(driver)
     if build[0] < driver[0] or (build[0] == driver[0] and (build[1] or 0) <= driver[1]):

@@ -63,3 +63,24 @@ class HealthGuard:
                 continue
             self._acted[index] = signature
             self._drain(index, reason, "auto")
+
+
+def foreign_memory(
+    snapshot: TelemetrySnapshot, held: set[int], threshold_mib: int
+) -> dict[int, str]:
+    """GPUs no running job holds whose listed processes use more than `threshold_mib`: a
+    finished job's memory not released yet, or a process gpuyard did not start. A new job must
+    not be put there (it would run out of memory). GPUs whose processes NVML cannot list are
+    not judged."""
+    busy = {}
+    for index, gpu in snapshot.gpus.items():
+        if index in held or not gpu.processes:
+            continue
+        used = sum(p.memory_used_mib or 0 for p in gpu.processes)
+        if used > threshold_mib:
+            pids = ", ".join(str(p.pid) for p in gpu.processes)
+            busy[index] = (
+                f"GPU {index} still has {used} MiB used by processes that are no running "
+                f"job's (pid {pids})"
+            )
+    return busy

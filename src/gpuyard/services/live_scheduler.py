@@ -101,6 +101,8 @@ class LiveScheduler:
         self._holding: dict[int, tuple[int, ...]] = {}  # GPUs held by a job's processes
         self._stopping: set[int] = set()  # preempted, processes not gone yet
         self._drained: set[int] = set()  # GPUs out of service
+        self._busy: dict[int, str] = {}  # free GPUs occupied by others' memory, and why
+        self._waiting_busy: dict[int, str] = {}  # assigned jobs waiting for those, and why
         self._drain_charged: set[int] = set()  # drained GPUs the cluster counts as busy
         self._unrecorded_stops: dict[int, None] = {}  # preempted, not yet recorded (ordered)
         self._head: tuple[int, int | None] = (-1, None)  # (pass, first pending job's id)
@@ -124,6 +126,11 @@ class LiveScheduler:
     def drained(self, gpu_index: int, out_of_service: bool, at: float) -> None:
         """A GPU was taken out of service (True) or put back (False)."""
         self._inbox.append(("drain" if out_of_service else "resume", at, gpu_index))
+
+    def set_busy(self, busy: dict[int, str]) -> None:
+        """Free GPUs not to be handed out yet, with why: GPU memory still held by processes no
+        running job owns (a finished job's memory not released yet, or a ghost process)."""
+        self._busy = dict(busy)
 
     def launched(self, job_id: int, gpus: tuple[int, ...]) -> None:
         """The controller recorded a launch durably; its GPUs are held from now on."""
@@ -165,6 +172,8 @@ class LiveScheduler:
         the jobs it preempted (Preempting). Only the head of the queue is looked up, once per
         pass: a submit's answer must not cost a walk over a deep queue."""
         with self._lock:
+            if job_id in self._waiting_busy:
+                return f"GpuMemoryBusy: {self._waiting_busy[job_id]}"
             if job_id in self._assigned:
                 return REASON_PREEMPTING
             if self._head[0] != self._generation:
@@ -252,13 +261,18 @@ class LiveScheduler:
     def _launchable(self) -> list[Launch]:
         """Assigned jobs whose GPUs are physically free now, in the order they were decided."""
         held = {gpu for gpus in self._holding.values() for gpu in gpus} | self._drained
-        free = [[g for g in gpus if g not in held] for gpus in self._node_gpus]
+        busy = self._busy  # free GPUs whose memory other processes still occupy
+        free = [[g for g in gpus if g not in held and g not in busy] for gpus in self._node_gpus]
         launches = []
+        self._waiting_busy = {}
         for job_id, placement in self._assigned.items():
             if job_id in self._holding:
                 continue  # chosen again while its preempted processes are still stopping
             if any(len(free[node]) < count for node, count in placement):
-                continue  # waits for a preempted job's processes to stop
+                blockers = sorted(g for g in busy if g not in held)
+                if blockers:
+                    self._waiting_busy[job_id] = "; ".join(busy[g] for g in blockers)
+                continue  # waits for a preempted job's processes, or foreign memory, to go
             gpus: list[int] = []
             for node, count in placement:
                 gpus.extend(free[node][:count])

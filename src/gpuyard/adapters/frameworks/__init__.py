@@ -46,7 +46,7 @@ def probe_python(
     if proc.returncode != 0 or not lines:
         last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         return PythonFacts(executable, error=f"the framework probe failed: {last[:300]}")
-    data = json.loads(lines[-1][len(_MARK):])
+    data = json.loads(lines[-1][len(_MARK) :])
     found = data.get("frameworks", {})
     return PythonFacts(
         executable=str(data.get("executable") or executable),

@@ -141,8 +141,11 @@ def main() -> None:
         "version": platform.python_version(),
         "frameworks": {},
     }
-    for name, probe in (("torch", probe_torch), ("tensorflow", probe_tensorflow),
-                        ("jax", probe_jax)):
+    for name, probe in (
+        ("torch", probe_torch),
+        ("tensorflow", probe_tensorflow),
+        ("jax", probe_jax),
+    ):
         try:
             result["frameworks"][name] = probe()
         except Exception as exc:
