@@ -21,9 +21,11 @@ from gpuyard.adapters.gpus.select import choose_gpus
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import NodeCapacity
+from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.controller import Controller
 from gpuyard.services.health import HealthGuard, foreign_memory
+from gpuyard.services.idle import IdleWatch
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.jobs import JobService
@@ -92,9 +94,15 @@ def build_server(settings: Settings) -> Server:
     )
     service = JobService(book, store, controller, monitor=monitor, metrics=metrics)
     guard = HealthGuard(service.drain)
+    idle = IdleWatch(
+        settings.idle_util_pct, settings.idle_after_s, settings.idle_cancel_s,
+        lambda job, why: controller.request_stop(job, JobState.CANCELLED, why),
+    )  # fmt: skip
+    service.idle = idle
 
     def after_sample(snapshot: TelemetrySnapshot) -> None:
         guard.check(snapshot)
+        idle.update(snapshot, book.running())
         held = {gpu for job in book.running() for gpu in job.gpus}
         scheduler.set_busy(foreign_memory(snapshot, held, settings.foreign_mem_mib))
 

@@ -43,6 +43,11 @@ class Settings:
     telemetry_s: float = 1.0  # GPU sampling interval; 0 turns telemetry off
     # A free GPU with more than this many MiB used by processes no job owns gets no new job.
     foreign_mem_mib: int = 256
+    # A running job whose GPUs all stay below idle_util_pct for idle_after_s is flagged idle;
+    # with idle_cancel_s > 0 it is cancelled that much later (a warning period). 0: never.
+    idle_util_pct: float = 5.0
+    idle_after_s: float = 1800.0
+    idle_cancel_s: float = 0.0
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -53,6 +58,7 @@ class Settings:
             ("host", str), ("port", int), ("gpus", str), ("cpus", int),
             ("database_url", str), ("kill_grace_s", float), ("tick_s", float),
             ("policy", str), ("telemetry_s", float), ("foreign_mem_mib", int),
+            ("idle_util_pct", float), ("idle_after_s", float), ("idle_cancel_s", float),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:

@@ -145,8 +145,10 @@ def test_submit_check_warns_and_queues_a_job_that_can_run(
     result = gpu_server.cli("submit", "--check", "--gpus", "1", "--", "python3", "-c", "pass",
                             cwd=tmp_path)  # fmt: skip
     job_id = int(result.stdout)
-    assert "gpuyard: --check: torch arch sm_90: GPU 0-1 (NVIDIA H200): no sm_90 kernels, " \
-           "only compute_80 PTX" in result.stderr
+    assert (
+        "gpuyard: --check: torch arch sm_90: GPU 0-1 (NVIDIA H200): no sm_90 kernels, "
+        "only compute_80 PTX" in result.stderr
+    )
     assert [j["id"] for j in gpu_server.client().jobs(all=True)] == [job_id]
     # A CPU job is not refused for its CUDA build, nor warned about it.
     write_fake_torch(tmp_path / "site", version="2.1.0+cu121", cuda="12.1")

@@ -91,3 +91,24 @@ def test_a_gpu_holding_foreign_memory_gets_no_new_job_until_it_is_released(tmp_p
     finally:
         server.stop()
         server.kill_jobs()
+
+
+def test_an_idle_job_is_flagged_then_cancelled_after_its_warning(tmp_path: Path):
+    nvml = build_fake_nvml(tmp_path / "nvml")
+    state = tmp_path / "nvml_state"
+    write_fake_nvml_state(state, {0: {"util_gpu": 0}})
+    env = fake_nvml_env(
+        nvml, gpus=GPUS[:1], state=state, GPUYARD_TELEMETRY_S="0.2",
+        GPUYARD_IDLE_AFTER_S="1", GPUYARD_IDLE_CANCEL_S="2",
+    )  # fmt: skip
+    server = ServerProcess(tmp_path / "state", "--kill-grace", "1", env=env).start()
+    try:
+        job = int(server.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout)
+        flagged = wait_for(lambda: (j := _job(server, job))["idle_since"] and j)
+        assert flagged["state"] == "RUNNING"
+        assert "idle since" in server.cli("queue").stdout
+        ended = wait_for(lambda: (j := _job(server, job))["state"] == "CANCELLED" and j)
+        assert ended["reason"].startswith("Idle: its GPUs stayed below 5%")
+    finally:
+        server.stop()
+        server.kill_jobs()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_INIT = '''\
+_INIT = """\
 import types
 {raise_line}
 __version__ = {version!r}
@@ -22,7 +22,7 @@ cuda = types.SimpleNamespace(
     get_arch_list=lambda: [],
     nccl=types.SimpleNamespace(version=lambda: {nccl!r}),
 )
-'''
+"""
 
 
 def write_fake_torch(

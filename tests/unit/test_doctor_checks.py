@@ -29,8 +29,16 @@ def driver(cuda: tuple[int, int] = (12, 6), cc: tuple[int, int] = (9, 0), n: int
 def torch(cuda: str | None = "12.4", archs: tuple[str, ...] | None = TORCH_ARCHS,
           **kw: object) -> FrameworkBuild:  # fmt: skip
     version = f"2.4.0+cu{cuda.replace('.', '')}" if cuda else "2.4.0+cpu"
-    return FrameworkBuild("torch", True, version, cuda=cuda, cudnn="9.1.0", nccl="2.20.5",
-                          archs=archs if cuda else None, **kw)  # type: ignore[arg-type]
+    return FrameworkBuild(
+        "torch",
+        True,
+        version,
+        cuda=cuda,
+        cudnn="9.1.0",
+        nccl="2.20.5",
+        archs=archs if cuda else None,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def by_name(checks: list[Check]) -> dict[str, Check]:
@@ -107,8 +115,11 @@ def test_a_cpu_only_torch_without_gpus_is_fine():
 
 
 def test_no_gpu_says_so_plainly_and_still_checks_disk_and_frameworks():
-    python = PythonFacts("/usr/bin/python3", "3.11.7", frameworks=(
-        torch(None), FrameworkBuild("tensorflow", False), FrameworkBuild("jax", False)))
+    python = PythonFacts(
+        "/usr/bin/python3",
+        "3.11.7",
+        frameworks=(torch(None), FrameworkBuild("tensorflow", False), FrameworkBuild("jax", False)),
+    )
     facts = Facts(DriverFacts(absent="no libnvidia-ml.so.1"), python=python,
                   disk=DiskFacts("/srv/gpuyard", free_bytes=200 * 2**30))  # fmt: skip
     checks = run_checks(facts)
@@ -146,8 +157,12 @@ def test_missing_nvml_functions_read_n_a_as_warnings():
                         gpus=(GpuFacts(0, "Tesla T4", None, None),))  # fmt: skip
     checks = by_name(run_checks(Facts(facts)))
     assert checks["driver cuda"].status is Status.WARN
-    assert checks["gpu 0"] == Check("gpu 0", Status.WARN, "Tesla T4, compute capability n/a",
-                                    "the driver did not report it; arch checks skipped")
+    assert checks["gpu 0"] == Check(
+        "gpu 0",
+        Status.WARN,
+        "Tesla T4, compute capability n/a",
+        "the driver did not report it; arch checks skipped",
+    )
     assert checks["persistence mode"].message == "n/a on GPU 0"
     # No CUDA version and no compute capability: nothing to compare a build with.
     assert [c.status for c in build_checks(torch("12.4"), facts)] == [Status.PASS]

@@ -67,7 +67,7 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
         start = estimates.get(job.id) if estimates else None
         return job_to_wire(
             job, service.reason(job), server.executor.log_path(job.id), start,
-            service.gpu_stats(job.id),
+            service.gpu_stats(job.id), service.idle_since(job),
         )  # fmt: skip
 
     def owner_of(job_id: int) -> str | None:

@@ -67,6 +67,7 @@ def job_to_wire(
     log_path: str,
     estimated_start: float | None = None,
     gpu_stats: JobGpuStats | None = None,
+    idle_since: float | None = None,
 ) -> JobOut:
     spec = job.spec
     end = job.ended_at if job.ended_at is not None else time.time()
@@ -97,6 +98,7 @@ def job_to_wire(
         restarts=job.restarts,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),
+        idle_since=_iso(idle_since),
         gpu_stats=None if gpu_stats is None else gpu_stats_to_wire(gpu_stats),
     )
 

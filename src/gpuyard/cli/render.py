@@ -30,6 +30,8 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
         where = f"({job['reason']})" if pending else gpu_list(job["gpus"])
         if job["state"] not in ("PENDING", "RUNNING") and job["reason"] != "None":
             where = f"{gpu_list(job['gpus'])} ({job['reason']})"
+        if job.get("idle_since"):
+            where = f"{where} (idle since {_local(job['idle_since'], short=True)})"
         rows.append(
             [
                 str(job["id"]),
@@ -102,6 +104,10 @@ def job_record(job: dict[str, Any]) -> str:
         ("SubmitTime", _local(job["submitted_at"])),
         ("StartTime", _local(job["started_at"])),
         ("EstimatedStart", _estimate(job)),
+        (
+            "Idle",
+            f"GPUs unused since {_local(job['idle_since'])}" if job.get("idle_since") else "no",
+        ),
         ("EndTime", _local(job["ended_at"])),
         ("RunTime", format_duration(job["runtime_s"])),
         ("Log", job["log_path"]),

@@ -22,8 +22,9 @@ def judge_exit(
     A preempted job (stop intent PENDING) goes back to PENDING whatever its exit (a job that
     saves a checkpoint on SIGTERM and exits 0 is resumed, not done), unless it ran out of time
     or completed before the stop reached it (`stop_requested` false, exit 0)."""
-    if job.stop_intent is JobState.CANCELLED:
-        return JobState.CANCELLED, exit_code, "Cancelled by user"
+    if job.stop_intent is JobState.CANCELLED:  # by its user, or by the server (reason set)
+        why = job.reason if job.reason != REASON_NONE else "Cancelled by user"
+        return JobState.CANCELLED, exit_code, why
     if job.stop_intent is JobState.NODE_FAIL:  # the reason was recorded with the intent
         return JobState.NODE_FAIL, exit_code, job.reason
     completed_first = exit_code == 0 and not signal and not stop_requested

@@ -75,6 +75,9 @@ class JobOut(BaseModel):
     estimated_start_at: str | None = Field(
         description="pending jobs: projected start if running jobs use their whole time limit"
     )
+    idle_since: str | None = Field(
+        None, description="running jobs flagged idle: since when their GPUs stayed unused"
+    )
     gpu_stats: JobGpuStatsOut | None = Field(
         default=None, description="null: the job's GPUs were never sampled (no NVML)"
     )

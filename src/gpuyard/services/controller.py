@@ -210,8 +210,9 @@ class Controller:
         log.info("job %s %s%s", job_id, ended.state.value,
                  "" if ended.reason == REASON_NONE else f" ({ended.reason})")  # fmt: skip
 
-    def request_stop(self, job: Job, intent: JobState) -> Job:
-        """Record why a running job is being stopped, then signal it (caller holds no lock)."""
+    def request_stop(self, job: Job, intent: JobState, reason: str | None = None) -> Job:
+        """Record why a running job is being stopped (`reason`: the server's own, e.g. idle),
+        then signal it (caller holds no lock)."""
         with self.book.mutation_lock:
             current = self.book.get(job.id)
             if current is None or current.state is not JobState.RUNNING:
@@ -220,7 +221,9 @@ class Controller:
             if current.stop_intent is None or (
                 intent is JobState.CANCELLED and current.stop_intent is JobState.PENDING
             ):
-                current = current.with_changes(stop_intent=intent)
+                current = current.with_changes(
+                    stop_intent=intent, **({"reason": reason} if reason else {})
+                )
                 self.store.write([], [current])
                 self.book.put(current)
         if current.pid is not None:

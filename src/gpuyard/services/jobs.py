@@ -13,6 +13,7 @@ from gpuyard.domain.job import Drain, Gpu, Job, JobSpec
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.controller import Controller
+from gpuyard.services.idle import IdleWatch
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.metrics import QueueMetrics
@@ -64,6 +65,7 @@ class JobService:
         self.controller = controller
         self._clock = clock
         self.monitor = monitor
+        self.idle: IdleWatch | None = None  # set by bootstrap when telemetry runs
         self.metrics = metrics or controller.metrics
 
     @property
@@ -182,6 +184,12 @@ class JobService:
     def telemetry(self) -> TelemetrySnapshot:
         """The latest GPU sample (empty without NVML or before the first sample)."""
         return self.monitor.snapshot if self.monitor is not None else EMPTY_SNAPSHOT
+
+    def idle_since(self, job: Job) -> float | None:
+        """When a running job's GPUs went idle, once it has been flagged (None: not idle)."""
+        if self.idle is None or job.state is not JobState.RUNNING:
+            return None
+        return self.idle.idle_since(job.id, self._clock())
 
     def gpu_stats(self, job_id: int) -> JobGpuStats | None:
         """What the job did with its GPUs while sampled; None if it never was."""
