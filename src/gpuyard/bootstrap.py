@@ -99,6 +99,9 @@ def build_server(settings: Settings) -> Server:
         lambda job, why: controller.request_stop(job, JobState.CANCELLED, why),
     )  # fmt: skip
     service.idle = idle
+    controller.gpu_peak_mib = lambda job_id: (
+        stats.memory_peak_mib if (stats := monitor.job_stats(job_id)) is not None else None
+    )
 
     def after_sample(snapshot: TelemetrySnapshot) -> None:
         guard.check(snapshot)

@@ -17,6 +17,7 @@ class JobState(StrEnum):
     CANCELLED = "CANCELLED"
     TIMEOUT = "TIMEOUT"
     NODE_FAIL = "NODE_FAIL"  # its GPU failed (XID, ECC, off the bus) or was drained under it
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"  # it died of GPU out-of-memory (its output says so)
 
     @property
     def is_terminal(self) -> bool:
@@ -24,7 +25,14 @@ class JobState(StrEnum):
 
 
 TERMINAL_STATES = frozenset(
-    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL}
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.OUT_OF_MEMORY,
+    }
 )
 
 # RUNNING -> PENDING is a requeue: the job was marked to start but its process never began
@@ -38,6 +46,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.CANCELLED,
             JobState.TIMEOUT,
             JobState.NODE_FAIL,
+            JobState.OUT_OF_MEMORY,
             JobState.PENDING,
         }
     ),
@@ -46,6 +55,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.CANCELLED: frozenset(),
     JobState.TIMEOUT: frozenset(),
     JobState.NODE_FAIL: frozenset(),
+    JobState.OUT_OF_MEMORY: frozenset(),
 }
 
 

@@ -14,12 +14,14 @@ from collections.abc import Callable, Mapping
 from gpuyard.domain.job import REASON_NONE, Drain, Job
 from gpuyard.domain.outcome import judge_exit
 from gpuyard.domain.states import JobState
+from gpuyard.domain.units import format_size_mib
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.job_env import build_job_env
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.launch import job_process, rank_failure
 from gpuyard.services.live_scheduler import Decisions, Launch, LiveScheduler
 from gpuyard.services.metrics import QueueMetrics
+from gpuyard.services.oom import oom_line
 from gpuyard.services.ports import Executor, ExitStatus, JobStore, Launched
 from gpuyard.services.rendezvous import RendezvousPorts
 
@@ -53,6 +55,8 @@ class Controller:
         for gpu_index, drain in self.drains.items():
             scheduler.drained(gpu_index, True, drain.drained_at)
         self._ports = RendezvousPorts()
+        # A job's peak GPU memory in MiB, when telemetry knows it (bootstrap wires it in).
+        self.gpu_peak_mib: Callable[[int], int | None] = lambda job_id: None
         self._base_env = dict(base_env)
         self._clock = clock
         self.metrics = metrics or QueueMetrics()
@@ -194,8 +198,8 @@ class Controller:
                 job, status.exit_code, status.signal, status.timed_out, status.lost,
                 status.stop_requested,
             )  # fmt: skip
-            if state is JobState.FAILED and job.spec.distributed == "torchrun" and not reason:
-                reason = rank_failure(_log_tail(self.executor.log_path(job_id)))
+            if state is JobState.FAILED and not reason:
+                state, reason = self._diagnose(job, judged)
             ended_at = status.ended_at or self._clock()
             if state is JobState.PENDING:
                 ended = _requeued(job, ended_at, judged)
@@ -209,6 +213,21 @@ class Controller:
             self._ports.release(job_id)
         log.info("job %s %s%s", job_id, ended.state.value,
                  "" if ended.reason == REASON_NONE else f" ({ended.reason})")  # fmt: skip
+
+    def _diagnose(self, job: Job, judged: str) -> tuple[JobState, str | None]:
+        """A failed job's log tail says more than its exit code: GPU out-of-memory (its own
+        state), or which torchrun rank failed."""
+        tail = _log_tail(self.executor.log_path(job.id))
+        rank = rank_failure(tail) if job.spec.distributed == "torchrun" else None
+        oom = oom_line(tail)
+        if oom is None:
+            return JobState.FAILED, rank
+        peak = self.gpu_peak_mib(job.id)
+        seen = f"; its peak GPU memory was {format_size_mib(peak)}" if peak else ""
+        return JobState.OUT_OF_MEMORY, (
+            f"OutOfMemory: the job ran out of GPU memory ({oom}){seen}; use a smaller batch "
+            f"or model per GPU, or more GPUs ({rank or judged})"
+        )
 
     def request_stop(self, job: Job, intent: JobState, reason: str | None = None) -> Job:
         """Record why a running job is being stopped (`reason`: the server's own, e.g. idle),
