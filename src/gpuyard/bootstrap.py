@@ -24,7 +24,7 @@ from gpuyard.domain.job import NodeCapacity
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.controller import Controller
-from gpuyard.services.health import HealthGuard, foreign_memory
+from gpuyard.services.health import HealthGuard, foreign_memory, hot_gpus
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
@@ -108,6 +108,7 @@ def build_server(settings: Settings) -> Server:
         idle.update(snapshot, book.running())
         held = {gpu for job in book.running() for gpu in job.gpus}
         scheduler.set_busy(foreign_memory(snapshot, held, settings.foreign_mem_mib))
+        scheduler.set_hot(hot_gpus(snapshot, settings.hot_temp_c))
 
     monitor.on_sample = after_sample
     return Server(

@@ -43,6 +43,7 @@ class Settings:
     telemetry_s: float = 1.0  # GPU sampling interval; 0 turns telemetry off
     # A free GPU with more than this many MiB used by processes no job owns gets no new job.
     foreign_mem_mib: int = 256
+    hot_temp_c: int = 85  # a GPU this hot (or throttled) is placed last and flagged
     # A running job whose GPUs all stay below idle_util_pct for idle_after_s is flagged idle;
     # with idle_cancel_s > 0 it is cancelled that much later (a warning period). 0: never.
     idle_util_pct: float = 5.0
@@ -57,7 +58,7 @@ class Settings:
         for name, cast in (
             ("host", str), ("port", int), ("gpus", str), ("cpus", int),
             ("database_url", str), ("kill_grace_s", float), ("tick_s", float),
-            ("policy", str), ("telemetry_s", float), ("foreign_mem_mib", int),
+            ("policy", str), ("telemetry_s", float), ("foreign_mem_mib", int), ("hot_temp_c", int),
             ("idle_util_pct", float), ("idle_after_s", float), ("idle_cancel_s", float),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")

@@ -391,3 +391,17 @@ def test_a_drained_gpu_stays_out_of_service_across_a_restart(tmp_path: Path) -> 
         assert again.state(pair.id) is JobState.RUNNING
     finally:
         again.close()
+
+
+def test_a_new_job_goes_to_a_cool_gpu_before_a_hot_one(tmp_path: Path) -> None:
+    rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=3)
+    try:
+        rig.scheduler.set_hot({0: "91 C (limit 85 C)"})
+        first = rig.submit(100, gpus=1)
+        rig.settle()
+        second = rig.submit(100, gpus=2)
+        rig.settle()
+        assert rig.job(first.id).gpus == (1,)
+        assert rig.job(second.id).gpus == (2, 0)  # the hot one only when nothing else is free
+    finally:
+        rig.close()

@@ -47,3 +47,17 @@ def test_free_gpus_with_foreign_memory_over_the_threshold_are_busy() -> None:
     busy = foreign_memory(snap, held={3}, threshold_mib=256)
     assert list(busy) == [0]  # 1: under the threshold; 2: processes not listed; 3: a job's
     assert "3000 MiB" in busy[0] and "pid 100" in busy[0]
+
+
+def test_hot_or_throttled_gpus_are_named_with_why() -> None:
+    from gpuyard.services.health import hot_gpus
+
+    snap = snapshot(
+        GpuReading(0, temperature_c=88),
+        GpuReading(1, temperature_c=60, throttle_reasons=("gpu_idle",)),
+        GpuReading(2, temperature_c=70, throttle_reasons=("sw_power_cap",)),
+        GpuReading(3),
+    )
+    hot = hot_gpus(snap, 85)
+    assert sorted(hot) == [0, 2]
+    assert hot[0] == "88 C (limit 85 C)" and "sw_power_cap" in hot[2]

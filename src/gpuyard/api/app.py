@@ -152,9 +152,10 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
     def list_gpus() -> list[GpuOut]:
         """The GPUs, who holds each, and their latest telemetry (null fields: n/a)."""
         sampled_at = service.telemetry().taken_at
-        drains = service.drains()
+        drains, hot = service.drains(), service.hot_gpus()
         return [
-            gpu_to_wire(h, owner_of, sampled_at, drains.get(h.gpu.index)) for h in service.gpus()
+            gpu_to_wire(h, owner_of, sampled_at, drains.get(h.gpu.index), hot.get(h.gpu.index))
+            for h in service.gpus()
         ]
 
     @app.post("/api/v1/gpus/{index}/drain", dependencies=auth)

@@ -130,6 +130,7 @@ def gpu_to_wire(
     owner_of: Callable[[int], str | None],
     sampled_at: float,
     drain: Drain | None = None,
+    hot: str | None = None,
 ) -> GpuOut:
     """A GPU with its telemetry; `owner_of(job_id)` names the user of a process's job."""
     gpu, job, live = holding.gpu, holding.job, holding.telemetry
@@ -141,6 +142,7 @@ def gpu_to_wire(
         detected=gpu.detected,
         drained=drain is not None,
         drain_reason=None if drain is None else drain.reason,
+        hot=hot,
         node=gpu.node,
         job=job.id if job else None,
         user=job.owner if job else None,

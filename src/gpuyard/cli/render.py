@@ -157,6 +157,8 @@ def gpu_notes(g: dict[str, Any]) -> list[str]:
     notes = []
     if g.get("drained"):
         notes.append(f"! DRAINED: {g['drain_reason']} (gpuyard admin resume {g['index']})")
+    if g.get("hot"):
+        notes.append(f"! hot: {g['hot']}; new jobs go to a cool GPU first")
     if g.get("error"):
         return [*notes, f"! cannot read this GPU: {g['error']}"]
     for proc in g.get("processes") or []:

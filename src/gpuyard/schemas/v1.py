@@ -115,6 +115,9 @@ class GpuOut(BaseModel):
     detected: bool = Field(description="true from NVML, false when declared by the admin")
     drained: bool = Field(False, description="out of service: no new job is placed on it")
     drain_reason: str | None = Field(None, description="why (admin or a detected failure)")
+    hot: str | None = Field(
+        None, description="too hot or throttled: new jobs go to a cool GPU first (why)"
+    )
     node: str
     job: int | None
     user: str | None = Field(default=None, description="the owner of the job holding it")

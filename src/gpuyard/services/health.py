@@ -84,3 +84,24 @@ def foreign_memory(
                 f"job's (pid {pids})"
             )
     return busy
+
+
+# Clock event reasons that mean the GPU is too hot or at its power limit (not just idle).
+_THERMAL_OR_POWER = ("sw_thermal", "hw_thermal", "hw_slowdown", "sw_power_cap", "hw_power_brake")
+
+
+def hot_gpus(snapshot: TelemetrySnapshot, limit_c: int) -> dict[int, str]:
+    """GPUs placement should avoid while an equivalent one is free: at or above `limit_c`, or
+    held back by heat or power. The value says why (shown by `gpuyard gpus`)."""
+    hot = {}
+    for index, gpu in snapshot.gpus.items():
+        reading = gpu.reading
+        why = []
+        if reading.temperature_c is not None and reading.temperature_c >= limit_c:
+            why.append(f"{reading.temperature_c} C (limit {limit_c} C)")
+        held = [r for r in reading.throttle_reasons or () if r in _THERMAL_OR_POWER]
+        if held:
+            why.append(f"clocks held back: {', '.join(held)}")
+        if why:
+            hot[index] = "; ".join(why)
+    return hot

@@ -174,6 +174,10 @@ class JobService:
     def drains(self) -> dict[int, Drain]:
         return dict(self.controller.drains)
 
+    def hot_gpus(self) -> dict[int, str]:
+        """GPUs placed last because they are too hot or throttled, and why."""
+        return dict(self.controller.scheduler.hot)
+
     def _gpu(self, gpu_index: int) -> Gpu:
         for gpu in self.inventory.gpus:
             if gpu.index == gpu_index:

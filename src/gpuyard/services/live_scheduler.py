@@ -102,6 +102,7 @@ class LiveScheduler:
         self._stopping: set[int] = set()  # preempted, processes not gone yet
         self._drained: set[int] = set()  # GPUs out of service
         self._busy: dict[int, str] = {}  # free GPUs occupied by others' memory, and why
+        self._hot: dict[int, str] = {}  # GPUs to hand out last, and why
         self._waiting_busy: dict[int, str] = {}  # assigned jobs waiting for those, and why
         self._drain_charged: set[int] = set()  # drained GPUs the cluster counts as busy
         self._unrecorded_stops: dict[int, None] = {}  # preempted, not yet recorded (ordered)
@@ -126,6 +127,14 @@ class LiveScheduler:
     def drained(self, gpu_index: int, out_of_service: bool, at: float) -> None:
         """A GPU was taken out of service (True) or put back (False)."""
         self._inbox.append(("drain" if out_of_service else "resume", at, gpu_index))
+
+    def set_hot(self, hot: dict[int, str]) -> None:
+        """GPUs to hand out last (too hot, or throttled by heat or power), with why."""
+        self._hot = dict(hot)
+
+    @property
+    def hot(self) -> dict[int, str]:
+        return self._hot
 
     def set_busy(self, busy: dict[int, str]) -> None:
         """Free GPUs not to be handed out yet, with why: GPU memory still held by processes no
@@ -262,7 +271,11 @@ class LiveScheduler:
         """Assigned jobs whose GPUs are physically free now, in the order they were decided."""
         held = {gpu for gpus in self._holding.values() for gpu in gpus} | self._drained
         busy = self._busy  # free GPUs whose memory other processes still occupy
-        free = [[g for g in gpus if g not in held and g not in busy] for gpus in self._node_gpus]
+        hot = self._hot
+        free = [
+            sorted((g for g in gpus if g not in held and g not in busy), key=lambda g: g in hot)
+            for gpus in self._node_gpus
+        ]  # a cool GPU before a hot one; lowest index first otherwise
         launches = []
         self._waiting_busy = {}
         for job_id, placement in self._assigned.items():
