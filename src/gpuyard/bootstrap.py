@@ -24,14 +24,14 @@ from gpuyard.domain.job import NodeCapacity
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.controller import Controller
-from gpuyard.services.health import HealthGuard, foreign_memory, hot_gpus
+from gpuyard.services.health import AfterSample, HealthGuard
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.jobs import JobService
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.metrics import QueueMetrics
-from gpuyard.services.telemetry import GpuMonitor, TelemetrySnapshot
+from gpuyard.services.telemetry import GpuMonitor
 from gpuyard.settings import Settings
 
 
@@ -93,7 +93,6 @@ def build_server(settings: Settings) -> Server:
         NvmlTelemetry, PsutilProcessOwners(), book, inventory, period_s=settings.telemetry_s
     )
     service = JobService(book, store, controller, monitor=monitor, metrics=metrics)
-    guard = HealthGuard(service.drain)
     idle = IdleWatch(
         settings.idle_util_pct, settings.idle_after_s, settings.idle_cancel_s,
         lambda job, why: controller.request_stop(job, JobState.CANCELLED, why),
@@ -102,15 +101,10 @@ def build_server(settings: Settings) -> Server:
     controller.gpu_peak_mib = lambda job_id: (
         stats.memory_peak_mib if (stats := monitor.job_stats(job_id)) is not None else None
     )
-
-    def after_sample(snapshot: TelemetrySnapshot) -> None:
-        guard.check(snapshot)
-        idle.update(snapshot, book.running())
-        held = {gpu for job in book.running() for gpu in job.gpus}
-        scheduler.set_busy(foreign_memory(snapshot, held, settings.foreign_mem_mib))
-        scheduler.set_hot(hot_gpus(snapshot, settings.hot_temp_c))
-
-    monitor.on_sample = after_sample
+    monitor.on_sample = AfterSample(
+        HealthGuard(service.drain), idle, scheduler, book, settings.foreign_mem_mib,
+        settings.hot_temp_c,
+    )  # fmt: skip
     return Server(
         settings, service, controller, store, executor, ensure_token(settings.token_path),
         getpass.getuser(), lock_file, monitor,

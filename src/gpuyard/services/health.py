@@ -14,7 +14,11 @@ errors such as 13 or 31, which one job's bug can cause) leave the GPU in service
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from gpuyard.services.idle import IdleWatch
+from gpuyard.services.jobbook import JobBook
+from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import GpuReading
 from gpuyard.services.telemetry import TelemetrySnapshot
 
@@ -105,3 +109,24 @@ def hot_gpus(snapshot: TelemetrySnapshot, limit_c: int) -> dict[int, str]:
         if why:
             hot[index] = "; ".join(why)
     return hot
+
+
+@dataclass
+class AfterSample:
+    """What the server does with each telemetry sample: drain failing GPUs, flag (and maybe
+    cancel) idle jobs, keep GPUs with foreign memory from new jobs, hand out hot GPUs last."""
+
+    guard: HealthGuard
+    idle: IdleWatch
+    scheduler: LiveScheduler
+    book: JobBook
+    foreign_mem_mib: int
+    hot_temp_c: int
+
+    def __call__(self, snapshot: TelemetrySnapshot) -> None:
+        self.guard.check(snapshot)
+        running = self.book.running()
+        self.idle.update(snapshot, running)
+        held = {gpu for job in running for gpu in job.gpus}
+        self.scheduler.set_busy(foreign_memory(snapshot, held, self.foreign_mem_mib))
+        self.scheduler.set_hot(hot_gpus(snapshot, self.hot_temp_c))
