@@ -760,14 +760,20 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
 
 typedef enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 } nvmlEnableState_t;
 
+
+/* The start of every per-device telemetry call: absent when FAKE_NVML_MISSING names it, else
+ * the device is checked and its current values read into `dyn` (returns on error). */
+#define DEVICE_CALL(name)                                  \
+    if (missing(name))                                     \
+        return NVML_ERROR_FUNCTION_NOT_FOUND;              \
+    struct fake_dyn dyn;                                   \
+    nvmlReturn_t r = check_device(device, &dyn);           \
+    if (r != NVML_SUCCESS)                                 \
+        return r
+
 EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
-    if (missing("nvmlDeviceGetPersistenceMode"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetPersistenceMode");
     if (!mode)
         return NVML_ERROR_INVALID_ARGUMENT;
     *mode = dyn.persistence ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
@@ -788,12 +794,7 @@ static void memory_numbers(nvmlDevice_t device, const struct fake_dyn *dyn,
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-    if (missing("nvmlDeviceGetMemoryInfo"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetMemoryInfo");
     if (!memory)
         return NVML_ERROR_INVALID_ARGUMENT;
     memory->total = device->memory_total;
@@ -803,12 +804,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-    if (missing("nvmlDeviceGetMemoryInfo_v2"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetMemoryInfo_v2");
     if (!memory)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2)
@@ -821,12 +817,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
-    if (missing("nvmlDeviceGetUtilizationRates"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetUtilizationRates");
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
     utilization->gpu = (unsigned int)dyn.util_gpu;
@@ -837,12 +828,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtili
 EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                              unsigned int *temp)
 {
-    if (missing("nvmlDeviceGetTemperature"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetTemperature");
     if (!temp || sensorType != NVML_TEMPERATURE_GPU)
         return NVML_ERROR_INVALID_ARGUMENT;
     *temp = (unsigned int)dyn.temp_c;
@@ -851,12 +837,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatur
 
 EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t *temperature)
 {
-    if (missing("nvmlDeviceGetTemperatureV"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetTemperatureV");
     if (!temperature)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (temperature->version != nvmlTemperature_v1)
@@ -869,12 +850,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperatu
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
-    if (missing("nvmlDeviceGetPowerUsage"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetPowerUsage");
     if (!power)
         return NVML_ERROR_INVALID_ARGUMENT;
     *power = (unsigned int)dyn.power_mw;
@@ -883,12 +859,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *p
 
 EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
 {
-    if (missing("nvmlDeviceGetEnforcedPowerLimit"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetEnforcedPowerLimit");
     if (!limit)
         return NVML_ERROR_INVALID_ARGUMENT;
     *limit = (unsigned int)dyn.power_limit_mw;
@@ -907,12 +878,7 @@ typedef enum nvmlClockType_enum {
 EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                            unsigned int *clock)
 {
-    if (missing("nvmlDeviceGetClockInfo"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetClockInfo");
     if (!clock)
         return NVML_ERROR_INVALID_ARGUMENT;
     switch (type) {
@@ -957,12 +923,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryE
                                                 nvmlEccCounterType_t counter,
                                                 unsigned long long *count)
 {
-    if (missing("nvmlDeviceGetTotalEccErrors"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    struct fake_dyn dyn;
-    nvmlReturn_t r = check_device(device, &dyn);
-    if (r != NVML_SUCCESS)
-        return r;
+    DEVICE_CALL("nvmlDeviceGetTotalEccErrors");
     if (!count || (counter != NVML_VOLATILE_ECC && counter != NVML_AGGREGATE_ECC))
         return NVML_ERROR_INVALID_ARGUMENT;
     if (type == NVML_MEMORY_ERROR_TYPE_CORRECTED)
