@@ -582,9 +582,10 @@ EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
     return copy_out(version, length, buf);
 }
 
-EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+/* Both versions of the call answer the same; each can be made absent on its own. */
+static nvmlReturn_t cuda_driver_version(const char *name, int *cudaDriverVersion)
 {
-    if (missing("nvmlSystemGetCudaDriverVersion"))
+    if (missing(name))
         return NVML_ERROR_FUNCTION_NOT_FOUND;
     if (!initialized())
         return NVML_ERROR_UNINITIALIZED;
@@ -594,16 +595,14 @@ EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
     return NVML_SUCCESS;
 }
 
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    return cuda_driver_version("nvmlSystemGetCudaDriverVersion", cudaDriverVersion);
+}
+
 EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
 {
-    if (missing("nvmlSystemGetCudaDriverVersion_v2"))
-        return NVML_ERROR_FUNCTION_NOT_FOUND;
-    if (!initialized())
-        return NVML_ERROR_UNINITIALIZED;
-    if (!cudaDriverVersion)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    *cudaDriverVersion = g_cuda_version;
-    return NVML_SUCCESS;
+    return cuda_driver_version("nvmlSystemGetCudaDriverVersion_v2", cudaDriverVersion);
 }
 
 /* ---- device enumeration ---------------------------------------------- */
