@@ -416,9 +416,6 @@ class LiveScheduler:
             budget_s=_DRY_RUN_BUDGET_S,
         )  # fmt: skip
 
-    def can_ever_fit(self, gpus: int) -> bool:
-        return self.cluster.can_ever_fit(gpus)
-
     def _copy(self) -> tuple[Policy, ClusterState, list[SchedJob], list[int]]:
         running = [j for j in self._jobs.values() if j.running]
         policy, cluster, running = copy.deepcopy((self.policy, self.cluster, running))
