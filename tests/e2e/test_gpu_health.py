@@ -112,3 +112,28 @@ def test_an_idle_job_is_flagged_then_cancelled_after_its_warning(tmp_path: Path)
     finally:
         server.stop()
         server.kill_jobs()
+
+
+def test_a_jobs_process_on_a_gpu_not_allocated_to_it_is_marked(tmp_path: Path):
+    nvml = build_fake_nvml(tmp_path / "nvml")
+    state = tmp_path / "nvml_state"
+    write_fake_nvml_state(state, {0: {}, 1: {}})
+    env = fake_nvml_env(nvml, gpus=GPUS, state=state, GPUYARD_TELEMETRY_S="0.2")
+    server = ServerProcess(tmp_path / "state", env=env).start()
+    try:
+        pidfile = tmp_path / "pid"
+        job = int(server.cli("submit", "--gpus", "1", "--", "sh", "-c",
+                             f"echo $$ > {pidfile}; exec sleep 60").stdout)  # fmt: skip
+        pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))
+        mine = _job(server, job)["gpus"][0]
+        write_fake_nvml_state(state, {0: {}, 1: {}}, procs={1 - mine: [(pid, 500)]})
+
+        def listed() -> list[dict] | None:  # type: ignore[type-arg]
+            return _gpus(server)[1 - mine]["processes"] or None
+
+        (proc,) = wait_for(listed)
+        assert (proc["job"], proc["misplaced"]) == (job, True)
+        assert "on a GPU not allocated to that job" in server.cli("gpus").stdout
+    finally:
+        server.stop()
+        server.kill_jobs()

@@ -66,7 +66,7 @@ def test_gpus_top_show_and_metrics_from_live_telemetry(tmp_path: Path, nvml_dir:
         assert (g["job"], g["user"], g["detected"]) == (job_id, job["owner"], True)
         procs = {p["pid"]: p for p in g["processes"]}
         assert procs[pid] == {"pid": pid, "memory_used_mib": 3000, "job": job_id,
-                              "user": job["owner"]}  # fmt: skip
+                              "user": job["owner"], "misplaced": False}  # fmt: skip
         assert procs[os.getpid()]["job"] is None
         assert g["power_w"] is None and g["power_limit_w"] == 700.0  # n/a, no crash
         assert (g["sm_clock_mhz"], g["xid_errors"]) == (1980, 0)

@@ -169,6 +169,7 @@ def gpu_to_wire(
                 memory_used_mib=p.memory_used_mib,
                 job=p.job_id,
                 user=None if p.job_id is None else owner_of(p.job_id),
+                misplaced=p.job_id is not None and (job is None or job.id != p.job_id),
             )
             for p in live.processes
         ]

@@ -164,6 +164,8 @@ def gpu_notes(g: dict[str, Any]) -> list[str]:
     for proc in g.get("processes") or []:
         owner = (f"job {proc['job']} ({proc['user']})" if proc["job"] is not None
                  else "not a gpuyard job")  # fmt: skip
+        if proc.get("misplaced"):
+            owner += " ! on a GPU not allocated to that job"
         notes.append(f"pid {proc['pid']:<8} {format_size_mib(proc['memory_used_mib']):>6}  {owner}")
     reasons = [r for r in g.get("throttle_reasons") or [] if r != "gpu_idle"]
     if reasons:

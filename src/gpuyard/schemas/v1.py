@@ -102,6 +102,9 @@ class GpuProcessOut(BaseModel):
     memory_used_mib: int | None
     job: int | None
     user: str | None = Field(description="the owner of that job")
+    misplaced: bool = Field(
+        False, description="a job's process on a GPU that is not allocated to that job"
+    )
 
 
 class GpuOut(BaseModel):

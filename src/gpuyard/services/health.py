@@ -13,14 +13,17 @@ errors such as 13 or 31, which one job's bug can cause) leave the GPU in service
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import GpuReading
 from gpuyard.services.telemetry import TelemetrySnapshot
+
+log = logging.getLogger("gpuyard.health")
 
 RESET_XIDS: dict[int, str] = {
     48: "double-bit ECC error",
@@ -122,11 +125,25 @@ class AfterSample:
     book: JobBook
     foreign_mem_mib: int
     hot_temp_c: int
+    _misplaced: set[tuple[int, int]] = field(default_factory=set)  # (pid, GPU) logged once
 
     def __call__(self, snapshot: TelemetrySnapshot) -> None:
         self.guard.check(snapshot)
         running = self.book.running()
         self.idle.update(snapshot, running)
-        held = {gpu for job in running for gpu in job.gpus}
-        self.scheduler.set_busy(foreign_memory(snapshot, held, self.foreign_mem_mib))
+        holder = {gpu: job.id for job in running for gpu in job.gpus}
+        self._log_misplaced(snapshot, holder)
+        self.scheduler.set_busy(foreign_memory(snapshot, set(holder), self.foreign_mem_mib))
         self.scheduler.set_hot(hot_gpus(snapshot, self.hot_temp_c))
+
+    def _log_misplaced(self, snapshot: TelemetrySnapshot, holder: dict[int, int]) -> None:
+        """A job's process on a GPU not allocated to it (it ignored CUDA_VISIBLE_DEVICES):
+        logged once per process and GPU; `gpuyard gpus` marks it."""
+        for index, gpu in snapshot.gpus.items():
+            for proc in gpu.processes or ():
+                key = (proc.pid, index)
+                misplaced = proc.job_id is not None and holder.get(index) != proc.job_id
+                if misplaced and key not in self._misplaced:
+                    self._misplaced.add(key)
+                    log.warning("job %s's process %s runs on GPU %s, not allocated to it",
+                                proc.job_id, proc.pid, index)  # fmt: skip
