@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# GPU acceptance: what only a real NVIDIA machine can show. Run it on one (a device session),
+# from the repository root after `make test` built .venv, and record its output in docs/.
+#
+#   scripts/gpu_acceptance.sh            # prints PASS/FAIL per check, exits 1 on any FAIL
+#
+# Checks (each against the real driver through nvidia-ml-py, a real CUDA torch when installed):
+#  1. `gpuyard doctor --json`: driver and GPUs found, no FAIL.
+#  2. the server detects the GPUs (`--gpus auto`), `gpuyard gpus --json` carries live telemetry.
+#  3. examples/train_mlp.py on 1 GPU completes, trains on cuda, and `show` has its GPU stats.
+#  4. examples/train_ddp.py with --distributed torchrun on 2 GPUs (NCCL) completes (skipped
+#     with one GPU).
+#  5. a job that allocates more GPU memory than the GPU has ends OUT_OF_MEMORY.
+#  6. `/metrics` carries DCGM_FI_DEV_GPU_UTIL for every GPU.
+# Not yet: two memory-capped jobs sharing one GPU (`--gpu-mem` is not built yet).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"
+state=$(mktemp -d)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export GPUYARD_URL="http://127.0.0.1:$port" GPUYARD_STATE_DIR="$state" GPUYARD_TELEMETRY_S=0.5
+failed=0
+check() { if [ "$2" = 0 ]; then echo "PASS  $1"; else echo "FAIL  $1${3:+: $3}"; failed=1; fi; }
+field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+echo "== machine"; nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>&1
+echo "== gpuyard doctor"
+gpuyard doctor; doctor_rc=$?
+check "doctor reports no FAIL" "$doctor_rc"
+
+gpuyard server --port "$port" --state-dir "$state" >"$state/server.log" 2>&1 &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$state"' EXIT
+for _ in $(seq 1 100); do gpuyard queue >/dev/null 2>&1 && break; sleep 0.2; done
+
+gpus=$(gpuyard gpus --json)
+count=$(echo "$gpus" | field 'sum(1 for g in d if g["detected"])')
+check "server detected the GPUs (--gpus auto): $count" "$([ "$count" -gt 0 ]; echo $?)"
+if [ "$count" -eq 0 ]; then
+  echo "no NVIDIA GPU detected: the remaining checks need one (this is for a GPU machine)"
+  exit 1
+fi
+sleep 2
+util=$(gpuyard gpus --json | field 'all(g["util_pct"] is not None for g in d)')
+check "live telemetry on every GPU" "$([ "$util" = True ]; echo $?)"
+gpuyard gpus
+
+echo "== one GPU: examples/train_mlp.py"
+job=$(gpuyard submit --gpus 1 --name accept-mlp -- python examples/train_mlp.py --steps 3000 --hidden 1024)
+gpuyard wait "$job"; rc=$?
+check "train_mlp.py completed" "$rc" "$(gpuyard show "$job" | grep Reason)"
+gpuyard logs "$job" | head -1
+check "it trained on cuda" "$(gpuyard logs "$job" | grep -q 'training on cuda'; echo $?)"
+stats=$(gpuyard show "$job" --json | field 'd["gpu_stats"]')
+echo "gpu_stats: $stats"
+check "show has its GPU stats" "$([ "$stats" != None ]; echo $?)"
+
+if [ "$count" -ge 2 ]; then
+  echo "== two GPUs: examples/train_ddp.py through torchrun (NCCL)"
+  job=$(gpuyard submit --gpus 2 --distributed torchrun --name accept-ddp -- python examples/train_ddp.py --steps 300)
+  gpuyard wait "$job"; rc=$?
+  gpuyard logs "$job" | grep -E 'rank|done' | head -4
+  check "train_ddp.py on 2 GPUs completed" "$rc" "$(gpuyard show "$job" | grep Reason)"
+else
+  echo "SKIP  two-GPU DDP: one GPU here"
+fi
+
+echo "== out of memory"
+job=$(gpuyard submit --gpus 1 --name accept-oom -- python -c \
+  'import torch; x = [torch.empty(1 << 30, dtype=torch.uint8, device="cuda") for _ in range(100000)]')
+gpuyard wait "$job"
+state_now=$(gpuyard show "$job" --json | field 'd["state"]')
+check "a job exceeding the GPU's memory ends OUT_OF_MEMORY (got $state_now)" \
+  "$([ "$state_now" = OUT_OF_MEMORY ]; echo $?)" "$(gpuyard show "$job" | grep Reason)"
+
+echo "== /metrics"
+token=$(cat "$state/token")
+metrics=$(curl -s -H "Authorization: Bearer $token" "$GPUYARD_URL/metrics")
+lines=$(echo "$metrics" | grep -c '^DCGM_FI_DEV_GPU_UTIL{')
+check "DCGM_FI_DEV_GPU_UTIL for every GPU ($lines of $count)" "$([ "$lines" -eq "$count" ]; echo $?)"
+
+echo
+if [ "$failed" = 0 ]; then
+  echo "ALL PASSED"
+else
+  echo "SOME CHECKS FAILED; the server's log ends with:"
+  tail -20 "$state/server.log"
+fi
+exit "$failed"
