@@ -98,6 +98,8 @@ def build_server(settings: Settings) -> Server:
         lambda job, why: controller.request_stop(job, JobState.CANCELLED, why),
     )  # fmt: skip
     service.idle = idle
+    monitor.restore(store.load_gpu_stats(limit=10_000))
+    controller.on_ended = lambda job: _save_gpu_stats(store, monitor, job.id)
     controller.gpu_peak_mib = lambda job_id: (
         stats.memory_peak_mib if (stats := monitor.job_stats(job_id)) is not None else None
     )
@@ -109,6 +111,13 @@ def build_server(settings: Settings) -> Server:
         settings, service, controller, store, executor, ensure_token(settings.token_path),
         getpass.getuser(), lock_file, monitor,
     )  # fmt: skip
+
+
+def _save_gpu_stats(store: SqlJobStore, monitor: GpuMonitor, job_id: int) -> None:
+    """Keep a finished job's GPU stats across restarts (only jobs telemetry saw)."""
+    saved = monitor.saved_form(job_id)
+    if saved is not None:
+        store.save_gpu_stats(job_id, saved)
 
 
 def ensure_token(path: Path) -> str:

@@ -251,7 +251,7 @@ def test_reopening_sees_every_committed_job(db_path: Path) -> None:
         finally:
             again.close()
         with sqlite3.connect(db_path) as raw:
-            assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+            assert raw.execute("SELECT version_num FROM alembic_version").fetchall() == [("0004",)]
 
 
 def test_acknowledged_writes_are_visible_to_another_reader(
@@ -299,3 +299,21 @@ def test_a_database_from_before_preemption_is_upgraded_with_its_jobs(db_path: Pa
         store.close()
     assert (job.id, job.spec.gpus, job.restarts, job.attained_gpu_s) == (7, 1, 0, 0.0)
     assert job.spec.preemptible is True
+
+
+def test_gpu_stats_and_drains_survive_a_reopen(db_path: Path) -> None:
+    from gpuyard.domain.job import Drain
+
+    first = SqlJobStore(sqlite_url(db_path))
+    stats = {"samples": 12, "util_sum_pct": 960.0, "util_peak_pct": 99, "memory_peak_mib": 40960,
+             "gpu_s": 24.0, "sampled_s": 12.0}  # fmt: skip
+    first.save_gpu_stats(7, stats)
+    first.save_gpu_stats(7, {**stats, "samples": 13})  # saved again: replaced, not doubled
+    first.save_drain(1, Drain("fan", "admin", 5.0))
+    first.close()
+    again = SqlJobStore(sqlite_url(db_path))
+    try:
+        assert again.load_gpu_stats(limit=10) == {7: {**stats, "samples": 13}}
+        assert again.load_drains() == {1: Drain("fan", "admin", 5.0)}
+    finally:
+        again.close()

@@ -137,3 +137,21 @@ def test_a_jobs_process_on_a_gpu_not_allocated_to_it_is_marked(tmp_path: Path):
     finally:
         server.stop()
         server.kill_jobs()
+
+
+def test_a_finished_jobs_gpu_stats_survive_a_server_restart(tmp_path: Path):
+    nvml = build_fake_nvml(tmp_path / "nvml")
+    state = tmp_path / "nvml_state"
+    write_fake_nvml_state(state, {0: {"util_gpu": 80, "mem_used_mib": 3000}})
+    env = fake_nvml_env(nvml, gpus=GPUS[:1], state=state, GPUYARD_TELEMETRY_S="0.2")
+    server = ServerProcess(tmp_path / "state", env=env).start()
+    try:
+        job = int(server.cli("submit", "--gpus", "1", "--", "sleep", "2").stdout)
+        done = wait_for(lambda: (j := _job(server, job))["state"] == "COMPLETED" and j)
+        assert done["gpu_stats"] is not None and done["gpu_stats"]["util_peak_pct"] == 80
+        server.stop()
+        server.start()
+        assert _job(server, job)["gpu_stats"] == done["gpu_stats"]
+    finally:
+        server.stop()
+        server.kill_jobs()

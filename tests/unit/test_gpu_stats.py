@@ -67,3 +67,27 @@ def test_histogram_is_cumulative() -> None:
     view = histogram.view()
     assert view.buckets == ((0.1, 2), (1.0, 3), (float("inf"), 4))
     assert (view.count, round(view.sum, 2)) == (4, 7.65)
+
+
+def test_a_finished_jobs_stats_round_trip_through_their_saved_form() -> None:
+    from gpuyard.domain.job import Gpu, NodeCapacity
+    from gpuyard.services.inventory import Inventory
+    from gpuyard.services.jobbook import JobBook
+    from gpuyard.services.telemetry import GpuMonitor, JobGpuStats
+
+    inventory = Inventory((Gpu(0, "GPU-0", "x", 1024, True),), NodeCapacity("n", 1, 1), "nvml")
+    monitor = GpuMonitor(
+        lambda: None,  # type: ignore[arg-type, return-value]
+        None,  # type: ignore[arg-type]
+        JobBook(),
+        inventory,
+    )
+    assert monitor.saved_form(3) is None
+    monitor.restore({3: {"samples": 2, "util_sum_pct": 150.0, "util_peak_pct": 90,
+                         "memory_peak_mib": 900, "gpu_s": 4.0, "sampled_s": 2.0}})  # fmt: skip
+    restored = monitor.job_stats(3)
+    assert restored == JobGpuStats(2, 150.0, 90, 900, 4.0, 2.0)
+    assert restored is not None and restored.util_mean_pct == 75.0
+    saved = {"samples": 2, "util_sum_pct": 150.0, "util_peak_pct": 90, "memory_peak_mib": 900,
+             "gpu_s": 4.0, "sampled_s": 2.0}  # fmt: skip
+    assert monitor.saved_form(3) == saved

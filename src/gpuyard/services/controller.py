@@ -57,6 +57,8 @@ class Controller:
         self._ports = RendezvousPorts()
         # A job's peak GPU memory in MiB, when telemetry knows it (bootstrap wires it in).
         self.gpu_peak_mib: Callable[[int], int | None] = lambda job_id: None
+        # Called (outside any lock) once a job has ended for good: bootstrap saves its GPU stats.
+        self.on_ended: Callable[[Job], object] = lambda job: None
         self._base_env = dict(base_env)
         self._clock = clock
         self.metrics = metrics or QueueMetrics()
@@ -213,6 +215,8 @@ class Controller:
             self._ports.release(job_id)
         log.info("job %s %s%s", job_id, ended.state.value,
                  "" if ended.reason == REASON_NONE else f" ({ended.reason})")  # fmt: skip
+        if ended.state.is_terminal:
+            self.on_ended(ended)
 
     def _diagnose(self, job: Job, judged: str) -> tuple[JobState, str | None]:
         """A failed job's log tail says more than its exit code: GPU out-of-memory (its own

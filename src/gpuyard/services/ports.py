@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpuyard.domain.job import Drain, Gpu, Job
 
@@ -32,6 +32,14 @@ class JobStore(Protocol):
 
     def save_drain(self, gpu_index: int, drain: Drain | None) -> None:
         """Record a drain (None: the GPU is back in service), durably."""
+        ...
+
+    def load_gpu_stats(self, limit: int) -> dict[int, dict[str, Any]]:
+        """The last `limit` finished jobs' GPU stats, by job id."""
+        ...
+
+    def save_gpu_stats(self, job_id: int, stats: dict[str, Any]) -> None:
+        """A finished job's GPU stats, durably."""
         ...
 
     def close(self) -> None: ...

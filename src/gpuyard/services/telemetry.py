@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 
 from gpuyard.domain.job import Job
@@ -146,6 +146,16 @@ class GpuMonitor:
     @property
     def enabled(self) -> bool:
         return bool(self._indices) and self.period_s > 0
+
+    def restore(self, saved: Mapping[int, Mapping[str, object]]) -> None:
+        """Finished jobs' stats from the database (a restarted server still shows them)."""
+        for job_id, fields in saved.items():
+            self._stats[job_id] = JobGpuStats(**fields)  # type: ignore[arg-type]
+
+    def saved_form(self, job_id: int) -> dict[str, object] | None:
+        """A job's stats as the database keeps them, or None if it was never sampled."""
+        stats = self._stats.get(job_id)
+        return None if stats is None else asdict(stats)
 
     def job_stats(self, job_id: int) -> JobGpuStats | None:
         return self._stats.get(job_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -11,7 +12,7 @@ from sqlalchemy import Connection, Engine, create_engine, delete, event, insert,
 
 from gpuyard.adapters.store.codec import job_to_row, row_to_job
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
-from gpuyard.adapters.store.tables import gpu_drains, jobs
+from gpuyard.adapters.store.tables import gpu_drains, job_gpu_stats, jobs
 from gpuyard.domain.errors import Conflict
 from gpuyard.domain.job import Drain, Job
 
@@ -50,6 +51,19 @@ class SqlJobStore:
                         drained_at=drain.drained_at,
                     )
                 )  # fmt: skip
+
+    def load_gpu_stats(self, limit: int) -> dict[int, dict[str, Any]]:
+        """The last `limit` jobs' GPU stats (as saved), by job id."""
+        query = select(job_gpu_stats).order_by(job_gpu_stats.c.job_id.desc()).limit(limit)
+        with self._engine.connect() as conn:
+            rows = list(conn.execute(query))
+        return {row.job_id: json.loads(row.stats) for row in reversed(rows)}
+
+    def save_gpu_stats(self, job_id: int, stats: dict[str, Any]) -> None:
+        """A finished job's GPU stats, durably (once per job: not group-committed)."""
+        with self._engine.begin() as conn:
+            conn.execute(delete(job_gpu_stats).where(job_gpu_stats.c.job_id == job_id))
+            conn.execute(insert(job_gpu_stats).values(job_id=job_id, stats=json.dumps(stats)))
 
     def write(self, inserts: Sequence[Job], updates: Sequence[Job]) -> None:
         if inserts or updates:

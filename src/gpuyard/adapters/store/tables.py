@@ -39,3 +39,11 @@ gpu_drains = Table(
     Column("source", String(16), nullable=False),  # "admin" or "auto"
     Column("drained_at", Float, nullable=False),
 )
+
+# What each finished job did with its GPUs (telemetry), kept across restarts: JSON of the stats.
+job_gpu_stats = Table(
+    "job_gpu_stats",
+    metadata,
+    Column("job_id", Integer, primary_key=True, autoincrement=False),
+    Column("stats", Text, nullable=False),
+)
