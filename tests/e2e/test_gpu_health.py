@@ -16,6 +16,29 @@ pytestmark = pytest.mark.skipif(gcc_path() is None, reason="gcc is needed to bui
 GPUS = [("NVIDIA H200", 143771, f"GPU-0000000{i}-aaaa-bbbb-cccc-000000000000") for i in range(2)]
 
 
+@pytest.fixture(scope="module")
+def nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_fake_nvml(tmp_path_factory.mktemp("nvml"))
+
+
+def _start(
+    tmp_path: Path,
+    nvml_dir: Path,
+    values: dict[int, dict[str, int]],
+    *args: str,
+    procs: dict[int, list[tuple[int, int]]] | None = None,
+    **env: str,
+) -> tuple[ServerProcess, Path]:
+    """A server on fake GPUs (one per key of `values`, their state), sampled every 0.2 s;
+    returns it and the fake NVML state file the test rewrites."""
+    state = tmp_path / "nvml_state"
+    write_fake_nvml_state(state, values, procs=procs)
+    env = fake_nvml_env(
+        nvml_dir, gpus=GPUS[: len(values)], state=state, GPUYARD_TELEMETRY_S="0.2", **env
+    )
+    return ServerProcess(tmp_path / "state", *args, env=env).start(), state
+
+
 def _job(server: ServerProcess, job_id: int) -> dict:  # type: ignore[type-arg]
     return json.loads(server.cli("show", str(job_id), "--json").stdout)  # type: ignore[no-any-return]
 
@@ -24,12 +47,10 @@ def _gpus(server: ServerProcess) -> list[dict]:  # type: ignore[type-arg]
     return json.loads(server.cli("gpus", "--json").stdout)  # type: ignore[no-any-return]
 
 
-def test_an_xid_drains_the_gpu_fails_its_job_and_admins_resume_and_drain(tmp_path: Path):
-    nvml = build_fake_nvml(tmp_path / "nvml")
-    state = tmp_path / "nvml_state"
-    write_fake_nvml_state(state, {0: {}, 1: {}})
-    env = fake_nvml_env(nvml, gpus=GPUS, state=state, GPUYARD_TELEMETRY_S="0.2")
-    server = ServerProcess(tmp_path / "state", "--kill-grace", "1", env=env).start()
+def test_an_xid_drains_the_gpu_fails_its_job_and_admins_resume_and_drain(
+    tmp_path: Path, nvml_dir: Path
+):
+    server, state = _start(tmp_path, nvml_dir, {0: {}, 1: {}}, "--kill-grace", "1")
     try:
         victim = int(server.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout)
         wait_for(lambda: _job(server, victim)["state"] == "RUNNING")
@@ -69,15 +90,13 @@ def test_an_xid_drains_the_gpu_fails_its_job_and_admins_resume_and_drain(tmp_pat
         server.kill_jobs()
 
 
-def test_a_gpu_holding_foreign_memory_gets_no_new_job_until_it_is_released(tmp_path: Path):
+def test_a_gpu_holding_foreign_memory_gets_no_new_job_until_it_is_released(
+    tmp_path: Path, nvml_dir: Path
+):
     import os
 
-    nvml = build_fake_nvml(tmp_path / "nvml")
-    state = tmp_path / "nvml_state"
     # A process gpuyard did not start (this test) holds 2000 MiB on the only GPU.
-    write_fake_nvml_state(state, {0: {}}, procs={0: [(os.getpid(), 2000)]})
-    env = fake_nvml_env(nvml, gpus=GPUS[:1], state=state, GPUYARD_TELEMETRY_S="0.2")
-    server = ServerProcess(tmp_path / "state", env=env).start()
+    server, state = _start(tmp_path, nvml_dir, {0: {}}, procs={0: [(os.getpid(), 2000)]})
     try:
         job = int(server.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout)
         waiting = wait_for(lambda: (j := _job(server, job))["reason"].startswith("GpuMemory") and j)
@@ -93,15 +112,11 @@ def test_a_gpu_holding_foreign_memory_gets_no_new_job_until_it_is_released(tmp_p
         server.kill_jobs()
 
 
-def test_an_idle_job_is_flagged_then_cancelled_after_its_warning(tmp_path: Path):
-    nvml = build_fake_nvml(tmp_path / "nvml")
-    state = tmp_path / "nvml_state"
-    write_fake_nvml_state(state, {0: {"util_gpu": 0}})
-    env = fake_nvml_env(
-        nvml, gpus=GPUS[:1], state=state, GPUYARD_TELEMETRY_S="0.2",
+def test_an_idle_job_is_flagged_then_cancelled_after_its_warning(tmp_path: Path, nvml_dir: Path):
+    server, _ = _start(
+        tmp_path, nvml_dir, {0: {"util_gpu": 0}}, "--kill-grace", "1",
         GPUYARD_IDLE_AFTER_S="1", GPUYARD_IDLE_CANCEL_S="2",
     )  # fmt: skip
-    server = ServerProcess(tmp_path / "state", "--kill-grace", "1", env=env).start()
     try:
         job = int(server.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout)
         flagged = wait_for(lambda: (j := _job(server, job))["idle_since"] and j)
@@ -114,12 +129,8 @@ def test_an_idle_job_is_flagged_then_cancelled_after_its_warning(tmp_path: Path)
         server.kill_jobs()
 
 
-def test_a_jobs_process_on_a_gpu_not_allocated_to_it_is_marked(tmp_path: Path):
-    nvml = build_fake_nvml(tmp_path / "nvml")
-    state = tmp_path / "nvml_state"
-    write_fake_nvml_state(state, {0: {}, 1: {}})
-    env = fake_nvml_env(nvml, gpus=GPUS, state=state, GPUYARD_TELEMETRY_S="0.2")
-    server = ServerProcess(tmp_path / "state", env=env).start()
+def test_a_jobs_process_on_a_gpu_not_allocated_to_it_is_marked(tmp_path: Path, nvml_dir: Path):
+    server, state = _start(tmp_path, nvml_dir, {0: {}, 1: {}})
     try:
         pidfile = tmp_path / "pid"
         job = int(server.cli("submit", "--gpus", "1", "--", "sh", "-c",
@@ -139,12 +150,8 @@ def test_a_jobs_process_on_a_gpu_not_allocated_to_it_is_marked(tmp_path: Path):
         server.kill_jobs()
 
 
-def test_a_finished_jobs_gpu_stats_survive_a_server_restart(tmp_path: Path):
-    nvml = build_fake_nvml(tmp_path / "nvml")
-    state = tmp_path / "nvml_state"
-    write_fake_nvml_state(state, {0: {"util_gpu": 80, "mem_used_mib": 3000}})
-    env = fake_nvml_env(nvml, gpus=GPUS[:1], state=state, GPUYARD_TELEMETRY_S="0.2")
-    server = ServerProcess(tmp_path / "state", env=env).start()
+def test_a_finished_jobs_gpu_stats_survive_a_server_restart(tmp_path: Path, nvml_dir: Path):
+    server, _ = _start(tmp_path, nvml_dir, {0: {"util_gpu": 80, "mem_used_mib": 3000}})
     try:
         job = int(server.cli("submit", "--gpus", "1", "--", "sleep", "2").stdout)
         done = wait_for(lambda: (j := _job(server, job))["state"] == "COMPLETED" and j)

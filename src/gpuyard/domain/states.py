@@ -35,27 +35,12 @@ TERMINAL_STATES = frozenset(
     }
 )
 
-# RUNNING -> PENDING is a requeue: the job was marked to start but its process never began
-# (the server died between recording the start and spawning the supervisor).
+# A running job may end in any terminal state, or go back to PENDING: a requeue (preempted, or
+# marked to start when the server died before its process began). Terminal states are final.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset(
-        {
-            JobState.COMPLETED,
-            JobState.FAILED,
-            JobState.CANCELLED,
-            JobState.TIMEOUT,
-            JobState.NODE_FAIL,
-            JobState.OUT_OF_MEMORY,
-            JobState.PENDING,
-        }
-    ),
-    JobState.COMPLETED: frozenset(),
-    JobState.FAILED: frozenset(),
-    JobState.CANCELLED: frozenset(),
-    JobState.TIMEOUT: frozenset(),
-    JobState.NODE_FAIL: frozenset(),
-    JobState.OUT_OF_MEMORY: frozenset(),
+    JobState.RUNNING: TERMINAL_STATES | {JobState.PENDING},
+    **{state: frozenset() for state in TERMINAL_STATES},
 }
 
 
