@@ -20,10 +20,11 @@ from gpuyard.adapters.gpus.processes import PsutilProcessOwners
 from gpuyard.adapters.gpus.select import choose_gpus
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.errors import Unavailable
-from gpuyard.domain.job import NodeCapacity
+from gpuyard.domain.job import Job, NodeCapacity
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.controller import Controller
+from gpuyard.services.gpu_mem import GpuMemLimit
 from gpuyard.services.health import AfterSample, HealthGuard
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.inventory import Inventory
@@ -99,13 +100,27 @@ def build_server(settings: Settings) -> Server:
     )  # fmt: skip
     service.idle = idle
     monitor.restore(store.load_gpu_stats(limit=10_000))
-    controller.on_ended = lambda job: _save_gpu_stats(store, monitor, job.id)
+    for job in book.jobs(include_finished=True):
+        if job.state.is_terminal:
+            service.job_ended(job)  # advice from runs before the restart too
+
+    def on_ended(job: Job) -> None:
+        _save_gpu_stats(store, monitor, job.id)
+        service.job_ended(job)
+
+    controller.on_ended = on_ended
     controller.gpu_peak_mib = lambda job_id: (
         stats.memory_peak_mib if (stats := monitor.job_stats(job_id)) is not None else None
     )
+    gpu_mem_limit = GpuMemLimit(
+        lambda job, why: controller.request_stop(job, JobState.OUT_OF_MEMORY, why),
+        lambda job_id: (
+            stats.memory_peak_per_gpu_mib if (stats := monitor.job_stats(job_id)) else None
+        ),
+    )
     monitor.on_sample = AfterSample(
         HealthGuard(service.drain), idle, scheduler, book, settings.foreign_mem_mib,
-        settings.hot_temp_c,
+        settings.hot_temp_c, gpu_mem_limit,
     )  # fmt: skip
     return Server(
         settings, service, controller, store, executor, ensure_token(settings.token_path),

@@ -48,6 +48,7 @@ def finished_job_with_every_field_set() -> Job:
         env=(("A", "1"), ("EMPTY", ""), ("PATHS", "a:b=c")),
         preemptible=False,
         distributed="torchrun",
+        gpu_mem_mib=20 * 1024,
     )
     return Job(
         id=41,

@@ -90,4 +90,7 @@ def test_a_finished_jobs_stats_round_trip_through_their_saved_form() -> None:
     assert restored is not None and restored.util_mean_pct == 75.0
     saved = {"samples": 2, "util_sum_pct": 150.0, "util_peak_pct": 90, "memory_peak_mib": 900,
              "gpu_s": 4.0, "sampled_s": 2.0}  # fmt: skip
-    assert monitor.saved_form(3) == saved
+    # Saved before per-GPU peaks were kept: restored without one.
+    assert monitor.saved_form(3) == {**saved, "memory_peak_per_gpu_mib": None}
+    monitor.restore({4: {**saved, "memory_peak_per_gpu_mib": 450}})
+    assert monitor.saved_form(4) == {**saved, "memory_peak_per_gpu_mib": 450}

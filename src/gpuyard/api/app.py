@@ -96,6 +96,7 @@ def create_app(server: Server, *, manage_lifecycle: bool = True) -> FastAPI:
         # No pass has seen it yet: its reason is the record's ("None"), and asking the
         # scheduler would only make the hottest route wait for its lock.
         fresh = job_to_wire(job, job.reason, server.executor.log_path(job.id))
+        fresh.hint = service.hint(job.spec, job.owner)
         return _json(fresh.model_dump_json(), status=201)
 
     @app.post("/api/v1/jobs/dry-run", dependencies=auth)

@@ -44,6 +44,11 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
             f"--distributed {body.distributed} runs one process per GPU: ask for --gpus N",
             field="distributed",
         )
+    gpu_mem_mib = parse_size_mib(body.gpu_mem, field="gpu_mem") if body.gpu_mem else 0
+    if gpu_mem_mib and body.gpus < 1:
+        raise InvalidRequest(
+            "--gpu-mem is GPU memory per GPU: ask for --gpus N (1 or more) too", field="gpu_mem"
+        )
     return JobSpec(
         argv=tuple(body.command),
         name=body.name or Path(body.command[0]).name,
@@ -58,6 +63,7 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
         env=tuple(sorted(body.env.items())),
         preemptible=body.preemptible,
         distributed=body.distributed,
+        gpu_mem_mib=gpu_mem_mib,
     )
 
 
@@ -95,6 +101,7 @@ def job_to_wire(
         log_path=log_path,
         preemptible=spec.preemptible,
         distributed=spec.distributed,
+        gpu_mem_mib=spec.gpu_mem_mib,
         restarts=job.restarts,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),
@@ -109,6 +116,7 @@ def gpu_stats_to_wire(stats: JobGpuStats) -> JobGpuStatsOut:
         util_mean_pct=None if mean is None else round(mean, 1),
         util_peak_pct=stats.util_peak_pct,
         memory_peak_mib=stats.memory_peak_mib,
+        memory_peak_per_gpu_mib=stats.memory_peak_per_gpu_mib,
         gpu_hours=round(stats.gpu_s / 3600, 6),
         sampled_s=round(stats.sampled_s, 3),
         samples=stats.samples,
@@ -134,6 +142,7 @@ def gpu_to_wire(
 ) -> GpuOut:
     """A GPU with its telemetry; `owner_of(job_id)` names the user of a process's job."""
     gpu, job, live = holding.gpu, holding.job, holding.telemetry
+    holders = {j.id for j in holding.jobs}
     out = GpuOut(
         index=gpu.index,
         uuid=gpu.uuid,
@@ -146,6 +155,8 @@ def gpu_to_wire(
         node=gpu.node,
         job=job.id if job else None,
         user=job.owner if job else None,
+        jobs=[j.id for j in holding.jobs],
+        shared_free_mib=holding.shared_free_mib,
     )
     if live is None:
         return out
@@ -169,7 +180,7 @@ def gpu_to_wire(
                 memory_used_mib=p.memory_used_mib,
                 job=p.job_id,
                 user=None if p.job_id is None else owner_of(p.job_id),
-                misplaced=p.job_id is not None and (job is None or job.id != p.job_id),
+                misplaced=p.job_id is not None and p.job_id not in holders,
             )
             for p in live.processes
         ]

@@ -81,9 +81,9 @@ class ServerCollector(Collector):
             yield family
 
     def _labels(self, holding: GpuHolding) -> list[str]:
-        gpu, job = holding.gpu, holding.job
-        return [str(gpu.index), gpu.uuid, f"nvidia{gpu.index}", gpu.name, self._hostname,
-                "" if job is None else str(job.id)]  # fmt: skip
+        gpu = holding.gpu
+        jobs = ",".join(str(job.id) for job in holding.jobs)  # several on a shared GPU
+        return [str(gpu.index), gpu.uuid, f"nvidia{gpu.index}", gpu.name, self._hostname, jobs]
 
     def _queue_families(self) -> Iterator[Metric]:
         service = self._service

@@ -70,6 +70,13 @@ def submit(
         str | None,
         typer.Option(help="torchrun (one process per GPU), jax or tf: see docs/cli.md"),
     ] = None,
+    gpu_mem: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU memory per GPU, e.g. 20G: share GPUs with other such jobs, held to this "
+            "(implies --gpus 1 unless given)"
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="queue nothing: say if and when the job would start"),
@@ -88,6 +95,9 @@ def submit(
         fields["preemptible"] = False
     if distributed:
         fields["distributed"] = distributed
+    if gpu_mem:
+        fields["gpu_mem"] = gpu_mem
+        fields["gpus"] = gpus or 1
     if check:
         from gpuyard.cli.doctoring import check_submission
 
@@ -99,6 +109,8 @@ def submit(
         return
     job = _client().submit(argv, **fields)
     sys.stdout.write(f"{job['id']}\n")
+    if job.get("hint"):
+        sys.stderr.write(f"gpuyard: hint: {job['hint']}\n")
 
 
 @app.command("queue")
@@ -251,17 +263,25 @@ def server(
         str | None,
         typer.Option(help="scheduling policy: default, fifo, backfill, fairshare, las [default]"),
     ] = None,
+    gpu_mem_per_gpu: Annotated[
+        str | None,
+        typer.Option(help="memory of each declared GPU, e.g. 80G (lets --gpu-mem jobs share)"),
+    ] = None,
 ) -> None:
     """Run the server: HTTP API, scheduler and executor in one process."""
     from gpuyard.cli.serving import run_server
+    from gpuyard.domain.units import parse_size_mib
     from gpuyard.settings import Settings
 
     try:
+        declared = (
+            parse_size_mib(gpu_mem_per_gpu, field="gpu_mem_per_gpu") if gpu_mem_per_gpu else None
+        )
         settings = Settings.from_env(
             host=host, port=port, state_dir=state_dir, gpus=gpus, cpus=cpus,
-            kill_grace_s=kill_grace, policy=policy,
+            kill_grace_s=kill_grace, policy=policy, declared_gpu_mem_mib=declared,
         )  # fmt: skip
-    except ValueError as exc:
+    except (ValueError, GpuyardError) as exc:
         fail(str(exc))
     run_server(settings)
 

@@ -38,7 +38,7 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
                 _clip(job["name"], 24),
                 job["owner"],
                 job["state"],
-                str(job["num_gpus"]),
+                _gpus_asked(job),
                 format_duration(job["runtime_s"]) if job["runtime_s"] is not None else "0:00",
                 format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED",
                 _start(job),
@@ -47,6 +47,12 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
         )
     return table(["JOBID", "NAME", "USER", "STATE", "GPUS", "TIME", "TIME_LIMIT", "START",
                   "GPU_IDS(REASON)"], rows)  # fmt: skip
+
+
+def _gpus_asked(job: dict[str, Any]) -> str:
+    """`2`, or `1x8G` for a job sharing GPUs (1 GPU, 8 GiB of it)."""
+    mib = job.get("gpu_mem_mib")
+    return f"{job['num_gpus']}x{format_size_mib(mib)}" if mib else str(job["num_gpus"])
 
 
 def _start(job: dict[str, Any]) -> str:
@@ -97,6 +103,7 @@ def job_record(job: dict[str, Any]) -> str:
         ("Command", " ".join(_quote(a) for a in job["command"])),
         ("WorkDir", job["workdir"]),
         ("GPUs", f"{job['num_gpus']} requested, held: {gpu_list(job['gpus'])}"),
+        ("GpuMem", _gpu_mem(job)),
         ("CPUs", job["cpus"]),
         ("Mem", format_size_mib(job["mem_mib"])),
         ("TimeLimit", format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED"),
@@ -159,6 +166,8 @@ def gpu_notes(g: dict[str, Any]) -> list[str]:
         notes.append(f"! DRAINED: {g['drain_reason']} (gpuyard admin resume {g['index']})")
     if g.get("hot"):
         notes.append(f"! hot: {g['hot']}; new jobs go to a cool GPU first")
+    if g.get("shared_free_mib") is not None:
+        notes.append(f"shared (--gpu-mem): {format_size_mib(g['shared_free_mib'])} free to share")
     if g.get("error"):
         return [*notes, f"! cannot read this GPU: {g['error']}"]
     for proc in g.get("processes") or []:
@@ -198,7 +207,17 @@ def _power(g: dict[str, Any]) -> str:
 
 
 def _holder(g: dict[str, Any]) -> str:
-    return "-" if g["job"] is None else f"{g['job']} {g.get('user') or ''}".rstrip()
+    jobs = g.get("jobs") or ([] if g["job"] is None else [g["job"]])
+    if len(jobs) > 1:  # a GPU shared by --gpu-mem jobs
+        return ",".join(map(str, jobs))
+    return "-" if not jobs else f"{jobs[0]} {g.get('user') or ''}".rstrip()
+
+
+def _gpu_mem(job: dict[str, Any]) -> str:
+    mib = job.get("gpu_mem_mib") or 0
+    if not mib:
+        return "whole GPUs" if job["num_gpus"] else "-"
+    return f"{format_size_mib(mib)} per GPU (--gpu-mem: may share its GPUs, held to this)"
 
 
 def _num(value: float | None, unit: str) -> str:
@@ -214,9 +233,17 @@ def gpu_stats_fields(job: dict[str, Any]) -> list[tuple[str, object]]:
     sampled = format_duration(stats["sampled_s"])
     return [
         ("GpuUtil", NA if mean is None else f"mean {mean:.0f}%, peak {peak}%"),
-        ("GpuMemPeak", NA if memory is None else format_size_mib(memory)),
+        ("GpuMemPeak", NA if memory is None else _peak_memory(memory, stats, job)),
         ("GpuHours", f"{stats['gpu_hours']:.3f} (while sampled, {sampled})"),
     ]
+
+
+def _peak_memory(total: int, stats: dict[str, Any], job: dict[str, Any]) -> str:
+    per_gpu = stats.get("memory_peak_per_gpu_mib")
+    text = format_size_mib(total)
+    if per_gpu is not None and job["num_gpus"] > 1:
+        text += f" (all GPUs), {format_size_mib(per_gpu)} on one GPU"
+    return text
 
 
 def _clip(text: str, width: int) -> str:

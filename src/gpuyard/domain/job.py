@@ -34,6 +34,9 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()
     preemptible: bool = True  # False: `--no-preempt`, no policy may stop it for another job
     distributed: str | None = None  # one of DISTRIBUTED_MODES, or None: run argv as it is
+    # GPU memory per GPU (`--gpu-mem`); > 0: the job may share its GPUs with other such jobs
+    # and may use no more than this on each (0: whole GPUs, all their memory).
+    gpu_mem_mib: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +56,8 @@ class Job:
     pid: int | None = None
     pid_started_at: float | None = None
     # The state the job goes to once its processes are gone: CANCELLED (the user cancelled
-    # it) or PENDING (the scheduler preempted it: it is requeued).
+    # it), PENDING (the scheduler preempted it: it is requeued), NODE_FAIL (its GPU was
+    # drained) or OUT_OF_MEMORY (it used more GPU memory than its --gpu-mem).
     stop_intent: JobState | None = None
     version: int = 1
     node: str = "local"

@@ -25,8 +25,8 @@ def judge_exit(
     if job.stop_intent is JobState.CANCELLED:  # by its user, or by the server (reason set)
         why = job.reason if job.reason != REASON_NONE else "Cancelled by user"
         return JobState.CANCELLED, exit_code, why
-    if job.stop_intent is JobState.NODE_FAIL:  # the reason was recorded with the intent
-        return JobState.NODE_FAIL, exit_code, job.reason
+    if job.stop_intent in (JobState.NODE_FAIL, JobState.OUT_OF_MEMORY):
+        return job.stop_intent, exit_code, job.reason  # the reason was recorded with the intent
     completed_first = exit_code == 0 and not signal and not stop_requested
     if job.stop_intent is JobState.PENDING and not timed_out and not completed_first:
         return JobState.PENDING, None, REASON_PREEMPTED

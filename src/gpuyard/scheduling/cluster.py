@@ -8,6 +8,15 @@ here: only one node is entirely free.
 CPU cores and memory are accounted per node when a node declares them (the live server's
 machine does; simulated Philly nodes do not): a job of up to one node goes only where its CPUs
 and memory fit too. Gang jobs are placed by GPUs alone.
+
+Shared GPUs. A job that declares its GPU memory (`--gpu-mem`) may share GPUs with other such
+jobs; every other job gets whole GPUs. A shared GPU is a *slot*: one whole GPU taken from the
+node's free count when its first job arrives, with the node's memory per GPU to hand out, given
+back when its last job leaves. Worked example, GPUs of 80 GiB: a 20 GiB job opens slot A (60
+left); a 30 GiB job joins A (best fit: the fullest slot that still fits; 30 left); a 40 GiB job
+fits in no slot and opens B; a whole-GPU job meanwhile sees two GPUs fewer, never slot A or B.
+A job asking for GPU memory on k GPUs takes k distinct slots of one node. Its placement is
+`((node, 0),)` (it holds no whole GPU of its own); which slots it holds is `share_of(job)`.
 """
 
 from __future__ import annotations
@@ -25,6 +34,18 @@ class NodeSpec:
     gpus: int
     cpus: int | None = None  # None: not accounted
     mem_mib: int | None = None
+    gpu_mem_mib: int | None = None  # memory of each GPU; None: unknown, no sharing here
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A job on shared GPUs: `gpus` distinct slots of one node with `gpu_mem_mib` on each.
+    `slots` pins the slot ids (a restarted server re-creating what runs); None: best fit."""
+
+    owner: int
+    gpus: int
+    gpu_mem_mib: int
+    slots: tuple[int, ...] | None = None
 
 
 class ClusterState:
@@ -42,6 +63,9 @@ class ClusterState:
         inf = float("inf")
         self.free_cpus = [inf if n.cpus is None else float(n.cpus) for n in nodes]
         self.free_mem_mib = [inf if n.mem_mib is None else float(n.mem_mib) for n in nodes]
+        self._slots: list[dict[int, int]] = [{} for _ in nodes]  # slot id -> free GPU MiB
+        self._shares: dict[int, tuple[int, tuple[int, ...], int]] = {}  # owner -> node, slots, MiB
+        self._next_slot = 0
 
     @classmethod
     def uniform(cls, total_gpus: int, gpus_per_node: int) -> ClusterState:
@@ -67,9 +91,14 @@ class ClusterState:
         whole = sum(1 for i, f in enumerate(free) if f == size and self.nodes[i].gpus == size)
         return whole >= -(-gpus // size)
 
-    def place(self, gpus: int, cpus: int = 0, mem_mib: int = 0) -> Placement | None:
+    def place(
+        self, gpus: int, cpus: int = 0, mem_mib: int = 0, gpu_mem_mib: int = 0
+    ) -> Placement | None:
         """Where a job would go now, or None. Does not allocate. A job that asks for CPUs or
-        memory is always given a node, even without GPUs, so they can be charged there."""
+        memory is always given a node, even without GPUs, so they can be charged there. A job
+        that asks for GPU memory goes on shared GPUs (`gpu_mem_mib` on each of `gpus`)."""
+        if gpu_mem_mib:
+            return self._place_shared(gpus, cpus, mem_mib, gpu_mem_mib)
         if gpus > self.free_gpus:
             return None
         if gpus == 0 and not (cpus or mem_mib):
@@ -91,15 +120,95 @@ class ClusterState:
             return None
         return tuple((i, self.node_gpus) for i in sorted(whole)[:need])
 
-    def allocate(self, placement: Placement, cpus: int = 0, mem_mib: int = 0) -> None:
+    def _place_shared(self, gpus: int, cpus: int, mem_mib: int, want: int) -> Placement | None:
+        """Best fit over nodes: open as few new GPUs as possible, then leave the least memory
+        over in the slots taken."""
+        best: tuple[int, int, int] | None = None
+        for node, spec in enumerate(self.nodes):
+            if spec.gpu_mem_mib is None or spec.gpu_mem_mib < want or gpus > spec.gpus:
+                continue
+            if self.free_cpus[node] < cpus or self.free_mem_mib[node] < mem_mib:
+                continue
+            choice = self._slot_choice(node, gpus, want)
+            if choice is None:
+                continue
+            joined, opened = choice
+            leftover = sum(self._slots[node][slot] - want for slot in joined)
+            cost = (opened, leftover, node)
+            if best is None or cost < best:
+                best = cost
+        return None if best is None else ((best[2], 0),)
+
+    def _slot_choice(self, node: int, gpus: int, want: int) -> tuple[list[int], int] | None:
+        """The fullest slots of `node` that still fit `want` (up to `gpus` of them) and how
+        many GPUs must be opened for the rest; None if the node has too few free GPUs."""
+        fitting = sorted((free, slot) for slot, free in self._slots[node].items() if free >= want)
+        joined = [slot for _, slot in fitting[:gpus]]
+        opened = gpus - len(joined)
+        return None if opened > self.free[node] else (joined, opened)
+
+    def share_of(self, owner: int) -> tuple[int, tuple[int, ...]] | None:
+        """(node, slot ids) of a job on shared GPUs, None if it holds none."""
+        held = self._shares.get(owner)
+        return None if held is None else held[:2]
+
+    def slot_open(self, node: int, slot: int) -> bool:
+        return slot in self._slots[node]
+
+    def slot_free_mib(self, node: int, slot: int) -> int | None:
+        """GPU memory still free on a shared GPU; None: no such slot (any more)."""
+        return self._slots[node].get(slot)
+
+    def most_free_shared_mib(self) -> int | None:
+        """The most GPU memory free on any shared GPU; None: no GPU is shared."""
+        return max((free for slots in self._slots for free in slots.values()), default=None)
+
+    def allocate(
+        self, placement: Placement, cpus: int = 0, mem_mib: int = 0, share: Share | None = None
+    ) -> None:
         for node, gpus in placement:
             self._move(node, self.free[node] - gpus)
         self._charge(placement, -cpus, -mem_mib)
+        if share is not None and placement:
+            self._take_slots(placement[0][0], share)
 
-    def release(self, placement: Placement, cpus: int = 0, mem_mib: int = 0) -> None:
+    def release(
+        self, placement: Placement, cpus: int = 0, mem_mib: int = 0, owner: int | None = None
+    ) -> None:
         for node, gpus in placement:
             self._move(node, self.free[node] + gpus)
         self._charge(placement, cpus, mem_mib)
+        held = self._shares.pop(owner, None) if owner is not None else None
+        if held is not None:
+            node, slots, want = held
+            for slot in slots:
+                self._slots[node][slot] += want
+                if self._slots[node][slot] >= (self.nodes[node].gpu_mem_mib or 0):
+                    del self._slots[node][slot]  # its last job left: a whole GPU again
+                    self._move(node, self.free[node] + 1)
+
+    def _take_slots(self, node: int, share: Share) -> None:
+        capacity = self.nodes[node].gpu_mem_mib
+        if capacity is None or share.owner in self._shares:
+            raise ValueError(f"job {share.owner} cannot take shared GPUs on node {node}")
+        slots = self._slots[node]
+        if share.slots is None:
+            choice = self._slot_choice(node, share.gpus, share.gpu_mem_mib)
+            if choice is None:
+                raise ValueError(f"node {node} has no room for job {share.owner}'s GPU memory")
+            joined, opened = choice
+            chosen = [*joined, *range(self._next_slot, self._next_slot + opened)]
+            self._next_slot += opened
+        else:
+            chosen = list(share.slots)
+        for slot in chosen:
+            if slot not in slots:
+                self._move(node, self.free[node] - 1)
+                slots[slot] = capacity
+            if slots[slot] < share.gpu_mem_mib:
+                raise ValueError(f"slot {slot} of node {node} lacks the GPU memory asked for")
+            slots[slot] -= share.gpu_mem_mib
+        self._shares[share.owner] = (node, tuple(chosen), share.gpu_mem_mib)
 
     def _charge(self, placement: Placement, cpus: int, mem_mib: int) -> None:
         """CPUs and memory are charged to the job's first node."""

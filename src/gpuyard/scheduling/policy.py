@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.cluster import ClusterState, Placement, Share
 
 
 @dataclass(slots=True, eq=False)
@@ -29,6 +29,7 @@ class SchedJob:
     priority: int = 0  # the user's/admin's priority: strictly before any policy's own ranking
     cpus: int = 0
     mem_mib: int = 0
+    gpu_mem_mib: int = 0  # per GPU; > 0: may share GPUs with other such jobs
     time_limit_s: float | None = None
     preemptible: bool = True
     attained_gpu_s: float = 0.0  # GPU-seconds held in earlier runs
@@ -49,9 +50,23 @@ class SchedJob:
         return self.run_started_at is not None
 
 
-def begin_run(job: SchedJob, cluster: ClusterState, placement: Placement, now: float) -> None:
-    """Put a job on the cluster: allocate its placement (GPUs, CPUs, memory) and start its run."""
-    cluster.allocate(placement, job.cpus, job.mem_mib)
+def whole_gpus(job: SchedJob) -> int:
+    """Whole free GPUs a job needs to start: none for a job on shared GPUs (it may fit beside
+    others). Policies stop a pass early when fewer whole GPUs are free than any job needs."""
+    return 0 if job.gpu_mem_mib else job.gpus
+
+
+def begin_run(
+    job: SchedJob,
+    cluster: ClusterState,
+    placement: Placement,
+    now: float,
+    slots: tuple[int, ...] | None = None,
+) -> None:
+    """Put a job on the cluster: allocate its placement (GPUs, CPUs, memory, shared GPU memory
+    in `slots` if given, else best fit) and start its run."""
+    share = Share(job.id, job.gpus, job.gpu_mem_mib, slots) if job.gpu_mem_mib else None
+    cluster.allocate(placement, job.cpus, job.mem_mib, share)
     job.placement = placement
     job.run_started_at = now
     if job.first_started_at is None:
@@ -62,7 +77,7 @@ def end_run(job: SchedJob, cluster: ClusterState, now: float) -> float:
     """Take a running job off the cluster (it ended or was preempted): release what it held and
     add the GPU time to its attained service. Returns the seconds this run held its GPUs."""
     assert job.run_started_at is not None, f"job {job.id} is not running"
-    cluster.release(job.placement, job.cpus, job.mem_mib)
+    cluster.release(job.placement, job.cpus, job.mem_mib, job.id if job.gpu_mem_mib else None)
     held_s = now - job.run_started_at
     job.attained_gpu_s += job.gpus * held_s
     job.run_started_at = None

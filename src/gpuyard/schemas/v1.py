@@ -32,6 +32,13 @@ class JobSubmitIn(_Strict):
         Literal["torchrun", "jax", "tf"] | None,
         Field(description="one process per GPU through torchrun, or JAX/TF cluster variables"),
     ] = None
+    gpu_mem: Annotated[
+        StrictStr | None,
+        Field(
+            description="GPU memory per GPU, e.g. 20G: the job may share its GPUs with other "
+            "such jobs and is held to this much on each; null: whole GPUs"
+        ),
+    ] = None
 
 
 class JobGpuStatsOut(BaseModel):
@@ -40,6 +47,9 @@ class JobGpuStatsOut(BaseModel):
     util_mean_pct: float | None = Field(description="mean GPU utilisation over its GPUs")
     util_peak_pct: int | None = Field(description="highest utilisation of any of its GPUs")
     memory_peak_mib: int | None = Field(description="highest GPU memory it used, all GPUs")
+    memory_peak_per_gpu_mib: int | None = Field(
+        None, description="highest GPU memory it used on any one GPU (what --gpu-mem caps)"
+    )
     gpu_hours: float = Field(description="GPUs held x hours sampled")
     sampled_s: float
     samples: int
@@ -70,6 +80,7 @@ class JobOut(BaseModel):
     log_path: str
     preemptible: bool
     distributed: str | None
+    gpu_mem_mib: int = Field(0, description="GPU memory per GPU asked for; 0: whole GPUs")
     restarts: int = Field(description="times it was preempted and requeued")
     attained_gpu_s: float = Field(description="GPU-seconds held so far, all runs")
     estimated_start_at: str | None = Field(
@@ -80,6 +91,9 @@ class JobOut(BaseModel):
     )
     gpu_stats: JobGpuStatsOut | None = Field(
         default=None, description="null: the job's GPUs were never sampled (no NVML)"
+    )
+    hint: str | None = Field(
+        None, description="submit only: advice for next time, e.g. a --gpu-mem from earlier runs"
     )
 
 
@@ -122,8 +136,14 @@ class GpuOut(BaseModel):
         None, description="too hot or throttled: new jobs go to a cool GPU first (why)"
     )
     node: str
-    job: int | None
+    job: int | None = Field(description="the job holding it (the first, on a shared GPU)")
     user: str | None = Field(default=None, description="the owner of the job holding it")
+    jobs: list[int] = Field(
+        default_factory=list, description="every job on it (several: shared with --gpu-mem)"
+    )
+    shared_free_mib: int | None = Field(
+        None, description="shared GPU: memory still free for --gpu-mem jobs; null: not shared"
+    )
     sampled_at: str | None = Field(default=None, description="time of the telemetry below")
     error: str | None = Field(default=None, description="why it could not be read, e.g. lost")
     util_pct: int | None = None

@@ -28,7 +28,7 @@ from gpuyard.services.rendezvous import RendezvousPorts
 log = logging.getLogger("gpuyard.controller")
 
 # A job already ending for good (cancelled, or failed with its GPU) keeps that end.
-_FINAL_INTENTS = frozenset({JobState.CANCELLED, JobState.NODE_FAIL})
+_FINAL_INTENTS = frozenset({JobState.CANCELLED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY})
 
 
 class Controller:
@@ -165,7 +165,8 @@ class Controller:
         for job in started:
             try:
                 port = self._ports.take(job.id) if job.spec.distributed else None
-                argv, env = job_process(job, build_job_env(job, self._base_env), port)
+                env = build_job_env(job, self._base_env, self.inventory.gpu_mem_mib())
+                argv, env = job_process(job, env, port)
                 launched.append((job, self.executor.launch(job, argv, env)))
             except Exception as exc:  # the job cannot start; it must not stay RUNNING
                 log.warning("job %s could not start: %s", job.id, exc)
@@ -228,6 +229,12 @@ class Controller:
             return JobState.FAILED, rank
         peak = self.gpu_peak_mib(job.id)
         seen = f"; its peak GPU memory was {format_size_mib(peak)}" if peak else ""
+        if job.spec.gpu_mem_mib:  # its allocator was capped below --gpu-mem
+            limit = format_size_mib(job.spec.gpu_mem_mib)
+            return JobState.OUT_OF_MEMORY, (
+                f"OutOfMemory: the job reached its --gpu-mem {limit} per GPU ({oom}){seen}; "
+                f"ask for more --gpu-mem, or use a smaller batch ({rank or judged})"
+            )
         return JobState.OUT_OF_MEMORY, (
             f"OutOfMemory: the job ran out of GPU memory ({oom}){seen}; use a smaller batch "
             f"or model per GPU, or more GPUs ({rank or judged})"

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpuyard.services.gpu_mem import GpuMemLimit
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.live_scheduler import LiveScheduler
@@ -116,8 +117,9 @@ def hot_gpus(snapshot: TelemetrySnapshot, limit_c: int) -> dict[int, str]:
 
 @dataclass
 class AfterSample:
-    """What the server does with each telemetry sample: drain failing GPUs, flag (and maybe
-    cancel) idle jobs, keep GPUs with foreign memory from new jobs, hand out hot GPUs last."""
+    """What the server does with each telemetry sample: drain failing GPUs, stop jobs over
+    their GPU memory budget, flag (and maybe cancel) idle jobs, keep GPUs with foreign memory
+    from new jobs, hand out hot GPUs last."""
 
     guard: HealthGuard
     idle: IdleWatch
@@ -125,24 +127,30 @@ class AfterSample:
     book: JobBook
     foreign_mem_mib: int
     hot_temp_c: int
+    gpu_mem_limit: GpuMemLimit | None = None
     _misplaced: set[tuple[int, int]] = field(default_factory=set)  # (pid, GPU) logged once
 
     def __call__(self, snapshot: TelemetrySnapshot) -> None:
         self.guard.check(snapshot)
         running = self.book.running()
+        if self.gpu_mem_limit is not None:
+            self.gpu_mem_limit.check(snapshot, running)
         self.idle.update(snapshot, running)
-        holder = {gpu: job.id for job in running for gpu in job.gpus}
-        self._log_misplaced(snapshot, holder)
-        self.scheduler.set_busy(foreign_memory(snapshot, set(holder), self.foreign_mem_mib))
+        holders: dict[int, set[int]] = {}
+        for job in running:
+            for gpu in job.gpus:
+                holders.setdefault(gpu, set()).add(job.id)
+        self._log_misplaced(snapshot, holders)
+        self.scheduler.set_busy(foreign_memory(snapshot, set(holders), self.foreign_mem_mib))
         self.scheduler.set_hot(hot_gpus(snapshot, self.hot_temp_c))
 
-    def _log_misplaced(self, snapshot: TelemetrySnapshot, holder: dict[int, int]) -> None:
+    def _log_misplaced(self, snapshot: TelemetrySnapshot, holders: dict[int, set[int]]) -> None:
         """A job's process on a GPU not allocated to it (it ignored CUDA_VISIBLE_DEVICES):
         logged once per process and GPU; `gpuyard gpus` marks it."""
         for index, gpu in snapshot.gpus.items():
             for proc in gpu.processes or ():
                 key = (proc.pid, index)
-                misplaced = proc.job_id is not None and holder.get(index) != proc.job_id
+                misplaced = proc.job_id is not None and proc.job_id not in holders.get(index, ())
                 if misplaced and key not in self._misplaced:
                     self._misplaced.add(key)
                     log.warning("job %s's process %s runs on GPU %s, not allocated to it",

@@ -17,3 +17,12 @@ class Inventory:
 
     def gpu_indices(self) -> list[int]:
         return [gpu.index for gpu in self.gpus]
+
+    def gpu_mem_mib(self) -> int | None:
+        """Memory of each GPU, for jobs that share GPUs (`--gpu-mem`): the smallest GPU's, so
+        a share fits on whichever GPU it is given; None if any GPU's size is unknown (declared
+        without `--gpu-mem-per-gpu`)."""
+        sizes = [gpu.memory_total_mib for gpu in self.gpus]
+        if not sizes or any(size is None for size in sizes):
+            return None
+        return min(size for size in sizes if size is not None)

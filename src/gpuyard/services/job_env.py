@@ -5,13 +5,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpuyard.domain.job import Job
+from gpuyard.jobhooks import HOOK_DIR
 
 # The server's own settings (token, database URL with its password, ...) never reach a job.
 _SERVER_PREFIX = "GPUYARD_"
+# What a CUDA process holds outside its framework's allocator (context, kernels, library
+# handles): a job's allocator is capped this much below its --gpu-mem, so that what NVML
+# counts for the process (what the hard limit judges) stays within --gpu-mem.
+CUDA_CONTEXT_MIB = 1024
 
 
-def build_job_env(job: Job, base: Mapping[str, str]) -> dict[str, str]:
-    """Server environment, then the job's own `--env`, then what gpuyard guarantees."""
+def allocator_cap_mib(gpu_mem_mib: int) -> int:
+    """The cap put on a shared-GPU job's allocator for a `--gpu-mem` of `gpu_mem_mib`:
+    20 GiB -> 19 GiB; never below half of it (small shares: 2 GiB -> 1 GiB)."""
+    return max(gpu_mem_mib - CUDA_CONTEXT_MIB, gpu_mem_mib // 2)
+
+
+def build_job_env(
+    job: Job, base: Mapping[str, str], gpu_total_mib: int | None = None
+) -> dict[str, str]:
+    """Server environment, then the job's own `--env`, then what gpuyard guarantees.
+    `gpu_total_mib`: memory of each of the job's GPUs, for frameworks capped by a fraction."""
     env = {k: v for k, v in base.items() if not k.startswith(_SERVER_PREFIX)}
     env.update(dict(job.spec.env))
     env.update(
@@ -30,4 +44,30 @@ def build_job_env(job: Job, base: Mapping[str, str]) -> dict[str, str]:
     )
     if job.spec.cpus:
         env.setdefault("OMP_NUM_THREADS", str(job.spec.cpus))
+    if job.spec.gpu_mem_mib:
+        env.update(_gpu_mem_env(job.spec.gpu_mem_mib, env, gpu_total_mib))
     return env
+
+
+def _gpu_mem_env(
+    gpu_mem_mib: int, env: Mapping[str, str], gpu_total_mib: int | None
+) -> dict[str, str]:
+    """Make each framework keep itself within a shared GPU's budget (soft enforcement; the
+    server stops a job that goes over anyway): PyTorch through a startup hook that caps its
+    caching allocator when CUDA initialises (`jobhooks/site/sitecustomize.py`), JAX through
+    its preallocation fraction, TensorFlow by growing instead of taking the whole GPU. A
+    value the user set with --env wins."""
+    cap = allocator_cap_mib(gpu_mem_mib)
+    path = env.get("PYTHONPATH")
+    added = {
+        "GPUYARD_GPU_MEM_MIB": str(gpu_mem_mib),
+        "GPUYARD_GPU_MEM_CAP_MIB": str(cap),
+        "PYTHONPATH": HOOK_DIR + (f":{path}" if path else ""),
+        "TF_FORCE_GPU_ALLOW_GROWTH": env.get("TF_FORCE_GPU_ALLOW_GROWTH", "true"),
+    }
+    if gpu_total_mib:
+        fraction = f"{min(1.0, cap / gpu_total_mib):.4f}"
+        added["XLA_PYTHON_CLIENT_MEM_FRACTION"] = (
+            env.get("XLA_PYTHON_CLIENT_MEM_FRACTION") or fraction
+        )
+    return added

@@ -13,6 +13,7 @@ from gpuyard.domain.job import Drain, Gpu, Job, JobSpec
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.controller import Controller
+from gpuyard.services.gpu_mem import PeakHistory
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
@@ -29,11 +30,17 @@ from gpuyard.services.telemetry import (
 
 @dataclass(frozen=True, slots=True)
 class GpuHolding:
-    """One GPU, the job holding it, if any, and its live telemetry (None: not sampled)."""
+    """One GPU, the jobs holding it (several on a GPU shared with --gpu-mem), its live
+    telemetry (None: not sampled) and, when shared, the GPU memory still free to share."""
 
     gpu: Gpu
-    job: Job | None
+    jobs: tuple[Job, ...] = ()
     telemetry: GpuTelemetry | None = None
+    shared_free_mib: int | None = None
+
+    @property
+    def job(self) -> Job | None:
+        return self.jobs[0] if self.jobs else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,7 @@ class JobService:
         self._clock = clock
         self.monitor = monitor
         self.idle: IdleWatch | None = None  # set by bootstrap when telemetry runs
+        self.peaks = PeakHistory()  # earlier runs' GPU memory, for `submit`'s --gpu-mem advice
         self.metrics = metrics or controller.metrics
 
     @property
@@ -103,6 +111,16 @@ class JobService:
         self.controller.wake()
         self.metrics.submitted()
         return job
+
+    def hint(self, spec: JobSpec, owner: str) -> str | None:
+        """Advice for a submission: a --gpu-mem from the peaks of earlier runs of that name."""
+        return self.peaks.hint(spec, owner, self.inventory.gpu_mem_mib())
+
+    def job_ended(self, job: Job) -> None:
+        """Remember what a finished job used (its peak GPU memory per GPU), for advice."""
+        stats = self.gpu_stats(job.id)
+        if stats is not None and stats.memory_peak_per_gpu_mib:
+            self.peaks.record(job.owner, job.spec.name, stats.memory_peak_per_gpu_mib)
 
     def get(self, job_id: int) -> Job:
         job = self.book.get(job_id)
@@ -150,11 +168,18 @@ class JobService:
         return DryRun(now=self._clock(), start_at=start, not_before=later_than)
 
     def gpus(self) -> list[GpuHolding]:
-        holders = {gpu: job for job in self.book.running() for gpu in job.gpus}
+        holders: dict[int, list[Job]] = {}
+        for job in self.book.running():
+            for gpu in job.gpus:
+                holders.setdefault(gpu, []).append(job)
         sampled = self.telemetry().gpus
+        shared = self.controller.scheduler.shared_gpus()
         return [
             GpuHolding(
-                gpu, holders.get(gpu.index), sampled.get(gpu.index) if gpu.detected else None
+                gpu,
+                tuple(holders.get(gpu.index, ())),
+                sampled.get(gpu.index) if gpu.detected else None,
+                shared.get(gpu.index),
             )
             for gpu in self.inventory.gpus
         ]
@@ -207,6 +232,8 @@ class JobService:
                 f"({inv.source}); ask for fewer",
                 field="gpus",
             )
+        if spec.gpu_mem_mib:
+            self._check_gpu_mem(spec)
         if spec.cpus > inv.node.cpus:
             raise InvalidRequest(
                 f"the job asks for {spec.cpus} CPUs but this server offers {inv.node.cpus}",
@@ -223,6 +250,23 @@ class JobService:
                 f"workdir {spec.workdir!r} does not exist on the server; create it or pass "
                 "--workdir",
                 field="workdir",
+            )
+
+    def _check_gpu_mem(self, spec: JobSpec) -> None:
+        per_gpu = self.inventory.gpu_mem_mib()
+        if per_gpu is None:
+            raise InvalidRequest(
+                "--gpu-mem shares GPUs by memory, but this server does not know its GPUs' memory "
+                "(declared GPUs): start it with --gpu-mem-per-gpu SIZE, or submit without "
+                "--gpu-mem for whole GPUs",
+                field="gpu_mem",
+            )
+        if spec.gpu_mem_mib > per_gpu:
+            raise InvalidRequest(
+                f"--gpu-mem {format_size_mib(spec.gpu_mem_mib)} is more than a GPU here has "
+                f"({format_size_mib(per_gpu)}); ask for at most that, or for whole GPUs without "
+                "--gpu-mem",
+                field="gpu_mem",
             )
 
 

@@ -8,7 +8,8 @@ things differ from the simulator, and neither changes a decision:
   once; that job is *assigned* and launched as soon as the stopping job's processes are gone
   (its pending reason meanwhile: `Preempting`).
 - The policy thinks in GPU counts per node; the physical GPU indices are chosen here, lowest
-  free first.
+  free first. A shared GPU (jobs with `--gpu-mem`) is a slot to the policy; the first of its
+  jobs to launch binds it to a physical GPU, and its other jobs launch on that one.
 
 Thread model: events arrive from API and executor threads and are queued in an inbox (cheap,
 no lock shared with the scheduling pass); `decide()` runs on the controller thread, applies the
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import REASON_PREEMPTING, REASON_PRIORITY, REASON_RESOURCES, Job, JobSpec
 from gpuyard.domain.states import JobState
+from gpuyard.domain.units import format_size_mib
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
 from gpuyard.scheduling.projection import Projection, project_starts
@@ -77,7 +79,7 @@ def sched_job(job: Job) -> SchedJob:
     return SchedJob(
         id=job.id, user=job.owner, gpus=spec.gpus, submitted_at=job.submitted_at,
         priority=spec.priority, cpus=spec.cpus, mem_mib=spec.mem_mib,
-        time_limit_s=spec.time_limit_s, preemptible=spec.preemptible,
+        gpu_mem_mib=spec.gpu_mem_mib, time_limit_s=spec.time_limit_s, preemptible=spec.preemptible,
         attained_gpu_s=job.attained_gpu_s, restarts=job.restarts,
     )  # fmt: skip
 
@@ -92,8 +94,10 @@ class LiveScheduler:
         self._node_names = [node.name]
         self._node_gpus = [inventory.gpu_indices()]
         self.cluster = ClusterState(
-            [NodeSpec(node.name, len(self._node_gpus[0]), node.cpus, node.mem_mib)]
-        )
+            [NodeSpec(node.name, len(self._node_gpus[0]), node.cpus, node.mem_mib,
+                      inventory.gpu_mem_mib())]
+        )  # fmt: skip
+        self._slot_gpu: dict[tuple[int, int], int] = {}  # shared GPU (node, slot) -> physical
         self._lock = threading.Lock()  # the policy and everything below
         self._inbox: deque[tuple[str, float, object]] = deque()
         self._jobs: dict[int, SchedJob] = {}  # pending or running in the policy's view
@@ -188,7 +192,29 @@ class LiveScheduler:
             if self._head[0] != self._generation:
                 pending = self.policy.pending(self._clock())
                 self._head = (self._generation, pending[0].id if pending else None)
-            return REASON_RESOURCES if self._head[1] in (job_id, None) else REASON_PRIORITY
+            if self._head[1] not in (job_id, None):
+                return REASON_PRIORITY
+            job = self._jobs.get(job_id)
+            if job is not None and job.gpu_mem_mib and not job.running:
+                return f"{REASON_RESOURCES}: {self._gpu_memory_short(job)}"
+            return REASON_RESOURCES
+
+    def _gpu_memory_short(self, job: SchedJob) -> str:
+        """Why a job asking for GPU memory does not fit, when memory is the limit."""
+        cluster = self.cluster
+        if cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib) is not None:
+            return "waiting for the next pass"
+        most = cluster.most_free_shared_mib()
+        shared = (
+            f"most free on a shared GPU: {format_size_mib(most)}"
+            if most is not None
+            else ("no GPU is shared yet")
+        )
+        whole = _count(cluster.free_gpus, "whole GPU") + " free"
+        return (
+            f"GPU memory: {format_size_mib(job.gpu_mem_mib)} wanted on "
+            f"{_count(job.gpus, 'GPU')}; {shared}, {whole}"
+        )
 
     def _apply_inbox(self) -> bool:
         """Feed the queued events to the policy; True if it was told anything."""
@@ -278,9 +304,18 @@ class LiveScheduler:
         ]  # a cool GPU before a hot one; lowest index first otherwise
         launches = []
         self._waiting_busy = {}
+        self._forget_closed_slots()
         for job_id, placement in self._assigned.items():
             if job_id in self._holding:
                 continue  # chosen again while its preempted processes are still stopping
+            share = self.cluster.share_of(job_id)
+            if share is not None:
+                launch = self._launch_shared(job_id, share, free)
+                if launch is not None:
+                    launches.append(launch)
+                elif blockers := sorted(g for g in busy if g not in held):
+                    self._waiting_busy[job_id] = "; ".join(busy[g] for g in blockers)
+                continue
             if any(len(free[node]) < count for node, count in placement):
                 blockers = sorted(g for g in busy if g not in held)
                 if blockers:
@@ -293,6 +328,37 @@ class LiveScheduler:
             node_index = placement[0][0] if placement else 0
             launches.append(Launch(job_id, self._node_names[node_index], tuple(gpus)))
         return launches
+
+    def _launch_shared(
+        self, job_id: int, share: tuple[int, tuple[int, ...]], free: list[list[int]]
+    ) -> Launch | None:
+        """A job on shared GPUs: each slot's bound GPU, or a free one bound to it now (the slot's
+        first job to launch); None if a slot needs a free GPU and there is none yet. A slot bound
+        to a GPU drained since is bound afresh."""
+        node, slots = share
+        bound = self._slot_gpu
+        unbound = [s for s in slots if bound.get((node, s), -1) in self._drained | {-1}]
+        if len(unbound) > len(free[node]):
+            return None
+        for slot in unbound:
+            self._slot_gpu[(node, slot)] = free[node].pop(0)
+        gpus = tuple(self._slot_gpu[(node, slot)] for slot in slots)
+        return Launch(job_id, self._node_names[node], gpus)
+
+    def _forget_closed_slots(self) -> None:
+        """Unbind shared GPUs whose last job left (the physical GPU is free again)."""
+        for key in [k for k in self._slot_gpu if not self.cluster.slot_open(*k)]:
+            del self._slot_gpu[key]
+
+    def shared_gpus(self) -> dict[int, int]:
+        """Physical GPU -> free GPU memory (MiB) the scheduler may still give to shared jobs."""
+        with self._lock:
+            free: dict[int, int] = {}
+            for (node, slot), gpu in self._slot_gpu.items():
+                mib = self.cluster.slot_free_mib(node, slot)
+                if mib is not None:
+                    free[gpu] = mib
+            return free
 
     # -- restart ------------------------------------------------------------------------------
     def rebuild(self, jobs: Iterable[Job]) -> None:
@@ -317,6 +383,16 @@ class LiveScheduler:
             for at, kind, _, record in events:
                 self._replay(kind, at, record)
 
+    def _rebuilt_placement(self, record: Job) -> tuple[Placement, tuple[int, ...] | None]:
+        """Where a job still running after a restart is, in the policy's terms: whole GPUs, or
+        the shared GPUs it runs on (one slot per physical GPU, bound to it again)."""
+        if not record.spec.gpu_mem_mib:
+            return ((0, len(record.gpus)),), None
+        slots = tuple(_REBUILT_SLOT + gpu for gpu in record.gpus)
+        for gpu, slot in zip(record.gpus, slots, strict=True):
+            self._slot_gpu[(0, slot)] = gpu
+        return ((0, 0),), slots
+
     def _replay(self, kind: int, at: float, record: Job) -> None:
         if kind == 0:
             job = self._jobs[record.id] = sched_job(record)
@@ -325,8 +401,9 @@ class LiveScheduler:
         job = self._jobs[record.id]
         if kind == 1:
             if record.state is JobState.RUNNING:
+                placement, slots = self._rebuilt_placement(record)
                 try:
-                    begin_run(job, self.cluster, _placement_of(record), at)
+                    begin_run(job, self.cluster, placement, at, slots)
                 except ValueError:
                     raise Unavailable(
                         f"job {record.id} is still running on GPUs "
@@ -449,5 +526,8 @@ def _life(job: Job, times: tuple[float | None, ...]) -> list[tuple[float, int, i
     return [(at or 0.0, kind, job.id, job) for kind, at in enumerate(times)]
 
 
-def _placement_of(job: Job) -> Placement:
-    return ((0, len(job.gpus)),)
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+_REBUILT_SLOT = 1 << 40  # slot ids of shared GPUs re-created after a restart: GPU index + this

@@ -64,9 +64,10 @@ class JobGpuStats:
     samples: int = 0  # samples with a utilisation reading
     util_sum_pct: float = 0.0
     util_peak_pct: int | None = None
-    memory_peak_mib: int | None = None
+    memory_peak_mib: int | None = None  # all its GPUs together
     gpu_s: float = 0.0  # GPUs held x seconds sampled
     sampled_s: float = 0.0
+    memory_peak_per_gpu_mib: int | None = None  # the most on any one GPU (what --gpu-mem caps)
 
     @property
     def util_mean_pct(self) -> float | None:
@@ -108,7 +109,8 @@ def update_stats(
         )
     if memories:
         peak = max(sum(memories), stats.memory_peak_mib or 0)
-        stats = replace(stats, memory_peak_mib=peak)
+        per_gpu = max(*memories, stats.memory_peak_per_gpu_mib or 0)
+        stats = replace(stats, memory_peak_mib=peak, memory_peak_per_gpu_mib=per_gpu)
     return replace(
         stats, gpu_s=stats.gpu_s + len(job.gpus) * dt_s, sampled_s=stats.sampled_s + dt_s
     )

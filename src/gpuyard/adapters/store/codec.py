@@ -28,6 +28,7 @@ def job_to_row(job: Job) -> dict[str, Any]:
                 "env": [list(kv) for kv in spec.env],
                 "preemptible": spec.preemptible,
                 "distributed": spec.distributed,
+                "gpu_mem_mib": spec.gpu_mem_mib,
             }
         ),
         "reason": job.reason,
@@ -60,6 +61,7 @@ def row_to_job(row: Any) -> Job:
         env=tuple((k, v) for k, v in spec_data["env"]),
         preemptible=spec_data.get("preemptible", True),
         distributed=spec_data.get("distributed"),
+        gpu_mem_mib=spec_data.get("gpu_mem_mib", 0),
     )
     return Job(
         id=row.id,

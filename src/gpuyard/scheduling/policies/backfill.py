@@ -17,7 +17,7 @@ import math
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
-from gpuyard.scheduling.policy import Context, SchedJob
+from gpuyard.scheduling.policy import Context, SchedJob, whole_gpus
 
 
 class BackfillPolicy:
@@ -33,11 +33,11 @@ class BackfillPolicy:
 
     def submit(self, job: SchedJob, now: float) -> None:
         self._queue.add(job, (job.priority * -1, job.submitted_at))
-        self._sizes.add(job.gpus)
+        self._sizes.add(whole_gpus(job))
 
     def started(self, job: SchedJob, now: float) -> None:
         self._queue.remove(job)
-        self._sizes.remove(job.gpus)
+        self._sizes.remove(whole_gpus(job))
         self._ends.add(job, (self._end(job, now),))
 
     def preempted(self, job: SchedJob, now: float) -> None:
@@ -49,7 +49,7 @@ class BackfillPolicy:
 
     def cancel(self, job: SchedJob, now: float) -> None:
         self._queue.remove(job)
-        self._sizes.remove(job.gpus)
+        self._sizes.remove(whole_gpus(job))
 
     @staticmethod
     def _end(job: SchedJob, now: float) -> float:
@@ -67,7 +67,7 @@ class BackfillPolicy:
         index = 0
         while index < len(pending):  # in order, while the head fits
             first = pending[index]
-            placement = cluster.place(first.gpus, first.cpus, first.mem_mib)
+            placement = cluster.place(first.gpus, first.cpus, first.mem_mib, first.gpu_mem_mib)
             if placement is None:
                 break
             ctx.start(pending[index], placement)
@@ -80,11 +80,11 @@ class BackfillPolicy:
         for job in pending[index + 1 : index + 1 + self._max_candidates]:
             if cluster.free_gpus < smallest:
                 return
-            placement = cluster.place(job.gpus, job.cpus, job.mem_mib)
+            placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib)
             if placement is None:
                 continue
             ends_in_time = shadow < math.inf and self._end(job, now) <= shadow
-            if ends_in_time or self._leaves_room(head, placement, free_at_shadow, cluster):
+            if ends_in_time or self._leaves_room(head, job, placement, free_at_shadow, cluster):
                 ctx.start(job, placement)
 
     def _reservation(self, head: SchedJob, cluster: ClusterState) -> tuple[float, list[int]]:
@@ -94,19 +94,24 @@ class BackfillPolicy:
         for job in self._ends:
             for node, gpus in job.placement:
                 free[node] += gpus
-            if cluster.would_fit(free, head.gpus):
+            if cluster.would_fit(free, head.gpus):  # a shared head: as if on whole GPUs
                 return self._ends.key(job)[0], free
         return math.inf, free
 
     @staticmethod
     def _leaves_room(
-        head: SchedJob, placement: Placement, free_at_shadow: list[int], cluster: ClusterState
+        head: SchedJob,
+        job: SchedJob,
+        placement: Placement,
+        free_at_shadow: list[int],
+        cluster: ClusterState,
     ) -> bool:
         """Whether the head still fits at its reservation with this job holding `placement`;
-        if so, the job's GPUs are taken out of the reservation's spare."""
+        if so, the job's GPUs are taken out of the reservation's spare. A job on shared GPUs
+        is counted as holding its GPUs whole (it may open new shared GPUs)."""
         trial = list(free_at_shadow)
         for node, gpus in placement:
-            trial[node] -= gpus
+            trial[node] -= gpus + (job.gpus if job.gpu_mem_mib else 0)
         if not cluster.would_fit(trial, head.gpus):
             return False
         free_at_shadow[:] = trial

@@ -12,7 +12,7 @@ jobs start greedily in priority order, smaller ones using GPUs a bigger one cann
 from __future__ import annotations
 
 from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
-from gpuyard.scheduling.policy import Context, SchedJob
+from gpuyard.scheduling.policy import Context, SchedJob, whole_gpus
 
 
 class FairsharePolicy:
@@ -79,12 +79,12 @@ class FairsharePolicy:
     def submit(self, job: SchedJob, now: float) -> None:
         self._usage.setdefault(job.user, 0.0)
         self._pending.add(job, (-job.priority, -self.priority(job, now), job.submitted_at))
-        self._sizes.add(job.gpus)
+        self._sizes.add(whole_gpus(job))
 
     def started(self, job: SchedJob, now: float) -> None:
         self._decay(now)
         self._pending.remove(job)
-        self._sizes.remove(job.gpus)
+        self._sizes.remove(whole_gpus(job))
         self._running[job.id] = job
 
     def preempted(self, job: SchedJob, now: float) -> None:
@@ -98,7 +98,7 @@ class FairsharePolicy:
 
     def cancel(self, job: SchedJob, now: float) -> None:
         self._pending.remove(job)
-        self._sizes.remove(job.gpus)
+        self._sizes.remove(whole_gpus(job))
 
     def next_decision_at(self, now: float) -> float | None:
         return self._next_recalc if self._pending else None
@@ -117,6 +117,6 @@ class FairsharePolicy:
         for job in list(self._pending):
             if cluster.free_gpus < smallest:
                 return
-            placement = cluster.place(job.gpus, job.cpus, job.mem_mib)
+            placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib)
             if placement is not None:
                 ctx.start(job, placement)

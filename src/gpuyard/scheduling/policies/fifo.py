@@ -41,7 +41,7 @@ class FifoPolicy:
     def schedule(self, ctx: Context) -> None:
         queue = self._queue
         while (head := queue.first()) is not None:
-            placement = ctx.cluster.place(head.gpus, head.cpus, head.mem_mib)
+            placement = ctx.cluster.place(head.gpus, head.cpus, head.mem_mib, head.gpu_mem_mib)
             if placement is None:
                 return
             queue.remove(head)

@@ -5,6 +5,10 @@ GPUs of running jobs ranked below it (the worst first), if together with the fre
 room for it; otherwise it waits and smaller jobs behind it may still use free GPUs (no GPU idles
 while a fitting job waits). Subclasses say how jobs rank and when a rank changes by itself.
 
+Jobs on shared GPUs (`--gpu-mem`) are never chosen as victims (stopping one frees a whole GPU
+only together with its neighbours); when one needs room, it asks for whole GPUs, as if it could
+join no shared GPU (it may then join one anyway).
+
 A job's `priority` (`gpuyard submit --priority`) comes before the subclass's ranking: a pending
 job goes ahead of every job of lower priority and may preempt any of them; it never preempts a
 job of higher priority. With every priority equal (the traces) this changes nothing.
@@ -17,7 +21,7 @@ from collections import Counter
 from typing import Any
 
 from gpuyard.scheduling.cluster import Placement
-from gpuyard.scheduling.policy import Context, SchedJob
+from gpuyard.scheduling.policy import Context, SchedJob, whole_gpus
 
 
 class RequestSizes:
@@ -131,7 +135,7 @@ class RankedPolicy:
         # failed cannot succeed either: its possible victims are a subset.
         failed_at = 1 << 30
         for job in self.pending(now):
-            placement = cluster.place(job.gpus, job.cpus, job.mem_mib)
+            placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib)
             if placement is not None:
                 ctx.start(job, placement)
                 continue
@@ -154,7 +158,7 @@ class RankedPolicy:
             return False
         for victim in victims:
             ctx.preempt(victim)
-        placement = cluster.place(job.gpus, job.cpus, job.mem_mib)
+        placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib)
         assert placement is not None, "preemption planned room that is not there"
         ctx.start(job, placement)
         return True
@@ -174,6 +178,10 @@ class RankedPolicy:
         for victim in victims:
             if victim.run_started_at is None or not victim.preemptible:
                 continue  # preempted earlier in this pass (lists may be cached), or exempt
+            if victim.gpu_mem_mib:
+                # On shared GPUs: stopping it frees a whole GPU only if its neighbours go
+                # too, so it is never worth a preemption on its own.
+                continue
             if victim.priority > job.priority:
                 break  # the rest rank higher still
             if victim.priority == job.priority and not self._outranks(job, victim, ctx.now):
@@ -231,12 +239,12 @@ class RankedPolicy:
 
     # -- pending-size bookkeeping for the early exit ----------------------------------------------
     def _pending_added(self, job: SchedJob) -> None:
-        self._pending_sizes.add(job.gpus)
+        self._pending_sizes.add(whole_gpus(job))
         if job.priority:
             self._priorities_seen = True
 
     def _pending_removed(self, job: SchedJob) -> None:
-        self._pending_sizes.remove(job.gpus)
+        self._pending_sizes.remove(whole_gpus(job))
 
 
 __all__ = ["Placement", "RankedPolicy", "RequestSizes", "SortedJobs"]
