@@ -12,7 +12,10 @@
 #     with one GPU).
 #  5. a job that allocates more GPU memory than the GPU has ends OUT_OF_MEMORY.
 #  6. `/metrics` carries DCGM_FI_DEV_GPU_UTIL for every GPU.
-# Not yet: two memory-capped jobs sharing one GPU (`--gpu-mem` is not built yet).
+#  7. GPU sharing: two `--gpu-mem 20G` PyTorch jobs run on one GPU at once, capped (the startup
+#     hook); one that allocates past its --gpu-mem gets PyTorch's own OOM (soft cap) and ends
+#     OUT_OF_MEMORY while its neighbour keeps running; one that lifts its own cap and goes over
+#     is stopped by the server (hard limit, GpuMemLimit).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
@@ -72,6 +75,48 @@ gpuyard wait "$job"
 state_now=$(gpuyard show "$job" --json | field 'd["state"]')
 check "a job exceeding the GPU's memory ends OUT_OF_MEMORY (got $state_now)" \
   "$([ "$state_now" = OUT_OF_MEMORY ]; echo $?)" "$(gpuyard show "$job" | grep Reason)"
+
+echo "== sharing one GPU by memory (--gpu-mem)"
+cat >"$state/hold.py" <<'PY'
+"""Allocate GIB GiB on the GPU, hold it SECONDS s; --uncap lifts gpuyard's allocator cap."""
+import os, sys, time
+import torch
+gib, seconds = float(sys.argv[1]), float(sys.argv[2])
+torch.zeros(1, device="cuda")  # CUDA initialises: the startup hook applies the cap here
+print("cap applied:", os.environ.get("GPUYARD_GPU_MEM_CAP_APPLIED"), flush=True)
+if "--uncap" in sys.argv:
+    torch.cuda.set_per_process_memory_fraction(1.0)
+x = torch.empty(int(gib * 2**30), dtype=torch.uint8, device="cuda")
+print(f"holding {gib} GiB", flush=True)
+time.sleep(seconds)
+PY
+a=$(gpuyard submit --gpu-mem 20G --name accept-share-a -- python "$state/hold.py" 8 40)
+b=$(gpuyard submit --gpu-mem 20G --name accept-share-b -- python "$state/hold.py" 8 40)
+for _ in $(seq 1 100); do
+  [ "$(gpuyard show "$b" --json | field 'd["state"]')" = RUNNING ] && break; sleep 0.3
+done
+sleep 5
+gpuyard gpus
+together=$(gpuyard gpus --json | field "any(set(g['jobs']) == {$a, $b} for g in d)")
+check "two --gpu-mem 20G jobs share one GPU" "$([ "$together" = True ]; echo $?)"
+check "their allocator is capped" "$(gpuyard logs "$a" | grep -q 'cap applied: 0\.'; echo $?)" \
+  "$(gpuyard logs "$a" | head -3)"
+over=$(gpuyard submit --gpu-mem 8G --name accept-share-over -- python "$state/hold.py" 12 30)
+gpuyard wait "$over"
+state_now=$(gpuyard show "$over" --json | field 'd["state"]')
+check "over its --gpu-mem: PyTorch's own OOM, OUT_OF_MEMORY (got $state_now)" \
+  "$([ "$state_now" = OUT_OF_MEMORY ]; echo $?)" "$(gpuyard show "$over" | grep Reason)"
+gpuyard show "$over" | grep Reason
+uncapped=$(gpuyard submit --gpu-mem 8G --name accept-share-uncap -- python "$state/hold.py" 12 60 --uncap)
+gpuyard wait "$uncapped"
+reason=$(gpuyard show "$uncapped" --json | field 'd["state"] + " " + d["reason"]')
+echo "$reason"
+check "over its --gpu-mem without the cap: stopped by the server" \
+  "$(echo "$reason" | grep -q '^OUT_OF_MEMORY GpuMemLimit'; echo $?)"
+neighbour=$(gpuyard show "$a" --json | field 'd["state"]')
+check "the neighbour kept running meanwhile (got $neighbour)" \
+  "$(echo "$neighbour" | grep -qE 'RUNNING|COMPLETED'; echo $?)"
+gpuyard wait "$a"; gpuyard wait "$b"
 
 echo "== /metrics"
 token=$(cat "$state/token")
