@@ -37,6 +37,7 @@ bench: $(STAMP_TEST)
 	$(BIN)/python bench/submit.py --json
 	$(BIN)/python bench/cli.py --json
 	$(BIN)/python bench/schedule_pass.py --json
+	$(BIN)/python bench/packing.py --json
 	$(BIN)/python bench/estimates.py --json
 	$(BIN)/python bench/telemetry.py --json
 	$(BIN)/python bench/ddp_overhead.py --json

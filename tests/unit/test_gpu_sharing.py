@@ -106,3 +106,17 @@ def test_every_policy_packs_shares_onto_gpus_and_a_whole_gpu_job_waits_for_a_fre
     assert sorted(ctx.started) == [1, 2, 3]
     assert cluster.share_of(1) == cluster.share_of(2) != cluster.share_of(3)
     assert [j.id for j in policy.pending(0.0)] == [4]
+
+
+def test_a_failed_share_is_remembered_only_until_room_comes_back_and_per_node_choice() -> None:
+    cluster = _cluster(gpus=1, nodes=2)
+    a, b = _job(1, 70), _job(2, 70)
+    assert _start(cluster, a) and _start(cluster, b)  # one per node: 10 GiB left on each
+    assert cluster.place(1, 0, 0, 20 * GIB) is None
+    assert cluster.place(1, 0, 0, 30 * GIB) is None  # larger: known to fail
+    assert cluster.place(1, 0, 0, 10 * GIB) is not None  # smaller: still searched, fits
+    node_a = (cluster.share_of(1) or (0, ()))[0]
+    assert cluster.place(1, 0, 0, 10 * GIB, only_nodes=()) is None  # no node allowed
+    assert cluster.place(1, 0, 0, 10 * GIB) is not None  # ... does not poison the others
+    end_run(a, cluster, 1.0)
+    assert cluster.place(1, 0, 0, 20 * GIB, only_nodes=(node_a,)) == ((node_a, 0),)

@@ -66,6 +66,10 @@ class ClusterState:
         self._slots: list[dict[int, int]] = [{} for _ in nodes]  # slot id -> free GPU MiB
         self._shares: dict[int, tuple[int, tuple[int, ...], int]] = {}  # owner -> node, slots, MiB
         self._next_slot = 0
+        # Smallest GPU memory a share of (GPUs, CPUs, memory) failed to find since the last
+        # release: allocations only take room away, so a larger one fails too. A pass over a
+        # deep queue of shares on a full cluster then costs a lookup per job, not a search.
+        self._share_failed: dict[tuple[int, int, int, tuple[int, ...] | None], int] = {}
 
     @classmethod
     def uniform(cls, total_gpus: int, gpus_per_node: int) -> ClusterState:
@@ -92,13 +96,19 @@ class ClusterState:
         return whole >= -(-gpus // size)
 
     def place(
-        self, gpus: int, cpus: int = 0, mem_mib: int = 0, gpu_mem_mib: int = 0
+        self,
+        gpus: int,
+        cpus: int = 0,
+        mem_mib: int = 0,
+        gpu_mem_mib: int = 0,
+        only_nodes: tuple[int, ...] | None = None,
     ) -> Placement | None:
         """Where a job would go now, or None. Does not allocate. A job that asks for CPUs or
         memory is always given a node, even without GPUs, so they can be charged there. A job
-        that asks for GPU memory goes on shared GPUs (`gpu_mem_mib` on each of `gpus`)."""
+        that asks for GPU memory goes on shared GPUs (`gpu_mem_mib` on each of `gpus`), on one
+        of `only_nodes` if given."""
         if gpu_mem_mib:
-            return self._place_shared(gpus, cpus, mem_mib, gpu_mem_mib)
+            return self._place_shared(gpus, cpus, mem_mib, gpu_mem_mib, only_nodes)
         if gpus > self.free_gpus:
             return None
         if gpus == 0 and not (cpus or mem_mib):
@@ -120,11 +130,17 @@ class ClusterState:
             return None
         return tuple((i, self.node_gpus) for i in sorted(whole)[:need])
 
-    def _place_shared(self, gpus: int, cpus: int, mem_mib: int, want: int) -> Placement | None:
+    def _place_shared(
+        self, gpus: int, cpus: int, mem_mib: int, want: int, only: tuple[int, ...] | None
+    ) -> Placement | None:
         """Best fit over nodes: open as few new GPUs as possible, then leave the least memory
         over in the slots taken."""
+        key = (gpus, cpus, mem_mib, only)
+        if want >= self._share_failed.get(key, 1 << 62):
+            return None
         best: tuple[int, int, int] | None = None
-        for node, spec in enumerate(self.nodes):
+        for node in range(len(self.nodes)) if only is None else only:
+            spec = self.nodes[node]
             if spec.gpu_mem_mib is None or spec.gpu_mem_mib < want or gpus > spec.gpus:
                 continue
             if self.free_cpus[node] < cpus or self.free_mem_mib[node] < mem_mib:
@@ -137,12 +153,24 @@ class ClusterState:
             cost = (opened, leftover, node)
             if best is None or cost < best:
                 best = cost
-        return None if best is None else ((best[2], 0),)
+                if cost[:2] == (0, 0):
+                    break  # an exact fit in shared GPUs: nothing beats it
+        if best is None:
+            self._share_failed[key] = want
+            return None
+        return ((best[2], 0),)
 
     def _slot_choice(self, node: int, gpus: int, want: int) -> tuple[list[int], int] | None:
         """The fullest slots of `node` that still fit `want` (up to `gpus` of them) and how
         many GPUs must be opened for the rest; None if the node has too few free GPUs."""
-        fitting = sorted((free, slot) for slot, free in self._slots[node].items() if free >= want)
+        slots = self._slots[node]
+        if gpus == 1:  # most shares: the fullest fitting slot, without a sort
+            fullest = min(((free, slot) for slot, free in slots.items() if free >= want),
+                          default=None)  # fmt: skip
+            if fullest is not None:
+                return [fullest[1]], 0
+            return None if self.free[node] < 1 else ([], 1)
+        fitting = sorted((free, slot) for slot, free in slots.items() if free >= want)
         joined = [slot for _, slot in fitting[:gpus]]
         opened = gpus - len(joined)
         return None if opened > self.free[node] else (joined, opened)
@@ -175,6 +203,7 @@ class ClusterState:
     def release(
         self, placement: Placement, cpus: int = 0, mem_mib: int = 0, owner: int | None = None
     ) -> None:
+        self._share_failed.clear()  # room came back: every share may fit again
         for node, gpus in placement:
             self._move(node, self.free[node] + gpus)
         self._charge(placement, cpus, mem_mib)

@@ -77,15 +77,29 @@ class BackfillPolicy:
         head = pending[index]
         shadow, free_at_shadow = self._reservation(head, cluster)
         smallest = self._sizes.smallest()
+        # Shared-GPU candidates of k GPUs that end after the shadow time: the nodes that could
+        # hold them and still leave the head its room (valid until a start).
+        room_on: dict[int, tuple[int, ...]] = {}
         for job in pending[index + 1 : index + 1 + self._max_candidates]:
             if cluster.free_gpus < smallest:
                 return
-            placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib)
+            ends_in_time = shadow < math.inf and self._end(job, now) <= shadow
+            only = None
+            if job.gpu_mem_mib and not ends_in_time:
+                if job.gpus not in room_on:
+                    room_on[job.gpus] = tuple(
+                        node for node in range(len(cluster.nodes))
+                        if self._fits_after(head, node, job.gpus, free_at_shadow, cluster)
+                    )  # fmt: skip
+                only = room_on[job.gpus]
+                if not only:
+                    continue
+            placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib, only)
             if placement is None:
                 continue
-            ends_in_time = shadow < math.inf and self._end(job, now) <= shadow
             if ends_in_time or self._leaves_room(head, job, placement, free_at_shadow, cluster):
                 ctx.start(job, placement)
+                room_on.clear()
 
     def _reservation(self, head: SchedJob, cluster: ClusterState) -> tuple[float, list[int]]:
         """When the head job can start (running jobs ending by their estimates), and the free
@@ -97,6 +111,15 @@ class BackfillPolicy:
             if cluster.would_fit(free, head.gpus):  # a shared head: as if on whole GPUs
                 return self._ends.key(job)[0], free
         return math.inf, free
+
+    @staticmethod
+    def _fits_after(
+        head: SchedJob, node: int, gpus: int, free_at_shadow: list[int], cluster: ClusterState
+    ) -> bool:
+        """Whether the head still fits at its reservation with `gpus` more GPUs of `node` held."""
+        trial = list(free_at_shadow)
+        trial[node] -= gpus
+        return cluster.would_fit(trial, head.gpus)
 
     @staticmethod
     def _leaves_room(
