@@ -1,0 +1,544 @@
+"""Gang launch on Ray: one job spanning several nodes, started, watched and stopped as one.
+
+`launch()` (server side, blocking until every node's command runs, or raising
+`GangLaunchError` with nothing left behind):
+
+1. a placement group `gpuyard-job-<id>`, one bundle `{"GPU": g, "CPU": c}` per node, STRICT_SPREAD
+   (STRICT_PACK for one node), each bundle pinned to the node gpuyard's scheduler chose with
+   `bundle_label_selector=[{"ray.io/node-id": <node id>}]`: Ray 2.60 labels every node with
+   its id, on any cluster, so pinning needs neither IPs (all local test nodes share 127.0.0.1)
+   nor custom resources the admin would have to declare. A bundle whose node is gone (or
+   busy) cannot be placed, so the group is never ready: waited for at most `ready_timeout_s`,
+   then removed (`GangLaunchError.node_id` names a node Ray lists dead, if one is);
+2. one `NodeRunner` actor per bundle (`PlacementGroupSchedulingStrategy`, the bundle's GPUs and
+   CPUs, no restarts), which reports its node, IP and the GPU ids Ray gave it;
+3. master address = rank 0's node IP as Ray reports it; master port = the caller's, or else a
+   port the rank-0 actor finds free *on rank 0's node* (the server cannot know which ports are
+   free on another machine; the server's own `RendezvousPorts` only covers its machine);
+4. each actor starts `argv_for(node_rank, master_addr, master_port)` through the shim, with
+   `env` over the node's own environment, `GPUYARD_NODE_RANK`/`GPUYARD_NUM_NODES`, and Ray's
+   CUDA_VISIBLE_DEVICES.
+
+The returned `GangHandle` runs one thread per node that long-polls its actor for output lines
+and appends them to the job's single log file on the server's machine, each prefixed with
+`[node<rank>] ` (the rank-level prefix within a node is torchrun's business, e.g. `--tee 3`);
+gpuyard's own notes are prefixed `[gpuyard] `. A coordinator thread decides the outcome, first
+event wins:
+
+- every node exits 0 -> COMPLETED;
+- a node exits non-zero (negative: killed by that signal) -> FAILED with that node and code;
+- the time limit (counted from when every node runs) -> TIMED_OUT;
+- a node is lost -> NODE_LOST with that node's id and `node_alive`. Two detectors, the first
+  wins: (a) the node's shim watches its raylet's pid (pidfd) and, when the raylet exits, stops
+  the command and reports so through the actor, which still answers (actor calls go from
+  worker to worker, not through the raylet) -> `node_alive=False` at once, before GCS's health
+  checks (Ray's defaults: ~30 s) have noticed; (b) a call to the node's actor fails:
+  ActorDiedError when GCS declares the actor dead (its worker died: `node_alive` True; its node
+  failed the health checks, e.g. the machine is gone: False), NodeDiedError and other Ray
+  errors alike; ActorUnavailableError is retried for 30 s first. The server should match a
+  returning machine by hostname/IP: a restarted raylet gets a new node id;
+- `stop()` -> CANCELLED.
+
+Then every node still running is stopped (SIGTERM to its process tree, `grace_s`, SIGKILL: the
+shim does it on the node), the output is drained, the actors are killed and the placement group
+removed; only then is the result set and the callbacks called. On a lost node the shim stops
+the command by itself (its raylet exited, or its actor's process went away).
+
+Not covered: the placement group and actors share the server process's fate (Ray removes them
+when the driver exits), so unlike local jobs a Ray job does not survive a server restart.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Only `import ray` (attribute access below): `tests/ray` makes ruff's isort take a bare `ray`
+# for first-party but `ray.util...` for third-party, which would split Ray's imports in two.
+import ray
+
+from gpuyard.adapters.ray.node import NodeRunner
+
+log = logging.getLogger(__name__)
+
+NODE_ID_LABEL = "ray.io/node-id"
+_POLL_S = 0.5  # how long one poll call waits for output
+_UNAVAILABLE_S = 30.0  # an actor unavailable (or silent) this long counts as a lost node
+_RemoteRunner: Any = None  # ray.remote(NodeRunner), made once
+_running: set[GangHandle] = set()  # jobs not yet ended, for `stop_all`
+_running_lock = threading.Lock()
+
+
+class GangOutcome(enum.Enum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    NODE_LOST = "node_lost"
+
+
+@dataclass(frozen=True)
+class GangNode:
+    """Where one node rank of the job runs, and the GPUs Ray gave it."""
+
+    rank: int
+    node_id: str
+    ip: str
+    hostname: str
+    gpu_ids: tuple[str, ...]  # ray.get_gpu_ids() in the node's actor
+    cuda_visible_devices: str  # what the node's command sees
+    worker_pid: int  # the Ray worker process hosting the node's actor (diagnostics, tests)
+
+
+@dataclass(frozen=True)
+class GangResult:
+    outcome: GangOutcome
+    detail: str  # one human line, also written to the log
+    node_rank: int | None = None  # the node that failed or was lost
+    node_id: str | None = None
+    exit_code: int | None = None  # FAILED: that node's code (negative: its signal)
+    exit_codes: tuple[int | None, ...] = ()  # per node rank; None: unknown (lost, no reply)
+    node_alive: bool | None = None  # NODE_LOST: does Ray still list the node alive?
+
+
+class GangLaunchError(RuntimeError):
+    """The job could not be started; nothing of it is left on the cluster."""
+
+    def __init__(self, message: str, node_id: str | None = None) -> None:
+        super().__init__(message)
+        self.node_id = node_id  # the node that is missing or failed, when known
+
+
+def launch(
+    job_id: int,
+    per_node: Sequence[tuple[str, int, int]],
+    argv_for: Callable[[int, str, int], list[str]],
+    env: Mapping[str, str],
+    log_path: str | os.PathLike[str],
+    grace_s: float = 10.0,
+    time_limit_s: float | None = None,
+    *,
+    master_port: int | None = None,
+    workdir: str | None = None,
+    ready_timeout_s: float = 60.0,
+    on_end: Callable[[GangResult], None] | None = None,
+) -> GangHandle:
+    """Start one command per node `(node_id, gpus, cpus)`, node rank = position in `per_node`.
+
+    Blocks until every node's command has started (about a second: the placement group, then
+    one Ray worker process per node). `env` is the job's environment (e.g. `build_job_env`
+    with an empty base): it is laid over each node's own environment. `workdir`: where the
+    commands run on their nodes (must exist there), default the Ray worker's directory.
+    """
+    _validate(per_node)
+    n = len(per_node)
+    # Opened first: a log that cannot be written fails the launch before anything runs.
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    pg: Any = None
+    actors: list[Any] = []
+    started = False
+    try:
+        pg = ray.util.placement_group(
+            [_bundle(gpus, cpus) for _, gpus, cpus in per_node],
+            strategy="STRICT_SPREAD" if n > 1 else "STRICT_PACK",
+            name=f"gpuyard-job-{job_id}",
+            bundle_label_selector=[{NODE_ID_LABEL: node_id} for node_id, _, _ in per_node],
+        )
+        ready, _ = ray.wait([pg.ready()], timeout=ready_timeout_s)
+        if not ready:
+            missing = _first_missing_node([node_id for node_id, _, _ in per_node])
+            why = f"node {missing} is not alive" if missing else "its resources are in use"
+            raise GangLaunchError(
+                f"placement group not ready after {ready_timeout_s:g}s: {why}", missing
+            )
+        runner = _remote_runner()
+        for rank, (_, gpus, cpus) in enumerate(per_node):
+            strategy = ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=rank
+            )
+            actors.append(
+                runner.options(
+                    num_gpus=gpus,
+                    num_cpus=cpus,
+                    scheduling_strategy=strategy,
+                    max_restarts=0,
+                    max_task_retries=0,
+                    max_concurrency=4,
+                    name=None,
+                    lifetime=None,
+                ).remote()
+            )
+        # One round trip: rank 0's free port is asked for along with every node's facts.
+        asks = [a.info.remote() for a in actors]
+        if master_port is None:
+            asks.append(actors[0].free_port.remote())
+        answers = _get(asks, ready_timeout_s, per_node)
+        infos = answers[:n]
+        port = answers[n] if master_port is None else master_port
+        nodes = tuple(
+            GangNode(
+                rank=rank,
+                node_id=info["node_id"],
+                ip=info["ip"],
+                hostname=info["hostname"],
+                gpu_ids=tuple(info["gpu_ids"]),
+                cuda_visible_devices=info["cuda_visible_devices"],
+                worker_pid=int(info["pid"]),
+            )
+            for rank, info in enumerate(infos)
+        )
+        for node, (wanted, _, _) in zip(nodes, per_node, strict=True):
+            if node.node_id != wanted:
+                raise GangLaunchError(f"node rank {node.rank} landed on {node.node_id}", wanted)
+        master_addr = nodes[0].ip
+        master_port = int(port)
+        starts = []
+        for rank, actor in enumerate(actors):
+            node_env = {**env, "GPUYARD_NODE_RANK": str(rank), "GPUYARD_NUM_NODES": str(n)}
+            argv = list(argv_for(rank, master_addr, master_port))
+            starts.append(actor.start.remote(argv, node_env, float(grace_s), workdir))
+        _get(starts, ready_timeout_s, per_node)
+        handle = GangHandle(job_id, nodes, master_addr, master_port, pg, actors, log_fd,
+                            log_path, grace_s, time_limit_s)  # fmt: skip
+        started = True
+        if on_end is not None:
+            handle.add_done_callback(on_end)
+        handle._note(
+            f"job {job_id}: {n} node(s), master {master_addr}:{master_port}, "
+            f"placement group {pg.id.hex()}"
+        )
+        for node in nodes:
+            handle._note(
+                f"node{node.rank} = {node.hostname} ({node.ip}) ray node {node.node_id[:12]}, "
+                f"GPUs {node.cuda_visible_devices or '-'}"
+            )
+        handle._run()
+        return handle
+    finally:
+        if not started:
+            os.close(log_fd)
+            _teardown(actors, pg, grace_s)
+
+
+class GangHandle:
+    """A running gang job: its nodes, its end (`wait`, callbacks) and its cancel (`stop`)."""
+
+    def __init__(
+        self,
+        job_id: int,
+        nodes: tuple[GangNode, ...],
+        master_addr: str,
+        master_port: int,
+        pg: Any,
+        actors: list[Any],
+        log_fd: int,
+        log_path: str | os.PathLike[str],
+        grace_s: float,
+        time_limit_s: float | None,
+    ) -> None:
+        self.job_id = job_id
+        self.nodes = nodes
+        self.master_addr = master_addr
+        self.master_port = master_port
+        self.placement_group_id: str = pg.id.hex()
+        self.log_path = os.fspath(log_path)
+        self._pg = pg
+        self._actors = actors
+        self._grace_s = grace_s
+        self._time_limit_s = time_limit_s
+        self._events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+        self._exit_codes: list[int | None] = [None] * len(nodes)
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._result: GangResult | None = None
+        self._callbacks: list[Callable[[GangResult], None]] = []
+        self._log_fd = log_fd
+        self._log_lock = threading.Lock()
+        self._pollers: list[threading.Thread] = []
+
+    # ---- public -------------------------------------------------------------------------
+
+    @property
+    def result(self) -> GangResult | None:
+        return self._result
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> GangResult | None:
+        """The job's result once it ended and was cleaned up; None if `timeout` passed first."""
+        self._done.wait(timeout)
+        return self._result
+
+    def add_done_callback(self, fn: Callable[[GangResult], None]) -> None:
+        """Call `fn(result)` when the job has ended (at once if it has); from gpuyard's thread."""
+        with self._lock:
+            if self._result is None:
+                self._callbacks.append(fn)
+                return
+            result = self._result
+        _call(fn, result)
+
+    def stop(
+        self, reason: str = "cancelled", wait: bool = True, timeout: float | None = None
+    ) -> GangResult | None:
+        """Cancel: stop every node (TERM, grace, KILL), kill the actors, remove the group."""
+        self._events.put(("stop", -1, reason))
+        return self.wait(timeout) if wait else self._result
+
+    # ---- internals ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        with _running_lock:
+            _running.add(self)
+        for node, actor in zip(self.nodes, self._actors, strict=True):
+            thread = threading.Thread(
+                target=self._poll, args=(node, actor), daemon=True,
+                name=f"gpuyard-ray-{self.job_id}-node{node.rank}",
+            )  # fmt: skip
+            self._pollers.append(thread)
+            thread.start()
+        threading.Thread(
+            target=self._coordinate, daemon=True, name=f"gpuyard-ray-{self.job_id}"
+        ).start()
+
+    def _poll(self, node: GangNode, actor: Any) -> None:
+        prefix = f"[node{node.rank}] ".encode()
+        unavailable_since: float | None = None
+        while True:
+            try:
+                lines, code, raylet_died = ray.get(
+                    actor.poll.remote(_POLL_S), timeout=_POLL_S + _UNAVAILABLE_S
+                )
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError) as exc:
+                now = time.monotonic()
+                unavailable_since = unavailable_since or now
+                if now - unavailable_since < _UNAVAILABLE_S:
+                    time.sleep(0.2)
+                    continue
+                self._events.put(("lost", node.rank, exc))
+                return
+            except ray.exceptions.RayTaskError as exc:  # a gpuyard bug on the node side
+                self._events.put(("error", node.rank, exc))
+                return
+            except BaseException as exc:  # ActorDiedError, NodeDiedError, ...: the node is gone
+                # (also SystemExit, which ray.get raises in other threads during ray.shutdown)
+                self._events.put(("lost", node.rank, exc))
+                return
+            unavailable_since = None
+            if lines:
+                self._write(b"".join(prefix + line + b"\n" for line in lines))
+            if code is not None:
+                self._exit_codes[node.rank] = int(code)
+                if raylet_died:
+                    self._events.put(("lost", node.rank, "its raylet exited"))
+                else:
+                    self._events.put(("exit", node.rank, int(code)))
+                return
+
+    def _coordinate(self) -> None:
+        try:
+            result = self._decide()
+            self._note(result.detail)
+            self._wind_down(result)
+        except Exception as exc:  # never leave a job without an end
+            log.exception("gang job %s: coordinator failed", self.job_id)
+            result = GangResult(GangOutcome.FAILED, f"gpuyard error: {exc!r}")
+            _teardown(self._actors, self._pg, self._grace_s)
+        result = GangResult(
+            result.outcome, result.detail, result.node_rank, result.node_id, result.exit_code,
+            tuple(self._exit_codes), result.node_alive,
+        )  # fmt: skip
+        with self._lock:
+            self._result = result
+            callbacks, self._callbacks = self._callbacks, []
+        with _running_lock:
+            _running.discard(self)
+        try:
+            os.close(self._log_fd)
+        except OSError:
+            pass
+        self._done.set()
+        for fn in callbacks:
+            _call(fn, result)
+
+    def _decide(self) -> GangResult:
+        deadline = None
+        if self._time_limit_s is not None:
+            deadline = time.monotonic() + self._time_limit_s
+        finished: set[int] = set()
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                kind, rank, value = self._events.get(timeout=timeout)
+            except queue.Empty:
+                return GangResult(
+                    GangOutcome.TIMED_OUT, f"time limit of {self._time_limit_s:g}s reached"
+                )
+            node = self.nodes[rank] if rank >= 0 else None
+            if kind == "stop":
+                return GangResult(GangOutcome.CANCELLED, f"stop requested: {value}")
+            assert node is not None
+            if kind == "exit" and value == 0:
+                finished.add(rank)
+                if len(finished) == len(self.nodes):
+                    return GangResult(GangOutcome.COMPLETED, "every node exited with code 0")
+            elif kind == "exit":
+                how = f"was killed by signal {-value}" if value < 0 else f"exited with code {value}"
+                return GangResult(
+                    GangOutcome.FAILED, f"node{rank} ({node.hostname}) {how}",
+                    node_rank=rank, node_id=node.node_id, exit_code=value,
+                )  # fmt: skip
+            elif kind == "lost":
+                if isinstance(value, str):  # the node's shim saw its raylet exit
+                    alive: bool | None = False
+                    why = value
+                else:
+                    alive = _node_alive(node.node_id)
+                    state = "its actor died" if alive else "Ray lists the node dead"
+                    why = f"{state} ({type(value).__name__})"
+                return GangResult(
+                    GangOutcome.NODE_LOST,
+                    f"lost node{rank} ({node.hostname}, ray node {node.node_id}): {why}",
+                    node_rank=rank, node_id=node.node_id, node_alive=alive,
+                )  # fmt: skip
+            else:
+                return GangResult(
+                    GangOutcome.FAILED, f"node{rank}: gpuyard's node runner failed: {value}",
+                    node_rank=rank, node_id=node.node_id,
+                )  # fmt: skip
+
+    def _wind_down(self, result: GangResult) -> None:
+        """Stop what still runs, drain its output, then remove actors and placement group."""
+        for thread, actor in zip(self._pollers, self._actors, strict=True):
+            if thread.is_alive():
+                try:
+                    actor.stop.remote(float(self._grace_s))  # the poller reports its exit
+                except Exception:  # the actor is gone too: its poller will say so
+                    pass
+        deadline = time.monotonic() + self._grace_s + 15
+        for thread in self._pollers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for kind, rank, value in _drain(self._events):
+            if kind == "lost" and rank != result.node_rank:
+                self._note(f"node{rank} was lost while stopping: {type(value).__name__}")
+        _teardown(self._actors, self._pg, 0)
+
+    def _note(self, text: str) -> None:
+        self._write(f"[gpuyard] {text}\n".encode())
+
+    def _write(self, data: bytes) -> None:
+        with self._log_lock:
+            try:
+                os.write(self._log_fd, data)
+            except OSError:
+                log.warning("gang job %s: cannot write its log", self.job_id, exc_info=True)
+
+
+def stop_all(reason: str, timeout: float | None = None) -> None:
+    """Stop every gang job still running in this process (before disconnecting from Ray)."""
+    with _running_lock:
+        handles = list(_running)
+    for handle in handles:
+        handle.stop(reason, wait=False)
+    for handle in handles:
+        handle.wait(timeout)
+
+
+def _validate(per_node: Sequence[tuple[str, int, int]]) -> None:
+    if not per_node:
+        raise ValueError("a gang job needs at least one node")
+    ids = [node_id for node_id, _, _ in per_node]
+    if len(set(ids)) != len(ids):
+        raise ValueError("each node may appear once (one bundle per node, STRICT_SPREAD)")
+    for node_id, gpus, cpus in per_node:
+        if gpus < 0 or cpus < 0 or gpus + cpus == 0:
+            raise ValueError(f"node {node_id}: needs GPUs or CPUs (got {gpus}, {cpus})")
+
+
+def _bundle(gpus: int, cpus: int) -> dict[str, float]:
+    bundle: dict[str, float] = {}
+    if gpus:
+        bundle["GPU"] = float(gpus)
+    if cpus:
+        bundle["CPU"] = float(cpus)
+    return bundle
+
+
+def _remote_runner() -> Any:
+    global _RemoteRunner
+    if _RemoteRunner is None:
+        _RemoteRunner = ray.remote(NodeRunner)
+    return _RemoteRunner
+
+
+def _get(refs: list[Any], timeout_s: float, per_node: Sequence[tuple[str, int, int]]) -> list[Any]:
+    """ray.get for the launch steps, turning Ray's errors into a GangLaunchError."""
+    try:
+        return list(ray.get(refs, timeout=timeout_s))
+    except ray.exceptions.GetTimeoutError as exc:
+        raise GangLaunchError(f"the job's node actors did not answer in {timeout_s:g}s") from exc
+    except ray.exceptions.RayError as exc:
+        missing = _first_missing_node([node_id for node_id, _, _ in per_node])
+        raise GangLaunchError(f"starting the job's node actors failed: {exc}", missing) from exc
+
+
+def _teardown(actors: list[Any], pg: Any, grace_s: float) -> None:
+    """Stop commands (if any run), kill the actors, remove the placement group."""
+    if grace_s > 0 and actors:
+        try:
+            ray.wait([a.stop.remote(float(grace_s)) for a in actors],
+                     num_returns=len(actors), timeout=grace_s + 10)  # fmt: skip
+        except Exception:
+            pass
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:
+            pass
+    if pg is None:
+        return
+    try:
+        ray.util.remove_placement_group(pg)
+    except Exception:
+        log.warning("cannot remove placement group %s", pg.id.hex(), exc_info=True)
+
+
+def _node_alive(node_id: str) -> bool | None:
+    try:
+        for raw in ray.nodes():
+            if raw["NodeID"] == node_id:
+                return bool(raw.get("Alive"))
+    except Exception:
+        return None
+    return False
+
+
+def _first_missing_node(node_ids: list[str]) -> str | None:
+    for node_id in node_ids:
+        if _node_alive(node_id) is False:
+            return node_id
+    return None
+
+
+def _drain(events: queue.Queue[tuple[str, int, Any]]) -> list[tuple[str, int, Any]]:
+    items = []
+    while True:
+        try:
+            items.append(events.get_nowait())
+        except queue.Empty:
+            return items
+
+
+def _call(fn: Callable[[GangResult], None], result: GangResult) -> None:
+    try:
+        fn(result)
+    except Exception:
+        log.exception("gang job end callback failed")
