@@ -49,6 +49,7 @@ def finished_job_with_every_field_set() -> Job:
         preemptible=False,
         distributed="torchrun",
         gpu_mem_mib=20 * 1024,
+        nodes=2,
     )
     return Job(
         id=41,

@@ -44,7 +44,18 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
             f"--distributed {body.distributed} runs one process per GPU: ask for --gpus N",
             field="distributed",
         )
+    if body.nodes > 1 and (body.gpus < body.nodes or body.gpus % body.nodes):
+        raise InvalidRequest(
+            f"--nodes {body.nodes} splits the job's GPUs evenly over the nodes: give "
+            "--gpus-per-node G (or --gpus a multiple of --nodes)",
+            field="nodes",
+        )
     gpu_mem_mib = parse_size_mib(body.gpu_mem, field="gpu_mem") if body.gpu_mem else 0
+    if gpu_mem_mib and body.nodes > 1:
+        raise InvalidRequest(
+            "--gpu-mem shares GPUs of one machine: it cannot be combined with --nodes",
+            field="gpu_mem",
+        )
     if gpu_mem_mib and body.gpus < 1:
         raise InvalidRequest(
             "--gpu-mem is GPU memory per GPU: ask for --gpus N (1 or more) too", field="gpu_mem"
@@ -64,6 +75,7 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
         preemptible=body.preemptible,
         distributed=body.distributed,
         gpu_mem_mib=gpu_mem_mib,
+        nodes=body.nodes,
     )
 
 
@@ -102,6 +114,7 @@ def job_to_wire(
         preemptible=spec.preemptible,
         distributed=spec.distributed,
         gpu_mem_mib=spec.gpu_mem_mib,
+        nodes=spec.nodes,
         restarts=job.restarts,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),

@@ -77,6 +77,12 @@ def submit(
             "(implies --gpus 1 unless given)"
         ),
     ] = None,
+    nodes: Annotated[
+        int, typer.Option(help="machines the job spans (server --backend ray)", min=1)
+    ] = 1,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="GPUs on each of --nodes (sets --gpus)", min=0)
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="queue nothing: say if and when the job would start"),
@@ -98,6 +104,10 @@ def submit(
     if gpu_mem:
         fields["gpu_mem"] = gpu_mem
         fields["gpus"] = gpus or 1
+    if nodes > 1:
+        fields["nodes"] = nodes
+    if gpus_per_node is not None:
+        fields["gpus"] = nodes * gpus_per_node
     if check:
         from gpuyard.cli.doctoring import check_submission
 

@@ -37,6 +37,13 @@ class JobSpec:
     # GPU memory per GPU (`--gpu-mem`); > 0: the job may share its GPUs with other such jobs
     # and may use no more than this on each (0: whole GPUs, all their memory).
     gpu_mem_mib: int = 0
+    # Machines the job spans (`--nodes`): its `gpus` split evenly, one group per node (a Ray
+    # placement group across nodes); 1: all on one machine.
+    nodes: int = 1
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
 
 
 @dataclass(frozen=True, slots=True)

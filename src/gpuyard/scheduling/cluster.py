@@ -102,13 +102,17 @@ class ClusterState:
         mem_mib: int = 0,
         gpu_mem_mib: int = 0,
         only_nodes: tuple[int, ...] | None = None,
+        nodes: int = 1,
     ) -> Placement | None:
         """Where a job would go now, or None. Does not allocate. A job that asks for CPUs or
         memory is always given a node, even without GPUs, so they can be charged there. A job
         that asks for GPU memory goes on shared GPUs (`gpu_mem_mib` on each of `gpus`), on one
-        of `only_nodes` if given."""
+        of `only_nodes` if given. A job of `nodes` > 1 takes `gpus // nodes` on each of that
+        many distinct nodes (best fit on each)."""
         if gpu_mem_mib:
             return self._place_shared(gpus, cpus, mem_mib, gpu_mem_mib, only_nodes)
+        if nodes > 1:
+            return self._place_spread(gpus // nodes, nodes)
         if gpus > self.free_gpus:
             return None
         if gpus == 0 and not (cpus or mem_mib):
@@ -129,6 +133,22 @@ class ClusterState:
         if len(whole) < need:
             return None
         return tuple((i, self.node_gpus) for i in sorted(whole)[:need])
+
+    def _place_spread(self, per_node: int, nodes: int) -> Placement | None:
+        """`per_node` GPUs on each of `nodes` distinct nodes: the fullest nodes that fit."""
+        if per_node * nodes > self.free_gpus:
+            return None
+        chosen: list[int] = []
+        for free in range(per_node, self.node_gpus + 1):
+            for node in sorted(self._buckets[free]):
+                chosen.append(node)
+                if len(chosen) == nodes:
+                    return tuple((n, per_node) for n in sorted(chosen))
+        return None
+
+    def can_ever_spread(self, per_node: int, nodes: int) -> bool:
+        """Whether `nodes` distinct nodes of at least `per_node` GPUs exist at all."""
+        return sum(1 for n in self.nodes if n.gpus >= per_node) >= nodes
 
     def _place_shared(
         self, gpus: int, cpus: int, mem_mib: int, want: int, only: tuple[int, ...] | None

@@ -30,6 +30,7 @@ class SchedJob:
     cpus: int = 0
     mem_mib: int = 0
     gpu_mem_mib: int = 0  # per GPU; > 0: may share GPUs with other such jobs
+    nodes: int = 1  # > 1: exactly this many machines, gpus // nodes on each
     time_limit_s: float | None = None
     preemptible: bool = True
     attained_gpu_s: float = 0.0  # GPU-seconds held in earlier runs
@@ -48,6 +49,15 @@ class SchedJob:
     @property
     def running(self) -> bool:
         return self.run_started_at is not None
+
+
+def place_job(
+    cluster: ClusterState, job: SchedJob, only_nodes: tuple[int, ...] | None = None
+) -> Placement | None:
+    """Where `job` would go now (see `ClusterState.place`), or None."""
+    return cluster.place(
+        job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib, only_nodes, nodes=job.nodes
+    )
 
 
 def whole_gpus(job: SchedJob) -> int:

@@ -32,6 +32,10 @@ class JobSubmitIn(_Strict):
         Literal["torchrun", "jax", "tf"] | None,
         Field(description="one process per GPU through torchrun, or JAX/TF cluster variables"),
     ] = None
+    nodes: Annotated[
+        StrictInt,
+        Field(ge=1, le=1024, description="machines the job spans; its gpus split evenly over them"),
+    ] = 1
     gpu_mem: Annotated[
         StrictStr | None,
         Field(
@@ -81,6 +85,7 @@ class JobOut(BaseModel):
     preemptible: bool
     distributed: str | None
     gpu_mem_mib: int = Field(0, description="GPU memory per GPU asked for; 0: whole GPUs")
+    nodes: int = Field(1, description="machines the job spans (its GPUs split evenly)")
     restarts: int = Field(description="times it was preempted and requeued")
     attained_gpu_s: float = Field(description="GPU-seconds held so far, all runs")
     estimated_start_at: str | None = Field(

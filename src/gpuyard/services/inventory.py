@@ -9,14 +9,27 @@ from gpuyard.domain.job import Gpu, NodeCapacity
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    """GPUs (detected or declared) plus node capacity; `source` explains where GPUs came from."""
+    """GPUs (detected or declared) plus node capacity; `source` explains where GPUs came from.
+    On a Ray cluster (`--backend ray`) there are several machines: `node` is the first, `others`
+    the rest, and each GPU's `node` names its machine (indices are unique across machines)."""
 
     gpus: tuple[Gpu, ...]
     node: NodeCapacity
     source: str
+    others: tuple[NodeCapacity, ...] = ()
+
+    @property
+    def nodes(self) -> tuple[NodeCapacity, ...]:
+        return (self.node, *self.others)
 
     def gpu_indices(self) -> list[int]:
         return [gpu.index for gpu in self.gpus]
+
+    def gpus_of(self, node_name: str) -> list[int]:
+        """The GPU indices of one machine (all of them on a single-machine server)."""
+        if not self.others:
+            return self.gpu_indices()
+        return [gpu.index for gpu in self.gpus if gpu.node == node_name]
 
     def gpu_mem_mib(self) -> int | None:
         """Memory of each GPU, for jobs that share GPUs (`--gpu-mem`): the smallest GPU's, so

@@ -234,6 +234,7 @@ class JobService:
             )
         if spec.gpu_mem_mib:
             self._check_gpu_mem(spec)
+        self._check_machines(spec)
         if spec.cpus > inv.node.cpus:
             raise InvalidRequest(
                 f"the job asks for {spec.cpus} CPUs but this server offers {inv.node.cpus}",
@@ -250,6 +251,26 @@ class JobService:
                 f"workdir {spec.workdir!r} does not exist on the server; create it or pass "
                 "--workdir",
                 field="workdir",
+            )
+
+    def _check_machines(self, spec: JobSpec) -> None:
+        """A job fits on one machine, or (`--nodes N`) on N machines with its share of GPUs."""
+        inv = self.inventory
+        sizes = sorted((len(inv.gpus_of(node.name)) for node in inv.nodes), reverse=True)
+        if spec.nodes > len(sizes):
+            raise InvalidRequest(
+                f"the job asks for {spec.nodes} nodes but this server has {len(sizes)} "
+                "(multi-node jobs need `gpuyard server --backend ray` on a cluster)",
+                field="nodes",
+            )
+        per_node = spec.gpus_per_node
+        if sizes[spec.nodes - 1] < per_node:
+            where = "one machine" if spec.nodes == 1 else f"{spec.nodes} machines"
+            raise InvalidRequest(
+                f"the job asks for {_gpus(per_node)} on {where}, but the largest machines here "
+                f"have {', '.join(map(str, sizes[: spec.nodes]))} GPUs; ask for fewer"
+                + (" or spread it with --nodes" if spec.nodes == 1 and len(sizes) > 1 else ""),
+                field="gpus",
             )
 
     def _check_gpu_mem(self, spec: JobSpec) -> None:

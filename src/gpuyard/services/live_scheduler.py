@@ -79,7 +79,8 @@ def sched_job(job: Job) -> SchedJob:
     return SchedJob(
         id=job.id, user=job.owner, gpus=spec.gpus, submitted_at=job.submitted_at,
         priority=spec.priority, cpus=spec.cpus, mem_mib=spec.mem_mib,
-        gpu_mem_mib=spec.gpu_mem_mib, time_limit_s=spec.time_limit_s, preemptible=spec.preemptible,
+        gpu_mem_mib=spec.gpu_mem_mib, nodes=spec.nodes, time_limit_s=spec.time_limit_s,
+        preemptible=spec.preemptible,
         attained_gpu_s=job.attained_gpu_s, restarts=job.restarts,
     )  # fmt: skip
 
@@ -90,12 +91,13 @@ class LiveScheduler:
     def __init__(self, policy: Policy, inventory: Inventory, clock: Callable[[], float]) -> None:
         self.policy = policy
         self._clock = clock
-        node = inventory.node
-        self._node_names = [node.name]
-        self._node_gpus = [inventory.gpu_indices()]
+        nodes = inventory.nodes
+        self._node_names = [node.name for node in nodes]
+        self._node_gpus = [inventory.gpus_of(node.name) for node in nodes]
+        self._node_of = {gpu: i for i, gpus in enumerate(self._node_gpus) for gpu in gpus}
         self.cluster = ClusterState(
-            [NodeSpec(node.name, len(self._node_gpus[0]), node.cpus, node.mem_mib,
-                      inventory.gpu_mem_mib())]
+            [NodeSpec(node.name, len(gpus), node.cpus, node.mem_mib, inventory.gpu_mem_mib())
+             for node, gpus in zip(nodes, self._node_gpus, strict=True)]
         )  # fmt: skip
         self._slot_gpu: dict[tuple[int, int], int] = {}  # shared GPU (node, slot) -> physical
         self._lock = threading.Lock()  # the policy and everything below
@@ -246,12 +248,13 @@ class LiveScheduler:
         once that job has ended.)"""
         held = {gpu for gpus in self._holding.values() for gpu in gpus}
         for gpu in list(self._drain_charged - self._drained):
-            self.cluster.release(((0, 1),))
+            self.cluster.release(((self._node_of[gpu], 1),))
             self._drain_charged.discard(gpu)
         for gpu in sorted(self._drained - self._drain_charged - held):
-            if gpu not in self._node_gpus[0] or self.cluster.free[0] < 1:
+            node = self._node_of.get(gpu)
+            if node is None or self.cluster.free[node] < 1:
                 continue  # not ours, or counted for a job waiting to launch: next time
-            self.cluster.allocate(((0, 1),))
+            self.cluster.allocate(((node, 1),))
             self._drain_charged.add(gpu)
 
     def _on_end(self, record: Job, at: float) -> bool:
@@ -325,8 +328,8 @@ class LiveScheduler:
             for node, count in placement:
                 gpus.extend(free[node][:count])
                 del free[node][:count]
-            node_index = placement[0][0] if placement else 0
-            launches.append(Launch(job_id, self._node_names[node_index], tuple(gpus)))
+            names = ",".join(self._node_names[node] for node, _ in placement)
+            launches.append(Launch(job_id, names or self._node_names[0], tuple(gpus)))
         return launches
 
     def _launch_shared(
@@ -386,12 +389,17 @@ class LiveScheduler:
     def _rebuilt_placement(self, record: Job) -> tuple[Placement, tuple[int, ...] | None]:
         """Where a job still running after a restart is, in the policy's terms: whole GPUs, or
         the shared GPUs it runs on (one slot per physical GPU, bound to it again)."""
+        per_node: dict[int, int] = {}
+        for gpu in record.gpus:
+            node = self._node_of.get(gpu, 0)
+            per_node[node] = per_node.get(node, 0) + 1
         if not record.spec.gpu_mem_mib:
-            return ((0, len(record.gpus)),), None
+            return tuple(sorted(per_node.items())) or ((0, 0),), None
+        node = min(per_node, default=0)
         slots = tuple(_REBUILT_SLOT + gpu for gpu in record.gpus)
         for gpu, slot in zip(record.gpus, slots, strict=True):
-            self._slot_gpu[(0, slot)] = gpu
-        return ((0, 0),), slots
+            self._slot_gpu[(node, slot)] = gpu
+        return ((node, 0),), slots
 
     def _replay(self, kind: int, at: float, record: Job) -> None:
         if kind == 0:

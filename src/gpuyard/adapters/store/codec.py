@@ -29,6 +29,7 @@ def job_to_row(job: Job) -> dict[str, Any]:
                 "preemptible": spec.preemptible,
                 "distributed": spec.distributed,
                 "gpu_mem_mib": spec.gpu_mem_mib,
+                "nodes": spec.nodes,
             }
         ),
         "reason": job.reason,
@@ -62,6 +63,7 @@ def row_to_job(row: Any) -> Job:
         preemptible=spec_data.get("preemptible", True),
         distributed=spec_data.get("distributed"),
         gpu_mem_mib=spec_data.get("gpu_mem_mib", 0),
+        nodes=spec_data.get("nodes", 1),
     )
     return Job(
         id=row.id,

@@ -17,7 +17,7 @@ import math
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
-from gpuyard.scheduling.policy import Context, SchedJob, whole_gpus
+from gpuyard.scheduling.policy import Context, SchedJob, place_job, whole_gpus
 
 
 class BackfillPolicy:
@@ -67,7 +67,7 @@ class BackfillPolicy:
         index = 0
         while index < len(pending):  # in order, while the head fits
             first = pending[index]
-            placement = cluster.place(first.gpus, first.cpus, first.mem_mib, first.gpu_mem_mib)
+            placement = place_job(cluster, first)
             if placement is None:
                 break
             ctx.start(pending[index], placement)
@@ -94,7 +94,7 @@ class BackfillPolicy:
                 only = room_on[job.gpus]
                 if not only:
                     continue
-            placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib, only)
+            placement = place_job(cluster, job, only)
             if placement is None:
                 continue
             if ends_in_time or self._leaves_room(head, job, placement, free_at_shadow, cluster):

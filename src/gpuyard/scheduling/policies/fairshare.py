@@ -12,7 +12,7 @@ jobs start greedily in priority order, smaller ones using GPUs a bigger one cann
 from __future__ import annotations
 
 from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
-from gpuyard.scheduling.policy import Context, SchedJob, whole_gpus
+from gpuyard.scheduling.policy import Context, SchedJob, place_job, whole_gpus
 
 
 class FairsharePolicy:
@@ -117,6 +117,6 @@ class FairsharePolicy:
         for job in list(self._pending):
             if cluster.free_gpus < smallest:
                 return
-            placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib)
+            placement = place_job(cluster, job)
             if placement is not None:
                 ctx.start(job, placement)

@@ -8,7 +8,7 @@ with a higher `--priority` goes ahead of every job of lower priority.
 from __future__ import annotations
 
 from gpuyard.scheduling.policies.ranked import SortedJobs
-from gpuyard.scheduling.policy import Context, SchedJob
+from gpuyard.scheduling.policy import Context, SchedJob, place_job
 
 
 class FifoPolicy:
@@ -41,7 +41,7 @@ class FifoPolicy:
     def schedule(self, ctx: Context) -> None:
         queue = self._queue
         while (head := queue.first()) is not None:
-            placement = ctx.cluster.place(head.gpus, head.cpus, head.mem_mib, head.gpu_mem_mib)
+            placement = place_job(ctx.cluster, head)
             if placement is None:
                 return
             queue.remove(head)

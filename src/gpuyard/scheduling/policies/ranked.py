@@ -21,7 +21,7 @@ from collections import Counter
 from typing import Any
 
 from gpuyard.scheduling.cluster import Placement
-from gpuyard.scheduling.policy import Context, SchedJob, whole_gpus
+from gpuyard.scheduling.policy import Context, SchedJob, place_job, whole_gpus
 
 
 class RequestSizes:
@@ -135,7 +135,7 @@ class RankedPolicy:
         # failed cannot succeed either: its possible victims are a subset.
         failed_at = 1 << 30
         for job in self.pending(now):
-            placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib)
+            placement = place_job(cluster, job)
             if placement is not None:
                 ctx.start(job, placement)
                 continue
@@ -150,6 +150,8 @@ class RankedPolicy:
         """Make room for `job` by preempting as few lower-ranked GPUs as possible, on the
         node(s) where it will run: preempting elsewhere would free nothing it can use."""
         cluster = ctx.cluster
+        if job.nodes > 1 and job.gpus // job.nodes != cluster.node_gpus:
+            return False  # spread over part of several nodes: not preempted for (see docs)
         if job.gpus > cluster.node_gpus and cluster.node_gpus > 0:
             victims = self._free_whole_nodes(job, ctx)
         else:
@@ -158,7 +160,7 @@ class RankedPolicy:
             return False
         for victim in victims:
             ctx.preempt(victim)
-        placement = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib)
+        placement = place_job(cluster, job)
         assert placement is not None, "preemption planned room that is not there"
         ctx.start(job, placement)
         return True
