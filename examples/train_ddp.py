@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -38,9 +39,13 @@ def main() -> None:
     dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    print(f"rank {rank}/{world} local_rank {local_rank} world_size {world} on {device} "
-          f"master {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} "
-          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r})", flush=True)
+    # One write per line: the ranks share the job's log, and print() writes text and newline
+    # separately, so two ranks' lines could interleave.
+    sys.stdout.write(f"rank {rank}/{world} local_rank {local_rank} world_size {world} on "
+                     f"{device} master {os.environ.get('MASTER_ADDR')}:"
+                     f"{os.environ.get('MASTER_PORT')} (CUDA_VISIBLE_DEVICES="
+                     f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')!r})\n")
+    sys.stdout.flush()
 
     torch.manual_seed(0)  # the same teacher and initial model on every rank
     features = 32

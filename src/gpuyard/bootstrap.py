@@ -8,9 +8,10 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import psutil
 
@@ -32,6 +33,7 @@ from gpuyard.services.jobbook import JobBook
 from gpuyard.services.jobs import JobService
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.metrics import QueueMetrics
+from gpuyard.services.ports import Executor, ExitStatus
 from gpuyard.services.telemetry import GpuMonitor
 from gpuyard.settings import Settings
 
@@ -44,45 +46,67 @@ class Server:
     service: JobService
     controller: Controller
     store: SqlJobStore
-    executor: LocalExecutor
+    executor: Executor
     token: str
     owner: str
     _lock_file: IO[str]
     monitor: GpuMonitor
+    ray: RayParts | None = None
 
     def start(self) -> None:
         self.controller.recover()
         self.controller.start(self.settings.tick_s)
         self.controller.wake()
         self.monitor.start()
+        if self.ray is not None:
+            self.ray.watch.start()
 
     def close(self) -> None:
-        """Stop serving; running jobs keep running under their supervisors."""
+        """Stop serving; running local jobs keep running under their supervisors (Ray jobs
+        end with the server's Ray connection)."""
         self.monitor.stop()
+        if self.ray is not None:
+            self.ray.watch.stop()
         self.controller.stop()
         self.executor.close()
+        if self.ray is not None:
+            self.ray.connection.close()
         self.store.close()
         self._lock_file.close()
+
+
+@dataclass
+class RayParts:
+    """The Ray backend's connection and node watch (`--backend ray`)."""
+
+    connection: Any
+    watch: Any
 
 
 def build_server(settings: Settings) -> Server:
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
     lock_file = _lock_state_dir(state)
-    gpus, source = choose_gpus(settings.gpus, declared_mem_mib=settings.declared_gpu_mem_mib)
-    node = NodeCapacity(
-        name=socket.gethostname(),
-        cpus=settings.cpus or os.cpu_count() or 1,
-        mem_mib=settings.mem_mib or psutil.virtual_memory().total // 2**20,
-    )
+    holder: list[Controller] = []
+
+    def on_exit(job_id: int, status: ExitStatus) -> None:
+        holder[0].on_exit(job_id, status)
+
+    ray: RayParts | None = None
+    executor: Executor
+    if settings.backend == "ray":
+        inventory, executor, ray = _ray_backend(settings, on_exit)
+    else:
+        gpus, source = choose_gpus(settings.gpus, declared_mem_mib=settings.declared_gpu_mem_mib)
+        node = NodeCapacity(
+            name=socket.gethostname(),
+            cpus=settings.cpus or os.cpu_count() or 1,
+            mem_mib=settings.mem_mib or psutil.virtual_memory().total // 2**20,
+        )
+        inventory = Inventory(tuple(gpus), node, source)
+        executor = LocalExecutor(state / "jobs", on_exit, grace_s=settings.kill_grace_s)
     store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"))
     book = JobBook(store.load_jobs())
-    inventory = Inventory(tuple(gpus), node, source)
-    holder: list[Controller] = []
-    executor = LocalExecutor(
-        state / "jobs", lambda job_id, status: holder[0].on_exit(job_id, status),
-        grace_s=settings.kill_grace_s,
-    )  # fmt: skip
     scheduler = LiveScheduler(make_policy(settings.policy, for_server=True), inventory, time.time)
     scheduler.rebuild(book.jobs(include_finished=True))
     metrics = QueueMetrics()
@@ -122,10 +146,60 @@ def build_server(settings: Settings) -> Server:
         HealthGuard(service.drain), idle, scheduler, book, settings.foreign_mem_mib,
         settings.hot_temp_c, gpu_mem_limit,
     )  # fmt: skip
+    if ray is not None:
+        ray.watch.on_lost = lambda name: _node_lost(service, inventory, name)
+        ray.watch.on_back = lambda name: _node_back(service, inventory, name)
     return Server(
         settings, service, controller, store, executor, ensure_token(settings.token_path),
-        getpass.getuser(), lock_file, monitor,
+        getpass.getuser(), lock_file, monitor, ray,
     )  # fmt: skip
+
+
+def _ray_backend(
+    settings: Settings, on_exit: Callable[[int, ExitStatus], None]
+) -> tuple[Inventory, Executor, RayParts]:
+    """Connect to Ray (or start a local cluster) and take its nodes as the inventory."""
+    from gpuyard.adapters.ray import backend
+    from gpuyard.adapters.ray.executor import RayExecutor
+
+    connection = backend.connect(
+        settings.state_dir, settings.ray_address, settings.ray_token_file,
+        settings.ray_local_nodes, settings.ray_node_timeout_s,
+    )  # fmt: skip
+    try:
+        found = backend.inventory(connection.nodes(), settings.declared_gpu_mem_mib)
+        where = settings.ray_address or "a local cluster on 127.0.0.1"
+        source = (
+            f"{len(found.gpus)} GPUs on {len(found.nodes)} Ray node(s) of {where} "
+            f"({', '.join(n.name for n in found.nodes)})"
+        )
+        inventory = Inventory(tuple(found.gpus), found.nodes[0], source, tuple(found.nodes[1:]))
+        watch = backend.NodeWatch(connection, [n.name for n in found.nodes])
+        executor = RayExecutor(
+            connection, settings.state_dir / "jobs", on_exit, watch.node_ids,
+            grace_s=settings.kill_grace_s,
+        )  # fmt: skip
+    except BaseException:
+        connection.close()
+        raise
+    return inventory, executor, RayParts(connection, watch)
+
+
+def _node_lost(service: JobService, inventory: Inventory, name: str) -> None:
+    """A Ray node died: its GPUs go out of service (a job still there ends NODE_FAIL)."""
+    drains = service.drains()
+    for gpu in inventory.gpus_of(name):
+        if gpu not in drains:
+            service.drain(gpu, f"Ray node {name} was lost", "ray")
+
+
+def _node_back(service: JobService, inventory: Inventory, name: str) -> None:
+    """A lost Ray node is back: the GPUs its loss took out of service return."""
+    drains = service.drains()
+    for gpu in inventory.gpus_of(name):
+        drain = drains.get(gpu)
+        if drain is not None and drain.source == "ray":
+            service.resume(gpu)
 
 
 def _save_gpu_stats(store: SqlJobStore, monitor: GpuMonitor, job_id: int) -> None:

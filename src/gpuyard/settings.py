@@ -49,6 +49,15 @@ class Settings:
     idle_util_pct: float = 5.0
     idle_after_s: float = 1800.0
     idle_cancel_s: float = 0.0
+    # Where jobs run: "local" (this machine, supervisors) or "ray" (a Ray cluster: an existing
+    # one at ray_address with its token, else a loopback-only one the server starts, of
+    # ray_local_nodes "NxG[xC]": N nodes of G GPUs (and C CPUs) on this machine; default one
+    # node of what Ray detects). ray_node_timeout_s: how long a silent node stays alive to Ray.
+    backend: str = "local"
+    ray_address: str | None = None
+    ray_token_file: str | None = None
+    ray_local_nodes: str | None = None
+    ray_node_timeout_s: float | None = None
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -60,6 +69,8 @@ class Settings:
             ("database_url", str), ("kill_grace_s", float), ("tick_s", float),
             ("policy", str), ("telemetry_s", float), ("foreign_mem_mib", int), ("hot_temp_c", int),
             ("idle_util_pct", float), ("idle_after_s", float), ("idle_cancel_s", float),
+            ("backend", str), ("ray_address", str), ("ray_token_file", str),
+            ("ray_local_nodes", str), ("ray_node_timeout_s", float),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:
@@ -75,6 +86,8 @@ class Settings:
         settings = cls(**values)  # type: ignore[arg-type]
         if not 1 <= settings.port <= 65535:
             raise ValueError(f"port {settings.port} is out of range: use 1-65535")
+        if settings.backend not in ("local", "ray"):
+            raise ValueError(f"backend {settings.backend!r}: use local or ray")
         if settings.tick_s < 0.05:
             raise ValueError(f"tick of {settings.tick_s} s is too short: use at least 0.05")
         if settings.telemetry_s != 0 and not 0.1 <= settings.telemetry_s <= 3600:

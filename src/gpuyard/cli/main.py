@@ -277,6 +277,13 @@ def server(
         str | None,
         typer.Option(help="memory of each declared GPU, e.g. 80G (lets --gpu-mem jobs share)"),
     ] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="local (this machine) or ray (a Ray cluster) [local]")
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="GCS host:port of an existing Ray cluster [start a local one]"),
+    ] = None,
 ) -> None:
     """Run the server: HTTP API, scheduler and executor in one process."""
     from gpuyard.cli.serving import run_server
@@ -290,6 +297,7 @@ def server(
         settings = Settings.from_env(
             host=host, port=port, state_dir=state_dir, gpus=gpus, cpus=cpus,
             kill_grace_s=kill_grace, policy=policy, declared_gpu_mem_mib=declared,
+            backend=backend, ray_address=ray_address,
         )  # fmt: skip
     except (ValueError, GpuyardError) as exc:
         fail(str(exc))

@@ -42,11 +42,12 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
                 format_duration(job["runtime_s"]) if job["runtime_s"] is not None else "0:00",
                 format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED",
                 _start(job),
+                "-" if pending else job.get("node") or "-",
                 where,
             ]
         )
     return table(["JOBID", "NAME", "USER", "STATE", "GPUS", "TIME", "TIME_LIMIT", "START",
-                  "GPU_IDS(REASON)"], rows)  # fmt: skip
+                  "NODE", "GPU_IDS(REASON)"], rows)  # fmt: skip
 
 
 def _gpus_asked(job: dict[str, Any]) -> str:
@@ -136,9 +137,12 @@ def bar(pct: float | None, width: int = BAR_WIDTH) -> str:
 
 
 def gpu_rows(gpus: Sequence[dict[str, Any]]) -> str:
-    """The GPU table of `gpuyard gpus` (nvitop/gpustat-like), with processes under each GPU."""
+    """The GPU table of `gpuyard gpus` (nvitop/gpustat-like), with processes under each GPU;
+    a NODE column when the GPUs are on several machines (Ray backend)."""
+    several = len({g.get("node") for g in gpus}) > 1
     rows = [
         [
+            *([g.get("node") or "-"] if several else []),
             str(g["index"]),
             _clip(g["name"], 24),
             _util(g),
@@ -150,8 +154,8 @@ def gpu_rows(gpus: Sequence[dict[str, Any]]) -> str:
         ]
         for g in gpus
     ]
-    lines = table(["GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "JOB", "SOURCE"],
-                  rows).split("\n")  # fmt: skip
+    header = ["GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "JOB", "SOURCE"]
+    lines = table((["NODE"] if several else []) + header, rows).split("\n")
     out = [lines[0]]
     for gpu, line in zip(gpus, lines[1:], strict=True):
         out.append(line)

@@ -201,6 +201,10 @@ class Controller:
                 job, status.exit_code, status.signal, status.timed_out, status.lost,
                 status.stop_requested,
             )  # fmt: skip
+            if status.node_lost and state is not JobState.CANCELLED:
+                state, reason = JobState.NODE_FAIL, status.reason
+            if status.reason and state is JobState.FAILED and not reason:
+                judged = status.reason
             if state is JobState.FAILED and not reason:
                 state, reason = self._diagnose(job, judged)
             ended_at = status.ended_at or self._clock()

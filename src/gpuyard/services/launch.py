@@ -46,10 +46,29 @@ def job_process(
     return argv, env
 
 
-def _torchrun(argv: list[str], nproc: int, port: int) -> list[str]:
+def node_argv(job: Job, node_rank: int, master_addr: str, master_port: int) -> list[str]:
+    """The command one node of a multi-node job (`--nodes N`) runs: torchrun with this node's
+    rank and rank 0's address (all nodes rendezvous there), or the argv as it is, with
+    MASTER_ADDR/MASTER_PORT set (the master is known only once the nodes are placed)."""
+    argv = list(job.spec.argv)
+    if job.spec.distributed == "torchrun":
+        return _torchrun(
+            argv, job.spec.gpus_per_node, master_port, job.spec.nodes, node_rank, master_addr
+        )
+    return ["env", f"MASTER_ADDR={master_addr}", f"MASTER_PORT={master_port}", *argv]
+
+
+def _torchrun(
+    argv: list[str],
+    nproc: int,
+    port: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master: str = LOCALHOST,
+) -> list[str]:
     options = [
-        "--nnodes=1", f"--nproc-per-node={nproc}", "--node-rank=0",
-        f"--master-addr={LOCALHOST}", f"--master-port={port}", "--max-restarts=0",
+        f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", f"--node-rank={node_rank}",
+        f"--master-addr={master}", f"--master-port={port}", "--max-restarts=0",
     ]  # fmt: skip
     python, rest = _python_of(argv)
     if python is None:

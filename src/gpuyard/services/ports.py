@@ -55,6 +55,10 @@ class ExitStatus:
     ended_at: float | None = None
     lost: bool = False  # the supervisor vanished without recording anything
     stop_requested: bool = False  # it was told to stop (cancel, preemption) before it ended
+    # What the executor knows better than an exit code (which node failed); with `node_lost`
+    # the job's machine was lost (it ends NODE_FAIL with this reason).
+    reason: str | None = None
+    node_lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)

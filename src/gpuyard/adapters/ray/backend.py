@@ -1,0 +1,159 @@
+"""The Ray backend's wiring: connect (or start a local cluster), turn Ray's nodes into the
+server's inventory, and watch nodes come and go.
+
+The inventory: every alive node with GPUs (all alive nodes if none has one), head first, named
+by its Ray node name (made unique with `#k` if names repeat); its GPUs numbered across the
+cluster (node 0's are 0..g0-1, node 1's continue), declared GPUs to the server (no NVML reading
+of remote machines yet), so `gpuyard gpus` lists them with their node. CUDA_VISIBLE_DEVICES
+inside a job is Ray's, per machine.
+
+Lost and returning nodes: `NodeWatch` polls Ray's node table (every second); a node of the
+inventory that is no longer alive has its GPUs drained (source `ray`, reason "Ray node ...
+was lost"): no job is placed there, a job still on it ends NODE_FAIL. When a node of that name
+is alive again (Ray gives it a new id), its GPUs are resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuyard.adapters.ray.cluster import LocalNodeSpec, RayConnection, RayNode
+from gpuyard.domain.errors import InvalidRequest
+from gpuyard.domain.job import Gpu, NodeCapacity
+
+log = logging.getLogger("gpuyard.ray")
+
+_LOCAL_NODES = re.compile(r"^(\d+)x(\d+)(?:x(\d+))?$")
+
+
+def connect(
+    state_dir: os.PathLike[str] | str,
+    address: str | None,
+    token_file: str | None,
+    local_nodes: str | None,
+    node_timeout_s: float | None,
+) -> RayConnection:
+    """The server's Ray connection: an existing cluster (its token from `token_file` or
+    `GPUYARD_RAY_TOKEN`), else a loopback-only local one."""
+    if address:
+        token = os.environ.get("GPUYARD_RAY_TOKEN")
+        if token_file:
+            return RayConnection.connect(address, _path(token_file))
+        if not token:
+            raise InvalidRequest(
+                "--ray-address needs the cluster's token: set GPUYARD_RAY_TOKEN_FILE (a file "
+                "holding it) or GPUYARD_RAY_TOKEN",
+                field="ray_address",
+            )
+        return RayConnection.connect(address, token)
+    return RayConnection.start_local(
+        state_dir, nodes=parse_local_nodes(local_nodes), node_timeout_s=node_timeout_s
+    )
+
+
+def parse_local_nodes(spec: str | None) -> list[LocalNodeSpec]:
+    """`NxG[xC]`: N local nodes of G GPUs (and C CPUs, default 2); None: one node, detected."""
+    if not spec:
+        return [LocalNodeSpec()]
+    match = _LOCAL_NODES.match(spec.strip())
+    if not match or int(match.group(1)) < 1:
+        raise InvalidRequest(
+            f"GPUYARD_RAY_LOCAL_NODES={spec!r}: use NxG or NxGxC, e.g. 2x2 (2 nodes of 2 GPUs)",
+            field="ray_local_nodes",
+        )
+    count, gpus, cpus = int(match.group(1)), int(match.group(2)), int(match.group(3) or 2)
+    return [LocalNodeSpec(gpus=gpus, cpus=cpus) for _ in range(count)]
+
+
+@dataclass(frozen=True, slots=True)
+class RayInventory:
+    gpus: list[Gpu]
+    nodes: list[NodeCapacity]
+
+
+def inventory(found: list[RayNode], gpu_mem_mib: int | None) -> RayInventory:
+    """The server's machines and GPUs from Ray's alive nodes."""
+    alive = [node for node in found if node.alive]
+    used = [node for node in alive if node.gpus] or alive[:1]
+    names = unique_names(used)
+    gpus: list[Gpu] = []
+    nodes = []
+    for node in used:
+        name = names[node.node_id]
+        nodes.append(NodeCapacity(name, max(1, node.cpus), node.mem_mib))
+        for i in range(node.gpus):
+            gpus.append(Gpu(len(gpus), f"{name}/gpu{i}", "Ray GPU", gpu_mem_mib, False, name))
+    return RayInventory(gpus, nodes)
+
+
+def unique_names(nodes: list[RayNode]) -> dict[str, str]:
+    """node id -> gpuyard node name: Ray's node name, `#k` added where names repeat."""
+    names: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for node in nodes:
+        base = node.name or node.hostname or node.ip
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        names[node.node_id] = base if count == 0 else f"{base}#{count}"
+    return names
+
+
+class NodeWatch:
+    """Polls Ray's nodes: `on_lost(name)` once when an inventory node dies, `on_back(name)`
+    when a node of that name is alive again. `node_ids()` maps names to the ids alive now."""
+
+    def __init__(self, connection: RayConnection, names: list[str], period_s: float = 1.0) -> None:
+        self._conn = connection
+        self._names = list(names)
+        self.on_lost: Callable[[str], object] = lambda name: None  # set by the server
+        self.on_back: Callable[[str], object] = lambda name: None
+        self._period_s = period_s
+        self._ids: dict[str, str] = {}
+        self._gone: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.poll()
+
+    def node_ids(self) -> dict[str, str]:
+        return dict(self._ids)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gpuyard-ray-nodes", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            try:
+                self.poll()
+            except Exception:  # Ray unreachable for a moment: the next poll retries
+                log.exception("reading Ray's nodes failed")
+
+    def poll(self) -> None:
+        alive = [node for node in self._conn.nodes() if node.alive]
+        by_name = {name: node_id for node_id, name in unique_names(alive).items()}
+        self._ids = {name: by_name[name] for name in self._names if name in by_name}
+        for name in self._names:
+            if name not in by_name and name not in self._gone:
+                self._gone.add(name)
+                log.warning("Ray node %s was lost: its GPUs are out of service", name)
+                self.on_lost(name)
+            elif name in by_name and name in self._gone:
+                self._gone.discard(name)
+                log.info("Ray node %s is back: its GPUs are in service again", name)
+                self.on_back(name)
+
+
+def _path(text: str) -> os.PathLike[str]:
+    from pathlib import Path
+
+    return Path(text).expanduser()

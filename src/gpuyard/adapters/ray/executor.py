@@ -1,0 +1,144 @@
+"""RayExecutor: the Executor port on a Ray cluster (`gpuyard server --backend ray`).
+
+The scheduler has already chosen the machines and how many GPUs on each (`job.node` lists the
+machines, `job.gpus` the GPUs, each GPU's machine known from the inventory); this adapter only
+carries the decision out: one placement group pinned to those machines, one command per
+machine (`services.launch.node_argv`: torchrun with its node rank and rank 0's address), one
+log. The job's end comes back through the same callback as a local job's, as an `ExitStatus`.
+
+Worked example. Job 7, `--nodes 2 --gpus-per-node 2 --distributed torchrun`, placed on
+gpuyard-local-0 (GPUs 0,1) and gpuyard-local-1 (GPUs 2,3): the gang is
+`[(<node id of local-0>, 2, 1), (<node id of local-1>, 2, 1)]`; node 0 runs `torchrun
+--nnodes=2 --node-rank=0 --master-addr=<its IP> ...`, node 1 the same with `--node-rank=1`; both
+see `CUDA_VISIBLE_DEVICES=0,1` (Ray's indices on their machine). If node 1's raylet dies, the
+job ends NODE_FAIL with "NodeLost: ..." and node 0's processes are stopped.
+
+Ray jobs do not outlive the server: the placement group and the node actors belong to the
+server's Ray driver. A server restart finds them gone and ends such a job FAILED with that
+reason (local jobs, under their own supervisors, are re-adopted instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpuyard.adapters.ray.cluster import RayConnection
+from gpuyard.adapters.ray.gang import GangHandle, GangOutcome, GangResult
+from gpuyard.domain.job import Job
+from gpuyard.services.launch import node_argv
+from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, Recovered
+
+log = logging.getLogger("gpuyard.executor.ray")
+
+LOST_WITH_SERVER = (
+    "SupervisorLost: the job ran on the Ray cluster through the server that stopped; Ray jobs "
+    "end with the server (resubmit it)"
+)
+
+
+class RayExecutor:
+    """Implements the Executor port with Ray gang jobs."""
+
+    def __init__(
+        self,
+        connection: RayConnection,
+        jobs_dir: Path,
+        on_exit: ExitCallback,
+        node_ids: Callable[[], dict[str, str]],
+        *,
+        grace_s: float = 10.0,
+    ) -> None:
+        self._conn = connection
+        self._jobs_dir = jobs_dir
+        self._jobs_dir.mkdir(parents=True, exist_ok=True)
+        self._on_exit = on_exit
+        self._node_ids = node_ids  # gpuyard node name -> Ray node id (alive nodes)
+        self._grace_s = grace_s
+        self._handles: dict[int, GangHandle] = {}
+        self._lock = threading.Lock()
+
+    def job_dir(self, job_id: int) -> Path:
+        return self._jobs_dir / str(job_id)
+
+    def log_path(self, job_id: int) -> str:
+        return str(self.job_dir(job_id) / "output.log")
+
+    def launch(self, job: Job, argv: list[str], env: dict[str, str]) -> Launched:
+        """Start the job's gang; `argv` is the one-machine form, rebuilt here per node."""
+        self.job_dir(job.id).mkdir(parents=True, exist_ok=True)
+        ids = self._node_ids()
+        names = job.node.split(",")
+        missing = [name for name in names if name not in ids]
+        if missing:
+            raise RuntimeError(f"Ray node {missing[0]} is not alive")
+        gpus_each = _split(len(job.gpus), len(names))
+        cpus_each = max(1, math.ceil(job.spec.cpus / len(names)))
+        per_node = [
+            (ids[name], gpus, cpus_each) for name, gpus in zip(names, gpus_each, strict=True)
+        ]
+        handle = self._conn.launch(
+            job.id, per_node, lambda rank, addr, port: node_argv(job, rank, addr, port), env,
+            self.log_path(job.id), self._grace_s, job.spec.time_limit_s,
+            workdir=job.spec.workdir,
+        )  # fmt: skip
+        with self._lock:
+            self._handles[job.id] = handle
+        return Launched(pid=handle.nodes[0].worker_pid, started_at=time.time())
+
+    def stop(self, job: Job) -> None:
+        with self._lock:
+            handle = self._handles.get(job.id)
+        if handle is not None:
+            handle.stop("stopped by gpuyard (cancel, preemption or a lost GPU)", wait=False)
+
+    def recover(self, job: Job) -> Recovered:
+        return Recovered(ended=ExitStatus(exit_code=None, lost=True, reason=LOST_WITH_SERVER))
+
+    def watch(self, job: Job) -> None:
+        with self._lock:
+            handle = self._handles.get(job.id)
+        if handle is None:
+            return
+        handle.add_done_callback(lambda result: self._ended(job.id, result))
+
+    def _ended(self, job_id: int, result: GangResult) -> None:
+        with self._lock:
+            self._handles.pop(job_id, None)
+        self._on_exit(job_id, exit_status(result))
+
+    def close(self) -> None:
+        """Ray jobs end with the server's Ray connection (closed by the server)."""
+
+
+def exit_status(result: GangResult) -> ExitStatus:
+    """A gang job's end in the terms every executor reports."""
+    now = time.time()
+    outcome = result.outcome
+    if outcome is GangOutcome.COMPLETED:
+        return ExitStatus(exit_code=0, ended_at=now)
+    if outcome is GangOutcome.TIMED_OUT:
+        return ExitStatus(exit_code=None, timed_out=True, ended_at=now)
+    if outcome is GangOutcome.CANCELLED:
+        return ExitStatus(exit_code=None, signal=15, stop_requested=True, ended_at=now)
+    if outcome is GangOutcome.NODE_LOST:
+        return ExitStatus(
+            exit_code=None, ended_at=now, node_lost=True,
+            reason=f"NodeLost: {result.detail}; the job's other nodes were stopped",
+        )  # fmt: skip
+    code = result.exit_code
+    if code is not None and code < 0:
+        return ExitStatus(
+            exit_code=None, signal=-code, ended_at=now, reason=f"NodeFailed: {result.detail}"
+        )
+    return ExitStatus(exit_code=code, ended_at=now, reason=f"NodeFailed: {result.detail}")
+
+
+def _split(gpus: int, nodes: int) -> list[int]:
+    """A job's GPUs over its nodes: evenly (the scheduler places `gpus // nodes` on each)."""
+    each, rest = divmod(gpus, nodes)
+    return [each + (1 if i < rest else 0) for i in range(nodes)]

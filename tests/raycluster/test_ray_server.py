@@ -1,0 +1,154 @@
+"""`gpuyard server --backend ray` end to end: the server starts a loopback-only Ray cluster of
+two logical nodes of 2 GPUs each (this machine), and the real CLI submits multi-node jobs.
+
+One server for the module (starting Ray takes seconds): a 2-node torchrun job trains with world
+size 4, a cancel leaves no process, and losing a node (its raylet killed) ends the job on it
+NODE_FAIL and takes that node's GPUs out of service. The node-loss test runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.e2e.server import ServerProcess, wait_for
+from tests.raycluster.conftest import marked_processes, wait_until_gone
+
+REPO = Path(__file__).resolve().parents[2]
+DDP = str(REPO / "examples" / "train_ddp.py")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(
+        GPUYARD_BACKEND="ray", GPUYARD_RAY_LOCAL_NODES="2x2", GPUYARD_RAY_NODE_TIMEOUT_S="1.5"
+    )
+    state = tmp_path_factory.mktemp("ray-server") / "state"
+    proc = ServerProcess(state, "--kill-grace", "2", env=env).start(timeout_s=120)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        left = wait_until_gone(lambda: _ray_processes(str(state)), timeout_s=30)
+        assert not left, f"Ray processes left after the server stopped: {left}"
+
+
+def _ray_processes(state: str) -> list[psutil.Process]:
+    """The Ray processes of the server's cluster (they see its token file in their env)."""
+    token = os.path.join(state, "ray_auth_token")
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if (
+                proc.status() != psutil.STATUS_ZOMBIE
+                and proc.environ().get("RAY_AUTH_TOKEN_PATH") == token
+            ):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _job(server: ServerProcess, job_id: int) -> dict:  # type: ignore[type-arg]
+    return json.loads(server.cli("show", str(job_id), "--json").stdout)  # type: ignore[no-any-return]
+
+
+def _ended(server: ServerProcess, job_id: int, timeout_s: float = 120) -> dict:  # type: ignore[type-arg]
+    return wait_for(  # type: ignore[no-any-return]
+        lambda: (j := _job(server, job_id))["state"] not in ("PENDING", "RUNNING") and j,
+        timeout_s=timeout_s, interval_s=0.3,
+    )  # fmt: skip
+
+
+def test_the_inventory_is_rays_two_nodes_with_their_gpus(server: ServerProcess) -> None:
+    gpus = json.loads(server.cli("gpus", "--json").stdout)
+    assert [(g["index"], g["node"]) for g in gpus] == [
+        (0, "gpuyard-local-0"), (1, "gpuyard-local-0"),
+        (2, "gpuyard-local-1"), (3, "gpuyard-local-1"),
+    ]  # fmt: skip
+    assert "NODE" in server.cli("gpus").stdout.splitlines()[0]
+
+
+def test_a_two_node_torchrun_job_trains_with_world_size_four(server: ServerProcess) -> None:
+    out = server.cli(
+        "submit", "--nodes", "2", "--gpus-per-node", "2", "--distributed", "torchrun", "--",
+        sys.executable, DDP, "--steps", "30", "--log-every", "10",
+    )  # fmt: skip
+    job_id = int(out.stdout)
+    job = _ended(server, job_id)
+    log = server.client().log(job_id).decode()
+    assert job["state"] == "COMPLETED", log[-3000:]
+    assert job["node"] == "gpuyard-local-0,gpuyard-local-1" and job["nodes"] == 2
+    ranks = re.findall(
+        r"^\[node(\d)\] .*rank (\d)/4 local_rank \d world_size 4 .*"
+        r"\(CUDA_VISIBLE_DEVICES='(\d,\d)'\)", log, re.MULTILINE,
+    )  # fmt: skip
+    assert sorted(rank for _, rank, _ in ranks) == ["0", "1", "2", "3"], log[-3000:]
+    assert {node for node, _, _ in ranks} == {"0", "1"}
+    assert all(len(visible.split(",")) == 2 for _, _, visible in ranks)
+    first, last = map(float, re.search(r"done: loss (\S+) -> (\S+);", log).groups())  # type: ignore[union-attr]
+    assert last < first
+    assert "gpuyard-local-0,gpuyard-local-1" in server.cli("queue", "--all").stdout
+
+
+def test_cancel_stops_every_node_and_leaves_no_process(server: ServerProcess) -> None:
+    marker = f"gpuyard-ray-cancel-{uuid.uuid4().hex[:8]}"
+    out = server.cli("submit", "--nodes", "2", "--gpus-per-node", "1", "--",
+                     "sh", "-c", f"echo {marker}; exec sleep 300", marker)  # fmt: skip
+    job_id = int(out.stdout)
+    wait_for(lambda: len(marked_processes(marker)) >= 2, timeout_s=60)
+    server.cli("cancel", str(job_id))
+    assert _ended(server, job_id)["state"] == "CANCELLED"
+    assert wait_until_gone(lambda: marked_processes(marker), timeout_s=30) == []
+
+
+def test_a_bad_node_request_is_one_line(server: ServerProcess) -> None:
+    out = server.cli("submit", "--nodes", "3", "--gpus-per-node", "1", "--", "true", check=False)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "gpuyard: the job asks for 3 nodes but this server has 2 (multi-node jobs need "
+        "`gpuyard server --backend ray` on a cluster)"
+    ]
+
+
+def test_losing_a_node_ends_its_job_node_fail_and_drains_its_gpus(
+    server: ServerProcess,
+) -> None:
+    """Last: it kills the second node's raylet."""
+    marker = f"gpuyard-ray-lost-{uuid.uuid4().hex[:8]}"
+    out = server.cli("submit", "--nodes", "2", "--gpus-per-node", "2", "--",
+                     "sh", "-c", f"echo {marker}; exec sleep 300", marker)  # fmt: skip
+    job_id = int(out.stdout)
+    wait_for(lambda: len(marked_processes(marker)) >= 2, timeout_s=60)
+    raylets = [
+        p for p in psutil.process_iter(["cmdline"])
+        if any("raylet" in a for a in (p.info["cmdline"] or ())[:1])
+        and any("gpuyard-local-1" in a for a in p.info["cmdline"] or ())
+    ]  # fmt: skip
+    assert len(raylets) == 1, raylets
+    os.kill(raylets[0].pid, signal.SIGKILL)
+
+    job = _ended(server, job_id, timeout_s=60)
+    assert job["state"] == "NODE_FAIL", job
+    assert "gpuyard-local-1" in job["reason"] or "node1" in job["reason"], job["reason"]
+    assert wait_until_gone(lambda: marked_processes(marker), timeout_s=30) == []
+    gpus = wait_for(
+        lambda: (g := json.loads(server.cli("gpus", "--json").stdout))[2]["drained"] and g,
+        timeout_s=30,
+    )
+    assert [g["drained"] for g in gpus] == [False, False, True, True]
+    assert "Ray node gpuyard-local-1 was lost" in gpus[2]["drain_reason"]
+    # The surviving node still runs work.
+    alone = int(server.cli("submit", "--gpus", "2", "--", "true").stdout)
+    assert _ended(server, alone)["state"] == "COMPLETED"
+    assert _job(server, alone)["node"] == "gpuyard-local-0"
