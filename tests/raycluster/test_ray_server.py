@@ -121,6 +121,18 @@ def test_a_bad_node_request_is_one_line(server: ServerProcess) -> None:
     ]
 
 
+def test_a_failing_node_stops_the_other_and_the_reason_names_it(server: ServerProcess) -> None:
+    marker = f"gpuyard-ray-fail-{uuid.uuid4().hex[:8]}"
+    script = f'[ "$GPUYARD_NODE_RANK" = 1 ] && {{ sleep 1; exit 3; }}; exec sleep 300 # {marker}'
+    job_id = int(server.cli("submit", "--nodes", "2", "--gpus-per-node", "1", "--",
+                            "sh", "-c", script).stdout)  # fmt: skip
+    job = _ended(server, job_id, timeout_s=60)
+    assert job["state"] == "FAILED", job
+    assert job["reason"].startswith("NodeFailed: node1 ") and "exited with code 3" in job["reason"]
+    assert job["exit_code"] == 3
+    assert wait_until_gone(lambda: marked_processes(marker), timeout_s=30) == []
+
+
 def test_losing_a_node_ends_its_job_node_fail_and_drains_its_gpus(
     server: ServerProcess,
 ) -> None:
