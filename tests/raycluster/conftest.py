@@ -31,13 +31,28 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayConnect
         yield conn
     finally:
         conn.close()
-        left = wait_until_gone(lambda: cluster_processes(token_path), timeout_s=20)
+        left = wait_until_gone(lambda: cluster_processes(token_path) + ray_orphans(), timeout_s=20)
         for proc in left:  # never leave them to the next test run
             try:
                 proc.kill()
             except psutil.Error:
                 pass
         assert not left, f"Ray processes left after close: {[p.pid for p in left]}"
+
+
+def ray_orphans() -> list[psutil.Process]:
+    """Ray processes adopted by init (their cluster is gone): e.g. a killed raylet's agents.
+    Their environment cannot be read (Ray's process titles overwrite it), so by name."""
+    found = []
+    for proc in psutil.process_iter(["name", "ppid", "status", "cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or ())
+        if (
+            proc.info["ppid"] == 1
+            and proc.info["status"] != psutil.STATUS_ZOMBIE
+            and (cmd.startswith("ray::") or "raylet" in cmd or "gcs_server" in cmd)
+        ):
+            found.append(proc)
+    return found
 
 
 def cluster_processes(token_path: str) -> list[psutil.Process]:

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from tests.e2e.server import ServerProcess, wait_for
-from tests.raycluster.conftest import marked_processes, wait_until_gone
+from tests.raycluster.conftest import marked_processes, ray_orphans, wait_until_gone
 
 REPO = Path(__file__).resolve().parents[2]
 DDP = str(REPO / "examples" / "train_ddp.py")
@@ -39,7 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield proc
     finally:
         proc.stop()
-        left = wait_until_gone(lambda: _ray_processes(str(state)), timeout_s=30)
+        left = wait_until_gone(lambda: _ray_processes(str(state)) + ray_orphans(), timeout_s=30)
         assert not left, f"Ray processes left after the server stopped: {left}"
 
 

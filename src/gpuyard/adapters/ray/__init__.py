@@ -6,18 +6,28 @@ gpuyard's own scheduler decides which nodes and GPUs a job gets; Ray only carrie
 `GangHandle` (output to one log, outcome, cancel). `node.NodeRunner` is the actor on each node,
 `shim.py` the process that guarantees a job's processes die with it.
 
-Importing this package imports Ray (`gang` needs it at import time); only the Ray backend does.
+The names below are imported on first use: every Ray worker that hosts a node actor imports
+this package to unpickle `NodeRunner`, and must not pay for `cluster` and `gang` (≈ 20 ms of a
+job's start). Using them imports Ray; only the Ray backend does.
 """
 
-from gpuyard.adapters.ray.cluster import LocalNodeSpec, RayConnection, RayNode
-from gpuyard.adapters.ray.gang import (
-    GangHandle,
-    GangLaunchError,
-    GangNode,
-    GangOutcome,
-    GangResult,
-    launch,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "LocalNodeSpec": "cluster", "RayConnection": "cluster", "RayNode": "cluster",
+    "GangHandle": "gang", "GangLaunchError": "gang", "GangNode": "gang",
+    "GangOutcome": "gang", "GangResult": "gang", "launch": "gang",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+
 
 __all__ = [
     "GangHandle",

@@ -54,6 +54,7 @@ from __future__ import annotations
 import importlib
 import os
 import secrets
+import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -126,6 +127,17 @@ class RayConnection:
         if not nodes:
             raise ValueError("start_local needs at least one node")
         token_path = write_token(Path(state_dir), token or secrets.token_hex(32))
+        with _keep_sigterm():  # ray.init and each extra Node install their own handlers
+            return cls._start_local(ray, token_path, nodes, node_timeout_s)
+
+    @classmethod
+    def _start_local(
+        cls,
+        ray: Any,
+        token_path: Path,
+        nodes: Sequence[LocalNodeSpec],
+        node_timeout_s: float | None,
+    ) -> RayConnection:
         _take_process_slot()
         local: list[Any] = []
         try:
@@ -174,12 +186,13 @@ class RayConnection:
         _take_process_slot()
         try:
             _use_token(**token_kw)
-            ctx = ray.init(
-                address=address,
-                namespace=NAMESPACE,
-                log_to_driver=False,
-                configure_logging=False,
-            )
+            with _keep_sigterm():
+                ctx = ray.init(
+                    address=address,
+                    namespace=NAMESPACE,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
             return cls(str(ctx.address_info["gcs_address"]))
         except BaseException:
             _shutdown_quietly()
@@ -195,9 +208,11 @@ class RayConnection:
             from gpuyard.adapters.ray.gang import stop_all
 
             stop_all("the Ray connection is closing", timeout=60)
-            _shutdown_quietly()  # also stops the head if this process started it
+            # The extra local nodes first, gracefully, while the head still runs: otherwise
+            # their dashboard and runtime-env agents outlive them (orphans ignoring SIGTERM).
             _kill_local_nodes(self._local_nodes)
             self._local_nodes.clear()
+            _shutdown_quietly()  # also stops the head if this process started it
         finally:
             _connected.release()
 
@@ -301,6 +316,19 @@ def _use_token(token: str | None = None, token_path: Path | None = None) -> None
 
 
 @contextmanager
+def _keep_sigterm() -> Iterator[None]:
+    """`ray.init` installs its own SIGTERM handler (exit 1); the server's is kept instead, so
+    a stopped server shuts down as it does without Ray (uvicorn re-raises SIGTERM to it)."""
+    main = threading.current_thread() is threading.main_thread()
+    saved = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            signal.signal(signal.SIGTERM, saved)
+
+
+@contextmanager
 def _local_only(ray_constants: Any) -> Iterator[None]:
     """Make Ray take 127.0.0.1 as this machine's IP while the head starts (see the docstring)."""
     saved = ray_constants.ENABLE_RAY_CLUSTER
@@ -348,7 +376,9 @@ def _start_local_node(gcs_address: str, spec: LocalNodeSpec, index: int) -> Any:
 def _kill_local_nodes(nodes: list[Any]) -> None:
     for node in nodes:
         try:
-            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+            # Gracefully first: a SIGKILLed raylet leaves its dashboard and runtime-env agents
+            # running (orphans that ignore SIGTERM).
+            node.kill_all_processes(check_alive=False, allow_graceful=True, wait=True)
         except Exception:
             pass
 

@@ -61,6 +61,7 @@ class RayExecutor:
         self._grace_s = grace_s
         self._handles: dict[int, GangHandle] = {}
         self._lock = threading.Lock()
+        self._closing = False
 
     def job_dir(self, job_id: int) -> Path:
         return self._jobs_dir / str(job_id)
@@ -109,10 +110,17 @@ class RayExecutor:
     def _ended(self, job_id: int, result: GangResult) -> None:
         with self._lock:
             self._handles.pop(job_id, None)
-        self._on_exit(job_id, exit_status(result))
+        if self._closing and result.outcome is GangOutcome.CANCELLED:
+            # Stopped because the server is: not a signal the job got from its user.
+            status = ExitStatus(exit_code=None, lost=True, reason=LOST_WITH_SERVER)
+        else:
+            status = exit_status(result)
+        self._on_exit(job_id, status)
 
     def close(self) -> None:
-        """Ray jobs end with the server's Ray connection (closed by the server)."""
+        """Ray jobs end with the server's Ray connection (closed by the server next): their
+        ends are recorded as lost with the server, not as signals."""
+        self._closing = True
 
 
 def exit_status(result: GangResult) -> ExitStatus:
