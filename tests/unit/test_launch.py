@@ -6,7 +6,7 @@ import json
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.launch import job_process, rank_failure
+from gpuyard.services.launch import job_process, node_argv, rank_failure
 from gpuyard.services.rendezvous import RendezvousPorts
 
 
@@ -95,3 +95,24 @@ def test_torchrun_under_an_env_shebang_and_python_flags() -> None:
 def test_the_last_root_cause_is_the_one_of_the_last_run() -> None:
     earlier = TORCHRUN_FAILURE.replace("exitcode  : 3", "exitcode  : 7")
     assert "code 3" in (rank_failure(earlier + "\nrestart\n" + TORCHRUN_FAILURE) or "")
+
+
+def _multinode(argv: tuple[str, ...], distributed: str | None) -> Job:
+    spec = JobSpec(argv=argv, name="t", workdir="/", gpus=4, nodes=2, distributed=distributed)
+    return Job(8, spec, "ada", JobState.RUNNING, submitted_at=1.0, gpus=(0, 1, 2, 3))
+
+
+def test_each_node_of_a_multi_node_job_gets_its_rank_and_rank_zeros_address() -> None:
+    torchrun = node_argv(_multinode(("python", "train.py"), "torchrun"), 1, "10.0.0.5", 40000)
+    assert torchrun == [
+        "python", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+        "--node-rank=1", "--master-addr=10.0.0.5", "--master-port=40000", "--max-restarts=0",
+        "train.py",
+    ]  # fmt: skip
+    jax = node_argv(_multinode(("python", "j.py"), "jax"), 1, "10.0.0.5", 40000)
+    assert jax[0] == "env" and jax[-2:] == ["python", "j.py"]
+    assigned = dict(kv.split("=", 1) for kv in jax[1:-2])
+    assert assigned["JAX_COORDINATOR_ADDRESS"] == "10.0.0.5:40000"
+    assert (assigned["JAX_NUM_PROCESSES"], assigned["JAX_PROCESS_ID"]) == ("2", "1")
+    plain = node_argv(_multinode(("./run.sh",), None), 0, "10.0.0.5", 40000)
+    assert plain == ["env", "MASTER_ADDR=10.0.0.5", "MASTER_PORT=40000", "./run.sh"]

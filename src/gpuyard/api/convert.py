@@ -50,6 +50,12 @@ def spec_from_wire(body: JobSubmitIn) -> JobSpec:
             "--gpus-per-node G (or --gpus a multiple of --nodes)",
             field="nodes",
         )
+    if body.nodes > 1 and body.distributed == "tf":
+        raise InvalidRequest(
+            "--distributed tf over several nodes is not supported yet (TF_CONFIG needs every "
+            "worker's address): use torchrun or jax, or one node",
+            field="distributed",
+        )
     gpu_mem_mib = parse_size_mib(body.gpu_mem, field="gpu_mem") if body.gpu_mem else 0
     if gpu_mem_mib and body.nodes > 1:
         raise InvalidRequest(

@@ -48,14 +48,26 @@ def job_process(
 
 def node_argv(job: Job, node_rank: int, master_addr: str, master_port: int) -> list[str]:
     """The command one node of a multi-node job (`--nodes N`) runs: torchrun with this node's
-    rank and rank 0's address (all nodes rendezvous there), or the argv as it is, with
-    MASTER_ADDR/MASTER_PORT set (the master is known only once the nodes are placed)."""
+    rank and rank 0's address (all nodes rendezvous there); for JAX one process per node with
+    the coordinator at rank 0 (`JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES` = N,
+    `JAX_PROCESS_ID` = the node's rank); else the argv as it is. MASTER_ADDR/MASTER_PORT are set
+    for every mode: the master is known only once the nodes are placed, so they go on the
+    command line (`env K=V ...`), not in the environment shared by all nodes."""
     argv = list(job.spec.argv)
-    if job.spec.distributed == "torchrun":
+    mode = job.spec.distributed
+    if mode == "torchrun":
         return _torchrun(
             argv, job.spec.gpus_per_node, master_port, job.spec.nodes, node_rank, master_addr
         )
-    return ["env", f"MASTER_ADDR={master_addr}", f"MASTER_PORT={master_port}", *argv]
+    assigned = [f"MASTER_ADDR={master_addr}", f"MASTER_PORT={master_port}"]
+    if mode == "jax":
+        assigned += [
+            f"GPUYARD_DISTRIBUTED={mode}",
+            f"JAX_COORDINATOR_ADDRESS={master_addr}:{master_port}",
+            f"JAX_NUM_PROCESSES={job.spec.nodes}",
+            f"JAX_PROCESS_ID={node_rank}",
+        ]
+    return ["env", *assigned, *argv]
 
 
 def _torchrun(
