@@ -298,7 +298,9 @@ class LiveScheduler:
 
     def _launchable(self) -> list[Launch]:
         """Assigned jobs whose GPUs are physically free now, in the order they were decided."""
+        self._forget_closed_slots()
         held = {gpu for gpus in self._holding.values() for gpu in gpus} | self._drained
+        held |= set(self._slot_gpu.values())  # a shared GPU is its slot's until the slot closes
         busy = self._busy  # free GPUs whose memory other processes still occupy
         hot = self._hot
         free = [
@@ -307,7 +309,6 @@ class LiveScheduler:
         ]  # a cool GPU before a hot one; lowest index first otherwise
         launches = []
         self._waiting_busy = {}
-        self._forget_closed_slots()
         for job_id, placement in self._assigned.items():
             if job_id in self._holding:
                 continue  # chosen again while its preempted processes are still stopping
