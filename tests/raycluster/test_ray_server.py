@@ -90,7 +90,7 @@ def test_a_two_node_torchrun_job_trains_with_world_size_four(server: ServerProce
     assert job["state"] == "COMPLETED", log[-3000:]
     assert job["node"] == "gpuyard-local-0,gpuyard-local-1" and job["nodes"] == 2
     ranks = re.findall(
-        r"^\[node(\d)\] .*rank (\d)/4 local_rank \d world_size 4 .*"
+        r"^\[node(\d)\] \[rank(\d)\] rank \2/4 local_rank \d world_size 4 .*"
         r"\(CUDA_VISIBLE_DEVICES='(\d,\d)'\)", log, re.MULTILINE,
     )  # fmt: skip
     assert sorted(rank for _, rank, _ in ranks) == ["0", "1", "2", "3"], log[-3000:]

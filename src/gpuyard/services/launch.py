@@ -56,9 +56,15 @@ def node_argv(job: Job, node_rank: int, master_addr: str, master_port: int) -> l
     argv = list(job.spec.argv)
     mode = job.spec.distributed
     if mode == "torchrun":
-        return _torchrun(
-            argv, job.spec.gpus_per_node, master_port, job.spec.nodes, node_rank, master_addr
-        )
+        # Each rank's lines labelled with its global rank (`[rank2] ...`; the server labels
+        # them with the node too): torchrun tees every worker's output through one reader,
+        # so lines of different ranks never interleave.
+        label = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[rank${rank}] "
+        torchrun = _torchrun(
+            argv, job.spec.gpus_per_node, master_port, job.spec.nodes, node_rank, master_addr,
+            tee=True,
+        )  # fmt: skip
+        return ["env", label, *torchrun]
     assigned = [f"MASTER_ADDR={master_addr}", f"MASTER_PORT={master_port}"]
     if mode == "jax":
         assigned += [
@@ -77,10 +83,12 @@ def _torchrun(
     nnodes: int = 1,
     node_rank: int = 0,
     master: str = LOCALHOST,
+    tee: bool = False,
 ) -> list[str]:
     options = [
         f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", f"--node-rank={node_rank}",
         f"--master-addr={master}", f"--master-port={port}", "--max-restarts=0",
+        *(["--tee=3"] if tee else []),
     ]  # fmt: skip
     python, rest = _python_of(argv)
     if python is None:
