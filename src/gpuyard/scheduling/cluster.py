@@ -7,7 +7,9 @@ here: only one node is entirely free.
 
 CPU cores and memory are accounted per node when a node declares them (the live server's
 machine does; simulated Philly nodes do not): a job of up to one node goes only where its CPUs
-and memory fit too. Gang jobs are placed by GPUs alone.
+and memory fit too. A job on several nodes is charged its CPUs and memory split evenly over
+them (rounded up: what each node's bundle reserves on Ray); gang jobs of the simulator are
+placed by GPUs alone.
 
 Shared GPUs. A job that declares its GPU memory (`--gpu-mem`) may share GPUs with other such
 jobs; every other job gets whole GPUs. A shared GPU is a *slot*: one whole GPU taken from the
@@ -86,9 +88,11 @@ class ClusterState:
         full = sum(1 for n in self.nodes if n.gpus == self.node_gpus)
         return self.node_gpus > 0 and -(-gpus // self.node_gpus) <= full
 
-    def would_fit(self, free: list[int], gpus: int) -> bool:
+    def would_fit(self, free: list[int], gpus: int, nodes: int = 1) -> bool:
         """Whether `gpus` could be placed if the nodes had `free` GPUs (what-if planning, same
-        rules as `place`)."""
+        rules as `place`; `nodes` > 1: `gpus // nodes` on each of that many nodes)."""
+        if nodes > 1:
+            return sum(1 for f in free if f >= gpus // nodes) >= nodes
         size = self.node_gpus
         if gpus <= size:
             return any(f >= gpus for f in free)
@@ -112,7 +116,7 @@ class ClusterState:
         if gpu_mem_mib:
             return self._place_shared(gpus, cpus, mem_mib, gpu_mem_mib, only_nodes)
         if nodes > 1:
-            return self._place_spread(gpus // nodes, nodes)
+            return self._place_spread(gpus // nodes, nodes, cpus, mem_mib)
         if gpus > self.free_gpus:
             return None
         if gpus == 0 and not (cpus or mem_mib):
@@ -134,13 +138,17 @@ class ClusterState:
             return None
         return tuple((i, self.node_gpus) for i in sorted(whole)[:need])
 
-    def _place_spread(self, per_node: int, nodes: int) -> Placement | None:
-        """`per_node` GPUs on each of `nodes` distinct nodes: the fullest nodes that fit."""
+    def _place_spread(self, per_node: int, nodes: int, cpus: int, mem_mib: int) -> Placement | None:
+        """`per_node` GPUs on each of `nodes` distinct nodes, with their share of the CPUs and
+        memory: the fullest nodes that fit."""
         if per_node * nodes > self.free_gpus:
             return None
+        cpus_each, mem_each = -(-cpus // nodes), -(-mem_mib // nodes)
         chosen: list[int] = []
         for free in range(per_node, self.node_gpus + 1):
             for node in sorted(self._buckets[free]):
+                if self.free_cpus[node] < cpus_each or self.free_mem_mib[node] < mem_each:
+                    continue
                 chosen.append(node)
                 if len(chosen) == nodes:
                     return tuple((n, per_node) for n in sorted(chosen))
@@ -214,6 +222,13 @@ class ClusterState:
     def allocate(
         self, placement: Placement, cpus: int = 0, mem_mib: int = 0, share: Share | None = None
     ) -> None:
+        """Take what `place` chose; checked first, so a bad placement changes nothing."""
+        for node, gpus in placement:
+            if gpus > self.free[node]:
+                raise ValueError(f"node {node} has {self.free[node]} free GPUs, not {gpus}")
+        for node, (node_cpus, node_mem) in charges(placement, cpus, mem_mib).items():
+            if node_cpus > self.free_cpus[node] or node_mem > self.free_mem_mib[node]:
+                raise ValueError(f"node {node} would have negative free CPUs or memory")
         for node, gpus in placement:
             self._move(node, self.free[node] - gpus)
         self._charge(placement, -cpus, -mem_mib)
@@ -260,11 +275,9 @@ class ClusterState:
         self._shares[share.owner] = (node, tuple(chosen), share.gpu_mem_mib)
 
     def _charge(self, placement: Placement, cpus: int, mem_mib: int) -> None:
-        """CPUs and memory are charged to the job's first node."""
-        if placement and (cpus or mem_mib):
-            node = placement[0][0]
-            self.free_cpus[node] += cpus
-            self.free_mem_mib[node] += mem_mib
+        for node, (node_cpus, node_mem) in charges(placement, cpus, mem_mib).items():
+            self.free_cpus[node] += node_cpus
+            self.free_mem_mib[node] += node_mem
             if self.free_cpus[node] < 0 or self.free_mem_mib[node] < 0:
                 raise ValueError(f"node {node} would have negative free CPUs or memory")
 
@@ -275,3 +288,21 @@ class ClusterState:
         self.free_gpus += new_free - self.free[node]
         self.free[node] = new_free
         self._buckets[new_free].add(node)
+
+
+def charges(placement: Placement, cpus: int, mem_mib: int) -> dict[int, tuple[int, int]]:
+    """CPUs and memory a placement charges per node: all of them on a one-node job's node;
+    split evenly, rounded up, over the nodes of a job on several (what each node's bundle
+    reserves on Ray). Negative amounts (a release) are split the same way."""
+    if not placement or not (cpus or mem_mib):
+        return {}
+    n = len(placement)
+    if n == 1:
+        return {placement[0][0]: (cpus, mem_mib)}
+    each = (_split(cpus, n), _split(mem_mib, n))
+    return {node: each for node, _ in placement}
+
+
+def _split(amount: int, parts: int) -> int:
+    share = -(-abs(amount) // parts)
+    return share if amount >= 0 else -share

@@ -20,7 +20,7 @@ import bisect
 from collections import Counter
 from typing import Any
 
-from gpuyard.scheduling.cluster import Placement
+from gpuyard.scheduling.cluster import Placement, charges
 from gpuyard.scheduling.policy import Context, SchedJob, place_job, whole_gpus
 
 
@@ -139,6 +139,8 @@ class RankedPolicy:
             if placement is not None:
                 ctx.start(job, placement)
                 continue
+            if job.nodes > 1 and job.gpus // job.nodes != cluster.node_gpus:
+                continue  # over parts of several nodes: not preempted for (no victims searched)
             if job.gpus < failed_at:
                 if self._try_preempt_for(job, ctx):
                     continue
@@ -150,8 +152,6 @@ class RankedPolicy:
         """Make room for `job` by preempting as few lower-ranked GPUs as possible, on the
         node(s) where it will run: preempting elsewhere would free nothing it can use."""
         cluster = ctx.cluster
-        if job.nodes > 1 and job.gpus // job.nodes != cluster.node_gpus:
-            return False  # spread over part of several nodes: not preempted for (see docs)
         if job.gpus > cluster.node_gpus and cluster.node_gpus > 0:
             victims = self._free_whole_nodes(job, ctx)
         else:
@@ -207,9 +207,11 @@ class RankedPolicy:
                     break
                 chosen.append(victim)
                 need_gpus -= sum(g for n, g in victim.placement if n == node)
-                if victim.placement and victim.placement[0][0] == node:  # charged there
-                    need_cpus -= victim.cpus
-                    need_mem -= victim.mem_mib
+                freed_cpus, freed_mem = charges(victim.placement, victim.cpus, victim.mem_mib).get(
+                    node, (0, 0)
+                )  # what it is charged on this node
+                need_cpus -= freed_cpus
+                need_mem -= freed_mem
             if need_gpus > 0 or need_cpus > 0 or need_mem > 0:
                 continue
             cost = (sum(v.gpus for v in chosen), len(chosen))
