@@ -108,12 +108,14 @@ def build_server(settings: Settings) -> Server:
     store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"))
     book = JobBook(store.load_jobs())
     scheduler = LiveScheduler(make_policy(settings.policy, for_server=True), inventory, time.time)
-    scheduler.rebuild(book.jobs(include_finished=True))
     metrics = QueueMetrics()
     controller = Controller(
         book, store, executor, inventory, scheduler, base_env=os.environ, metrics=metrics
     )
     holder.append(controller)
+    if ray is not None:
+        _settle_ray_restart(controller)
+    scheduler.rebuild(book.jobs(include_finished=True))
     monitor = GpuMonitor(
         NvmlTelemetry, PsutilProcessOwners(), book, inventory, period_s=settings.telemetry_s
     )
@@ -162,10 +164,14 @@ def _ray_backend(
     from gpuyard.adapters.ray import backend
     from gpuyard.adapters.ray.executor import RayExecutor
 
-    connection = backend.connect(
-        settings.state_dir, settings.ray_address, settings.ray_token_file,
-        settings.ray_local_nodes, settings.ray_node_timeout_s,
-    )  # fmt: skip
+    try:
+        connection = backend.connect(
+            settings.state_dir, settings.ray_address, settings.ray_token_file,
+            settings.ray_local_nodes, settings.ray_node_timeout_s,
+        )  # fmt: skip
+    except (ValueError, RuntimeError, ConnectionError, TimeoutError) as exc:
+        where = settings.ray_address or "a local cluster"
+        raise Unavailable(f"cannot use the Ray cluster ({where}): {exc}") from None
     try:
         found = backend.inventory(connection.nodes(), settings.declared_gpu_mem_mib)
         where = settings.ray_address or "a local cluster on 127.0.0.1"
@@ -173,8 +179,10 @@ def _ray_backend(
             f"{len(found.gpus)} GPUs on {len(found.nodes)} Ray node(s) of {where} "
             f"({', '.join(n.name for n in found.nodes)})"
         )
-        inventory = Inventory(tuple(found.gpus), found.nodes[0], source, tuple(found.nodes[1:]))
-        watch = backend.NodeWatch(connection, [n.name for n in found.nodes])
+        inventory = Inventory(
+            tuple(found.gpus), found.nodes[0], source, tuple(found.nodes[1:]), sharing=False
+        )
+        watch = backend.NodeWatch(connection, found.ray_nodes)
         executor = RayExecutor(
             connection, settings.state_dir / "jobs", on_exit, watch.node_ids,
             grace_s=settings.kill_grace_s,
@@ -183,6 +191,16 @@ def _ray_backend(
         connection.close()
         raise
     return inventory, executor, RayParts(connection, watch)
+
+
+def _settle_ray_restart(controller: Controller) -> None:
+    """Before the scheduler is rebuilt: Ray jobs never outlive the server (end them now: the
+    cluster may have changed under them), and drains made by lost Ray nodes are lifted (the
+    inventory holds only machines alive now, numbered afresh)."""
+    controller.recover()
+    for gpu, drain in list(controller.drains.items()):
+        if drain.source == "ray":
+            controller.resume_gpu(gpu)
 
 
 def _node_lost(service: JobService, inventory: Inventory, name: str) -> None:

@@ -112,6 +112,20 @@ def test_cancel_stops_every_node_and_leaves_no_process(server: ServerProcess) ->
     assert wait_until_gone(lambda: marked_processes(marker), timeout_s=30) == []
 
 
+def test_jobs_never_see_the_clusters_token(server: ServerProcess) -> None:
+    script = "env | grep '^RAY_AUTH' || echo no-ray-auth-here"
+    job_id = int(server.cli("submit", "--gpus", "1", "--", "sh", "-c", script).stdout)
+    assert _ended(server, job_id)["state"] == "COMPLETED"
+    log = server.client().log(job_id).decode()
+    assert "[node0] no-ray-auth-here" in log and "RAY_AUTH_TOKEN" not in log
+
+
+def test_gpu_sharing_is_refused_on_ray_in_one_line(server: ServerProcess) -> None:
+    out = server.cli("submit", "--gpu-mem", "8G", "--", "true", check=False)
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
+    assert "runs jobs on Ray, which gives each job whole GPUs" in out.stderr
+
+
 def test_a_bad_node_request_is_one_line(server: ServerProcess) -> None:
     out = server.cli("submit", "--nodes", "3", "--gpus-per-node", "1", "--", "true", check=False)
     assert out.returncode == 1

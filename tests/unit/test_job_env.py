@@ -14,8 +14,11 @@ def test_server_settings_never_reach_a_job_but_the_users_own_env_does() -> None:
         "PATH": "/bin",
         "GPUYARD_TOKEN": "secret",
         "GPUYARD_DATABASE_URL": "postgresql://u:pw@h/db",
+        "RAY_AUTH_TOKEN": "cluster-secret",  # the server's Ray cluster token (--backend ray)
+        "RAY_AUTH_TOKEN_PATH": "/state/ray_auth_token",
     }
     env = build_job_env(job, base)
     assert "GPUYARD_TOKEN" not in env and "GPUYARD_DATABASE_URL" not in env
+    assert not any(key.startswith("RAY_AUTH") for key in env)
     assert env["GPUYARD_MINE"] == "1" and env["PATH"] == "/bin"
     assert env["CUDA_VISIBLE_DEVICES"] == "1,3" and env["GPUYARD_NUM_GPUS"] == "2"

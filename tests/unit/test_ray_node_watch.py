@@ -44,8 +44,9 @@ def test_local_node_spec_and_its_one_line_error() -> None:
 
 
 def test_a_lost_node_is_reported_once_and_back_when_a_node_of_its_name_returns() -> None:
-    table = _Table([_node("a", "n0"), _node("b", "n1")])
-    watch = NodeWatch(table, ["n0", "n1"])  # type: ignore[arg-type]
+    first = [_node("a", "n0"), _node("b", "n1")]
+    table = _Table(first)
+    watch = NodeWatch(table, first)  # type: ignore[arg-type]
     events: list[tuple[str, str]] = []
     watch.on_lost = lambda name: events.append(("lost", name))
     watch.on_back = lambda name: events.append(("back", name))
@@ -60,3 +61,15 @@ def test_a_lost_node_is_reported_once_and_back_when_a_node_of_its_name_returns()
     watch.poll()
     assert events == [("lost", "n1"), ("back", "n1")]
     assert watch.node_ids() == {"n0": "a", "n1": "c"}  # the new id: launches go there
+
+
+def test_machines_of_the_same_ray_name_are_followed_by_id_not_by_position() -> None:
+    first = [_node("a", "10.0.0.5"), _node("b", "10.0.0.5")]  # two raylets, Ray's default name
+    table = _Table(first)
+    watch = NodeWatch(table, first)  # type: ignore[arg-type]
+    lost: list[str] = []
+    watch.on_lost = lost.append
+    table.now = [_node("a", "10.0.0.5", alive=False), _node("b", "10.0.0.5")]
+    watch.poll()
+    assert lost == ["10.0.0.5"]  # a's machine, not b's
+    assert watch.node_ids() == {"10.0.0.5#1": "b"}

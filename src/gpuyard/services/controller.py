@@ -170,7 +170,12 @@ class Controller:
                 launched.append((job, self.executor.launch(job, argv, env)))
             except Exception as exc:  # the job cannot start; it must not stay RUNNING
                 log.warning("job %s could not start: %s", job.id, exc)
-                self._finish(job.id, ExitStatus(exit_code=None, lost=True), f"LaunchFailed: {exc}")
+                if getattr(exc, "node_lost", False):  # its machine is gone (Ray backend)
+                    lost = ExitStatus(exit_code=None, node_lost=True, reason=f"NodeLost: {exc}")
+                    self._finish(job.id, lost, None)
+                else:
+                    failed = ExitStatus(exit_code=None, lost=True)
+                    self._finish(job.id, failed, f"LaunchFailed: {exc}")
         with self.book.mutation_lock:
             recorded = []
             for job, proc in launched:

@@ -11,6 +11,7 @@ peaked at 9.1 GiB per GPU and suggests `--gpu-mem 12G`.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 
@@ -87,22 +88,26 @@ def suggested_mib(peak_mib: int) -> int:
 
 
 class PeakHistory:
-    """Peak GPU memory per GPU of each (owner, job name)'s last runs, for `submit`'s advice."""
+    """Peak GPU memory per GPU of each (owner, job name)'s last runs, for `submit`'s advice.
+    Written by the threads that end jobs, read by submits: under a lock."""
 
     def __init__(self) -> None:
         self._peaks: OrderedDict[tuple[str, str], deque[int]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def record(self, owner: str, name: str, peak_per_gpu_mib: int) -> None:
         key = (owner, name)
-        runs = self._peaks.pop(key, None) or deque(maxlen=_RUNS_REMEMBERED)
-        runs.append(peak_per_gpu_mib)
-        self._peaks[key] = runs
-        while len(self._peaks) > _NAMES_REMEMBERED:
-            self._peaks.popitem(last=False)
+        with self._lock:
+            runs = self._peaks.pop(key, None) or deque(maxlen=_RUNS_REMEMBERED)
+            runs.append(peak_per_gpu_mib)
+            self._peaks[key] = runs
+            while len(self._peaks) > _NAMES_REMEMBERED:
+                self._peaks.popitem(last=False)
 
     def hint(self, spec: JobSpec, owner: str, gpu_total_mib: int | None) -> str | None:
         """Advice for a submission from earlier runs with the same name, or None."""
-        runs = self._peaks.get((owner, spec.name))
+        with self._lock:
+            runs = list(self._peaks.get((owner, spec.name), ()))
         if not runs or not spec.gpus:
             return None
         peak = max(runs)

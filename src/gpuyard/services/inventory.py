@@ -17,6 +17,9 @@ class Inventory:
     node: NodeCapacity
     source: str
     others: tuple[NodeCapacity, ...] = ()
+    # Whether jobs may share GPUs (`--gpu-mem`): not on Ray, which hands out whole GPUs and
+    # chooses which one a job gets.
+    sharing: bool = True
 
     @property
     def nodes(self) -> tuple[NodeCapacity, ...]:

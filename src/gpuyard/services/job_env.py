@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from gpuyard.domain.job import Job
 from gpuyard.jobhooks import HOOK_DIR
 
-# The server's own settings (token, database URL with its password, ...) never reach a job.
-_SERVER_PREFIX = "GPUYARD_"
+# The server's own settings (token, database URL with its password, the Ray cluster's token
+# and auth mode under --backend ray, ...) never reach a job.
+_SERVER_PREFIXES = ("GPUYARD_", "RAY_AUTH_")
 # What a CUDA process holds outside its framework's allocator (context, kernels, library
 # handles): a job's allocator is capped this much below its --gpu-mem, so that what NVML
 # counts for the process (what the hard limit judges) stays within --gpu-mem.
@@ -26,7 +27,7 @@ def build_job_env(
 ) -> dict[str, str]:
     """Server environment, then the job's own `--env`, then what gpuyard guarantees.
     `gpu_total_mib`: memory of each of the job's GPUs, for frameworks capped by a fraction."""
-    env = {k: v for k, v in base.items() if not k.startswith(_SERVER_PREFIX)}
+    env = {k: v for k, v in base.items() if not k.startswith(_SERVER_PREFIXES)}
     env.update(dict(job.spec.env))
     env.update(
         {

@@ -274,6 +274,12 @@ class JobService:
             )
 
     def _check_gpu_mem(self, spec: JobSpec) -> None:
+        if not self.inventory.sharing:
+            raise InvalidRequest(
+                "--gpu-mem shares GPUs of one machine, but this server runs jobs on Ray, which "
+                "gives each job whole GPUs: submit without --gpu-mem",
+                field="gpu_mem",
+            )
         per_gpu = self.inventory.gpu_mem_mib()
         if per_gpu is None:
             raise InvalidRequest(

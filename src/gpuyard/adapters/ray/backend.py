@@ -74,6 +74,7 @@ def parse_local_nodes(spec: str | None) -> list[LocalNodeSpec]:
 class RayInventory:
     gpus: list[Gpu]
     nodes: list[NodeCapacity]
+    ray_nodes: list[RayNode]  # the Ray nodes behind `nodes`, in the same order
 
 
 def inventory(found: list[RayNode], gpu_mem_mib: int | None) -> RayInventory:
@@ -88,7 +89,7 @@ def inventory(found: list[RayNode], gpu_mem_mib: int | None) -> RayInventory:
         nodes.append(NodeCapacity(name, max(1, node.cpus), node.mem_mib))
         for i in range(node.gpus):
             gpus.append(Gpu(len(gpus), f"{name}/gpu{i}", "Ray GPU", gpu_mem_mib, False, name))
-    return RayInventory(gpus, nodes)
+    return RayInventory(gpus, nodes, used)
 
 
 def unique_names(nodes: list[RayNode]) -> dict[str, str]:
@@ -96,7 +97,7 @@ def unique_names(nodes: list[RayNode]) -> dict[str, str]:
     names: dict[str, str] = {}
     seen: dict[str, int] = {}
     for node in nodes:
-        base = node.name or node.hostname or node.ip
+        base = _base_name(node)
         count = seen.get(base, 0)
         seen[base] = count + 1
         names[node.node_id] = base if count == 0 else f"{base}#{count}"
@@ -104,23 +105,27 @@ def unique_names(nodes: list[RayNode]) -> dict[str, str]:
 
 
 class NodeWatch:
-    """Polls Ray's nodes: `on_lost(name)` once when an inventory node dies, `on_back(name)`
-    when a node of that name is alive again. `node_ids()` maps names to the ids alive now."""
+    """Polls Ray's nodes: `on_lost(name)` once when an inventory machine's node dies,
+    `on_back(name)` when a new node of the same Ray name appears (Ray gives a returning node a
+    new id). Machines are followed by node id, so a lost one never passes for another of the
+    same name. `node_ids()` maps the machines alive now to their ids."""
 
-    def __init__(self, connection: RayConnection, names: list[str], period_s: float = 1.0) -> None:
+    def __init__(
+        self, connection: RayConnection, nodes: list[RayNode], period_s: float = 1.0
+    ) -> None:
         self._conn = connection
-        self._names = list(names)
+        names = unique_names(nodes)
+        self._ids = {names[n.node_id]: n.node_id for n in nodes}  # machine -> current node id
+        self._base = {names[n.node_id]: _base_name(n) for n in nodes}
+        self._gone: set[str] = set()
+        self._period_s = period_s
         self.on_lost: Callable[[str], object] = lambda name: None  # set by the server
         self.on_back: Callable[[str], object] = lambda name: None
-        self._period_s = period_s
-        self._ids: dict[str, str] = {}
-        self._gone: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.poll()
 
     def node_ids(self) -> dict[str, str]:
-        return dict(self._ids)
+        return {name: node_id for name, node_id in self._ids.items() if name not in self._gone}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpuyard-ray-nodes", daemon=True)
@@ -139,18 +144,29 @@ class NodeWatch:
                 log.exception("reading Ray's nodes failed")
 
     def poll(self) -> None:
-        alive = [node for node in self._conn.nodes() if node.alive]
-        by_name = {name: node_id for node_id, name in unique_names(alive).items()}
-        self._ids = {name: by_name[name] for name in self._names if name in by_name}
-        for name in self._names:
-            if name not in by_name and name not in self._gone:
+        alive = {node.node_id: node for node in self._conn.nodes() if node.alive}
+        for name, node_id in self._ids.items():
+            if node_id not in alive and name not in self._gone:
                 self._gone.add(name)
                 log.warning("Ray node %s was lost: its GPUs are out of service", name)
                 self.on_lost(name)
-            elif name in by_name and name in self._gone:
+        bound = set(self._ids.values())
+        for name in sorted(self._gone):
+            back = next(
+                (n for n in alive.values()
+                 if n.node_id not in bound and _base_name(n) == self._base[name]),
+                None,
+            )  # fmt: skip
+            if back is not None:
+                self._ids[name] = back.node_id
+                bound.add(back.node_id)
                 self._gone.discard(name)
                 log.info("Ray node %s is back: its GPUs are in service again", name)
                 self.on_back(name)
+
+
+def _base_name(node: RayNode) -> str:
+    return node.name or node.hostname or node.ip
 
 
 def _path(text: str) -> os.PathLike[str]:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuyard.adapters.ray.cluster import RayConnection
-from gpuyard.adapters.ray.gang import GangHandle, GangOutcome, GangResult
+from gpuyard.adapters.ray.gang import GangHandle, GangLaunchError, GangOutcome, GangResult
 from gpuyard.domain.job import Job
 from gpuyard.services.launch import node_argv
 from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, Recovered
@@ -39,6 +39,12 @@ LOST_WITH_SERVER = (
     "SupervisorLost: the job ran on the Ray cluster through the server that stopped; Ray jobs "
     "end with the server (resubmit it)"
 )
+
+
+class NodeLostAtLaunch(RuntimeError):
+    """A machine the job was placed on is gone: the job ends NODE_FAIL, not FAILED."""
+
+    node_lost = True  # what the controller looks for
 
 
 class RayExecutor:
@@ -76,17 +82,23 @@ class RayExecutor:
         names = job.node.split(",")
         missing = [name for name in names if name not in ids]
         if missing:
-            raise RuntimeError(f"Ray node {missing[0]} is not alive")
+            raise NodeLostAtLaunch(f"Ray node {missing[0]} was lost before the job started")
         gpus_each = _split(len(job.gpus), len(names))
         cpus_each = max(1, math.ceil(job.spec.cpus / len(names)))
         per_node = [
             (ids[name], gpus, cpus_each) for name, gpus in zip(names, gpus_each, strict=True)
         ]
-        handle = self._conn.launch(
-            job.id, per_node, lambda rank, addr, port: node_argv(job, rank, addr, port), env,
-            self.log_path(job.id), self._grace_s, job.spec.time_limit_s,
-            workdir=job.spec.workdir,
-        )  # fmt: skip
+        try:
+            handle = self._conn.launch(
+                job.id, per_node, lambda rank, addr, port: node_argv(job, rank, addr, port), env,
+                self.log_path(job.id), self._grace_s, job.spec.time_limit_s,
+                workdir=job.spec.workdir,
+            )  # fmt: skip
+        except GangLaunchError as exc:
+            alive = set(self._node_ids().values())
+            if exc.node_id is not None and exc.node_id not in alive:
+                raise NodeLostAtLaunch(f"a Ray node was lost while the job started: {exc}") from exc
+            raise
         with self._lock:
             self._handles[job.id] = handle
         return Launched(pid=handle.nodes[0].worker_pid, started_at=time.time())
