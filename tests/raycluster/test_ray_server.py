@@ -150,7 +150,7 @@ def test_a_failing_node_stops_the_other_and_the_reason_names_it(server: ServerPr
 def test_losing_a_node_ends_its_job_node_fail_and_drains_its_gpus(
     server: ServerProcess,
 ) -> None:
-    """Last: it kills the second node's raylet."""
+    """Last: it kills the second node's raylet (and restarts the server)."""
     marker = f"gpuyard-ray-lost-{uuid.uuid4().hex[:8]}"
     out = server.cli("submit", "--nodes", "2", "--gpus-per-node", "2", "--",
                      "sh", "-c", f"echo {marker}; exec sleep 300", marker)  # fmt: skip
@@ -178,3 +178,14 @@ def test_losing_a_node_ends_its_job_node_fail_and_drains_its_gpus(
     alone = int(server.cli("submit", "--gpus", "2", "--", "true").stdout)
     assert _ended(server, alone)["state"] == "COMPLETED"
     assert _job(server, alone)["node"] == "gpuyard-local-0"
+
+    # A restarted server starts with the machines alive then: the lost one's drains are lifted.
+    server.stop()
+    server.start(timeout_s=120)
+    gpus = json.loads(server.cli("gpus", "--json").stdout)
+    assert [(g["node"], g["drained"]) for g in gpus] == [
+        ("gpuyard-local-0", False), ("gpuyard-local-0", False),
+        ("gpuyard-local-1", False), ("gpuyard-local-1", False),
+    ]  # fmt: skip
+    spread = int(server.cli("submit", "--nodes", "2", "--gpus-per-node", "2", "--", "true").stdout)
+    assert _ended(server, spread)["state"] == "COMPLETED"
