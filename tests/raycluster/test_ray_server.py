@@ -21,7 +21,12 @@ import psutil
 import pytest
 
 from tests.e2e.server import ServerProcess, wait_for
-from tests.raycluster.conftest import marked_processes, ray_orphans, wait_until_gone
+from tests.raycluster.conftest import (
+    cluster_processes,
+    marked_processes,
+    ray_orphans,
+    wait_until_gone,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DDP = str(REPO / "examples" / "train_ddp.py")
@@ -39,24 +44,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield proc
     finally:
         proc.stop()
-        left = wait_until_gone(lambda: _ray_processes(str(state)) + ray_orphans(), timeout_s=30)
+        token = str(state / "ray_auth_token")
+        left = wait_until_gone(lambda: cluster_processes(token) + ray_orphans(), timeout_s=30)
         assert not left, f"Ray processes left after the server stopped: {left}"
-
-
-def _ray_processes(state: str) -> list[psutil.Process]:
-    """The Ray processes of the server's cluster (they see its token file in their env)."""
-    token = os.path.join(state, "ray_auth_token")
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if (
-                proc.status() != psutil.STATUS_ZOMBIE
-                and proc.environ().get("RAY_AUTH_TOKEN_PATH") == token
-            ):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 def _job(server: ServerProcess, job_id: int) -> dict:  # type: ignore[type-arg]
@@ -133,6 +123,13 @@ def test_a_bad_node_request_is_one_line(server: ServerProcess) -> None:
         "gpuyard: the job asks for 3 nodes but this server has 2 (multi-node jobs need "
         "`gpuyard server --backend ray` on a cluster)"
     ]
+    # CPUs are checked per machine: 4 over 2 machines fit nodes of 2 CPUs, 6 do not.
+    args = ("--nodes", "2", "--gpus-per-node", "1")
+    fits = server.cli("submit", "--dry-run", *args, "--cpus", "4", "--", "true", check=False)
+    assert fits.returncode == 0, fits.stderr
+    big = server.cli("submit", *args, "--cpus", "6", "--", "true", check=False)
+    assert big.returncode == 1
+    assert "asks for 3 CPUs per machine but this server offers 2" in big.stderr
 
 
 def test_a_failing_node_stops_the_other_and_the_reason_names_it(server: ServerProcess) -> None:

@@ -235,15 +235,20 @@ class JobService:
         if spec.gpu_mem_mib:
             self._check_gpu_mem(spec)
         self._check_machines(spec)
-        if spec.cpus > inv.node.cpus:
+        # Per machine: a job on several has its CPUs and memory split over them.
+        cpus, mem_mib = -(-spec.cpus // spec.nodes), -(-spec.mem_mib // spec.nodes)
+        most_cpus = max(node.cpus for node in inv.nodes)
+        most_mem = max(node.mem_mib for node in inv.nodes)
+        each = " per machine" if spec.nodes > 1 else ""
+        if cpus > most_cpus:
             raise InvalidRequest(
-                f"the job asks for {spec.cpus} CPUs but this server offers {inv.node.cpus}",
+                f"the job asks for {cpus} CPUs{each} but this server offers {most_cpus}",
                 field="cpus",
             )
-        if spec.mem_mib > inv.node.mem_mib:
+        if mem_mib > most_mem:
             raise InvalidRequest(
-                f"the job asks for {format_size_mib(spec.mem_mib)} of memory but this server "
-                f"offers {format_size_mib(inv.node.mem_mib)}",
+                f"the job asks for {format_size_mib(mem_mib)} of memory{each} but this server "
+                f"offers {format_size_mib(most_mem)}",
                 field="mem",
             )
         if not os.path.isdir(spec.workdir):
