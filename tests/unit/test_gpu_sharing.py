@@ -4,10 +4,11 @@ GPUs by best fit; other jobs get whole GPUs; shared GPUs come back whole when em
 from __future__ import annotations
 
 import pytest
+from tests.unit.policy_context import RecordingContext
 
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
+from gpuyard.scheduling.policy import SchedJob, begin_run, end_run
 
 GIB = 1024
 
@@ -77,20 +78,6 @@ def test_gpus_of_unknown_memory_take_no_shares() -> None:
     assert cluster.place(1, 0, 0) is not None
 
 
-class _Ctx:
-    def __init__(self, cluster: ClusterState, policy: Policy) -> None:
-        self.cluster, self.now, self.policy = cluster, 0.0, policy
-        self.started: list[int] = []
-
-    def start(self, job: SchedJob, placement: tuple[tuple[int, int], ...]) -> None:
-        begin_run(job, self.cluster, placement, self.now)
-        self.policy.started(job, self.now)
-        self.started.append(job.id)
-
-    def preempt(self, job: SchedJob) -> None:
-        raise AssertionError("nothing should be preempted here")
-
-
 @pytest.mark.parametrize("name", ["default", "fifo", "backfill", "fairshare", "las"])
 def test_every_policy_packs_shares_onto_gpus_and_a_whole_gpu_job_waits_for_a_free_one(
     name: str,
@@ -100,7 +87,7 @@ def test_every_policy_packs_shares_onto_gpus_and_a_whole_gpu_job_waits_for_a_fre
     jobs = [_job(1, 50), _job(2, 25), _job(3, 50), _job(4, 0)]
     for job in jobs:
         policy.submit(job, 0.0)
-    ctx = _Ctx(cluster, policy)
+    ctx = RecordingContext(policy, cluster)
     policy.schedule(ctx)
     # 1 and 2 share GPU A (75 of 80 GiB); 3 opens GPU B; 4 (a whole GPU) must wait.
     assert sorted(ctx.started) == [1, 2, 3]

@@ -5,10 +5,11 @@ reservation, and a spread job that cannot preempt not stopping the jobs behind i
 from __future__ import annotations
 
 import pytest
+from tests.unit.policy_context import RecordingContext
 
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run, place_job
+from gpuyard.scheduling.policy import SchedJob, begin_run, end_run, place_job
 
 
 def _cluster(nodes: int = 2, gpus: int = 2, cpus: int | None = 8) -> ClusterState:
@@ -18,23 +19,6 @@ def _cluster(nodes: int = 2, gpus: int = 2, cpus: int | None = 8) -> ClusterStat
 def _job(job_id: int, gpus: int, nodes: int = 1, cpus: int = 1, priority: int = 0, **kw):  # type: ignore[no-untyped-def]
     return SchedJob(job_id, "u", gpus, float(job_id), priority=priority, cpus=cpus, nodes=nodes,
                     **kw)  # fmt: skip
-
-
-class _Ctx:
-    def __init__(self, cluster: ClusterState, policy: Policy, now: float = 0.0) -> None:
-        self.cluster, self.policy, self.now = cluster, policy, now
-        self.started: list[int] = []
-        self.preempted: list[int] = []
-
-    def start(self, job: SchedJob, placement: tuple[tuple[int, int], ...]) -> None:
-        begin_run(job, self.cluster, placement, self.now)
-        self.policy.started(job, self.now)
-        self.started.append(job.id)
-
-    def preempt(self, job: SchedJob) -> None:
-        end_run(job, self.cluster, self.now)
-        self.policy.preempted(job, self.now)
-        self.preempted.append(job.id)
 
 
 def test_a_spread_job_takes_its_share_of_cpus_on_each_node_and_needs_them_free() -> None:
@@ -65,7 +49,7 @@ def test_a_placement_that_does_not_fit_changes_nothing() -> None:
 def test_backfill_keeps_a_spread_heads_reservation() -> None:
     cluster = _cluster(cpus=None)
     policy = make_policy("backfill", for_server=True)
-    ctx = _Ctx(cluster, policy)
+    ctx = RecordingContext(policy, cluster)
     blocker = _job(1, 2, time_limit_s=100)  # node 0 full until t=100
     policy.submit(blocker, 0.0)
     policy.schedule(ctx)
@@ -82,7 +66,7 @@ def test_backfill_keeps_a_spread_heads_reservation() -> None:
 def test_a_spread_job_that_cannot_preempt_does_not_stop_the_next_from_preempting(name: str) -> None:
     cluster = _cluster(cpus=None)
     policy = make_policy(name, for_server=True)
-    ctx = _Ctx(cluster, policy)
+    ctx = RecordingContext(policy, cluster)
     for job_id in range(1, 5):
         policy.submit(_job(job_id, 1), 0.0)
     policy.schedule(ctx)

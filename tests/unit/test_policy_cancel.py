@@ -4,39 +4,21 @@ the policy had set for it (LAS promotion, default's starvation guard) do no harm
 from __future__ import annotations
 
 import pytest
+from tests.unit.policy_context import RecordingContext
 
-from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.cluster import ClusterState
 from gpuyard.scheduling.policies import ORACLES, make_policy, policy_names
-from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
+from gpuyard.scheduling.policy import Policy, SchedJob
 
 
-class Ctx:
-    """Applies the policy's decisions to the cluster, as the simulator and the server do."""
-
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-        self.cluster = ClusterState.uniform(8, 8)
-        self.now = 0.0
-        self.started: list[int] = []
-
-    def start(self, job: SchedJob, placement: Placement) -> None:
-        begin_run(job, self.cluster, placement, self.now)
-        self.started.append(job.id)
-        self.policy.started(job, self.now)
-
-    def preempt(self, job: SchedJob) -> None:
-        end_run(job, self.cluster, self.now)
-        self.policy.preempted(job, self.now)
-
-    def finish(self, job: SchedJob) -> None:
-        end_run(job, self.cluster, self.now)
-        self.policy.finished(job, self.now)
+def _context(policy: Policy) -> RecordingContext:
+    return RecordingContext(policy, ClusterState.uniform(8, 8))
 
 
 @pytest.mark.parametrize("name", policy_names())
 def test_a_cancelled_pending_job_never_starts(name: str) -> None:
     policy = make_policy(name)
-    ctx = Ctx(policy)
+    ctx = _context(policy)
     long = 10 * 86400.0
     oracle = long if name in ORACLES else None
     jobs = [
