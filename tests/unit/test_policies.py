@@ -147,14 +147,13 @@ def test_cluster_accounts_cpus_and_memory_where_nodes_declare_them() -> None:
 
 
 def test_preemption_frees_cpus_too() -> None:
-    from tests.unit.test_policy_cancel import Ctx
+    from tests.unit.policy_context import RecordingContext
 
     from gpuyard.scheduling.cluster import NodeSpec
     from gpuyard.scheduling.policy import SchedJob
 
     policy = make_policy("las")
-    ctx = Ctx(policy)
-    ctx.cluster = ClusterState([NodeSpec("a", 8, cpus=4)])
+    ctx = RecordingContext(policy, ClusterState([NodeSpec("a", 8, cpus=4)]))
     hog = SchedJob(1, "u", 1, 0.0, cpus=4)  # one GPU, every CPU
     policy.submit(hog, 0.0)
     policy.schedule(ctx)
