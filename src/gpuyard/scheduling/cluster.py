@@ -154,10 +154,6 @@ class ClusterState:
                     return tuple((n, per_node) for n in sorted(chosen))
         return None
 
-    def can_ever_spread(self, per_node: int, nodes: int) -> bool:
-        """Whether `nodes` distinct nodes of at least `per_node` GPUs exist at all."""
-        return sum(1 for n in self.nodes if n.gpus >= per_node) >= nodes
-
     def _place_shared(
         self, gpus: int, cpus: int, mem_mib: int, want: int, only: tuple[int, ...] | None
     ) -> Placement | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from gpuyard.services.gpu_mem import GpuMemLimit
 from gpuyard.services.idle import IdleWatch
-from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobbook import JobBook, jobs_by_gpu
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import GpuReading
 from gpuyard.services.telemetry import TelemetrySnapshot
@@ -136,10 +136,7 @@ class AfterSample:
         if self.gpu_mem_limit is not None:
             self.gpu_mem_limit.check(snapshot, running)
         self.idle.update(snapshot, running)
-        holders: dict[int, set[int]] = {}
-        for job in running:
-            for gpu in job.gpus:
-                holders.setdefault(gpu, set()).add(job.id)
+        holders = {gpu: {job.id for job in jobs} for gpu, jobs in jobs_by_gpu(running).items()}
         self._log_misplaced(snapshot, holders)
         self.scheduler.set_busy(foreign_memory(snapshot, set(holders), self.foreign_mem_mib))
         self.scheduler.set_hot(hot_gpus(snapshot, self.hot_temp_c))

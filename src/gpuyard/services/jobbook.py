@@ -73,3 +73,12 @@ class JobBook:
             self._pending.add(new.id)
         elif new.state is JobState.RUNNING:
             self._running[new.id] = new
+
+
+def jobs_by_gpu(jobs: Iterable[Job]) -> dict[int, list[Job]]:
+    """GPU index -> the jobs on it (several on a GPU shared with --gpu-mem)."""
+    by_gpu: dict[int, list[Job]] = {}
+    for job in jobs:
+        for gpu in job.gpus:
+            by_gpu.setdefault(gpu, []).append(job)
+    return by_gpu

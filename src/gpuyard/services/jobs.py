@@ -16,7 +16,7 @@ from gpuyard.services.controller import Controller
 from gpuyard.services.gpu_mem import PeakHistory
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.inventory import Inventory
-from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobbook import JobBook, jobs_by_gpu
 from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.ports import JobStore
 from gpuyard.services.telemetry import (
@@ -168,10 +168,7 @@ class JobService:
         return DryRun(now=self._clock(), start_at=start, not_before=later_than)
 
     def gpus(self) -> list[GpuHolding]:
-        holders: dict[int, list[Job]] = {}
-        for job in self.book.running():
-            for gpu in job.gpus:
-                holders.setdefault(gpu, []).append(job)
+        holders = jobs_by_gpu(self.book.running())
         sampled = self.telemetry().gpus
         shared = self.controller.scheduler.shared_gpus()
         return [
