@@ -79,12 +79,52 @@ class Recovered:
     never_started: bool = False
 
 
+class NodeLost(RuntimeError):
+    """A machine the job was placed on is gone (raised by `Executor.launch`): the job ends
+    NODE_FAIL, not FAILED."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """The Unix identity a job's processes take (the supervisor drops to it before `chdir` and
+    `exec`); None in a plan: the server's own user."""
+
+    user: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+    shell: str = "/bin/sh"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """Everything an executor needs to start one job, decided by the services: the command
+    (one machine: `argv`; node `rank` of a multi-node job: `argv_for(rank, master_addr,
+    master_port)`), the job's environment (applied to the job only, never to the supervisor),
+    where it runs and logs, as whom, and how it is stopped."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str
+    log_path: str
+    time_limit_s: int | None = None
+    argv_for: Callable[[int, str, int], list[str]] | None = None
+    run_as: RunAs | None = None
+    stop_signal: int = 15  # SIGTERM, then SIGKILL after the grace period
+
+
 class Executor(Protocol):
     """Runs jobs in supervised process trees and reports when they end."""
 
-    def launch(self, job: Job, argv: list[str], env: dict[str, str]) -> Launched:
-        """Start the job's supervisor running `argv` with `env`; returns once the process
-        exists."""
+    # True when the job runs on exactly the physical GPUs the scheduler chose (local
+    # supervisors); False when the backend picks devices itself (Ray), so a drain of a single
+    # GPU cannot be enforced there and must be refused or mapped.
+    binds_devices: bool
+
+    def launch(self, job: Job, plan: LaunchPlan) -> Launched:
+        """Start the job's supervisor following `plan`; returns once the process exists.
+        Raises NodeLost if a machine the job was placed on is gone."""
         ...
 
     def stop(self, job: Job) -> None:
