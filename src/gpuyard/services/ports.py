@@ -8,13 +8,50 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpuyard.domain.job import Drain, Gpu, Job
+from gpuyard.domain.states import JobState
 
 
 class JobStore(Protocol):
-    """Durable job records. `write` returns only once the rows are on disk."""
+    """Durable job records. `write` returns only once the rows are on disk.
+
+    Implementations: `adapters/store/sql.py` (SQLite, PostgreSQL by URL) and
+    `adapters/store/memory.py`; `tests/contract/` runs one suite over all of them."""
+
+    def lock_exclusive(self) -> None:
+        """Claim the database for this server until `close()`: a second server on it would run
+        every job twice. Raises Unavailable("another gpuyard server already uses <db>; ...")."""
+        ...
+
+    def load_active(self, recent_finished: int) -> list[Job]:
+        """What the server keeps in memory, by id: every pending and running job, and the
+        `recent_finished` finished jobs that ended last."""
+        ...
+
+    def get_job(self, job_id: int) -> Job | None:
+        """One job, whether or not the server still keeps it in memory."""
+        ...
+
+    def max_job_id(self) -> int:
+        """The highest job id ever given, 0 for none: new ids start above it."""
+        ...
+
+    def page_jobs(
+        self,
+        *,
+        limit: int,
+        before_id: int | None = None,
+        since: float | None = None,
+        states: Collection[JobState] | None = None,
+        owner: str | None = None,
+        name: str | None = None,
+    ) -> list[Job]:
+        """Up to `limit` jobs newest first by id, with id < `before_id` (keyset pagination:
+        the next page passes the last id of this one), submitted at or after `since`, in one of
+        `states`, of `owner`, named `name` (None: no filter)."""
+        ...
 
     def load_jobs(self) -> list[Job]:
-        """Every job, for the server's start."""
+        """Every job ever, by id: for tests and tools only (the server uses `load_active`)."""
         ...
 
     def write(self, inserts: Sequence[Job], updates: Sequence[Job]) -> None:
@@ -26,11 +63,11 @@ class JobStore(Protocol):
         """`write` without blocking: the Future completes once the rows are on disk."""
         ...
 
-    def load_drains(self) -> dict[int, Drain]:
-        """GPUs out of service, by index."""
+    def load_drains(self) -> dict[str, Drain]:
+        """GPUs out of service, by GPU UUID ("index:N" for drains recorded before UUIDs)."""
         ...
 
-    def save_drain(self, gpu_index: int, drain: Drain | None) -> None:
+    def save_drain(self, gpu_uuid: str, drain: Drain | None) -> None:
         """Record a drain (None: the GPU is back in service), durably."""
         ...
 
@@ -42,7 +79,9 @@ class JobStore(Protocol):
         """A finished job's GPU stats, durably."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Flush pending writes and release the database (and the lock)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,51 +3,129 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, delete, event, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Select,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from gpuyard.adapters.store.codec import job_to_row, row_to_job
+from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
 from gpuyard.adapters.store.tables import gpu_drains, job_gpu_stats, jobs
 from gpuyard.domain.errors import Conflict
 from gpuyard.domain.job import Drain, Job
+from gpuyard.domain.states import JobState
 
 _Batch = tuple[Sequence[Job], Sequence[Job]]
 _COLUMNS = tuple(jobs.c.keys())
+_ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
 
 
 class SqlJobStore:
-    """Implements the JobStore port. One server process per database."""
+    """Implements the JobStore port. One server process per database (`lock_exclusive`).
 
-    def __init__(self, url: str) -> None:
+    `exclusive=True` takes that lock before the migrations run, so a second server never
+    upgrades the schema under a running one."""
+
+    def __init__(self, url: str, *, exclusive: bool = False) -> None:
         self.url = url
         self._engine = _make_engine(url)
+        self._lock = _file_lock(self._engine)
+        if exclusive:
+            self.lock_exclusive()
         _migrate(self._engine)
         self._conn: Connection | None = None  # used by the writer thread only
         self._insert_sql = _compiled_insert(self._engine)
         self._writer: GroupCommitWriter[_Batch] = GroupCommitWriter(self._commit_batch)
 
-    def load_jobs(self) -> list[Job]:
-        with self._engine.connect() as conn:
-            return [row_to_job(row) for row in conn.execute(select(jobs).order_by(jobs.c.id))]
+    def lock_exclusive(self) -> None:
+        """Claim the database for this server until `close()`; Unavailable if another has it.
+        SQLite: an flock on `<database file>.lock`. PostgreSQL (not yet a store here) will use
+        `pg_advisory_lock` on a session held open until close; an in-memory SQLite database
+        has no other user, so there is nothing to lock."""
+        if self._lock is not None:
+            self._lock.acquire()
 
-    def load_drains(self) -> dict[int, Drain]:
+    def load_jobs(self) -> list[Job]:
+        """Every job ever, by id: for tests and tools. The server loads `load_active`."""
+        return self._select(select(jobs).order_by(jobs.c.id))
+
+    def load_active(self, recent_finished: int) -> list[Job]:
+        """Every pending and running job, and the `recent_finished` finished jobs that ended
+        last (latest `ended_at`), by id: what the server keeps in memory."""
+        active = select(jobs).where(jobs.c.state.in_(_ACTIVE))
+        recent = (
+            select(jobs)
+            .where(jobs.c.state.not_in(_ACTIVE), jobs.c.ended_at.is_not(None))
+            .order_by(jobs.c.ended_at.desc(), jobs.c.id.desc())
+            .limit(max(0, recent_finished))
+        )
+        found = self._select(active) + self._select(recent)
+        return sorted(found, key=lambda j: j.id)
+
+    def get_job(self, job_id: int) -> Job | None:
+        found = self._select(select(jobs).where(jobs.c.id == job_id))
+        return found[0] if found else None
+
+    def max_job_id(self) -> int:
+        """The highest id ever given (0 for none): new ids start above it."""
+        with self._engine.connect() as conn:
+            return int(conn.execute(select(func.max(jobs.c.id))).scalar() or 0)
+
+    def page_jobs(
+        self,
+        *,
+        limit: int,
+        before_id: int | None = None,
+        since: float | None = None,
+        states: Collection[JobState] | None = None,
+        owner: str | None = None,
+        name: str | None = None,
+    ) -> list[Job]:
+        """One page of history, newest first by id (keyset: pass the last id seen as
+        `before_id` for the next page); `since` bounds `submitted_at`, the rest are exact."""
+        if limit <= 0 or (states is not None and not states):
+            return []
+        query = select(jobs)
+        if before_id is not None:
+            query = query.where(jobs.c.id < before_id)
+        if since is not None:
+            query = query.where(jobs.c.submitted_at >= since)
+        if states is not None:
+            query = query.where(jobs.c.state.in_(sorted(JobState(s).value for s in states)))
+        if owner is not None:
+            query = query.where(jobs.c.owner == owner)
+        if name is not None:
+            query = query.where(jobs.c.name == name)
+        return self._select(query.order_by(jobs.c.id.desc()).limit(limit))
+
+    def load_drains(self) -> dict[str, Drain]:
+        """GPUs out of service, by GPU UUID ("index:N" for drains recorded before UUIDs)."""
         with self._engine.connect() as conn:
             rows = conn.execute(select(gpu_drains))
-            return {r.gpu_index: Drain(r.reason, r.source, r.drained_at) for r in rows}
+            return {r.gpu_uuid: Drain(r.reason, r.source, r.drained_at) for r in rows}
 
-    def save_drain(self, gpu_index: int, drain: Drain | None) -> None:
+    def save_drain(self, gpu_uuid: str, drain: Drain | None) -> None:
         """Record a GPU drained (or resumed, with None), durably; rare, so not group-committed."""
         with self._engine.begin() as conn:
-            conn.execute(delete(gpu_drains).where(gpu_drains.c.gpu_index == gpu_index))
+            conn.execute(delete(gpu_drains).where(gpu_drains.c.gpu_uuid == gpu_uuid))
             if drain is not None:
                 conn.execute(
                     insert(gpu_drains).values(
-                        gpu_index=gpu_index, reason=drain.reason, source=drain.source,
+                        gpu_uuid=gpu_uuid, reason=drain.reason, source=drain.source,
                         drained_at=drain.drained_at,
                     )
                 )  # fmt: skip
@@ -73,10 +151,17 @@ class SqlJobStore:
         return self._writer.submit_future((inserts, updates))
 
     def close(self) -> None:
+        """Flush and stop the writer, then let the database go (and its lock)."""
         self._writer.close()
         if self._conn is not None:
             self._conn.close()
         self._engine.dispose()
+        if self._lock is not None:
+            self._lock.release()
+
+    def _select(self, query: Select[Any]) -> list[Job]:
+        with self._engine.connect() as conn:
+            return [row_to_job(row) for row in conn.execute(query)]
 
     def _commit_batch(self, batch: Sequence[_Batch]) -> None:
         """One transaction for the whole batch, on the writer thread's own connection."""
@@ -120,6 +205,14 @@ def _compiled_insert(engine: Engine) -> str:
     mark = {"qmark": "?", "format": "%s", "pyformat": "%s", "numeric": ":{}"}[style]
     marks = ", ".join(mark.format(i + 1) for i in range(len(names)))
     return f"INSERT INTO jobs ({', '.join(names)}) VALUES ({marks})"
+
+
+def _file_lock(engine: Engine) -> ExclusiveFileLock | None:
+    """The lock file of a SQLite database on disk; None for other databases."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        return None
+    return ExclusiveFileLock(Path(database).absolute())
 
 
 def sqlite_url(path: Path) -> str:

@@ -1,8 +1,12 @@
-"""The database schema (SQLAlchemy Core); Alembic migrations create and evolve it."""
+"""The database schema (SQLAlchemy Core); Alembic migrations create and evolve it.
+
+Free text and lists are TEXT, never VARCHAR(n): SQLite ignores the length but PostgreSQL
+enforces it, and an out-of-memory reason or a 128-GPU job's GPU list passes 255 characters.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text
+from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text
 
 metadata = MetaData()
 
@@ -10,14 +14,14 @@ jobs = Table(
     "jobs",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),
-    Column("name", String(255), nullable=False),
+    Column("name", Text, nullable=False),
     Column("owner", String(255), nullable=False),
-    Column("state", String(32), nullable=False, index=True),
+    Column("state", String(32), nullable=False),
     Column("priority", Integer, nullable=False),
-    Column("spec", Text, nullable=False),  # JSON of the JobSpec
-    Column("reason", String(255), nullable=False),
-    Column("gpus", String(255), nullable=False),  # JSON list of GPU indices
-    Column("node", String(255), nullable=False),
+    Column("spec", Text, nullable=False),  # JSON of the JobSpec (codec.py)
+    Column("reason", Text, nullable=False),
+    Column("gpus", Text, nullable=False),  # JSON list of GPU indices
+    Column("node", Text, nullable=False),  # comma-separated machine names
     Column("exit_code", Integer),
     Column("submitted_at", Float, nullable=False),
     Column("started_at", Float),
@@ -29,14 +33,24 @@ jobs = Table(
     Column("attained_gpu_s", Float, nullable=False, server_default="0"),
     Column("restarts", Integer, nullable=False, server_default="0"),
 )
+# History pages are newest first by id (keyset): each filter has an index ending in id, so a
+# page reads `limit` index entries, however long the history.
+Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
+Index("ix_jobs_owner_id", jobs.c.owner, jobs.c.id)
+Index("ix_jobs_name_id", jobs.c.name, jobs.c.id)
+Index("ix_jobs_submitted_at", jobs.c.submitted_at)
+# The server's start loads the most recently ended jobs, not all of them.
+Index("ix_jobs_ended_at_id", jobs.c.ended_at, jobs.c.id)
 
-# GPUs taken out of service (`gpuyard admin drain`, or automatically on a GPU failure).
+# GPUs taken out of service (`gpuyard admin drain`, or automatically on a GPU failure), by GPU
+# UUID (indices are renumbered when a Ray cluster changes); rows from before migration 0005,
+# whose UUID was never recorded, are keyed "index:N".
 gpu_drains = Table(
     "gpu_drains",
     metadata,
-    Column("gpu_index", Integer, primary_key=True, autoincrement=False),
-    Column("reason", String(255), nullable=False),
-    Column("source", String(16), nullable=False),  # "admin" or "auto"
+    Column("gpu_uuid", Text, primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("source", String(16), nullable=False),  # "admin", "auto" or "ray"
     Column("drained_at", Float, nullable=False),
 )
 
