@@ -137,3 +137,72 @@ def test_indexes_match_the_jobs_after_any_sequence_of_changes(
     assert sorted(j.id for j in book.running()) == sorted(
         j.id for j in everything if j.state is JobState.RUNNING
     )
+
+
+def finished(job_id: int, ended_at: float) -> Job:
+    return (
+        new_job(job_id)
+        .transition(JobState.RUNNING)
+        .transition(JobState.COMPLETED, ended_at=ended_at)
+    )
+
+
+def test_only_the_most_recently_finished_jobs_are_kept() -> None:
+    # Loaded out of order; job 2 ended last of the old ones, so job 1 and 3 go first.
+    book = JobBook([finished(3, 30.0), finished(1, 10.0), finished(2, 50.0), new_job(4)],
+                   keep_finished=2)  # fmt: skip
+    assert sorted(j.id for j in book.jobs(include_finished=True)) == [2, 3, 4]
+    assert book.get(1) is None  # evicted: the service asks the store
+    running = book.get(4)
+    assert running is not None
+    running = running.transition(JobState.RUNNING, gpus=(0,))
+    book.put(running)
+    book.put(running.transition(JobState.FAILED, ended_at=60.0))
+    # Job 4 finished last: the oldest end (job 3) is evicted, never a pending or running job.
+    assert sorted(j.id for j in book.jobs(include_finished=True)) == [2, 4]
+    assert book.get(3) is None
+
+
+def test_pending_and_running_jobs_are_never_evicted() -> None:
+    book = JobBook(keep_finished=0)
+    for job_id in (1, 2, 3):
+        book.put(new_job(job_id))
+    job = book.get(2)
+    assert job is not None
+    book.put(job.transition(JobState.RUNNING, gpus=(0,)))
+    done = book.get(3)
+    assert done is not None
+    book.put(done.transition(JobState.CANCELLED, ended_at=5.0))
+    assert [j.id for j in book.jobs(include_finished=True)] == [1, 2]
+    assert [j.id for j in book.jobs(include_finished=False)] == [1, 2]
+    assert [j.id for j in book.running()] == [2]
+
+
+def test_ids_start_above_the_stores_highest_even_if_those_jobs_are_not_loaded() -> None:
+    # The store held jobs up to 1,000,000 but only job 12 is still pending: the next id must
+    # not reuse the ids of finished jobs left in the store.
+    book = JobBook([new_job(12)], next_id=1_000_001)
+    assert book.allocate_id() == 1_000_001
+    assert JobBook([new_job(12)], next_id=5).allocate_id() == 13
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=40), st.integers(0, 5))
+def test_the_book_keeps_exactly_the_last_finished_jobs(ends: list[int], keep: int) -> None:
+    # Submit jobs and finish a few in an arbitrary order: the kept finished ones are always
+    # the `keep` that finished last, and every unfinished job is still there.
+    book = JobBook(keep_finished=keep)
+    finished_order: list[int] = []
+    clock = 0.0
+    for pick in ends:
+        book.put(new_job(book.allocate_id()))
+        pending = book.jobs(include_finished=False)
+        job = pending[pick % len(pending)]
+        if pick % 2:
+            clock += 1
+            book.put(job.transition(JobState.CANCELLED, ended_at=clock))
+            finished_order.append(job.id)
+    kept = {j.id for j in book.jobs(include_finished=True) if j.state.is_terminal}
+    assert kept == set(finished_order[-keep:] if keep else [])
+    unfinished = {j.id for j in book.jobs(include_finished=False)}
+    assert unfinished == set(range(1, len(ends) + 1)) - set(finished_order)

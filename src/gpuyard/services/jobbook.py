@@ -4,11 +4,16 @@ Reads (queue, show) come from here, so they never touch the database;
 every change is written to the store first and put here after. Changes to existing jobs happen
 under `mutation_lock`, so two changes to one job can never interleave; a new job needs no such
 lock (nobody else knows its id yet).
+
+Bounded: every pending and running job stays, but only the `keep_finished` jobs that finished
+last; an older finished job is evicted (`get` answers None) and is read from the store's
+history instead, so a server with a million past jobs does not hold them all.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from gpuyard.domain.errors import Conflict
@@ -17,16 +22,23 @@ from gpuyard.domain.states import JobState
 
 
 class JobBook:
-    """All jobs by id, and the ids of the unfinished ones (pending or running)."""
+    """Unfinished jobs by id (pending or running), and the most recently finished ones."""
 
-    def __init__(self, jobs: Iterable[Job] = ()) -> None:
+    def __init__(
+        self, jobs: Iterable[Job] = (), *, next_id: int = 1, keep_finished: int = 10_000
+    ) -> None:
+        """`next_id`: the first id to give (the store's `max_job_id() + 1`: ids of evicted
+        jobs are never given again); `jobs`: what the store's `load_active` returned."""
         self.lock = threading.RLock()  # short critical sections: index reads and writes
         self.mutation_lock = threading.Lock()  # held across a durable write of a change
+        self.keep_finished = keep_finished
         self._jobs: dict[int, Job] = {}
         self._pending: set[int] = set()
         self._running: dict[int, Job] = {}
-        self._next_id = 1
-        for job in jobs:
+        self._finished: OrderedDict[int, None] = OrderedDict()  # oldest end first
+        self._next_id = next_id
+        # Finished jobs enter in the order they ended, so the oldest end is evicted first.
+        for job in sorted(jobs, key=_end_order):
             self._index(None, job)
             self._next_id = max(self._next_id, job.id + 1)
 
@@ -42,6 +54,7 @@ class JobBook:
             return self._next_id
 
     def get(self, job_id: int) -> Job | None:
+        """The job if kept in memory; None for an unknown or evicted one (ask the store)."""
         return self._jobs.get(job_id)
 
     def put(self, job: Job) -> None:
@@ -53,7 +66,7 @@ class JobBook:
             self._index(old, job)
 
     def jobs(self, *, include_finished: bool) -> list[Job]:
-        """Jobs by id: all of them, or the pending and running ones."""
+        """Jobs in memory by id: all of them, or the pending and running ones."""
         with self.lock:
             if include_finished:
                 return sorted(self._jobs.values(), key=lambda j: j.id)
@@ -73,6 +86,21 @@ class JobBook:
             self._pending.add(new.id)
         elif new.state is JobState.RUNNING:
             self._running[new.id] = new
+        elif new.id not in self._finished:  # a later change to a finished job keeps its place
+            self._finished[new.id] = None
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self._finished) > self.keep_finished:
+            job_id, _ = self._finished.popitem(last=False)
+            del self._jobs[job_id]
+
+
+def _end_order(job: Job) -> tuple[bool, float, int]:
+    """Unfinished jobs first (never evicted anyway), then finished ones by when they ended."""
+    if not job.state.is_terminal:
+        return (False, 0.0, job.id)
+    return (True, job.ended_at or 0.0, job.id)
 
 
 def jobs_by_gpu(jobs: Iterable[Job]) -> dict[int, list[Job]]:
