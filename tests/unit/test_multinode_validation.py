@@ -26,9 +26,16 @@ def test_a_two_node_job_splits_its_gpus_evenly() -> None:
         ({"nodes": 2, "gpus": 0}, "splits the job's GPUs evenly"),
         ({"nodes": 2, "gpus": 2, "distributed": "tf"}, "tf over several nodes"),
         ({"nodes": 2, "gpus": 2, "gpu_mem": "8G"}, "cannot be combined with --nodes"),
-        ({"gpu_mem": "8G"}, "ask for --gpus N"),
+        ({"distributed": "torchrun"}, "runs one process per GPU"),
     ],
 )
 def test_what_cannot_run_is_refused_with_its_reason(fields: dict[str, object], says: str) -> None:
     with pytest.raises(InvalidRequest, match=says):
         _spec(**fields)
+
+
+def test_gpu_mem_without_gpus_means_one_gpu_at_the_api_too() -> None:
+    # The CLI always did this; the rule is the domain's now, so an SDK user gets it as well.
+    spec = _spec(gpu_mem="8G")
+    assert (spec.gpus, spec.gpu_mem_mib) == (1, 8192)
+    assert _spec(gpu_mem="8G", gpus=2).gpus == 2

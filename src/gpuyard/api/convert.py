@@ -1,15 +1,20 @@
-"""Conversions between wire models and domain objects."""
+"""Conversions between wire models and domain objects, driven by JobSpec's fields.
+
+Only units are parsed here; what makes a spec valid and its defaults are the domain's
+(`domain/spec_rules.py`), the same for every front door.
+"""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import Drain, Job, JobSpec
+from gpuyard.domain.spec_rules import SpecDraft, decide_spec
 from gpuyard.domain.units import parse_duration_s, parse_size_mib
 from gpuyard.schemas.v1 import (
     DryRunOut,
@@ -22,67 +27,54 @@ from gpuyard.schemas.v1 import (
 from gpuyard.services.jobs import DryRun, GpuHolding
 from gpuyard.services.telemetry import JobGpuStats
 
+# JobSpec fields the wire spells otherwise (units a person writes, a mapping): spec field ->
+# (JobSubmitIn field, parse). Every other spec field is read from the wire field of its name.
+_FROM_WIRE: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "argv": ("command", tuple),
+    "env": ("env", lambda env: tuple(sorted(env.items()))),
+    "mem_mib": ("mem", lambda text: parse_size_mib(text, field="mem") if text else 0),
+    "time_limit_s": (
+        "time_limit",
+        lambda text: parse_duration_s(text, field="time_limit") if text else None,
+    ),
+    "gpu_mem_mib": ("gpu_mem", lambda text: parse_size_mib(text, field="gpu_mem") if text else 0),
+}
+_DRAFT_FIELDS: tuple[tuple[str, str, Callable[[Any], Any] | None], ...] = tuple(
+    (f.name, *_FROM_WIRE.get(f.name, (f.name, None))) for f in fields(SpecDraft)
+)
 
-def spec_from_wire(body: JobSubmitIn) -> JobSpec:
-    """Parse and check a submission; raises InvalidRequest naming the field."""
-    if not body.command[0].strip():
-        raise InvalidRequest("command: the program to run is empty", field="command")
-    workdir = body.workdir or str(Path.home())
-    if not os.path.isabs(workdir):
-        raise InvalidRequest(f"workdir {workdir!r} must be an absolute path", field="workdir")
-    for key, value in body.env.items():
-        if not key or "=" in key or "\0" in key:
-            raise InvalidRequest(f"env: {key!r} is not a valid variable name", field="env")
-        if "\0" in value:
-            raise InvalidRequest(f"env: the value of {key} contains a NUL byte", field="env")
-    if any("\0" in arg for arg in body.command):
-        raise InvalidRequest("command: an argument contains a NUL byte", field="command")
-    if "\0" in workdir:
-        raise InvalidRequest("workdir contains a NUL byte", field="workdir")
-    if body.distributed and body.gpus < 1:
-        raise InvalidRequest(
-            f"--distributed {body.distributed} runs one process per GPU: ask for --gpus N",
-            field="distributed",
-        )
-    if body.nodes > 1 and (body.gpus < body.nodes or body.gpus % body.nodes):
-        raise InvalidRequest(
-            f"--nodes {body.nodes} splits the job's GPUs evenly over the nodes: give "
-            "--gpus-per-node G (or --gpus a multiple of --nodes)",
-            field="nodes",
-        )
-    if body.nodes > 1 and body.distributed == "tf":
-        raise InvalidRequest(
-            "--distributed tf over several nodes is not supported yet (TF_CONFIG needs every "
-            "worker's address): use torchrun or jax, or one node",
-            field="distributed",
-        )
-    gpu_mem_mib = parse_size_mib(body.gpu_mem, field="gpu_mem") if body.gpu_mem else 0
-    if gpu_mem_mib and body.nodes > 1:
-        raise InvalidRequest(
-            "--gpu-mem shares GPUs of one machine: it cannot be combined with --nodes",
-            field="gpu_mem",
-        )
-    if gpu_mem_mib and body.gpus < 1:
-        raise InvalidRequest(
-            "--gpu-mem is GPU memory per GPU: ask for --gpus N (1 or more) too", field="gpu_mem"
-        )
-    return JobSpec(
-        argv=tuple(body.command),
-        name=body.name or Path(body.command[0]).name,
-        workdir=workdir,
-        gpus=body.gpus,
-        cpus=body.cpus,
-        mem_mib=parse_size_mib(body.mem, field="mem") if body.mem else 0,
-        time_limit_s=parse_duration_s(body.time_limit, field="time_limit")
-        if body.time_limit
-        else None,
-        priority=body.priority,
-        env=tuple(sorted(body.env.items())),
-        preemptible=body.preemptible,
-        distributed=body.distributed,
-        gpu_mem_mib=gpu_mem_mib,
-        nodes=body.nodes,
-    )
+# JobSpec fields a JobOut carries under another name (`gpus` there is the GPUs held).
+_TO_WIRE_NAMES = {"argv": "command", "gpus": "num_gpus"}
+# JobSpec fields never sent back, with why: a new field must be carried or listed here.
+WRITE_ONLY_SPEC_FIELDS = {
+    "env": "may hold secrets (API keys, tokens): a job list or record must not show them",
+}
+_TO_WIRE = tuple(
+    (f.name, _TO_WIRE_NAMES.get(f.name, f.name))
+    for f in fields(JobSpec)
+    if f.name not in WRITE_ONLY_SPEC_FIELDS
+)
+
+
+def spec_from_wire(body: JobSubmitIn, default_workdir: str | None = None) -> JobSpec:
+    """Parse units, then the domain's rules decide; raises InvalidRequest naming the field.
+
+    `default_workdir`: the server's choice when the client sent no workdir (its home).
+    """
+    draft: dict[str, Any] = {}
+    for name, wire_name, parse in _DRAFT_FIELDS:
+        value = getattr(body, wire_name)
+        draft[name] = value if parse is None else parse(value)
+    return decide_spec(SpecDraft(**draft), default_workdir=default_workdir or str(Path.home()))
+
+
+def spec_to_wire_fields(spec: JobSpec) -> dict[str, Any]:
+    """The JobOut fields that come from the spec (write-only ones left out)."""
+    out: dict[str, Any] = {}
+    for name, wire_name in _TO_WIRE:
+        value = getattr(spec, name)
+        out[wire_name] = list(value) if type(value) is tuple else value
+    return out
 
 
 def job_to_wire(
@@ -93,23 +85,15 @@ def job_to_wire(
     gpu_stats: JobGpuStats | None = None,
     idle_since: float | None = None,
 ) -> JobOut:
-    spec = job.spec
     end = job.ended_at if job.ended_at is not None else time.time()
     running_s = end - job.started_at if job.started_at is not None else 0.0
     return JobOut.model_construct(  # our own values: no need to validate them again
+        **spec_to_wire_fields(job.spec),
         id=job.id,
-        name=spec.name,
         owner=job.owner,
         state=job.state.value,
         reason=reason,
-        command=list(spec.argv),
         gpus=list(job.gpus),
-        num_gpus=spec.gpus,
-        cpus=spec.cpus,
-        mem_mib=spec.mem_mib,
-        time_limit_s=spec.time_limit_s,
-        priority=spec.priority,
-        workdir=spec.workdir,
         node=job.node,
         exit_code=job.exit_code,
         submitted_at=_iso(job.submitted_at) or "",
@@ -117,10 +101,6 @@ def job_to_wire(
         ended_at=_iso(job.ended_at),
         runtime_s=round(end - job.started_at, 3) if job.started_at is not None else None,
         log_path=log_path,
-        preemptible=spec.preemptible,
-        distributed=spec.distributed,
-        gpu_mem_mib=spec.gpu_mem_mib,
-        nodes=spec.nodes,
         restarts=job.restarts,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),

@@ -6,24 +6,35 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from gpuyard.domain.spec_rules import MAX_NAME_CHARS
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class JobSubmitIn(_Strict):
-    """A job submission. Sizes and durations are strings in Slurm's forms."""
+    """A job submission. Sizes and durations are strings in Slurm's forms.
+
+    Types and ranges only: what makes a spec valid and its defaults are `domain/spec_rules.py`'s.
+    """
 
     command: Annotated[list[StrictStr], Field(min_length=1, description="argv; never a shell line")]
-    name: Annotated[StrictStr | None, Field(max_length=200)] = None
-    gpus: Annotated[StrictInt, Field(ge=0, le=1024)] = 0
+    name: Annotated[StrictStr | None, Field(max_length=MAX_NAME_CHARS)] = None
+    gpus: Annotated[StrictInt, Field(ge=0, le=1024, description="0 with gpu_mem: 1")] = 0
     cpus: Annotated[StrictInt, Field(ge=1, le=4096)] = 1
     mem: Annotated[StrictStr | None, Field(description="e.g. 16G, 512M; bare number = MiB")] = None
     time_limit: Annotated[
         StrictStr | None, Field(description="minutes, [D-]HH:MM:SS, or 30s/90m/2h/1d")
     ] = None
     priority: Annotated[StrictInt, Field(ge=-1_000_000, le=1_000_000)] = 0
-    workdir: Annotated[StrictStr | None, Field(description="absolute path on the server")] = None
+    workdir: Annotated[
+        StrictStr | None,
+        Field(
+            description="absolute path on the server; null: the server's default (its home). "
+            "The CLI and the SDK send their own working directory"
+        ),
+    ] = None
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     preemptible: Annotated[
         StrictBool, Field(description="false: no policy may preempt it (--no-preempt)")

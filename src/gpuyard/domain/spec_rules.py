@@ -1,0 +1,199 @@
+"""The rules that make a job spec valid, and its defaults, decided once for every front door.
+
+The API, the SDK (through the API), a future `#SBATCH` parser and the dashboard's form all turn
+what the submitter said into a `SpecDraft` (units already parsed, `None` where they said
+nothing) and call `decide_spec`. So a rule answers the same wherever a job comes from: an SDK
+user who gives `gpu_mem` gets the one GPU a CLI user gets, not an error.
+
+    decide_spec(SpecDraft(argv=("python", "t.py"), gpu_mem_mib=8192), default_workdir="/srv")
+    -> JobSpec(argv=("python", "t.py"), name="python", workdir="/srv", gpus=1, gpu_mem_mib=8192)
+
+Sizes are limited here, at submit, with one line each: a command line the kernel would refuse
+at exec (E2BIG) must fail now, not at launch, and a 50 MiB argv must not ride in every list.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+from gpuyard.domain.errors import InvalidRequest
+from gpuyard.domain.job import DISTRIBUTED_MODES, JobSpec
+
+KIB = 1024
+# The kernel's MAX_ARG_STRLEN (32 pages): no one argument or environment string may be longer,
+# the terminating NUL included.
+MAX_ARG_BYTES = 128 * KIB - 1
+# The whole command line: well under ARG_MAX (a quarter of the stack limit, 2 MiB by default),
+# which argv, the environment and the server's own variables share at exec.
+MAX_ARGV_BYTES = 128 * KIB
+MAX_ENV_BYTES = 256 * KIB
+MAX_ENV_VARS = 4096
+MAX_NAME_CHARS = 200
+MAX_WORKDIR_BYTES = 4095  # PATH_MAX, NUL excluded
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDraft:
+    """A submission as a front door received it: units parsed, defaults not decided yet
+    (`None`: the submitter did not say). Its fields are JobSpec's, by name."""
+
+    argv: tuple[str, ...]
+    name: str | None = None
+    workdir: str | None = None  # the client's cwd when it sends one; None: the server decides
+    gpus: int = 0  # 0 with gpu_mem_mib: one GPU (gpu_mem_mib is per GPU)
+    cpus: int = 1
+    mem_mib: int = 0
+    time_limit_s: int | None = None
+    priority: int = 0
+    env: tuple[tuple[str, str], ...] = ()
+    preemptible: bool = True
+    distributed: str | None = None
+    gpu_mem_mib: int = 0
+    nodes: int = 1
+
+
+def decide_spec(draft: SpecDraft, *, default_workdir: str) -> JobSpec:
+    """The valid JobSpec for `draft`, defaults decided; raises InvalidRequest naming the field.
+
+    `default_workdir` is the server's choice when the submitter sent no working directory.
+    """
+    check_sizes(draft)
+    check_text(draft)
+    check_resources(draft)
+    decided = {
+        "name": draft.name or default_name(draft.argv),
+        "workdir": draft.workdir or default_workdir,
+        "gpus": default_gpus(draft),
+    }
+    spec = JobSpec(**{f: decided.get(f, getattr(draft, f)) for f in _SPEC_FIELDS})  # type: ignore[arg-type]
+    check_shape(spec)
+    return spec
+
+
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+
+
+def default_name(argv: tuple[str, ...] | list[str]) -> str:
+    """The program's file name, like Slurm's job name from the script (`python`, `train.sh`)."""
+    return os.path.basename(argv[0].rstrip("/"))[:MAX_NAME_CHARS] or "job"
+
+
+def default_gpus(draft: SpecDraft) -> int:
+    """`--gpu-mem` is memory per GPU: without `--gpus` it means one GPU."""
+    return draft.gpus or (1 if draft.gpu_mem_mib else 0)
+
+
+def check_sizes(draft: SpecDraft) -> None:
+    """Refuse what exec would refuse (E2BIG) or what would bloat every listing."""
+    if not draft.argv:
+        raise InvalidRequest("command: nothing to run", field="command")
+    total = 0
+    for arg in draft.argv:
+        size = _bytes(arg)
+        if size > MAX_ARG_BYTES:
+            raise InvalidRequest(
+                f"command: an argument of {size:,} bytes is longer than the {MAX_ARG_BYTES:,} "
+                "the kernel allows: pass large data in a file",
+                field="command",
+            )
+        total += size + 1
+    if total > MAX_ARGV_BYTES:
+        raise InvalidRequest(
+            f"command: {total:,} bytes of arguments, at most {MAX_ARGV_BYTES:,}: "
+            "pass large data in a file",
+            field="command",
+        )
+    if len(draft.env) > MAX_ENV_VARS:
+        raise InvalidRequest(
+            f"env: {len(draft.env):,} variables, at most {MAX_ENV_VARS:,}", field="env"
+        )
+    env_total = 0
+    for key, value in draft.env:
+        size = _bytes(key) + 1 + _bytes(value)
+        if size > MAX_ARG_BYTES:
+            raise InvalidRequest(
+                f"env: {key[:64]} is {size:,} bytes, longer than the {MAX_ARG_BYTES:,} the "
+                "kernel allows for one variable",
+                field="env",
+            )
+        env_total += size + 1
+    if env_total > MAX_ENV_BYTES:
+        raise InvalidRequest(
+            f"env: {env_total:,} bytes of variables, at most {MAX_ENV_BYTES:,}", field="env"
+        )
+    if draft.name is not None and len(draft.name) > MAX_NAME_CHARS:
+        raise InvalidRequest(
+            f"name: {len(draft.name):,} characters, at most {MAX_NAME_CHARS}", field="name"
+        )
+    if draft.workdir is not None and _bytes(draft.workdir) > MAX_WORKDIR_BYTES:
+        raise InvalidRequest(
+            f"workdir: longer than {MAX_WORKDIR_BYTES:,} bytes (PATH_MAX)", field="workdir"
+        )
+
+
+def check_text(draft: SpecDraft) -> None:
+    """What exec and the environment cannot carry: NUL bytes, `=` in a name, a relative dir."""
+    if not draft.argv[0].strip():
+        raise InvalidRequest("command: the program to run is empty", field="command")
+    if any("\0" in arg for arg in draft.argv):
+        raise InvalidRequest("command: an argument contains a NUL byte", field="command")
+    for key, value in draft.env:
+        if not key or "=" in key or "\0" in key:
+            raise InvalidRequest(f"env: {key[:64]!r} is not a valid variable name", field="env")
+        if "\0" in value:
+            raise InvalidRequest(f"env: the value of {key} contains a NUL byte", field="env")
+    if draft.workdir is not None:
+        if "\0" in draft.workdir:
+            raise InvalidRequest("workdir contains a NUL byte", field="workdir")
+        if not os.path.isabs(draft.workdir):
+            raise InvalidRequest(
+                f"workdir {draft.workdir!r} must be an absolute path", field="workdir"
+            )
+
+
+def check_resources(draft: SpecDraft) -> None:
+    """Counts in range, whatever the front door checked before."""
+    for name, value, low in (("gpus", draft.gpus, 0), ("cpus", draft.cpus, 1),
+                             ("nodes", draft.nodes, 1), ("mem", draft.mem_mib, 0),
+                             ("gpu_mem", draft.gpu_mem_mib, 0)):  # fmt: skip
+        if value < low:
+            raise InvalidRequest(f"{name} must be at least {low}, not {value}", field=name)
+    if draft.time_limit_s is not None and draft.time_limit_s <= 0:
+        raise InvalidRequest("time_limit must be positive", field="time_limit")
+    if draft.distributed is not None and draft.distributed not in DISTRIBUTED_MODES:
+        raise InvalidRequest(
+            f"distributed {draft.distributed!r}: use one of {', '.join(DISTRIBUTED_MODES)}",
+            field="distributed",
+        )
+
+
+def check_shape(spec: JobSpec) -> None:
+    """How the GPUs, nodes and the distributed mode fit together (defaults decided)."""
+    if spec.gpu_mem_mib and spec.nodes > 1:
+        raise InvalidRequest(
+            "--gpu-mem shares GPUs of one machine: it cannot be combined with --nodes",
+            field="gpu_mem",
+        )
+    if spec.distributed and spec.gpus < 1:
+        raise InvalidRequest(
+            f"--distributed {spec.distributed} runs one process per GPU: ask for --gpus N",
+            field="distributed",
+        )
+    if spec.nodes > 1 and (spec.gpus < spec.nodes or spec.gpus % spec.nodes):
+        raise InvalidRequest(
+            f"--nodes {spec.nodes} splits the job's GPUs evenly over the nodes: give "
+            "--gpus-per-node G (or --gpus a multiple of --nodes)",
+            field="nodes",
+        )
+    if spec.nodes > 1 and spec.distributed == "tf":
+        raise InvalidRequest(
+            "--distributed tf over several nodes is not supported yet (TF_CONFIG needs every "
+            "worker's address): use torchrun or jax, or one node",
+            field="distributed",
+        )
+
+
+def _bytes(text: str) -> int:
+    """Bytes at exec (UTF-8; a lone surrogate counted, never an error)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

@@ -1,0 +1,66 @@
+"""Every JobSpec field survives the wire: JobSubmitIn -> JobSpec -> JobOut.
+
+The fields are discovered with `dataclasses.fields`, so a field added to JobSpec fails here
+until the wire carries it both ways (or lists it as write-only, with why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import pytest
+
+from gpuyard.api.convert import WRITE_ONLY_SPEC_FIELDS, job_to_wire, spec_from_wire
+from gpuyard.domain.job import Job, JobSpec
+from gpuyard.domain.states import JobState
+from gpuyard.schemas.v1 import JobOut, JobSubmitIn
+
+# Between them, these submissions set every spec field to something other than its default
+# (--nodes and --gpu-mem exclude each other, hence two).
+SUBMISSIONS: list[dict[str, Any]] = [
+    {
+        "command": ["python", "train.py", "--lr", "0.1"], "name": "exp-1", "gpus": 4, "cpus": 8,
+        "mem": "16G", "time_limit": "2h", "priority": 5, "workdir": "/data/run",
+        "env": {"B": "2", "A": "1"}, "preemptible": False, "distributed": "torchrun", "nodes": 2,
+    },
+    {"command": ["python", "t.py"], "workdir": "/data", "gpu_mem": "8G", "gpus": 2},
+]  # fmt: skip
+EXPECTED = [
+    JobSpec(argv=("python", "train.py", "--lr", "0.1"), name="exp-1", workdir="/data/run", gpus=4,
+            cpus=8, mem_mib=16384, time_limit_s=7200, priority=5, env=(("A", "1"), ("B", "2")),
+            preemptible=False, distributed="torchrun", nodes=2),
+    JobSpec(argv=("python", "t.py"), name="python", workdir="/data", gpus=2, gpu_mem_mib=8192),
+]  # fmt: skip
+SPEC_FIELDS = [f.name for f in fields(JobSpec)]
+
+
+def _defaults() -> JobSpec:
+    return JobSpec(argv=("x",), name="x", workdir="/")
+
+
+@pytest.mark.parametrize("field", SPEC_FIELDS)
+def test_the_samples_set_every_spec_field(field: str) -> None:
+    # Guard: a field left at its default in every sample would survive by accident.
+    assert any(getattr(spec, field) != getattr(_defaults(), field) for spec in EXPECTED), field
+
+
+@pytest.mark.parametrize(("submitted", "expected"), list(zip(SUBMISSIONS, EXPECTED, strict=True)))
+def test_every_spec_field_survives_the_wire(submitted: dict[str, Any], expected: JobSpec) -> None:
+    spec = spec_from_wire(JobSubmitIn(**submitted))
+    assert spec == expected
+    job = Job(id=7, spec=spec, owner="alice", state=JobState.PENDING, submitted_at=1.0e9)
+    out = JobOut.model_validate(job_to_wire(job, "None", "/log").model_dump(mode="json"))
+    names = {"argv": "command", "gpus": "num_gpus"}
+    for field in SPEC_FIELDS:
+        if field in WRITE_ONLY_SPEC_FIELDS:
+            assert names.get(field, field) not in JobOut.model_fields, field
+            continue
+        value = getattr(spec, field)
+        wire = getattr(out, names.get(field, field))
+        assert (tuple(wire) if isinstance(wire, list) else wire) == value, field
+
+
+def test_write_only_fields_are_few_and_explained() -> None:
+    assert set(WRITE_ONLY_SPEC_FIELDS) <= set(SPEC_FIELDS)
+    assert all(len(why) > 20 for why in WRITE_ONLY_SPEC_FIELDS.values())
