@@ -4,7 +4,7 @@ cluster and reported to the policy exactly as the simulator and the live server 
 from __future__ import annotations
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
-from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
+from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
 
 
 class RecordingContext:
@@ -18,15 +18,12 @@ class RecordingContext:
         self.preempted: list[int] = []
 
     def start(self, job: SchedJob, placement: Placement) -> None:
-        begin_run(job, self.cluster, placement, self.now)
+        apply_start(self.policy, job, self.cluster, placement, self.now)
         self.started.append(job.id)
-        self.policy.started(job, self.now)
 
     def preempt(self, job: SchedJob) -> None:
-        end_run(job, self.cluster, self.now)
+        apply_preempt(self.policy, job, self.cluster, self.now)
         self.preempted.append(job.id)
-        self.policy.preempted(job, self.now)
 
     def finish(self, job: SchedJob) -> None:
-        end_run(job, self.cluster, self.now)
-        self.policy.finished(job, self.now)
+        apply_finish(self.policy, job, self.cluster, self.now)

@@ -95,6 +95,37 @@ def end_run(job: SchedJob, cluster: ClusterState, now: float) -> float:
     return held_s
 
 
+def apply_start(
+    policy: Policy,
+    job: SchedJob,
+    cluster: ClusterState,
+    placement: Placement,
+    now: float,
+    slots: tuple[int, ...] | None = None,
+) -> None:
+    """What every Context does for `ctx.start`: put the job on the cluster, then tell the policy.
+    One helper, so that the simulator, the live server, projections and tests stay in step (a
+    context that forgot one call would corrupt the policy's view silently)."""
+    begin_run(job, cluster, placement, now, slots)
+    policy.started(job, now)
+
+
+def apply_preempt(policy: Policy, job: SchedJob, cluster: ClusterState, now: float) -> float:
+    """What every Context does for `ctx.preempt`: take the job off the cluster, count the
+    restart, tell the policy. Returns the seconds this run held its GPUs."""
+    held_s = end_run(job, cluster, now)
+    job.restarts += 1
+    policy.preempted(job, now)
+    return held_s
+
+
+def apply_finish(policy: Policy, job: SchedJob, cluster: ClusterState, now: float) -> float:
+    """A running job ended for good: off the cluster, then the policy learns from its run."""
+    held_s = end_run(job, cluster, now)
+    policy.finished(job, now)
+    return held_s
+
+
 class Context(Protocol):
     """What a policy acts on during one scheduling pass."""
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
-from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
+from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
 
 HORIZON_S = 366 * 86400.0  # the longest time limit a job may ask for
 
@@ -38,16 +38,13 @@ class _Projection:
         self._seq = 0
 
     def start(self, job: SchedJob, placement: Placement) -> None:
-        begin_run(job, self.cluster, placement, self.now)
+        apply_start(self.policy, job, self.cluster, placement, self.now)
         self.first_start.setdefault(job.id, self.now)
-        self.policy.started(job, self.now)
         self.expect_end(job, self.now)
 
     def preempt(self, job: SchedJob) -> None:
-        end_run(job, self.cluster, self.now)
-        job.restarts += 1
+        apply_preempt(self.policy, job, self.cluster, self.now)
         self._run_of.pop(job.id, None)  # its projected end is void
-        self.policy.preempted(job, self.now)
 
     def expect_end(self, job: SchedJob, started_at: float) -> None:
         """A running job ends at its time limit; one without a limit never does."""
@@ -71,8 +68,7 @@ class _Projection:
             if self._run_of.get(job_id) != seq:
                 continue
             del self._run_of[job_id]
-            end_run(job, self.cluster, self.now)
-            self.policy.finished(job, self.now)
+            apply_finish(self.policy, job, self.cluster, self.now)
 
 
 @dataclass(frozen=True, slots=True)

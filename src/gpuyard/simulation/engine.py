@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
-from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
+from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
 from gpuyard.simulation.trace import TraceJob
 
 _ARRIVE, _FINISH, _WAKE = 0, 1, 2
@@ -104,21 +104,18 @@ class Replay:
     def start(self, job: SchedJob, placement: Placement) -> None:
         run = self._runs[job.id]
         self._account()
-        begin_run(job, self.cluster, placement, self.now)
+        apply_start(self.policy, job, self.cluster, placement, self.now)
         run.penalty_s = self.penalty_s if job.restarts else 0.0
         run.version += 1
         finish = self.now + run.penalty_s + (run.trace.duration_s - run.done_s)
         self._push(finish, _FINISH, run, run.version)
-        self.policy.started(job, self.now)
 
     def preempt(self, job: SchedJob) -> None:
         run = self._runs[job.id]
         self._account()
-        held = end_run(job, self.cluster, self.now)
+        held = apply_preempt(self.policy, job, self.cluster, self.now)
         run.done_s += max(0.0, held - run.penalty_s)
-        job.restarts += 1
         run.version += 1  # its completion event is void now
-        self.policy.preempted(job, self.now)
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> ReplayResult:
@@ -152,10 +149,9 @@ class Replay:
     def _finish(self, run: _Run) -> None:
         job = run.job
         self._account()
-        end_run(job, self.cluster, self.now)
+        apply_finish(self.policy, job, self.cluster, self.now)
         run.done_s = run.trace.duration_s
         run.finished_at = self.now
-        self.policy.finished(job, self.now)
 
     def _account(self) -> None:
         """Integrate busy GPUs over the submission window up to now."""
