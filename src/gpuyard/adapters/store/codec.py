@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -137,8 +137,8 @@ def job_to_row(job: Job) -> dict[str, Any]:
 
 
 def row_to_job(row: Any) -> Job:
-    """A Job from a row (a SQLAlchemy Row or anything with the columns as attributes)."""
-    mapping = row._mapping if hasattr(row, "_mapping") else vars(row)
+    """A Job from a row: a SQLAlchemy Row, or a mapping of column names (`job_to_row`'s)."""
+    mapping: Mapping[str, Any] = row._mapping if hasattr(row, "_mapping") else row
     spec = spec_from_json(mapping["spec"], {name: mapping[name] for name in SPEC_COLUMNS})
     values: dict[str, Any] = {"spec": spec}
     for name, dec in _JOB_DECODE.items():

@@ -1,0 +1,28 @@
+"""Fixtures of the store contract suite: every test taking `store` or `backend` runs once per
+store in `stores.STORE_BACKENDS`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuyard.services.ports import JobStore
+from tests.contract.stores import STORE_BACKENDS, Backend
+
+
+def _backend_id(factory: Callable[[Path], Backend]) -> str:
+    return factory.__name__.removesuffix("_backend")
+
+
+@pytest.fixture(params=STORE_BACKENDS, ids=_backend_id)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    made: Backend = request.param(tmp_path)
+    yield made
+    made.close_all()
+
+
+@pytest.fixture
+def store(backend: Backend) -> JobStore:
+    return backend.open()

@@ -1,0 +1,113 @@
+"""The stores the contract suite runs over, and the jobs it writes.
+
+Each backend factory makes one empty database and opens stores on it (as many as a test asks:
+a reopen, a second server); `STORE_BACKENDS` lists them. PostgreSQL joins by adding a factory
+that creates a throw-away database on a loopback server and returns
+`Backend("postgresql", lambda: SqlJobStore(url))`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from gpuyard.adapters.store.memory import MemoryDatabase, MemoryJobStore
+from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
+from gpuyard.domain.job import Job, JobSpec
+from gpuyard.domain.states import JobState
+from gpuyard.services.ports import JobStore
+
+
+class Backend:
+    """One database of one kind; `open()` gives a new store on it, closed at the test's end."""
+
+    def __init__(self, name: str, open_store: Callable[[], JobStore]) -> None:
+        self.name = name
+        self._open_store = open_store
+        self._opened: list[JobStore] = []
+
+    def open(self) -> JobStore:
+        store = self._open_store()
+        self._opened.append(store)
+        return store
+
+    def close_all(self) -> None:
+        for store in self._opened:
+            store.close()
+
+
+def memory_backend(_tmp_path: Path) -> Backend:
+    database = MemoryDatabase(name="memory")
+    return Backend("memory", lambda: MemoryJobStore(database))
+
+
+def sqlite_backend(tmp_path: Path) -> Backend:
+    url = sqlite_url(tmp_path / "gpuyard.db")
+    return Backend("sqlite", lambda: SqlJobStore(url))
+
+
+STORE_BACKENDS: list[Callable[[Path], Backend]] = [memory_backend, sqlite_backend]
+
+
+def pending_job(job_id: int, **spec_changes: object) -> Job:
+    spec = JobSpec(argv=("python", "train.py"), name=f"job{job_id}", workdir="/home/ada")
+    spec = dataclasses.replace(spec, **spec_changes)  # type: ignore[arg-type]
+    return Job(id=job_id, spec=spec, owner="ada", state=JobState.PENDING, submitted_at=1000.5)
+
+
+def ended_job(
+    job_id: int,
+    *,
+    ended_at: float,
+    state: JobState = JobState.COMPLETED,
+    owner: str = "ada",
+    name: str | None = None,
+    submitted_at: float | None = None,
+) -> Job:
+    """A job that ran and ended (version 3, as the server writes it)."""
+    job = pending_job(job_id, name=name or f"job{job_id}")
+    job = dataclasses.replace(job, owner=owner, submitted_at=submitted_at or float(job_id))
+    running = job.transition(JobState.RUNNING, gpus=(0,), started_at=job.submitted_at)
+    return running.transition(state, ended_at=ended_at, exit_code=0)
+
+
+# Every JobSpec field set to something other than its default (the codec test checks that a
+# new field is added here).
+EVERY_SPEC_FIELD: dict[str, object] = {
+    "argv": ("torchrun", "--nproc-per-node=2", "train.py", "--lr", "3e-4", "naïve ü 日本"),
+    "name": "resnet 50 'quoted' \"x\"",
+    "workdir": "/srv/data/ada/run-7",
+    "gpus": 2,
+    "cpus": 12,
+    "mem_mib": 65536,
+    "time_limit_s": 2 * 86400 + 5,
+    "priority": -3,
+    "env": (("A", "1"), ("EMPTY", ""), ("PATHS", "a:b=c")),
+    "preemptible": False,
+    "distributed": "torchrun",
+    "gpu_mem_mib": 20 * 1024,
+    "nodes": 2,
+}
+
+
+def finished_job_with_every_field_set() -> Job:
+    return Job(
+        id=41,
+        spec=JobSpec(**EVERY_SPEC_FIELD),  # type: ignore[arg-type]
+        owner="grace",
+        state=JobState.CANCELLED,
+        submitted_at=1_700_000_000.123456,
+        reason="Cancelled by user",
+        gpus=(3, 1),
+        exit_code=-15,
+        started_at=1_700_000_010.25,
+        ended_at=1_700_000_999.75,
+        pid=4_194_303,
+        pid_started_at=123456.78,
+        stop_intent=JobState.CANCELLED,
+        version=9,
+        node="gpu-box-2",
+        attained_gpu_s=7_200.5,
+        restarts=3,
+    )
