@@ -22,7 +22,7 @@ from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.jobs import JobService
 from gpuyard.services.live_scheduler import LiveScheduler
-from gpuyard.services.ports import ExitStatus, Launched, Recovered
+from gpuyard.services.ports import ExitStatus, Launched, LaunchPlan, Recovered
 
 Event = tuple[str, float, int]
 
@@ -83,9 +83,9 @@ class SimulatedProcesses:
         self.envs: dict[int, list[dict[str, str]]] = {}
         self.stops: list[int] = []
 
-    def launch(self, job: Job, argv: list[str], env: dict[str, str]) -> Launched:
+    def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         self.runs[job.id] = self.clock()
-        self.envs.setdefault(job.id, []).append(env)
+        self.envs.setdefault(job.id, []).append(dict(plan.env))
         return Launched(pid=100_000 + job.id, started_at=self.clock())
 
     def stop(self, job: Job) -> None:

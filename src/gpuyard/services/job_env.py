@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from gpuyard.domain.job import Job
 from gpuyard.jobhooks import HOOK_DIR
+from gpuyard.services.ports import RunAs
 
 # The server's own settings (token, database URL with its password, the Ray cluster's token
 # and auth mode under --backend ray, ...) never reach a job.
@@ -23,11 +24,18 @@ def allocator_cap_mib(gpu_mem_mib: int) -> int:
 
 
 def build_job_env(
-    job: Job, base: Mapping[str, str], gpu_total_mib: int | None = None
+    job: Job,
+    base: Mapping[str, str],
+    gpu_total_mib: int | None = None,
+    run_as: RunAs | None = None,
 ) -> dict[str, str]:
-    """Server environment, then the job's own `--env`, then what gpuyard guarantees.
-    `gpu_total_mib`: memory of each of the job's GPUs, for frameworks capped by a fraction."""
+    """Server environment, then the identity of `run_as` (HOME, USER, LOGNAME, SHELL: a job
+    run as another user must not get the server's), then the job's own `--env`, then what
+    gpuyard guarantees. `gpu_total_mib`: memory of each of the job's GPUs, for frameworks
+    capped by a fraction."""
     env = {k: v for k, v in base.items() if not k.startswith(_SERVER_PREFIXES)}
+    if run_as is not None:
+        env.update(HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user, SHELL=run_as.shell)
     env.update(dict(job.spec.env))
     env.update(
         {

@@ -19,10 +19,38 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
+from functools import partial
 
 from gpuyard.domain.job import Job
+from gpuyard.services.job_env import build_job_env
+from gpuyard.services.ports import LaunchPlan, RunAs
 
 LOCALHOST = "127.0.0.1"
+
+
+def launch_plan(
+    job: Job,
+    base_env: Mapping[str, str],
+    gpu_total_mib: int | None,
+    port: int | None,
+    log_path: str,
+    run_as: RunAs | None = None,
+) -> LaunchPlan:
+    """The whole recipe an executor carries out for `job`: the one-machine command and
+    environment (`build_job_env` + `job_process`), and `argv_for`, the command of each node
+    when a backend spreads the job over machines (`node_argv`), so no adapter rebuilds it."""
+    env = build_job_env(job, base_env, gpu_total_mib, run_as)
+    argv, env = job_process(job, env, port)
+    return LaunchPlan(
+        argv=tuple(argv),
+        env=env,
+        workdir=job.spec.workdir,
+        log_path=log_path,
+        time_limit_s=job.spec.time_limit_s,
+        argv_for=partial(node_argv, job),
+        run_as=run_as,
+    )
 
 
 def job_process(

@@ -1,12 +1,20 @@
 """LocalExecutor: each job runs under its own supervisor process on this machine.
 
 The server watches supervisors with pidfds (they work for processes that are not its
-children, so also after a restart) and reads the exit status each supervisor writes.
+children, so also after a restart) and reads the exit status each supervisor writes, checked
+(`status.py`): a job can write that file and kill its supervisor. A supervisor is a second
+line, not the only one: when one is lost (killed, or stopped past its deadline), the job's
+processes are found and ended here (`tree.py`) before the end is reported, so its GPUs are
+never handed on while it still runs. Deadlines the executor keeps itself:
+
+- the time limit: at `limit + grace + guard margin` after the supervisor started, a supervisor
+  still there (a stopped one cannot act) is killed with its job, which ends TIMEOUT;
+- a stop: `grace + guard margin` after `stop()` (which also sends SIGCONT), likewise.
 """
 
 from __future__ import annotations
 
-import json
+import errno
 import logging
 import os
 import py_compile
@@ -15,32 +23,74 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
+from gpuyard.adapters.executor import tree
+from gpuyard.adapters.executor.launch_file import (
+    LAUNCH_FILE,
+    launch_instructions,
+    new_marker,
+    read_marker,
+    write_launch_file,
+)
+from gpuyard.adapters.executor.status import parse_status
 from gpuyard.domain.job import Job
-from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, Recovered
+from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, LaunchPlan, Recovered
 
 log = logging.getLogger("gpuyard.executor")
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 _START_TIME_TOLERANCE_S = 0.05
+# The supervisor's whole environment: nothing of the server's or the job's (an LD_PRELOAD
+# sent with a submit must never load into the supervisor); the job's comes from its plan.
+_SUPERVISOR_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+# Out of processes, descriptors or memory for a moment (a burst of connections, a fork
+# storm): worth a few quick retries rather than failing the job.
+_TRANSIENT = (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM)
+_LAUNCH_TRIES = 4
+_LAUNCH_BACKOFF_S = 0.05
+
+
+@dataclass
+class _Watched:
+    """A supervisor being watched, and the deadline past which the executor acts itself."""
+
+    job: Job
+    pidfd: int
+    deadline: float | None = None  # time.time(); None: none
+    at_deadline: ExitStatus | None = None  # the end reported if the deadline forces it
+    forced: ExitStatus | None = field(default=None)  # set once the executor killed it
 
 
 class LocalExecutor:
     """Implements the Executor port with local supervised process trees."""
 
-    def __init__(self, jobs_dir: Path, on_exit: ExitCallback, *, grace_s: float = 10.0) -> None:
+    binds_devices = True  # CUDA_VISIBLE_DEVICES is exactly the GPUs the scheduler chose
+
+    def __init__(
+        self,
+        jobs_dir: Path,
+        on_exit: ExitCallback,
+        *,
+        grace_s: float = 10.0,
+        guard_margin_s: float = 5.0,
+    ) -> None:
         self._jobs_dir = jobs_dir
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
         self._supervisor = _compile_supervisor(jobs_dir / ".supervisor.pyc")
         self._on_exit = on_exit
         self._grace_s = grace_s
+        self._margin_s = guard_margin_s
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._pending_watch: list[tuple[int, int]] = []
+        self._pending_watch: list[_Watched] = []
+        self._watched: dict[int, _Watched] = {}  # by job id; the watch thread's only
+        self._stops: dict[int, float] = {}  # job id -> when stop() was asked
         self._lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._watch_loop, name="gpuyard-watch", daemon=True)
@@ -53,48 +103,68 @@ class LocalExecutor:
         return str(self.job_dir(job_id) / "output.log")
 
     # -- start / stop ---------------------------------------------------------------------
-    def launch(self, job: Job, argv: list[str], env: dict[str, str]) -> Launched:
+    def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         jobdir = self.job_dir(job.id)
         jobdir.mkdir(parents=True, exist_ok=True)
         for stale in ("status.json", "supervisor.pid"):  # an earlier run's (preempted, requeued)
             (jobdir / stale).unlink(missing_ok=True)
-        limit = job.spec.time_limit_s or 0
-        command = [sys.executable, "-I", "-S", self._supervisor, str(jobdir), str(self._grace_s),
-                   str(limit), job.spec.workdir, "--", *argv]  # fmt: skip
-        with open(self.log_path(job.id), "ab") as logf:
-            proc = subprocess.Popen(
+        write_launch_file(jobdir, launch_instructions(plan, jobdir, self._grace_s, new_marker()))
+        command = [sys.executable, "-I", "-S", self._supervisor, str(jobdir)]
+        for attempt in range(_LAUNCH_TRIES):
+            try:
+                proc = self._start(command, plan.log_path)
+                break
+            except OSError as exc:
+                if exc.errno not in _TRANSIENT or attempt == _LAUNCH_TRIES - 1:
+                    raise
+                log.warning("job %s: launch failed (%s), retrying", job.id, exc.strerror)
+                time.sleep(_LAUNCH_BACKOFF_S * 2**attempt)
+        with self._lock:
+            self._children[job.id] = proc
+        return Launched(proc.pid, _start_time(proc.pid) or 0.0)
+
+    def _start(self, command: list[str], log_path: str) -> subprocess.Popen[bytes]:
+        # The log is the supervisor's stdout from the first instruction, so even a supervisor
+        # that cannot read its launch file says why somewhere the user looks.
+        with open(log_path, "ab") as logf:
+            return subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
+                env=_SUPERVISOR_ENV,
+                start_new_session=True,  # its session id is its pid: how its tree is found
                 close_fds=True,
             )
-        self._children[job.id] = proc
-        return Launched(proc.pid, _start_time(proc.pid) or 0.0)
 
     def stop(self, job: Job) -> None:
+        """SIGTERM (and SIGCONT: a supervisor its job stopped must still hear it); if the
+        supervisor has not ended `grace + margin` later, the watch loop ends it and the job."""
         if job.pid is None or not self._is_ours(job.pid, job.pid_started_at, job.id):
             return
-        try:
-            os.kill(job.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        with self._lock:
+            self._stops.setdefault(job.id, time.time())
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            try:
+                os.kill(job.pid, sig)
+            except ProcessLookupError:
+                return
+        os.write(self._wake_w, b"x")  # the watch loop arms the stop's deadline
 
     # -- restart --------------------------------------------------------------------------
     def recover(self, job: Job) -> Recovered:
-        status = self._read_status(job.id)
-        if status is not None:
-            return Recovered(ended=status)
         pid = job.pid or self._read_pid(job.id)
         if pid is None:
             return Recovered(never_started=True)
         started_at = job.pid_started_at if job.pid == pid else None
-        if self._is_ours(pid, started_at, job.id):
+        if self._read_status(job) is None and self._is_ours(pid, started_at, job.id):
             return Recovered(alive=Launched(pid, _start_time(pid) or 0.0))
-        # Gone: it may have written its status between our two looks.
-        return Recovered(ended=self._read_status(job.id) or ExitStatus(None, lost=True))
+        # Ended, or its supervisor is gone. Anything of the job still running means the
+        # supervisor did not finish its work (a real status is written only once the whole
+        # tree is gone): that status is not the supervisor's, the job was lost.
+        if self._end_leftovers(job, pid, started_at):
+            return Recovered(ended=ExitStatus(None, lost=True))
+        return Recovered(ended=self._read_status(job) or ExitStatus(None, lost=True))
 
     def _is_ours(self, pid: int, started_at: float | None, job_id: int) -> bool:
         """Same pid, same start time (or, unknown start time, our supervisor's command line)."""
@@ -114,53 +184,123 @@ class LocalExecutor:
         try:
             pidfd = os.pidfd_open(job.pid)
         except ProcessLookupError:
-            self._report(job.id)
+            threading.Thread(target=self._report, args=(_Watched(job, -1),), daemon=True).start()
             return
+        watched = _Watched(job, pidfd)
+        limit = job.spec.time_limit_s
+        if limit:
+            begun = job.pid_started_at or job.started_at or time.time()
+            watched.deadline = begun + limit + self._grace_s + self._margin_s
+            watched.at_deadline = ExitStatus(None, timed_out=True)
         with self._lock:
-            self._pending_watch.append((pidfd, job.id))
+            self._pending_watch.append(watched)
         os.write(self._wake_w, b"x")
 
     def _watch_loop(self) -> None:
         while not self._closed:
-            for key, _ in self._selector.select(timeout=1.0):
+            for key, _ in self._selector.select(timeout=self._next_deadline_in()):
                 if key.data is None:
                     os.read(self._wake_r, 4096)
-                    with self._lock:
-                        added, self._pending_watch = self._pending_watch, []
-                    for pidfd, job_id in added:
-                        self._selector.register(pidfd, selectors.EVENT_READ, job_id)
+                    self._take_new()
                     continue
+                watched: _Watched = key.data
                 self._selector.unregister(key.fileobj)
-                os.close(key.fd)
-                self._report(key.data)
+                self._watched.pop(watched.job.id, None)
+                # Off this thread: ending a lost job's processes takes its grace period.
+                threading.Thread(target=self._report, args=(watched,), daemon=True).start()
+            self._enforce_deadlines()
 
-    def _report(self, job_id: int) -> None:
-        proc = self._children.pop(job_id, None)
+    def _take_new(self) -> None:
+        with self._lock:
+            added, self._pending_watch = self._pending_watch, []
+            stops = dict(self._stops)
+        for watched in added:
+            self._selector.register(watched.pidfd, selectors.EVENT_READ, watched)
+            self._watched[watched.job.id] = watched
+        for job_id, asked in stops.items():
+            found = self._watched.get(job_id)
+            if found is not None and found.forced is None:
+                end = asked + self._grace_s + self._margin_s
+                if found.deadline is None or end < found.deadline:
+                    found.deadline = end
+                    found.at_deadline = ExitStatus(None, signal=15, stop_requested=True)
+
+    def _next_deadline_in(self) -> float:
+        deadlines = [w.deadline for w in self._watched.values() if w.deadline and not w.forced]
+        return max(0.0, min([1.0, *(d - time.time() for d in deadlines)]))
+
+    def _enforce_deadlines(self) -> None:
+        """A supervisor past its deadline cannot act (stopped, stuck): kill it; its job's
+        processes are ended once its pidfd reports it gone (`_report`)."""
+        now = time.time()
+        for watched in self._watched.values():
+            if watched.forced or watched.deadline is None or now < watched.deadline:
+                continue
+            watched.forced = watched.at_deadline
+            log.warning("job %s: its supervisor missed its deadline; ending it", watched.job.id)
+            try:
+                signal.pidfd_send_signal(watched.pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def _report(self, watched: _Watched) -> None:
+        job = watched.job
+        with self._lock:
+            proc = self._children.pop(job.id, None)
+            self._stops.pop(job.id, None)
         if proc is not None:
             proc.wait()  # reap our own child so no zombie is left
-        status = self._read_status(job_id) or ExitStatus(None, lost=True)
+        if watched.pidfd >= 0:
+            os.close(watched.pidfd)
+        # A supervisor that did not exit 0 did not finish: whatever status.json says was not
+        # written by it (or not at its end), so it is not believed.
+        finished = proc is None or proc.returncode == 0
+        status = self._read_status(job) if finished and not watched.forced else None
+        assert job.pid is not None
+        # An adopted supervisor's exit code is out of reach (not our child): processes of the
+        # job still running are what give a forged status away.
+        if (status is None or proc is None) and self._end_leftovers(
+            job, job.pid, job.pid_started_at
+        ):
+            status = None
+        if status is None:
+            status = watched.forced or ExitStatus(None, lost=True)
         try:
-            self._on_exit(job_id, status)
+            self._on_exit(job.id, status)
         except Exception:
-            log.exception("recording the end of job %s failed", job_id)
+            log.exception("recording the end of job %s failed", job.id)
 
-    def _read_status(self, job_id: int) -> ExitStatus | None:
+    def _end_leftovers(self, job: Job, pid: int, started_at: float | None) -> bool:
+        """End whatever of the job still runs after its supervisor (`tree.py`); True if
+        anything did."""
+        since = started_at or job.started_at or 0.0
+        marker, stop_signal = read_marker(self.job_dir(job.id))
+        found = tree.find_job_processes(pid, marker, since)
+        if not found:
+            return False
+        log.warning("job %s: ending %d process(es) its supervisor left", job.id, len(found))
+        if self._is_ours(pid, started_at, job.id):  # alive but useless (stopped): it goes too
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        tree.end_processes(found, stop_signal, self._grace_s)
+        return True
+
+    def _read_status(self, job: Job) -> ExitStatus | None:
         try:
-            data = json.loads((self.job_dir(job_id) / "status.json").read_text())
-        except (FileNotFoundError, ValueError):
+            text = (self.job_dir(job.id) / "status.json").read_text()
+        except (OSError, UnicodeDecodeError):
             return None
-        return ExitStatus(
-            exit_code=data["exit_code"],
-            signal=data["signal"],
-            timed_out=bool(data["timed_out"]),
-            ended_at=data["ended_at"],
-            stop_requested=bool(data.get("stop_requested", False)),
-        )
+        status = parse_status(text, job.started_at, time.time())
+        if status is None:
+            log.warning("job %s: its status.json is not a supervisor's; ignored", job.id)
+        return status
 
     def _read_pid(self, job_id: int) -> int | None:
         try:
             return int((self.job_dir(job_id) / "supervisor.pid").read_text())
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):
             return None
 
     def close(self) -> None:
@@ -183,3 +323,6 @@ def _start_time(pid: int) -> float | None:
         return float(psutil.Process(pid).create_time())
     except psutil.NoSuchProcess:
         return None
+
+
+__all__ = ["LAUNCH_FILE", "LocalExecutor"]

@@ -1,15 +1,32 @@
 """Per-job supervisor: a tiny program (standard library only, started with `python -I -S`) that
-runs one job's process tree, enforces its time limit, stops it on SIGTERM, and records how it
-ended in the job's folder. It outlives a server restart, so no job depends on the server.
+runs one job's process tree, enforces its time limit, stops it when told, and records how it
+ended. It outlives a server restart, so no job depends on the server. Every backend runs it:
+a local job under `LocalExecutor`, each node of a Ray job under its node's actor.
 
-    python -I -S supervisor.py JOBDIR GRACE_S TIME_LIMIT_S WORKDIR -- ARGV...
+    python -I -S supervisor.py JOBDIR
+
+Its instructions come from `JOBDIR/launch.json` (mode 0600: it holds the job's environment),
+written by the executor; `launch_file.py` documents every field. It starts with an almost empty
+environment (the executor's choice), so nothing a submit sends (`LD_PRELOAD`, `PYTHON*`)
+touches the supervisor itself: the job's environment is applied at the job's `exec` only.
+
+The job's process: own process group; the privileges of `run_as` dropped (`setgroups`, `setgid`,
+`setuid`) before `chdir` and `exec`, so the working directory is checked with the user's
+rights; argv exec'ed as is (PATH looked up in the job's environment, never a shell).
 
 It becomes a child subreaper, so every orphan of the job is re-parented to it and can be
 stopped: when the job's main process ends, whatever it left behind is killed, as Slurm does.
+Stop (SIGTERM to the supervisor, the time limit, and in node mode the end of its watched fd or
+pid): the stop signal to every process below it (found through /proc, so processes that
+left the group with `setsid` are included), the grace period, then SIGKILL.
+
+The status goes to `status_path` atomically (write, fsync, rename, fsync dir) and, in node
+mode, as a last line on `report_fd`. A job can write where its supervisor can while they
+share a Unix user, so the executor never takes the file on trust (see `status.py`).
 
 Start-up time is the job's submit-to-running latency, so it imports only built-in modules
-(`_signal`, not `signal`, which pulls in `enum`), runs from a compiled .pyc, and never lets
-`os.execvp` import `warnings`.
+(`_signal`, not `signal`, which pulls in `enum`; `_json`'s scanner, not `json`, which pulls in
+`re`), runs from a compiled .pyc, and never lets `os.execvp` import `warnings`.
 """
 
 import _signal as signal  # type: ignore[import-not-found]
@@ -19,16 +36,40 @@ import time
 
 PR_SET_CHILD_SUBREAPER = 36
 _job_pgid = 0
-_stage = 0  # 0 running, 1 SIGTERM sent, 2 SIGKILL sent
+_stage = 0  # 0 running, 1 stop signal sent, 2 SIGKILL sent
 _timed_out = False
 _stop_requested = False  # SIGTERM from the server (cancel, preemption), not the time limit
+_cause = "-"  # why it was stopped: "-" (ended or asked), "timeout", "raylet", "actor"
 _grace_s = 10.0
 _limit_s = 0.0
+_stop_signal = 15
 
 
 def _say(message: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    os.write(2, f"gpuyard: *** {stamp} {message} ***\n".encode())
+    try:
+        os.write(2, f"gpuyard: *** {stamp} {message} ***\n".encode())
+    except OSError:
+        pass  # nobody reads our output any more (a Ray actor gone): go on stopping
+
+
+def _read_launch(path: str) -> dict:  # type: ignore[type-arg]
+    with open(path, "rb") as f:
+        text = f.read().decode()
+    try:
+        import _json  # a small C module; `json` costs ~6 ms (it imports `re`)
+
+        class _Context:  # what the scanner reads of a json.JSONDecoder
+            strict = True
+            object_hook = object_pairs_hook = parse_constant = None
+            parse_float, parse_int = float, int
+
+        plan, _ = _json.make_scanner(_Context())(text, 0)  # type: ignore[arg-type]
+    except ImportError:
+        import json
+
+        plan = json.loads(text)
+    return plan  # type: ignore[no-any-return]
 
 
 def _descendants() -> list[int]:
@@ -67,13 +108,13 @@ def _signal_tree(sig: int) -> None:
             pass
 
 
-def _begin_stop(why: str) -> None:
-    global _stage
+def _begin_stop(why: str, cause: str = "-") -> None:
+    global _stage, _cause
     if _stage:
         return
-    _stage = 1
-    _say(f"{why}: sending SIGTERM, SIGKILL in {_grace_s:g}s")
-    _signal_tree(signal.SIGTERM)
+    _stage, _cause = 1, cause
+    _say(f"{why}: sending signal {_stop_signal}, SIGKILL in {_grace_s:g}s")
+    _signal_tree(_stop_signal)
     signal.setitimer(signal.ITIMER_REAL, max(_grace_s, 0.01))
 
 
@@ -87,7 +128,7 @@ def _on_alarm(signum: int, frame: object) -> None:
     global _stage, _timed_out
     if _stage == 0:
         _timed_out = True
-        _begin_stop(f"time limit of {_limit_s:g}s reached")
+        _begin_stop(f"time limit of {_limit_s:g}s reached", "timeout")
     elif _stage == 1:
         _stage = 2
         _say("grace period over: sending SIGKILL")
@@ -114,7 +155,7 @@ def _write_pid(path: str) -> None:
 
 def _write_atomic(path: str, text: str) -> None:
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, text.encode())
         os.fsync(fd)
@@ -128,26 +169,40 @@ def _write_atomic(path: str, text: str) -> None:
         os.close(dfd)
 
 
-def _run_child(workdir: str, argv: list[str]) -> None:
+def _run_child(plan: dict, own_fds: list[int]) -> None:  # type: ignore[type-arg]
+    """In the forked child: own group, default signals (Python ignores SIGPIPE, and an
+    ignored signal stays ignored across exec), the user's identity, then exec."""
     os.setpgid(0, 0)
-    for sig in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
+    argv, workdir, env = plan["argv"], plan["workdir"], plan["env"]
     try:
+        for fd in own_fds:  # the supervisor's own pipes: the job must not hold them open
+            os.close(fd)
+        if plan.get("watch_fd") == 0:  # stdin is the actor's pipe: the job reads nothing
+            devnull = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.close(devnull)
+        who = plan.get("run_as")
+        if who is not None and (who["uid"] != os.getuid() or who["gid"] != os.getgid()):
+            os.setgroups(who["groups"])  # first: only root may still change them
+            os.setgid(who["gid"])
+            os.setuid(who["uid"])  # last: the job can never take root back
         os.chdir(workdir)
-        os.execv(_which(argv[0]), argv)
+        os.execve(_which(argv[0], env.get("PATH")), argv, env)
     except OSError as exc:
         os.write(2, f"gpuyard: cannot run {argv[0]!r} in {workdir!r}: {exc.strerror}\n".encode())
     os._exit(127)
 
 
-def _which(program: str) -> str:
-    """PATH lookup as execvp does it."""
+def _which(program: str, path: str | None) -> str:
+    """PATH lookup as execvp does it, in the job's own PATH."""
     if "/" in program:
         return program
-    for folder in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":"):
-        path = os.path.join(folder or ".", program)
-        if os.access(path, os.X_OK) and not os.path.isdir(path):
-            return path
+    for folder in (path or "/usr/local/bin:/usr/bin:/bin").split(":"):
+        found = os.path.join(folder or ".", program)
+        if os.access(found, os.X_OK) and not os.path.isdir(found):
+            return found
     raise FileNotFoundError(2, "No such file or directory")
 
 
@@ -166,12 +221,51 @@ def _reap_leftovers() -> None:
         time.sleep(0.01)
 
 
-def main() -> None:
-    global _grace_s, _limit_s, _job_pgid
-    jobdir, grace, limit, workdir, sep, *argv = sys.argv[1:]
-    assert sep == "--" and argv, "usage: supervisor.py JOBDIR GRACE_S LIMIT_S WORKDIR -- ARGV..."
-    _grace_s, _limit_s = float(grace), float(limit)
-    _write_pid(os.path.join(jobdir, "supervisor.pid"))
+def _wait_watching(child: int, watched: dict[int, tuple[str, str]]) -> None:
+    """Node mode: until the job ends, stop it if a watched fd ends (the actor is gone) or a
+    watched pidfd fires (the raylet exited)."""
+    import select
+
+    done = os.pidfd_open(child)
+    while True:
+        ready = select.select([done, *watched], [], [])[0]
+        if done in ready:
+            return
+        for fd in ready:
+            if fd == 0 and os.read(0, 4096):
+                continue  # the actor never writes; data is not an end
+            _begin_stop(*watched.pop(fd))
+
+
+def _watched(plan: dict) -> dict[int, tuple[str, str]]:  # type: ignore[type-arg]
+    watched = {}
+    if plan.get("watch_fd") is not None:
+        watched[plan["watch_fd"]] = ("the node's Ray actor is gone", "actor")
+    if plan.get("watch_pid"):
+        try:
+            watched[os.pidfd_open(plan["watch_pid"])] = ("the node's raylet exited", "raylet")
+        except OSError:
+            pass
+    return watched
+
+
+def _report(fd: int | None, line: str) -> None:
+    if fd is None:
+        return
+    try:
+        os.write(fd, f"{line}\n".encode())
+    except OSError:
+        pass  # the actor is gone: nobody to tell
+
+
+def _supervise(plan: dict, jobdir: str) -> int:  # type: ignore[type-arg]
+    """Run the job to its end; its exit code (negative: the signal that killed it)."""
+    global _job_pgid
+    if plan.get("log_path"):
+        log = os.open(plan["log_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
     _become_subreaper()  # before the fork: an orphan made in the job's first ms must reach us
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
@@ -181,29 +275,57 @@ def main() -> None:
         # Before the fork: interval timers are not inherited, and a failure here must happen
         # before the job exists, never leave it running unsupervised.
         signal.setitimer(signal.ITIMER_REAL, _limit_s)
+    watched = _watched(plan)
+    own_fds = [fd for fd in (plan.get("report_fd"), *watched) if fd is not None and fd != 0]
     child = os.fork()
     if child == 0:
-        _run_child(workdir, argv)
+        _run_child(plan, own_fds)
     try:
         os.setpgid(child, child)
     except OSError:
         pass
     _job_pgid = child
     if _stage:
-        _signal_tree(signal.SIGTERM)  # a stop that arrived before the job existed
+        _signal_tree(_stop_signal)  # a stop that arrived before the job existed
+    if watched:
+        _wait_watching(child, watched)
     _, status = os.waitpid(child, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _reap_leftovers()
-    code = os.waitstatus_to_exitcode(status)
+    return os.waitstatus_to_exitcode(status)
+
+
+def main() -> None:
+    global _grace_s, _limit_s, _stop_signal
+    jobdir = sys.argv[1]
+    plan = _read_launch(os.path.join(jobdir, "launch.json"))
+    _grace_s = float(plan.get("grace_s", 10.0))
+    _limit_s = float(plan.get("time_limit_s") or 0)
+    _stop_signal = int(plan.get("stop_signal", 15))
+    report_fd = plan.get("report_fd")
+    if plan.get("detach"):
+        # A Ray worker SIGKILLs its direct children when it exits: a detached supervisor
+        # outlives its actor just long enough to stop the job properly.
+        if os.fork():
+            os._exit(0)
+        os.setsid()
+    _write_pid(os.path.join(jobdir, "supervisor.pid"))
+    _report(report_fd, f"pid {os.getpid()}")
+    try:
+        code = _supervise(plan, jobdir)
+    except BaseException:
+        _reap_leftovers()  # a bug here must not leave the job running unsupervised
+        raise
     exit_code, sig = (str(code), "null") if code >= 0 else ("null", str(-code))
     _write_atomic(
-        os.path.join(jobdir, "status.json"),
+        plan.get("status_path") or os.path.join(jobdir, "status.json"),
         f'{{"exit_code": {exit_code}, "signal": {sig}, '
         f'"timed_out": {"true" if _timed_out else "false"}, '
         f'"stop_requested": {"true" if _stop_requested else "false"}, '
-        f'"ended_at": {time.time()!r}}}\n',
+        f'"cause": "{_cause}", "ended_at": {time.time()!r}}}\n',
     )
+    _report(report_fd, f"exit {code} {_cause}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""The per-job launch file: what a supervisor (`supervisor.py`) is told to do.
+
+Written by the executor into the job's folder as `launch.json`, mode 0600 (it holds the job's
+environment, which may carry the user's secrets), read once by the supervisor at its start.
+A file rather than positional argv: it has room for run-as, the stop signal and node mode
+without a new calling convention each time, and the job's environment never passes through
+the supervisor's own environment (which would load an `LD_PRELOAD` into the supervisor).
+
+Fields (`version` 1):
+    argv, env, workdir        the job's command, its whole environment, where it runs
+    time_limit_s              0: none; else the supervisor stops the job at this age
+    grace_s, stop_signal      stop = `stop_signal` to the tree, `grace_s`, then SIGKILL
+    run_as                    null, or {user, uid, gid, groups, home, shell}: the identity the
+                              job takes before chdir and exec
+    log_path                  the file the supervisor and the job write to (appended)
+    status_path               where the supervisor records the end
+    marker                    a random token, also put in the job's environment as
+                              GPUYARD_LAUNCH_ID: how the executor finds the job's processes
+                              after its supervisor is lost (`tree.py`)
+    watch_fd, watch_pid,      node mode (a Ray node): stop when fd `watch_fd` reaches EOF or
+    report_fd, detach         process `watch_pid` exits; report `pid N` and `exit CODE CAUSE`
+                              on `report_fd`; detach from the starting process first
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gpuyard.services.ports import LaunchPlan
+
+LAUNCH_FILE = "launch.json"
+MARKER_VAR = "GPUYARD_LAUNCH_ID"
+
+
+def new_marker() -> str:
+    """A token no other launch shares (also across servers on one machine)."""
+    return secrets.token_hex(12)
+
+
+def launch_instructions(
+    plan: LaunchPlan,
+    jobdir: Path,
+    grace_s: float,
+    marker: str,
+    *,
+    argv: list[str] | None = None,
+    **node_mode: Any,
+) -> dict[str, Any]:
+    """The launch file's content for `plan` (`argv`: a node's own command instead of
+    `plan.argv`; `node_mode`: watch_fd, watch_pid, report_fd, detach, log_path=None)."""
+    instructions: dict[str, Any] = {
+        "version": 1,
+        "argv": list(plan.argv if argv is None else argv),
+        "env": {**plan.env, MARKER_VAR: marker},
+        "workdir": plan.workdir,
+        "time_limit_s": plan.time_limit_s or 0,
+        "grace_s": grace_s,
+        "stop_signal": plan.stop_signal,
+        "run_as": None if plan.run_as is None else asdict(plan.run_as),
+        "log_path": plan.log_path,
+        "status_path": str(jobdir / "status.json"),
+        "marker": marker,
+    }
+    instructions.update(node_mode)
+    return instructions
+
+
+def write_launch_file(jobdir: Path, instructions: dict[str, Any]) -> None:
+    """`jobdir/launch.json`, mode 0600 from its creation (no moment where others may read)."""
+    path = jobdir / LAUNCH_FILE
+    path.unlink(missing_ok=True)  # an earlier run's: O_CREAT would keep its mode
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(instructions, f)
+
+
+def read_marker(jobdir: Path) -> tuple[str | None, int]:
+    """The marker and stop signal of the job's last launch (also after a restart); (None,
+    SIGTERM) where unknown. The job may have rewritten the file: the marker only widens the
+    search beyond the supervisor's session, and a bad signal falls back to SIGTERM."""
+    try:
+        data = json.loads((jobdir / LAUNCH_FILE).read_text())
+    except (OSError, ValueError):
+        return None, signal.SIGTERM
+    if not isinstance(data, dict):
+        return None, signal.SIGTERM
+    marker, sig = data.get("marker"), data.get("stop_signal")
+    if not (isinstance(sig, int) and not isinstance(sig, bool) and 1 <= sig <= 64):
+        sig = signal.SIGTERM
+    return (marker if isinstance(marker, str) else None), int(sig)
