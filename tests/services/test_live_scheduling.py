@@ -271,18 +271,18 @@ def test_dry_run_beyond_the_projection_budget_says_not_before_where_it_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gpuyard.domain.job import JobSpec
-    from gpuyard.services import live_scheduler
+    from gpuyard.services import estimates
 
     rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=1)
     try:
         rig.now = 10.0
         rig.submit(500, gpus=1, time_limit_s=100)
         rig.settle()
-        monkeypatch.setattr(live_scheduler, "_DRY_RUN_BUDGET_S", 0.0)  # a "very deep queue"
-        answer = rig.service.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=1), "ada")
+        monkeypatch.setattr(estimates, "DRY_RUN_BUDGET_S", 0.0)  # a "very deep queue"
+        answer = rig.service.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=1), rig.actor)
         assert (answer.start_at, answer.not_before) == (None, 10.0)
-        monkeypatch.setattr(live_scheduler, "_DRY_RUN_BUDGET_S", 5.0)
-        answer = rig.service.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=1), "ada")
+        monkeypatch.setattr(estimates, "DRY_RUN_BUDGET_S", 5.0)
+        answer = rig.service.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=1), rig.actor)
         assert (answer.start_at, answer.not_before) == (110.0, None)
     finally:
         rig.close()
