@@ -1,17 +1,18 @@
-"""The one place that wires adapters into services."""
+"""The one place that wires adapters into services: `build_core` (the decision path, also
+what the tests' rigs run), `build_server` (a whole server for its settings) and `build_app`
+(the HTTP API over it)."""
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -21,58 +22,222 @@ from gpuyard.adapters.gpus.processes import PsutilProcessOwners
 from gpuyard.adapters.gpus.select import choose_gpus
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.errors import Unavailable
-from gpuyard.domain.job import Job, NodeCapacity
+from gpuyard.domain.job import NodeCapacity
+from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.services.controller import Controller
-from gpuyard.services.gpu_mem import GpuMemLimit
+from gpuyard.scheduling.policy import Policy
+from gpuyard.services.auth import TokenAuth
+from gpuyard.services.controller import Controller, ExitInbox, Wakeup
+from gpuyard.services.drains import DrainService
+from gpuyard.services.feed import ChangeFeed
+from gpuyard.services.gpu_mem import GpuMemLimit, PeakHistory
 from gpuyard.services.health import AfterSample, HealthGuard
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.jobs import JobService
+from gpuyard.services.journal import JobObserver, Journal
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.metrics import QueueMetrics
-from gpuyard.services.ports import Executor, ExitStatus
+from gpuyard.services.observers import (
+    finished_job_stats,
+    queue_metrics,
+    release_ports,
+    scheduler_events,
+)
+from gpuyard.services.ports import Executor, ExitCallback, JobStore
+from gpuyard.services.rendezvous import RendezvousPorts
+from gpuyard.services.server import Background, ServerFacade, ServerInfo
+from gpuyard.services.stops import StopRequests, signal_new_stops
 from gpuyard.services.telemetry import GpuMonitor
 from gpuyard.settings import Settings
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+
+# A restarted policy learns from this many finished runs (histories, decayed usage); the book
+# keeps fewer in memory (older jobs are paged from the store).
+_REBUILD_HISTORY_JOBS = 20_000
+
 
 @dataclass
-class Server:
-    """Everything one server process runs, ready for the API to serve."""
+class Core:
+    """The server's decision path, wired: everything but the HTTP front and the threads."""
 
-    settings: Settings
-    service: JobService
+    book: JobBook
+    journal: Journal
+    scheduler: LiveScheduler
     controller: Controller
-    store: SqlJobStore
+    drains: DrainService
+    service: JobService
+    feed: ChangeFeed
+    metrics: QueueMetrics
     executor: Executor
-    token: str
-    owner: str
-    _lock_file: IO[str]
-    monitor: GpuMonitor
-    ray: RayParts | None = None
+    monitor: GpuMonitor | None
 
-    def start(self) -> None:
-        self.controller.recover()
-        self.controller.start(self.settings.tick_s)
-        self.controller.wake()
-        self.monitor.start()
-        if self.ray is not None:
-            self.ray.watch.start()
 
-    def close(self) -> None:
-        """Stop serving; running local jobs keep running under their supervisors (Ray jobs
-        end with the server's Ray connection)."""
-        self.monitor.stop()
-        if self.ray is not None:
-            self.ray.watch.stop()
-        self.controller.stop()
-        self.executor.close()
-        if self.ray is not None:
-            self.ray.connection.close()
-        self.store.close()
-        self._lock_file.close()
+def build_core(
+    store: JobStore,
+    inventory: Inventory,
+    policy: Policy,
+    make_executor: Callable[[ExitCallback], Executor],
+    *,
+    settings: Settings,
+    clock: Callable[[], float] = time.time,
+    base_env: Mapping[str, str] = os.environ,
+    make_monitor: Callable[[JobBook], GpuMonitor] | None = None,
+    settle: Callable[[Controller, DrainService], None] | None = None,
+) -> Core:
+    """Wire one server's services over a store, an inventory and an executor (also what the
+    tests' rigs run: the same wiring, other adapters). `settle` runs before the scheduler is
+    rebuilt (the Ray backend ends the jobs that cannot have survived)."""
+    wakeup = Wakeup()
+    exits = ExitInbox(wakeup)
+    executor = make_executor(exits)
+    active = store.load_active(_REBUILD_HISTORY_JOBS)
+    book = JobBook(active, next_id=store.max_job_id() + 1)
+    scheduler = LiveScheduler(policy, inventory, clock)
+    metrics, feed, ports, peaks = QueueMetrics(), ChangeFeed(), RendezvousPorts(), PeakHistory()
+    monitor = make_monitor(book) if make_monitor is not None else None
+    after: list[JobObserver] = [signal_new_stops(executor)]
+    if monitor is not None:
+        after.append(finished_job_stats(store, monitor, peaks))
+    journal = Journal(
+        book, store,
+        in_order=[scheduler_events(scheduler), queue_metrics(metrics), release_ports(ports), feed,
+                  wakeup],
+        after=after,
+    )  # fmt: skip
+    controller = Controller(
+        journal, executor, inventory, scheduler, ports, base_env=base_env, wakeup=wakeup,
+        exits=exits, clock=clock, metrics=metrics,
+        gpu_peak_mib=lambda job_id: _peak_mib(monitor, job_id),
+    )  # fmt: skip
+    drains = DrainService(
+        store, journal, scheduler, inventory, binds_devices=executor.binds_devices, clock=clock,
+        wake=wakeup,
+    )  # fmt: skip
+    if settle is not None:
+        settle(controller, drains)
+    scheduler.rebuild(active)
+    stops = StopRequests(journal, clock)
+    idle = IdleWatch(
+        settings.idle_util_pct, settings.idle_after_s, settings.idle_cancel_s,
+        lambda job, why: stops.request(job.id, JobState.CANCELLED, why),
+    )  # fmt: skip
+    service = JobService(
+        journal, store, scheduler, drains, stops, inventory, log_path=executor.log_path,
+        wake=wakeup, clock=clock, monitor=monitor, idle=idle, peaks=peaks,
+    )  # fmt: skip
+    if monitor is not None:
+        _watch_samples(monitor, store, book, service, drains, stops, idle, scheduler, settings)
+    return Core(
+        book, journal, scheduler, controller, drains, service, feed, metrics, executor, monitor
+    )
+
+
+def _watch_samples(
+    monitor: GpuMonitor,
+    store: JobStore,
+    book: JobBook,
+    service: JobService,
+    drains: DrainService,
+    stops: StopRequests,
+    idle: IdleWatch,
+    scheduler: LiveScheduler,
+    settings: Settings,
+) -> None:
+    """What each telemetry sample drives: health drains, the --gpu-mem hard limit, idle jobs,
+    GPUs busy with foreign memory or too hot; and the stats and advice of earlier runs."""
+    monitor.restore(store.load_gpu_stats(limit=10_000))
+    for job in book.jobs(include_finished=True):
+        if job.state.is_terminal:
+            stats = monitor.job_stats(job.id)
+            if stats is not None and stats.memory_peak_per_gpu_mib:
+                service.peaks.record(job.owner, job.spec.name, stats.memory_peak_per_gpu_mib)
+    gpu_mem_limit = GpuMemLimit(
+        lambda job, why: stops.request(job.id, JobState.OUT_OF_MEMORY, why),
+        lambda job_id: (
+            stats.memory_peak_per_gpu_mib if (stats := monitor.job_stats(job_id)) else None
+        ),
+    )
+    monitor.on_sample = AfterSample(
+        HealthGuard(drains.drain), idle, scheduler, book, settings.foreign_mem_mib,
+        settings.hot_temp_c, gpu_mem_limit,
+    )  # fmt: skip
+
+
+def _peak_mib(monitor: GpuMonitor | None, job_id: int) -> int | None:
+    stats = monitor.job_stats(job_id) if monitor is not None else None
+    return stats.memory_peak_mib if stats is not None else None
+
+
+def build_server(settings: Settings) -> ServerFacade:
+    """The whole server for `settings`: store (locked: one server per database), backend,
+    core, telemetry, the API's token."""
+    state = settings.state_dir
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"))
+    closers: list[Callable[[], object]] = []
+    try:
+        store.lock_exclusive()
+        ray: RayParts | None = None
+        if settings.backend == "ray":
+            inventory, make_executor, ray = _ray_backend(settings)
+            closers.append(ray.connection.close)
+        else:
+            inventory = _local_inventory(settings)
+
+            def make_executor(exits: ExitCallback) -> Executor:
+                return LocalExecutor(state / "jobs", exits, grace_s=settings.kill_grace_s)
+
+        core = build_core(
+            store, inventory, make_policy(settings.policy, for_server=True), make_executor,
+            settings=settings,
+            make_monitor=lambda book: GpuMonitor(
+                NvmlTelemetry, PsutilProcessOwners(), book, inventory,
+                period_s=settings.telemetry_s,
+            ),
+            settle=_settle_ray_restart if ray is not None else None,
+        )  # fmt: skip
+    except BaseException:
+        for close in closers:
+            close()
+        store.close()
+        raise
+    background: list[Background] = [core.monitor] if core.monitor is not None else []
+    if ray is not None:
+        ray.watch.on_lost = lambda name: _node_lost(core.drains, inventory, name)
+        ray.watch.on_back = lambda name: _node_back(core.drains, inventory, name)
+        background.append(ray.watch)
+    owner = getpass.getuser()
+    return ServerFacade(
+        core.service, core.controller,
+        TokenAuth(ensure_token(settings.token_path), Principal(owner, role="admin")),
+        core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend),
+        tick_s=settings.tick_s, background=background,
+        closers=[core.executor.close, *closers, store.close],
+    )  # fmt: skip
+
+
+def build_app(settings: Settings) -> tuple[ServerFacade, FastAPI]:
+    """The server and the HTTP API over it: the only place that calls `create_app`."""
+    from gpuyard.api.app import create_app
+
+    server = build_server(settings)
+    return server, create_app(server)
+
+
+def _local_inventory(settings: Settings) -> Inventory:
+    gpus, source = choose_gpus(settings.gpus, declared_mem_mib=settings.declared_gpu_mem_mib)
+    node = NodeCapacity(
+        name=socket.gethostname(),
+        cpus=settings.cpus or os.cpu_count() or 1,
+        mem_mib=settings.mem_mib or psutil.virtual_memory().total // 2**20,
+    )
+    return Inventory(tuple(gpus), node, source)
 
 
 @dataclass
@@ -83,86 +248,18 @@ class RayParts:
     watch: Any
 
 
-def build_server(settings: Settings) -> Server:
-    state = settings.state_dir
-    state.mkdir(parents=True, exist_ok=True)
-    lock_file = _lock_state_dir(state)
-    holder: list[Controller] = []
-
-    def on_exit(job_id: int, status: ExitStatus) -> None:
-        holder[0].on_exit(job_id, status)
-
-    ray: RayParts | None = None
-    executor: Executor
-    if settings.backend == "ray":
-        inventory, executor, ray = _ray_backend(settings, on_exit)
-    else:
-        gpus, source = choose_gpus(settings.gpus, declared_mem_mib=settings.declared_gpu_mem_mib)
-        node = NodeCapacity(
-            name=socket.gethostname(),
-            cpus=settings.cpus or os.cpu_count() or 1,
-            mem_mib=settings.mem_mib or psutil.virtual_memory().total // 2**20,
-        )
-        inventory = Inventory(tuple(gpus), node, source)
-        executor = LocalExecutor(state / "jobs", on_exit, grace_s=settings.kill_grace_s)
-    store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"))
-    book = JobBook(store.load_jobs())
-    scheduler = LiveScheduler(make_policy(settings.policy, for_server=True), inventory, time.time)
-    metrics = QueueMetrics()
-    controller = Controller(
-        book, store, executor, inventory, scheduler, base_env=os.environ, metrics=metrics
-    )
-    holder.append(controller)
-    if ray is not None:
-        _settle_ray_restart(controller)
-    scheduler.rebuild(book.jobs(include_finished=True))
-    monitor = GpuMonitor(
-        NvmlTelemetry, PsutilProcessOwners(), book, inventory, period_s=settings.telemetry_s
-    )
-    service = JobService(book, store, controller, monitor=monitor, metrics=metrics)
-    idle = IdleWatch(
-        settings.idle_util_pct, settings.idle_after_s, settings.idle_cancel_s,
-        lambda job, why: controller.request_stop(job, JobState.CANCELLED, why),
-    )  # fmt: skip
-    service.idle = idle
-    monitor.restore(store.load_gpu_stats(limit=10_000))
-    for job in book.jobs(include_finished=True):
-        if job.state.is_terminal:
-            service.job_ended(job)  # advice from runs before the restart too
-
-    def on_ended(job: Job) -> None:
-        _save_gpu_stats(store, monitor, job.id)
-        service.job_ended(job)
-
-    controller.on_ended = on_ended
-    controller.gpu_peak_mib = lambda job_id: (
-        stats.memory_peak_mib if (stats := monitor.job_stats(job_id)) is not None else None
-    )
-    gpu_mem_limit = GpuMemLimit(
-        lambda job, why: controller.request_stop(job, JobState.OUT_OF_MEMORY, why),
-        lambda job_id: (
-            stats.memory_peak_per_gpu_mib if (stats := monitor.job_stats(job_id)) else None
-        ),
-    )
-    monitor.on_sample = AfterSample(
-        HealthGuard(service.drain), idle, scheduler, book, settings.foreign_mem_mib,
-        settings.hot_temp_c, gpu_mem_limit,
-    )  # fmt: skip
-    if ray is not None:
-        ray.watch.on_lost = lambda name: _node_lost(service, inventory, name)
-        ray.watch.on_back = lambda name: _node_back(service, inventory, name)
-    return Server(
-        settings, service, controller, store, executor, ensure_token(settings.token_path),
-        getpass.getuser(), lock_file, monitor, ray,
-    )  # fmt: skip
-
-
 def _ray_backend(
-    settings: Settings, on_exit: Callable[[int, ExitStatus], None]
-) -> tuple[Inventory, Executor, RayParts]:
+    settings: Settings,
+) -> tuple[Inventory, Callable[[ExitCallback], Executor], RayParts]:
     """Connect to Ray (or start a local cluster) and take its nodes as the inventory."""
-    from gpuyard.adapters.ray import backend
-    from gpuyard.adapters.ray.executor import RayExecutor
+    try:
+        from gpuyard.adapters.ray import backend
+        from gpuyard.adapters.ray.executor import RayExecutor
+    except ImportError as exc:
+        raise Unavailable(
+            f"--backend ray needs Ray, which is not installed ({exc.name}): "
+            "pip install 'gpuyard[ray]'"
+        ) from None
 
     try:
         connection = backend.connect(
@@ -183,48 +280,44 @@ def _ray_backend(
             tuple(found.gpus), found.nodes[0], source, tuple(found.nodes[1:]), sharing=False
         )
         watch = backend.NodeWatch(connection, found.ray_nodes)
-        executor = RayExecutor(
-            connection, settings.state_dir / "jobs", on_exit, watch.node_ids,
-            grace_s=settings.kill_grace_s,
-        )  # fmt: skip
     except BaseException:
         connection.close()
         raise
-    return inventory, executor, RayParts(connection, watch)
+
+    def make_executor(exits: ExitCallback) -> Executor:
+        return RayExecutor(  # type: ignore[no-any-return]
+            connection, settings.state_dir / "jobs", exits, watch.node_ids,
+            grace_s=settings.kill_grace_s,
+        )  # fmt: skip
+
+    return inventory, make_executor, RayParts(connection, watch)
 
 
-def _settle_ray_restart(controller: Controller) -> None:
+def _settle_ray_restart(controller: Controller, drains: DrainService) -> None:
     """Before the scheduler is rebuilt: Ray jobs never outlive the server (end them now: the
     cluster may have changed under them), and drains made by lost Ray nodes are lifted (the
     inventory holds only machines alive now, numbered afresh)."""
     controller.recover()
-    for gpu, drain in list(controller.drains.items()):
+    for gpu, drain in drains.current().items():
         if drain.source == "ray":
-            controller.resume_gpu(gpu)
+            drains.resume(gpu)
 
 
-def _node_lost(service: JobService, inventory: Inventory, name: str) -> None:
+def _node_lost(drains: DrainService, inventory: Inventory, name: str) -> None:
     """A Ray node died: its GPUs go out of service (a job still there ends NODE_FAIL)."""
-    drains = service.drains()
+    drained = drains.current()
     for gpu in inventory.gpus_of(name):
-        if gpu not in drains:
-            service.drain(gpu, f"Ray node {name} was lost", "ray")
+        if gpu not in drained:
+            drains.drain(gpu, f"Ray node {name} was lost", "ray")
 
 
-def _node_back(service: JobService, inventory: Inventory, name: str) -> None:
+def _node_back(drains: DrainService, inventory: Inventory, name: str) -> None:
     """A lost Ray node is back: the GPUs its loss took out of service return."""
-    drains = service.drains()
+    drained = drains.current()
     for gpu in inventory.gpus_of(name):
-        drain = drains.get(gpu)
+        drain = drained.get(gpu)
         if drain is not None and drain.source == "ray":
-            service.resume(gpu)
-
-
-def _save_gpu_stats(store: SqlJobStore, monitor: GpuMonitor, job_id: int) -> None:
-    """Keep a finished job's GPU stats across restarts (only jobs telemetry saw)."""
-    saved = monitor.saved_form(job_id)
-    if saved is not None:
-        store.save_gpu_stats(job_id, saved)
+            drains.resume(gpu)
 
 
 def ensure_token(path: Path) -> str:
@@ -239,14 +332,44 @@ def ensure_token(path: Path) -> str:
     return token
 
 
-def _lock_state_dir(state: Path) -> IO[str]:
-    """One server per state dir: a second one would run every job twice."""
-    lock_file = open(state / "server.lock", "a+")  # noqa: SIM115 - held for the server's life
+def serve(settings: Settings) -> None:
+    """`gpuyard server`: bind first (a wrong name or a taken port is one line, before anything
+    is built), build the server and its API, then listen and serve in the foreground."""
+    from gpuyard.api.http_server import serve as serve_http
+
+    make_policy(settings.policy, for_server=True)  # a wrong name: one line, before binding
+    sock = _bind(settings.host, settings.port)
     try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock_file.close()
+        server, app = build_app(settings)
+    except BaseException:
+        sock.close()
+        raise
+    sock.listen(1024)  # only now: a client that connects finds the token and a ready server
+    for line in (
+        f"gpuyard server listening on {settings.url}",
+        f"  state dir: {settings.state_dir}",
+        f"  GPUs:      {server.service.inventory.source}",
+        f"  policy:    {settings.policy}",
+        f"  API token: {settings.token_path} (the CLI on this machine finds it)",
+    ):
+        print(line, flush=True)
+    serve_http(
+        app, sock, header_timeout_s=settings.header_timeout_s,
+        max_connections=settings.max_connections,
+    )  # fmt: skip
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
         raise Unavailable(
-            f"another gpuyard server already uses {state}; stop it or pass another --state-dir"
+            f"cannot listen on {host}:{port} ({exc.strerror}); is another server running? "
+            "pick another --port"
         ) from None
-    return lock_file
+    sock.set_inheritable(False)
+    return sock

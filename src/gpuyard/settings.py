@@ -1,7 +1,7 @@
 """One typed Settings for the server, from defaults, GPUYARD_* variables and CLI flags.
 
-Standard library only: the CLI reads `default_state_dir()` and `DEFAULT_URL` without paying
-for the server's imports.
+Standard library only. The defaults the CLI needs first (URL, state dir) are
+`gpuyard.locations`'s, which the CLI's start path imports without this module.
 """
 
 from __future__ import annotations
@@ -10,19 +10,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
-DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
-TOKEN_FILE = "token"
+from gpuyard.locations import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_URL, TOKEN_FILE, state_dir_path
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_URL", "TOKEN_FILE", "Settings",
+           "default_state_dir"]  # fmt: skip
 
 
 def default_state_dir() -> Path:
     """`GPUYARD_STATE_DIR`, else `~/.local/share/gpuyard` (XDG data home)."""
-    explicit = os.environ.get("GPUYARD_STATE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "gpuyard"
+    return Path(state_dir_path())
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +54,10 @@ class Settings:
     ray_token_file: str | None = None
     ray_local_nodes: str | None = None
     ray_node_timeout_s: float | None = None
+    # HTTP: a client must send a request's headers within this (idle or slow connections
+    # would hold file descriptors for ever), and at most this many connections are open.
+    header_timeout_s: float = 10.0
+    max_connections: int = 2048
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -71,6 +71,7 @@ class Settings:
             ("idle_util_pct", float), ("idle_after_s", float), ("idle_cancel_s", float),
             ("backend", str), ("ray_address", str), ("ray_token_file", str),
             ("ray_local_nodes", str), ("ray_node_timeout_s", float),
+            ("header_timeout_s", float), ("max_connections", int),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:

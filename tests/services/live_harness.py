@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
+from gpuyard.bootstrap import build_core
 from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
+from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policy import Context, Policy, SchedJob
-from gpuyard.services.controller import Controller
 from gpuyard.services.inventory import Inventory
-from gpuyard.services.jobbook import JobBook
-from gpuyard.services.jobs import JobService
-from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import ExitStatus, Launched, LaunchPlan, Recovered
+from gpuyard.settings import Settings
 
 Event = tuple[str, float, int]
 
@@ -75,6 +74,8 @@ class Recording:
 class SimulatedProcesses:
     """An Executor whose jobs need `work_s[job id]` seconds of simulated time to complete."""
 
+    binds_devices = True
+
     def __init__(self, work_s: dict[int, float], clock: Callable[[], float]) -> None:
         self.work_s = dict(work_s)
         self.clock = clock
@@ -120,7 +121,8 @@ class SimulatedProcesses:
 
 
 class LiveRig:
-    """One live server's decision path on a SQLite file, in simulated time."""
+    """One live server's decision path on a SQLite file, in simulated time: the server's own
+    wiring (`bootstrap.build_core`), with simulated processes for an executor."""
 
     def __init__(
         self, tmp_path: Path, policy: Policy, gpus: int, work_s: dict[int, float] | None = None
@@ -128,27 +130,30 @@ class LiveRig:
         self.now = 0.0
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.store = SqlJobStore(sqlite_url(tmp_path / "gpuyard.db"))
-        self.book = JobBook(self.store.load_jobs())
         gpu_list = tuple(Gpu(i, f"GPU-{i}", "declared", None, False) for i in range(gpus))
         node = NodeCapacity("node0", cpus=10_000, mem_mib=10**9)
         self.inventory = Inventory(gpu_list, node, "declared")
         self.policy = policy
-        self.scheduler = LiveScheduler(policy, self.inventory, self.clock)
-        self.scheduler.rebuild(self.book.jobs(include_finished=True))
         self.processes = SimulatedProcesses(work_s or {}, self.clock)
-        self.controller = Controller(
-            self.book, self.store, self.processes, self.inventory, self.scheduler,
-            base_env={}, clock=self.clock,
+
+        def executor(exits: Callable[[int, ExitStatus], None]) -> SimulatedProcesses:
+            self.processes.on_exit = exits
+            return self.processes
+
+        core = build_core(
+            self.store, self.inventory, policy, executor, settings=Settings(), clock=self.clock,
+            base_env={},
         )  # fmt: skip
-        self.processes.on_exit = self.controller.on_exit
-        self.service = JobService(self.book, self.store, self.controller, clock=self.clock)
+        self.book, self.scheduler = core.book, core.scheduler
+        self.controller, self.service, self.journal = core.controller, core.service, core.journal
+        self.actor = Principal("ada", role="admin")
 
     def clock(self) -> float:
         return self.now
 
     def submit(self, work_s: float, *, user: str = "ada", **spec: Any) -> Job:
         job_spec = JobSpec(argv=("train",), name="t", workdir="/", **spec)
-        job = self.service.submit(job_spec, user)
+        job = self.service.submit(job_spec, Principal(user))
         self.processes.work_s[job.id] = work_s
         return job
 
@@ -169,7 +174,7 @@ class LiveRig:
         return min(self.processes.next_end(), wake)
 
     def job(self, job_id: int) -> Job:
-        return self.service.get(job_id)
+        return self.service.get(job_id, self.actor)
 
     def state(self, job_id: int) -> JobState:
         return self.job(job_id).state

@@ -12,9 +12,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuyard.domain.errors import (
     Conflict,
+    Forbidden,
     GpuyardError,
     InvalidRequest,
     NotFound,
+    PayloadTooLarge,
     Unauthorized,
     Unavailable,
 )
@@ -26,25 +28,45 @@ STATUS_BY_ERROR: dict[type[GpuyardError], int] = {
     NotFound: 404,
     Conflict: 409,
     Unauthorized: 401,
+    Forbidden: 403,
+    PayloadTooLarge: 413,
     Unavailable: 503,
 }
-_CODE_BY_HTTP = {400: "invalid_request", 401: "unauthorized", 404: "not_found",
-                 405: "method_not_allowed", 409: "conflict", 422: "invalid_request"}  # fmt: skip
+_CODE_BY_HTTP = {400: "invalid_request", 401: "unauthorized", 403: "forbidden",
+                 404: "not_found", 405: "method_not_allowed", 409: "conflict",
+                 413: "payload_too_large", 422: "invalid_request"}  # fmt: skip
 
 
-def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+def status_of(exc: GpuyardError) -> int:
+    """The status of the nearest class in the error's ancestry that has one (a subclass of
+    NotFound answers 404)."""
+    for cls in type(exc).__mro__:
+        status = STATUS_BY_ERROR.get(cls)  # type: ignore[call-overload]
+        if status is not None:
+            return status
+    return 400
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     body: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         body["field"] = field
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse({"error": body}, status_code=status, headers=headers or None)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GpuyardError)
     async def _domain(_: Request, exc: GpuyardError) -> JSONResponse:
-        status = STATUS_BY_ERROR.get(type(exc), 400)
-        return error_response(status, exc.code, exc.message, exc.field)
+        return error_response(status_of(exc), exc.code, exc.message, exc.field)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -52,10 +74,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(422, "invalid_request", *_describe(first))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _CODE_BY_HTTP.get(exc.status_code, "error")
         message = "no such API route" if exc.status_code == 404 else str(exc.detail)
-        return error_response(exc.status_code, code, message)
+        if exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            message = f"this route does not take {request.method}; it takes {allowed}"
+        return error_response(exc.status_code, code, message, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

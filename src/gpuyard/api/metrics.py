@@ -17,9 +17,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from gpuyard.domain.states import JobState
 from gpuyard.services.jobs import GpuHolding, JobService
-from gpuyard.services.metrics import HistogramView
+from gpuyard.services.metrics import HistogramView, QueueMetrics
 from gpuyard.services.ports import GpuReading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -58,8 +57,9 @@ _DCGM: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
 class ServerCollector(Collector):
     """Builds every family at scrape time from the service's latest state."""
 
-    def __init__(self, service: JobService, hostname: str) -> None:
+    def __init__(self, service: JobService, metrics: QueueMetrics, hostname: str) -> None:
         self._service = service
+        self._metrics = metrics
         self._hostname = hostname
 
     def collect(self) -> Iterator[Metric]:
@@ -86,26 +86,30 @@ class ServerCollector(Collector):
         return [str(gpu.index), gpu.uuid, f"nvidia{gpu.index}", gpu.name, self._hostname, jobs]
 
     def _queue_families(self) -> Iterator[Metric]:
-        service = self._service
-        jobs = service.list_jobs(include_finished=False)
-        pending = sum(1 for job in jobs if job.state is JobState.PENDING)
+        service, metrics = self._service, self._metrics
+        pending, running = service.counts()
         yield GaugeMetricFamily("gpuyard_jobs_pending", "Jobs waiting in the queue.", pending)
-        yield GaugeMetricFamily("gpuyard_jobs_running", "Jobs running now.", len(jobs) - pending)
+        yield GaugeMetricFamily("gpuyard_jobs_running", "Jobs running now.", running)
         yield GaugeMetricFamily(
             "gpuyard_gpus", "GPUs this server schedules.", len(service.inventory.gpus)
         )
         yield CounterMetricFamily(
             "gpuyard_job_submits", "Jobs accepted since the server started.",
-            service.metrics.submits,
+            metrics.submits,
         )  # fmt: skip
         yield _histogram(
             "gpuyard_scheduling_pass_seconds", "Duration of a scheduling pass (decide, record, "
-            "launch), for passes the policy ran.", service.metrics.pass_s.view(),
+            "launch), for passes the policy ran.", metrics.pass_s.view(),
         )  # fmt: skip
         yield _histogram(
             "gpuyard_submit_to_start_seconds", "Wait from submission to a job's first start.",
-            service.metrics.submit_to_start_s.view(),
+            metrics.submit_to_start_s.view(),
         )  # fmt: skip
+        yield GaugeMetricFamily(
+            "gpuyard_scheduler_lock_hold_max_seconds",
+            "Longest hold of the scheduler's lock since the server started (bench/api_latency.py).",
+            service.scheduler.lock_hold_max_s,
+        )
         monitor = service.monitor
         if monitor is not None and monitor.enabled:
             yield CounterMetricFamily(
@@ -119,8 +123,8 @@ def _histogram(name: str, doc: str, view: HistogramView) -> HistogramMetricFamil
     return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=view.sum)
 
 
-def render_metrics(service: JobService, hostname: str) -> bytes:
+def render_metrics(service: JobService, metrics: QueueMetrics, hostname: str) -> bytes:
     """The Prometheus text exposition of everything above."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ServerCollector(service, hostname))
+    registry.register(ServerCollector(service, metrics, hostname))
     return generate_latest(registry)

@@ -38,6 +38,18 @@ class Unauthorized(GpuyardError):
     code = "unauthorized"
 
 
+class Forbidden(GpuyardError):
+    """The caller is known but may not do this (HTTP 403)."""
+
+    code = "forbidden"
+
+
+class PayloadTooLarge(GpuyardError):
+    """The request body is larger than the server accepts (HTTP 413)."""
+
+    code = "payload_too_large"
+
+
 class Unavailable(GpuyardError):
     """The server cannot serve the request right now (HTTP 503)."""
 
@@ -46,5 +58,8 @@ class Unavailable(GpuyardError):
 
 ERRORS_BY_CODE: dict[str, type[GpuyardError]] = {
     cls.code: cls
-    for cls in (GpuyardError, InvalidRequest, NotFound, Conflict, Unauthorized, Unavailable)
+    for cls in (
+        GpuyardError, InvalidRequest, NotFound, Conflict, Unauthorized, Forbidden,
+        PayloadTooLarge, Unavailable,
+    )
 }

@@ -8,17 +8,20 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from gpuyard.domain.errors import Conflict, InvalidRequest, NotFound
+from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from gpuyard.domain.job import Drain, Gpu, Job, JobSpec
+from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
-from gpuyard.services.controller import Controller
+from gpuyard.services.drains import DrainService
 from gpuyard.services.gpu_mem import PeakHistory
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.inventory import Inventory
-from gpuyard.services.jobbook import JobBook, jobs_by_gpu
-from gpuyard.services.metrics import QueueMetrics
+from gpuyard.services.jobbook import jobs_by_gpu
+from gpuyard.services.journal import Journal
+from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import JobStore
+from gpuyard.services.stops import StopRequests
 from gpuyard.services.telemetry import (
     EMPTY_SNAPSHOT,
     GpuMonitor,
@@ -54,123 +57,191 @@ class DryRun:
     not_before: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """Part of a job's log: `data` from `offset`; `next_offset` to ask for the rest."""
+
+    data: bytes
+    offset: int
+    next_offset: int
+    state: JobState
+
+
+# Listing history: a page is at most this many jobs (the store pages through the rest).
+MAX_PAGE = 10_000
+
+
 class JobService:
-    """The server's use cases; the API is a thin layer over these."""
+    """The server's use cases; the API is a thin layer over these. Every use case is called
+    with the acting Principal, and what it may see or change is decided here."""
 
     def __init__(
         self,
-        book: JobBook,
+        journal: Journal,
         store: JobStore,
-        controller: Controller,
+        scheduler: LiveScheduler,
+        drains: DrainService,
+        stops: StopRequests,
+        inventory: Inventory,
         *,
+        log_path: Callable[[int], str],
+        wake: Callable[[], None],
         clock: Callable[[], float] = time.time,
         monitor: GpuMonitor | None = None,
-        metrics: QueueMetrics | None = None,
+        idle: IdleWatch | None = None,
+        peaks: PeakHistory | None = None,
     ) -> None:
-        self.book = book
+        self.journal = journal
+        self.book = journal.book
         self.store = store
-        self.controller = controller
+        self.scheduler = scheduler
+        self._drains = drains
+        self._stops = stops
+        self.inventory = inventory
+        self._log_path = log_path
+        self._wake = wake
         self._clock = clock
         self.monitor = monitor
-        self.idle: IdleWatch | None = None  # set by bootstrap when telemetry runs
-        self.peaks = PeakHistory()  # earlier runs' GPU memory, for `submit`'s --gpu-mem advice
-        self.metrics = metrics or controller.metrics
+        self.idle = idle
+        self.peaks = peaks or PeakHistory()  # earlier runs' GPU memory, for --gpu-mem advice
 
-    @property
-    def inventory(self) -> Inventory:
-        return self.controller.inventory
-
-    def submit(self, spec: JobSpec, owner: str) -> Job:
+    # -- submit ---------------------------------------------------------------------------
+    def submit(self, spec: JobSpec, actor: Principal) -> Job:
         """Validate, store durably, then queue; returns only once the job cannot be lost."""
-        job = self._new_job(spec, owner)
+        self._check_fits(spec)
+        self._check_workdir(spec)
+        job = self._new_job(spec, actor)
         self.store.write([job], [])
         return self._queue(job)
 
-    async def submit_async(self, spec: JobSpec, owner: str) -> Job:
-        """`submit` for the event loop: waits for the group commit without holding a thread."""
-        job = self._new_job(spec, owner)
+    async def submit_async(self, spec: JobSpec, actor: Principal) -> Job:
+        """`submit` for the event loop: waits for the group commit without holding a thread;
+        the file system is looked at off the loop (a stalled mount must not stall the API)."""
+        self._check_fits(spec)
+        await asyncio.to_thread(self._check_workdir, spec)
+        job = self._new_job(spec, actor)
         await asyncio.wrap_future(self.store.write_future([job], []))
         return self._queue(job)
 
-    def _new_job(self, spec: JobSpec, owner: str) -> Job:
-        self._check_fits(spec)
+    def _new_job(self, spec: JobSpec, actor: Principal) -> Job:
         return Job(
             id=self.book.allocate_id(),
             spec=spec,
-            owner=owner,
+            owner=actor.user,
             state=JobState.PENDING,
             submitted_at=self._clock(),
         )
 
     def _queue(self, job: Job) -> Job:
         """Only a durable job enters the queue: the scheduler never starts a job it could lose."""
-        # The scheduler hears of it first: a cancel, which needs the job in the book, can then
-        # never reach the scheduler before the submit.
-        self.controller.scheduler.submitted(job)
-        self.book.put(job)
-        self.controller.wake()
-        self.metrics.submitted()
+        self.journal.inserted(job, job.submitted_at)
+        self._wake()
         return job
 
-    def hint(self, spec: JobSpec, owner: str) -> str | None:
+    def hint(self, spec: JobSpec, actor: Principal) -> str | None:
         """Advice for a submission: a --gpu-mem from the peaks of earlier runs of that name."""
-        return self.peaks.hint(spec, owner, self.inventory.gpu_mem_mib())
+        return self.peaks.hint(spec, actor.user, self.inventory.gpu_mem_mib())
 
-    def job_ended(self, job: Job) -> None:
-        """Remember what a finished job used (its peak GPU memory per GPU), for advice."""
-        stats = self.gpu_stats(job.id)
-        if stats is not None and stats.memory_peak_per_gpu_mib:
-            self.peaks.record(job.owner, job.spec.name, stats.memory_peak_per_gpu_mib)
-
-    def get(self, job_id: int) -> Job:
-        job = self.book.get(job_id)
-        if job is None:
-            raise NotFound(f"job {job_id} not found: `gpuyard queue --all` lists every job")
-        return job
-
-    def list_jobs(self, *, include_finished: bool) -> list[Job]:
-        return self.book.jobs(include_finished=include_finished)
-
-    def cancel(self, job_id: int) -> Job:
-        """Cancel a pending job at once; ask a running one to stop (TERM, grace, KILL)."""
-        with self.book.mutation_lock:
-            job = self.get(job_id)
-            if job.state.is_terminal:
-                raise Conflict(
-                    f"job {job_id} already ended ({job.state.value}); there is nothing to cancel"
-                )
-            if job.state is JobState.PENDING:
-                cancelled = job.transition(
-                    JobState.CANCELLED, ended_at=self._clock(), reason="Cancelled by user"
-                )
-                self.store.write([], [cancelled])
-                self.book.put(cancelled)
-                self.controller.scheduler.cancelled(job_id, cancelled.ended_at or 0.0)
-                self.controller.wake()
-                return cancelled
-        return self.controller.request_stop(job, JobState.CANCELLED)
-
-    def reason(self, job: Job) -> str:
-        return self.controller.reason_for(job)
-
-    def estimated_starts(self, wanted: Collection[int] = ()) -> dict[int, float | None]:
-        """Projected start of each pending job: running and started jobs use their whole time
-        limit (what Slurm's `squeue --start` assumes); None where no estimate is possible."""
-        return self.controller.scheduler.estimated_starts(wanted)
-
-    def dry_run(self, spec: JobSpec, owner: str) -> DryRun:
+    def dry_run(self, spec: JobSpec, actor: Principal) -> DryRun:
         """Whether `spec` can ever run here and when it would start, without queueing it."""
         self._check_fits(spec)
+        self._check_workdir(spec)
         probe_id = self.book.peek_next_id()
-        projection = self.controller.scheduler.dry_run(spec, owner, probe_id)
+        projection = self.scheduler.dry_run(spec, actor.user, probe_id)
         start = projection.starts[probe_id]
         later_than = None if start is not None or projection.complete else projection.reached_at
         return DryRun(now=self._clock(), start_at=start, not_before=later_than)
 
+    # -- reads ----------------------------------------------------------------------------
+    def get(self, job_id: int, actor: Principal) -> Job:
+        """A job the actor may see (another user's job is 'not found', as if it did not exist)."""
+        job = self.book.get(job_id) or self.store.get_job(job_id)
+        if job is None or not actor.may_see(job.owner):
+            raise NotFound(f"job {job_id} not found: `gpuyard queue --all` lists every job")
+        return job
+
+    def list_jobs(
+        self,
+        actor: Principal,
+        *,
+        include_finished: bool,
+        limit: int | None = None,
+        before_id: int | None = None,
+        since: float | None = None,
+        states: Collection[JobState] | None = None,
+        owner: str | None = None,
+        name: str | None = None,
+    ) -> list[Job]:
+        """Pending and running jobs from memory; with `include_finished`, a page of history
+        from the store (newest first by id up to `limit`, before `before_id`), returned in id
+        order. Filters by submit time, state, owner and name."""
+        if not include_finished:
+            jobs = self.book.jobs(include_finished=False)
+            return [j for j in jobs if _matches(j, since, states, owner, name)][:limit]
+        page = self.store.page_jobs(
+            limit=min(limit or MAX_PAGE, MAX_PAGE), before_id=before_id, since=since,
+            states=states, owner=owner, name=name,
+        )  # fmt: skip
+        # The book is never older than the store (written first): prefer its version.
+        return sorted((self.book.get(j.id) or j for j in page), key=lambda j: j.id)
+
+    def read_log(
+        self, job_id: int, actor: Principal, offset: int = 0, limit: int | None = None
+    ) -> LogChunk:
+        """Part of a job's output, from `offset` (past the end: nothing, not an error)."""
+        job = self.get(job_id, actor)
+        data, size = _read_from(self._log_path(job_id), offset, limit)
+        start = min(offset, size)
+        return LogChunk(data, start, start + len(data), job.state)
+
+    def counts(self) -> tuple[int, int]:
+        """How many jobs are pending and running now (for /metrics)."""
+        jobs = self.book.jobs(include_finished=False)
+        pending = sum(1 for job in jobs if job.state is JobState.PENDING)
+        return pending, len(jobs) - pending
+
+    def reason(self, job: Job) -> str:
+        """Why a job is in its state: the scheduler's reason for pending jobs."""
+        if job.state is JobState.PENDING:
+            return self.scheduler.reason_for(job.id)
+        return job.reason
+
+    def estimated_starts(self, wanted: Collection[int] = ()) -> dict[int, float | None]:
+        """Projected start of each pending job: running and started jobs use their whole time
+        limit (what Slurm's `squeue --start` assumes); None where no estimate is possible."""
+        return self.scheduler.estimated_starts(wanted)
+
+    def log_path(self, job_id: int) -> str:
+        return self._log_path(job_id)
+
+    # -- changes --------------------------------------------------------------------------
+    def cancel(self, job_id: int, actor: Principal) -> Job:
+        """Cancel a pending job at once; ask a running one to stop (TERM, grace, KILL)."""
+        job = self.get(job_id, actor)
+        if not (actor.is_admin or job.owner == actor.user):
+            raise Forbidden(f"job {job_id} is {job.owner}'s; only they or an admin may cancel it")
+        if job.state.is_terminal:
+            raise Conflict(
+                f"job {job_id} already ended ({job.state.value}); there is nothing to cancel"
+            )
+        now = self._clock()
+
+        def cancel_pending(current: Job) -> Job | None:
+            if current.state is not JobState.PENDING:
+                return None
+            return current.transition(JobState.CANCELLED, ended_at=now, reason="Cancelled by user")
+
+        current = self.journal.change(job_id, cancel_pending, now) or job
+        if current.state is JobState.RUNNING:
+            current = self._stops.request(job_id, JobState.CANCELLED) or current
+        self._wake()
+        return current
+
+    # -- GPUs -----------------------------------------------------------------------------
     def gpus(self) -> list[GpuHolding]:
         holders = jobs_by_gpu(self.book.running())
         sampled = self.telemetry().gpus
-        shared = self.controller.scheduler.shared_gpus()
+        shared = self.scheduler.shared_gpus()
         return [
             GpuHolding(
                 gpu,
@@ -181,31 +252,22 @@ class JobService:
             for gpu in self.inventory.gpus
         ]
 
-    def drain(self, gpu_index: int, reason: str, source: str = "admin") -> list[Job]:
+    def drain(self, gpu_index: int, reason: str, actor: Principal) -> list[Job]:
         """Take a GPU out of service: no new job goes there; jobs on it end NODE_FAIL."""
-        self._gpu(gpu_index)
-        return self.controller.drain_gpu(gpu_index, reason or "drained by an admin", source)
+        _require_admin(actor, f"drain GPU {gpu_index}")
+        return self._drains.drain(gpu_index, reason or "drained by an admin", "admin")
 
-    def resume(self, gpu_index: int) -> None:
+    def resume(self, gpu_index: int, actor: Principal) -> None:
         """Put a drained GPU back in service."""
-        self._gpu(gpu_index)
-        if gpu_index not in self.controller.drains:
-            raise Conflict(f"GPU {gpu_index} is in service; there is nothing to resume")
-        self.controller.resume_gpu(gpu_index)
+        _require_admin(actor, f"resume GPU {gpu_index}")
+        self._drains.resume(gpu_index)
 
     def drains(self) -> dict[int, Drain]:
-        return dict(self.controller.drains)
+        return self._drains.current()
 
     def hot_gpus(self) -> dict[int, str]:
         """GPUs placed last because they are too hot or throttled, and why."""
-        return dict(self.controller.scheduler.hot)
-
-    def _gpu(self, gpu_index: int) -> Gpu:
-        for gpu in self.inventory.gpus:
-            if gpu.index == gpu_index:
-                return gpu
-        known = ", ".join(str(g.index) for g in self.inventory.gpus) or "none"
-        raise NotFound(f"GPU {gpu_index} is not one of this server's GPUs ({known})")
+        return dict(self.scheduler.hot)
 
     def telemetry(self) -> TelemetrySnapshot:
         """The latest GPU sample (empty without NVML or before the first sample)."""
@@ -220,6 +282,14 @@ class JobService:
     def gpu_stats(self, job_id: int) -> JobGpuStats | None:
         """What the job did with its GPUs while sampled; None if it never was."""
         return self.monitor.job_stats(job_id) if self.monitor is not None else None
+
+    def _check_workdir(self, spec: JobSpec) -> None:
+        if not os.path.isdir(spec.workdir):
+            raise InvalidRequest(
+                f"workdir {spec.workdir!r} does not exist on the server; create it or pass "
+                "--workdir",
+                field="workdir",
+            )
 
     def _check_fits(self, spec: JobSpec) -> None:
         inv = self.inventory
@@ -247,12 +317,6 @@ class JobService:
                 f"the job asks for {format_size_mib(mem_mib)} of memory{each} but this server "
                 f"offers {format_size_mib(most_mem)}",
                 field="mem",
-            )
-        if not os.path.isdir(spec.workdir):
-            raise InvalidRequest(
-                f"workdir {spec.workdir!r} does not exist on the server; create it or pass "
-                "--workdir",
-                field="workdir",
             )
 
     def _check_machines(self, spec: JobSpec) -> None:
@@ -297,6 +361,38 @@ class JobService:
                 "--gpu-mem",
                 field="gpu_mem",
             )
+
+
+def _require_admin(actor: Principal, what: str) -> None:
+    if not actor.is_admin:
+        raise Forbidden(f"only an admin may {what}; ask one (`gpuyard admin` needs that role)")
+
+
+def _matches(
+    job: Job,
+    since: float | None,
+    states: Collection[JobState] | None,
+    owner: str | None,
+    name: str | None,
+) -> bool:
+    return (
+        (since is None or job.submitted_at >= since)
+        and (not states or job.state in states)
+        and (owner is None or job.owner == owner)
+        and (name is None or job.spec.name == name)
+    )
+
+
+def _read_from(path: str, offset: int, limit: int | None) -> tuple[bytes, int]:
+    """Bytes of a file from `offset` (clamped to its size: an offset past the end reads
+    nothing), and the file's size."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(min(offset, size))
+            return f.read(limit if limit is not None else -1), size
+    except FileNotFoundError:
+        return b"", 0
 
 
 def _gpus(count: int) -> str:

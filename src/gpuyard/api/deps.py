@@ -1,0 +1,34 @@
+"""The dependencies every route takes: who is acting (authenticated by the front door before
+any body is read) and the services it acts through."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from gpuyard.domain.errors import Unauthorized
+from gpuyard.domain.principal import Principal
+from gpuyard.services.jobs import JobService
+from gpuyard.services.server import ServerFacade
+
+
+def _server(request: Request) -> ServerFacade:
+    server: ServerFacade = request.app.state.server
+    return server
+
+
+def _actor(request: Request) -> Principal:
+    principal = request.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):  # a route the front door left public
+        raise Unauthorized("this route needs the API token")
+    return principal
+
+
+def _service(request: Request) -> JobService:
+    return _server(request).service
+
+
+Actor = Annotated[Principal, Depends(_actor)]
+Service = Annotated[JobService, Depends(_service)]
+Server = Annotated[ServerFacade, Depends(_server)]

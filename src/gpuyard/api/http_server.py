@@ -1,0 +1,93 @@
+"""The HTTP server around the app: uvicorn, hardened against clients that hold connections.
+
+uvicorn arms no timer on a fresh connection, nor while a request's headers trickle in, so
+~1,000 silent connections used to exhaust the server's file descriptors (`/healthz` died and
+job launches failed with "Too many open files"). Here every connection must finish its headers
+within `header_timeout_s`, at most `max_connections` are open (more are closed at once), and
+the descriptor limit is raised to what the system allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import socket
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("gpuyard.http")
+
+_WANTED_FDS = 65_536
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """httptools' protocol with a header deadline and a connection cap."""
+
+    header_timeout_s = 10.0
+    max_connections = 2048
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_timer: asyncio.TimerHandle | None = None
+        if len(self.connections) > self.max_connections:
+            log.warning("more than %s connections open: closing a new one", self.max_connections)
+            transport.close()
+            return
+        self._arm_header_timer()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm_header_timer()
+
+    def on_headers_complete(self) -> None:
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self) -> None:
+        if getattr(self, "_header_timer", None) is None:
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._too_slow)
+
+    def _cancel_header_timer(self) -> None:
+        timer = getattr(self, "_header_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._header_timer = None
+
+    def _too_slow(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def raise_fd_limit(wanted: int = _WANTED_FDS) -> int:
+    """Raise the soft limit on open files towards the hard one; returns the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def serve(app: Any, sock: socket.socket, *, header_timeout_s: float, max_connections: int) -> None:
+    """Serve `app` on a bound, listening socket until SIGINT/SIGTERM."""
+    raise_fd_limit()
+    protocol = type(
+        "ServerHttpProtocol", (GuardedHttpProtocol,),
+        {"header_timeout_s": header_timeout_s, "max_connections": max_connections},
+    )  # fmt: skip
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, loop="uvloop", http=protocol,
+        timeout_keep_alive=30,
+    )  # fmt: skip
+    uvicorn.Server(config).run(sockets=[sock])

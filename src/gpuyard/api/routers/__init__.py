@@ -1,0 +1,1 @@
+"""The API's routes, one router per resource: jobs, gpus, admin, system."""

@@ -1,0 +1,157 @@
+"""/api/v1/jobs: submit, list, show, cancel, read the log, follow changes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
+from pydantic import TypeAdapter
+
+from gpuyard.api.convert import dry_run_to_wire, job_to_wire, spec_from_wire
+from gpuyard.api.deps import Actor, Server, Service
+from gpuyard.domain.job import Job
+from gpuyard.domain.principal import Principal
+from gpuyard.domain.states import JobState
+from gpuyard.schemas.v1 import DryRunOut, JobOut, JobSubmitIn
+from gpuyard.services.feed import ChangeFeed
+from gpuyard.services.jobs import MAX_PAGE, JobService
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+_LOG_CHUNK = 1 << 16
+_FOLLOW_POLL_S = 0.2
+_JOB_LIST = TypeAdapter(list[JobOut])
+
+
+def _out(service: JobService, job: Job, estimates: dict[int, float | None] | None) -> JobOut:
+    start = estimates.get(job.id) if estimates else None
+    return job_to_wire(
+        job, service.reason(job), service.log_path(job.id), start, service.gpu_stats(job.id),
+        service.idle_since(job),
+    )  # fmt: skip
+
+
+async def _estimates(service: JobService, jobs: list[Job]) -> dict[int, float | None] | None:
+    """Projected starts, only when a pending job is listed (a projection costs a copy of the
+    scheduler's state), off the event loop."""
+    pending = [job.id for job in jobs if job.state is JobState.PENDING]
+    if not pending:
+        return None
+    return await asyncio.to_thread(service.estimated_starts, pending)
+
+
+# Routes that only read memory or await the group commit are async: no thread hop.
+# They return pre-serialised JSON; `response_model` still documents the shape.
+@router.post("", status_code=201, response_model=JobOut)
+async def submit_job(body: JobSubmitIn, service: Service, actor: Actor) -> Response:
+    job = await service.submit_async(spec_from_wire(body), actor)
+    # No pass has seen it yet: its reason is the record's ("None"), and asking the scheduler
+    # would only make the hottest route wait.
+    fresh = job_to_wire(job, job.reason, service.log_path(job.id))
+    fresh.hint = service.hint(job.spec, actor)
+    return _json(fresh.model_dump_json(), status=201)
+
+
+@router.post("/dry-run")
+def dry_run(body: JobSubmitIn, service: Service, actor: Actor) -> DryRunOut:
+    """Whether the job can ever run here and when it would start, without queueing it."""
+    return dry_run_to_wire(service.dry_run(spec_from_wire(body), actor))
+
+
+@router.get("", response_model=list[JobOut])
+async def list_jobs(
+    service: Service,
+    actor: Actor,
+    response: Response,
+    all: Annotated[bool, Query(description="include finished jobs (a page of history)")] = False,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_PAGE, description="at most this many")] = None,
+    before_id: Annotated[int | None, Query(ge=1, description="older than this job")] = None,
+    since: Annotated[float | None, Query(description="submitted at or after (Unix time)")] = None,
+    state: Annotated[list[JobState] | None, Query(description="only these states")] = None,
+    user: Annotated[str | None, Query(max_length=256, description="only this owner")] = None,
+    name: Annotated[str | None, Query(max_length=1024, description="only this name")] = None,
+) -> Response:
+    jobs = await asyncio.to_thread(
+        service.list_jobs, actor, include_finished=all, limit=limit, before_id=before_id,
+        since=since, states=state, owner=user, name=name,
+    )  # fmt: skip
+    estimates = await _estimates(service, jobs)
+    body = _JOB_LIST.dump_json([_out(service, job, estimates) for job in jobs])
+    headers = {}
+    if all and jobs and len(jobs) == min(limit or MAX_PAGE, MAX_PAGE):
+        headers["X-Next-Before-Id"] = str(jobs[0].id)  # the cursor of the next (older) page
+    return _json(body, headers=headers)
+
+
+@router.get("/changes", response_class=StreamingResponse)
+async def job_changes(server: Server, actor: Actor) -> StreamingResponse:
+    """Server-sent events: one `job` event per committed change of a job the caller may see
+    (`data`: the job's id, state, version and reason); `resync` when the stream lost some."""
+    return StreamingResponse(_changes(server.feed, actor), media_type="text/event-stream")
+
+
+async def _changes(feed: ChangeFeed, actor: Principal) -> AsyncIterator[bytes]:
+    async with feed.subscribe() as sub:
+        yield b": gpuyard job changes\n\n"
+        while True:
+            change = await sub.get()
+            if sub.overflowed:
+                sub.overflowed = False
+                yield b"event: resync\ndata: {}\n\n"
+            job = change.after
+            if not actor.may_see(job.owner):
+                continue
+            data = {"id": job.id, "state": job.state.value, "version": job.version,
+                    "reason": job.reason, "at": change.at}  # fmt: skip
+            yield f"event: job\ndata: {json.dumps(data)}\n\n".encode()
+
+
+@router.get("/{job_id}", response_model=JobOut)
+async def get_job(job_id: int, service: Service, actor: Actor) -> Response:
+    job = service.get(job_id, actor)
+    return _json(_out(service, job, await _estimates(service, [job])).model_dump_json())
+
+
+@router.post("/{job_id}/cancel")
+def cancel_job(job_id: int, service: Service, actor: Actor) -> JobOut:
+    return _out(service, service.cancel(job_id, actor), None)
+
+
+@router.get("/{job_id}/log", response_class=Response)
+async def job_log(
+    job_id: int,
+    service: Service,
+    actor: Actor,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    follow: bool = False,
+) -> Response:
+    if not follow:
+        chunk = await asyncio.to_thread(service.read_log, job_id, actor, offset)
+        return Response(
+            chunk.data, media_type="text/plain; charset=utf-8",
+            headers={"X-Log-Offset": str(chunk.next_offset), "X-Job-State": chunk.state.value},
+        )  # fmt: skip
+    service.get(job_id, actor)  # 404 before the stream starts
+    return StreamingResponse(_follow(service, actor, job_id, offset), media_type="text/plain")
+
+
+async def _follow(
+    service: JobService, actor: Principal, job_id: int, offset: int
+) -> AsyncIterator[bytes]:
+    while True:
+        chunk = await asyncio.to_thread(service.read_log, job_id, actor, offset, _LOG_CHUNK)
+        offset = chunk.next_offset
+        if chunk.data:
+            yield chunk.data
+        elif chunk.state.is_terminal:
+            return
+        else:
+            await asyncio.sleep(_FOLLOW_POLL_S)
+
+
+def _json(body: str | bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(body, status_code=status, media_type="application/json", headers=headers)

@@ -1,0 +1,35 @@
+"""The server itself: liveness, Prometheus metrics, what it is."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from gpuyard import __version__
+from gpuyard.api.deps import Actor, Server
+from gpuyard.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from gpuyard.api.metrics import render_metrics
+from gpuyard.schemas.v1 import ServerInfoOut
+
+router = APIRouter(tags=["system"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(server: Server, actor: Actor) -> Response:
+    """Prometheus text format: dcgm-exporter's GPU metrics and gpuyard_* queue metrics."""
+    service = server.service
+    body = render_metrics(service, server.metrics, service.inventory.node.name)
+    return Response(body, media_type=METRICS_CONTENT_TYPE)
+
+
+@router.get("/api/v1/info")
+def info(server: Server, actor: Actor) -> ServerInfoOut:
+    inv = server.service.inventory
+    return ServerInfoOut(
+        version=__version__, gpus_source=inv.source, num_gpus=len(inv.gpus), cpus=inv.node.cpus,
+        mem_mib=inv.node.mem_mib, owner=server.info.owner, policy=server.info.policy,
+    )  # fmt: skip

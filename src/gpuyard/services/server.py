@@ -1,0 +1,64 @@
+"""What the API serves: the services of one running server, typed by services and ports only
+(the API never sees bootstrap, settings or an adapter)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpuyard.services.auth import TokenAuth
+from gpuyard.services.controller import Controller
+from gpuyard.services.feed import ChangeFeed
+from gpuyard.services.jobs import JobService
+from gpuyard.services.metrics import QueueMetrics
+
+
+class Background(Protocol):
+    """A thread of the server's (GPU sampling, the Ray node watch)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What `GET /api/v1/info` tells about the server."""
+
+    owner: str
+    policy: str
+    backend: str
+
+
+@dataclass
+class ServerFacade:
+    """One server process's services, ready for the API: start once, close once."""
+
+    service: JobService
+    controller: Controller
+    auth: TokenAuth
+    feed: ChangeFeed
+    metrics: QueueMetrics
+    info: ServerInfo
+    tick_s: float = 1.0
+    background: Sequence[Background] = ()
+    # Run in order at close, after the threads stopped: the executor, the Ray connection, the
+    # store, the server's lock.
+    closers: Sequence[Callable[[], object]] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.controller.recover()
+        self.controller.start(self.tick_s)
+        self.controller.wake()
+        for thread in self.background:
+            thread.start()
+
+    def close(self) -> None:
+        """Stop serving; running local jobs keep running under their supervisors (Ray jobs
+        end with the server's Ray connection)."""
+        for thread in self.background:
+            thread.stop()
+        self.controller.stop()
+        for close in self.closers:
+            close()
