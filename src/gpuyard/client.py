@@ -14,17 +14,20 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.parse
-from collections.abc import Iterator, Sequence
-from typing import Any
 
 from gpuyard._http import HttpResponse, request
 from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError
-from gpuyard.domain.states import TERMINAL_STATES
-from gpuyard.settings import DEFAULT_URL, TOKEN_FILE, default_state_dir
+from gpuyard.locations import DEFAULT_URL, TOKEN_FILE, state_dir_path
 
-JobDict = dict[str, Any]
-_TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
+# `typing` only for the type checker: the CLI's start path does not import it (~3 ms).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from typing import Any, TypeAlias
+
+    JobDict: TypeAlias = dict[str, Any]
+else:
+    JobDict = dict
 
 
 class ServerUnreachable(GpuyardError):
@@ -39,7 +42,8 @@ def find_token() -> str | None:
     if token:
         return token.strip()
     try:
-        return (default_state_dir() / TOKEN_FILE).read_text().strip()
+        with open(os.path.join(state_dir_path(), TOKEN_FILE)) as f:
+            return f.read().strip()
     except OSError:
         return None
 
@@ -49,12 +53,7 @@ class Client:
 
     def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 30):
         self.url = (url or os.environ.get("GPUYARD_URL") or DEFAULT_URL).rstrip("/")
-        parsed = urllib.parse.urlsplit(self.url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise GpuyardError(f"bad server URL {self.url!r}: use http://HOST:PORT")
-        self._https = parsed.scheme == "https"
-        self._host = parsed.hostname
-        self._port = parsed.port or (443 if self._https else 80)
+        self._https, self._host, self._port = split_url(self.url)
         self._token = token if token is not None else find_token()
         self._timeout_s = timeout_s
 
@@ -69,13 +68,16 @@ class Client:
 
     # -- API ------------------------------------------------------------------------------
     def submit(self, command: Sequence[str], **fields: Any) -> JobDict:
-        body = {"command": list(command), **{k: v for k, v in fields.items() if v is not None}}
-        result: JobDict = self._json("POST", "/api/v1/jobs", body)
+        """Queue a job; `fields` are JobSubmitIn's (gpus, mem, time_limit, workdir, ...).
+
+        Without `workdir` the job runs in this process's working directory, as with the CLI.
+        """
+        result: JobDict = self._json("POST", "/api/v1/jobs", _submission(command, fields))
         return result
 
     def dry_run(self, command: Sequence[str], **fields: Any) -> JobDict:
         """Whether a job with these fields could run here and when it would start."""
-        body = {"command": list(command), **{k: v for k, v in fields.items() if v is not None}}
+        body = _submission(command, fields)
         result: JobDict = self._json("POST", "/api/v1/jobs/dry-run", body)
         return result
 
@@ -135,7 +137,7 @@ class Client:
             for job_id in job_ids:
                 if job_id not in done:
                     job = self.job(job_id)
-                    if job["state"] in _TERMINAL:
+                    if job["state"] in _terminal_states():
                         done[job_id] = job
             if len(done) < len(job_ids):
                 time.sleep(poll_s)
@@ -171,6 +173,48 @@ class Client:
         if resp.status >= 400:
             raise _error_from(resp)
         return resp
+
+
+def split_url(url: str) -> tuple[bool, str, int]:
+    """`http[s]://HOST[:PORT][/...]` -> (https, host, port); HOST may be `[v6 address]`.
+
+    By hand: `urllib.parse` costs the CLI ~3 ms to import, for this one split.
+    """
+    bad = GpuyardError(f"bad server URL {url!r}: use http://HOST:PORT")
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in ("http", "https"):
+        raise bad
+    netloc = rest.split("/", 1)[0].rpartition("@")[2]
+    if netloc.startswith("["):
+        host, _, after = netloc[1:].partition("]")
+        if after and not after.startswith(":"):
+            raise bad
+        port_text = after[1:]
+    else:
+        host, _, port_text = netloc.partition(":")
+    if not host or (port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536)):
+        raise bad
+    https = scheme == "https"
+    return https, host.lower(), int(port_text) if port_text else 443 if https else 80
+
+
+def _terminal_states() -> frozenset[str]:
+    from gpuyard.domain.states import TERMINAL_STATES
+
+    return frozenset(state.value for state in TERMINAL_STATES)
+
+
+def _submission(command: Sequence[str], fields: dict[str, Any]) -> dict[str, Any]:
+    """The request body: None dropped; the client's working directory unless one is given
+    (the server decides the rest: domain/spec_rules.py)."""
+    body = {"command": list(command), **{k: v for k, v in fields.items() if v is not None}}
+    if "workdir" not in body:
+        try:
+            body["workdir"] = os.getcwd()
+        except OSError:  # removed under us: let the server choose
+            pass
+    return body
 
 
 def _error_from(resp: HttpResponse) -> GpuyardError:

@@ -1,7 +1,8 @@
-"""`gpuyard`: submit and manage training jobs, and run the server.
+"""`gpuyard`'s typer app: every command, its help and its usage errors.
 
-Start-up cost matters (the CLI is typed all day): each command imports what it needs inside
-itself, and nothing here imports the server's stack (FastAPI, SQLAlchemy, NVML).
+`cli/main.py` runs the hot commands (submit, queue, show, cancel) without importing this
+module (typer + click cost ~40-90 ms); it comes here for everything else. The hot commands'
+bodies are `cli/commands.py`'s, shared by both paths.
 """
 
 import sys
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from gpuyard.cli import commands
 from gpuyard.domain.errors import GpuyardError
 
 if TYPE_CHECKING:
@@ -29,15 +31,11 @@ JsonOpt = Annotated[
 
 
 def _client() -> "Client":
-    from gpuyard.client import Client
-
-    return Client()
+    return commands.client()
 
 
 def _print_json(data: object) -> None:
-    import json
-
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    commands.print_json(data)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -93,34 +91,18 @@ def submit(
     ] = False,
 ) -> None:
     """Queue a job; prints its id alone (JOB=$(gpuyard submit ...) works)."""
-    from gpuyard.cli.submitting import build_submission
+    options = commands.SubmitOptions(
+        command=command, gpus=gpus, cpus=cpus, mem=mem, time=time, name=name,
+        priority=priority, workdir=workdir, env=env or [], export_env=export_env,
+        no_preempt=no_preempt, distributed=distributed, gpu_mem=gpu_mem, nodes=nodes,
+        gpus_per_node=gpus_per_node, dry_run=dry_run, check=check,
+    )  # fmt: skip
+    _exit(commands.submit(options))
 
-    argv, fields = build_submission(command, name, workdir, env or [], export_env)
-    fields.update(gpus=gpus, cpus=cpus, mem=mem, time_limit=time, priority=priority)
-    if no_preempt:
-        fields["preemptible"] = False
-    if distributed:
-        fields["distributed"] = distributed
-    if gpu_mem:
-        fields["gpu_mem"] = gpu_mem
-        fields["gpus"] = gpus or 1
-    if nodes > 1:
-        fields["nodes"] = nodes
-    if gpus_per_node is not None:
-        fields["gpus"] = nodes * gpus_per_node
-    if check:
-        from gpuyard.cli.doctoring import check_submission
 
-        check_submission(argv, fields)
-    if dry_run:
-        from gpuyard.cli.render import dry_run_answer
-
-        sys.stdout.write(dry_run_answer(_client().dry_run(argv, **fields)) + "\n")
-        return
-    job = _client().submit(argv, **fields)
-    sys.stdout.write(f"{job['id']}\n")
-    if job.get("hint"):
-        sys.stderr.write(f"gpuyard: hint: {job['hint']}\n")
+def _exit(code: int) -> None:
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("queue")
@@ -129,13 +111,7 @@ def queue_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Pending and running jobs, with the reason a pending job waits."""
-    jobs = _client().jobs(all=all)
-    if json_out:
-        _print_json(jobs)
-        return
-    from gpuyard.cli.render import queue_rows
-
-    sys.stdout.write(queue_rows(jobs) + "\n")
+    _exit(commands.queue(all, json_out))
 
 
 @app.command("ps", hidden=True)
@@ -150,13 +126,7 @@ def ps_cmd(
 @app.command()
 def show(job_id: Annotated[int, typer.Argument(metavar="JOB")], json_out: JsonOpt = False) -> None:
     """Everything about one job."""
-    job = _client().job(job_id)
-    if json_out:
-        _print_json(job)
-        return
-    from gpuyard.cli.render import job_record
-
-    sys.stdout.write(job_record(job) + "\n")
+    _exit(commands.show(job_id, json_out))
 
 
 @app.command()
@@ -180,18 +150,7 @@ def logs(
 @app.command()
 def cancel(job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")]) -> None:
     """Cancel jobs: pending ones at once, running ones by SIGTERM, a grace period, SIGKILL."""
-    client = _client()
-    failed = False
-    for job_id in job_ids:
-        try:
-            client.cancel(job_id)
-        except GpuyardError as exc:
-            if type(exc).__name__ == "ServerUnreachable":
-                raise
-            sys.stderr.write(f"gpuyard: {exc.message}\n")
-            failed = True
-    if failed:
-        raise typer.Exit(1)
+    _exit(commands.cancel(job_ids))
 
 
 @app.command()
@@ -352,19 +311,3 @@ def simulate_cmd(
     from gpuyard.cli.simulating import run_simulation
 
     run_simulation(trace, gpus, gpus_per_node, policy, compare, restart_penalty, json_out)
-
-
-def main() -> None:
-    """Entry point: one clear line on error, never a traceback."""
-    try:
-        app()
-    except GpuyardError as exc:
-        sys.stderr.write(f"gpuyard: {exc.message}\n")
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(1)
-    except OSError as exc:
-        sys.stderr.write(f"gpuyard: {exc.strerror or exc}\n")
-        sys.exit(1)

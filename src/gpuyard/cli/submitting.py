@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-import shlex
-from typing import Any
 
 from gpuyard.domain.errors import InvalidRequest
+
+TYPE_CHECKING = False  # typing stays unimported on the CLI's start path
+if TYPE_CHECKING:
+    from typing import Any
 
 # Passed along by default, so `gpuyard submit -- python train.py` finds the same python.
 EXPORTED_VARS = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH",
@@ -19,15 +21,23 @@ def build_submission(
     """The argv to run and the submission's other fields."""
     if not command or not command[0].strip():
         raise InvalidRequest("nothing to run: give a command after `--` or a script file")
-    argv = _script_argv(command) or list(command)
+    script_argv = _script_argv(command)
+    argv = script_argv or list(command)
     env = {k: os.environ[k] for k in EXPORTED_VARS if export and k in os.environ}
     for pair in env_pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InvalidRequest(f"--env {pair!r}: use KEY=VALUE")
         env[key] = value
+    if not name and script_argv is not None and script_argv[0] != os.path.abspath(command[0]):
+        # Run by its interpreter: the server would name the job after the interpreter; the
+        # user named the script (the server's own default, applied to what they typed).
+        from gpuyard.domain.spec_rules import default_name
+
+        name = default_name(command)
+    # The client's working directory goes with the job; the server decides only without one.
     fields: dict[str, Any] = {
-        "name": name or os.path.basename(command[0]),
+        "name": name or None,
         "workdir": os.path.abspath(workdir) if workdir else os.getcwd(),
         "env": env,
     }
@@ -49,6 +59,8 @@ def _script_argv(command: list[str]) -> list[str] | None:
     except OSError:
         return None
     if first.startswith("#!"):
+        import shlex
+
         interpreter = shlex.split(first[2:].strip())
     elif full.endswith(".py"):
         interpreter = ["python3"]

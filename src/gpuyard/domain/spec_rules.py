@@ -80,8 +80,12 @@ def default_name(argv: tuple[str, ...] | list[str]) -> str:
 
 
 def default_gpus(draft: SpecDraft) -> int:
+    return implied_gpus(draft.gpus, shares_gpus=bool(draft.gpu_mem_mib))
+
+
+def implied_gpus(gpus: int, *, shares_gpus: bool) -> int:
     """`--gpu-mem` is memory per GPU: without `--gpus` it means one GPU."""
-    return draft.gpus or (1 if draft.gpu_mem_mib else 0)
+    return gpus or (1 if shares_gpus else 0)
 
 
 def check_sizes(draft: SpecDraft) -> None:

@@ -1,0 +1,125 @@
+"""The hot commands' bodies (submit, queue, show, cancel), shared by the fast start path and typer.
+
+Both paths parse the same options into the same values and call these, so a command does and
+prints the same whichever path ran it. Each returns the exit status. Standard library only, and
+only what the command needs is imported, inside it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# `typing` and `dataclasses` only for the type checker: they would cost this path ~12 ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpuyard.client import Client
+
+
+class SubmitOptions:
+    """`gpuyard submit`'s options, as typed (defaults: typer's)."""
+
+    def __init__(
+        self, command: list[str] | None = None, *, gpus: int = 0, cpus: int = 1,
+        mem: str | None = None, time: str | None = None, name: str | None = None,
+        priority: int = 0, workdir: str | None = None, env: list[str] | None = None,
+        export_env: bool = True, no_preempt: bool = False, distributed: str | None = None,
+        gpu_mem: str | None = None, nodes: int = 1, gpus_per_node: int | None = None,
+        dry_run: bool = False, check: bool = False,
+    ) -> None:  # fmt: skip
+        self.command = command or []
+        self.gpus, self.cpus, self.mem, self.time, self.name = gpus, cpus, mem, time, name
+        self.priority, self.workdir, self.env = priority, workdir, env or []
+        self.export_env, self.no_preempt, self.distributed = export_env, no_preempt, distributed
+        self.gpu_mem, self.nodes, self.gpus_per_node = gpu_mem, nodes, gpus_per_node
+        self.dry_run, self.check = dry_run, check
+
+
+def client() -> Client:
+    from gpuyard.client import Client
+
+    return Client()
+
+
+def print_json(data: object) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def submit(opts: SubmitOptions) -> int:
+    """Queue a job and print its id alone (or, with --dry-run, when it would start)."""
+    from gpuyard.cli.submitting import build_submission
+
+    argv, fields = build_submission(opts.command, opts.name, opts.workdir, opts.env,
+                                    opts.export_env)  # fmt: skip
+    # --gpu-mem without --gpus means one GPU: the server decides that (domain/spec_rules.py).
+    fields.update(gpus=opts.gpus, cpus=opts.cpus, mem=opts.mem, time_limit=opts.time,
+                  priority=opts.priority)  # fmt: skip
+    if opts.no_preempt:
+        fields["preemptible"] = False
+    if opts.distributed:
+        fields["distributed"] = opts.distributed
+    if opts.gpu_mem:
+        fields["gpu_mem"] = opts.gpu_mem
+    if opts.nodes > 1:
+        fields["nodes"] = opts.nodes
+    if opts.gpus_per_node is not None:
+        fields["gpus"] = opts.nodes * opts.gpus_per_node
+    if opts.check:
+        from gpuyard.cli.doctoring import check_submission
+        from gpuyard.domain.spec_rules import implied_gpus
+
+        gpus = implied_gpus(fields["gpus"], shares_gpus=bool(opts.gpu_mem))
+        check_submission(argv, {**fields, "gpus": gpus})
+    if opts.dry_run:
+        from gpuyard.cli.render import dry_run_answer
+
+        sys.stdout.write(dry_run_answer(client().dry_run(argv, **fields)) + "\n")
+        return 0
+    job = client().submit(argv, **fields)
+    sys.stdout.write(f"{job['id']}\n")
+    if job.get("hint"):
+        sys.stderr.write(f"gpuyard: hint: {job['hint']}\n")
+    return 0
+
+
+def queue(all: bool, json_out: bool) -> int:
+    """Pending and running jobs (and finished ones with `all`)."""
+    jobs = client().jobs(all=all)
+    if json_out:
+        print_json(jobs)
+        return 0
+    from gpuyard.cli.render import queue_rows
+
+    sys.stdout.write(queue_rows(jobs) + "\n")
+    return 0
+
+
+def show(job_id: int, json_out: bool) -> int:
+    """Everything about one job."""
+    job = client().job(job_id)
+    if json_out:
+        print_json(job)
+        return 0
+    from gpuyard.cli.render import job_record
+
+    sys.stdout.write(job_record(job) + "\n")
+    return 0
+
+
+def cancel(job_ids: list[int]) -> int:
+    """Cancel each job; one line per job that could not be, and exit 1 if any."""
+    from gpuyard.client import ServerUnreachable
+    from gpuyard.domain.errors import GpuyardError
+
+    session = client()
+    failed = False
+    for job_id in job_ids:
+        try:
+            session.cancel(job_id)
+        except ServerUnreachable:
+            raise
+        except GpuyardError as exc:
+            sys.stderr.write(f"gpuyard: {exc.message}\n")
+            failed = True
+    return 1 if failed else 0

@@ -1,0 +1,187 @@
+"""The fast start path: parse the hot commands' usual command lines without typer.
+
+It accepts exactly what typer (click) would accept for `submit`, `queue`/`ps`, `show` and
+`cancel`, with the same meaning: `--opt VALUE`, `--opt=VALUE`, `-t VALUE`, `-tVALUE`, the last
+of a repeated option wins (`--env` accumulates), integers as `int()` reads them, `submit`'s
+options end at `--` or at the command's first word. Whenever it is not sure (`--help`, an
+unknown option, a bad number, a missing value or argument), it answers None and the typer app
+parses the line instead, so usage errors and help read exactly as before.
+
+    run_fast(["queue", "--all"])        -> runs `queue`, returns its exit status
+    run_fast(["submit", "--frobnicate"]) -> None (typer says what is wrong)
+"""
+
+from __future__ import annotations
+
+from gpuyard.cli import commands
+
+TYPE_CHECKING = False  # typing stays unimported on this path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeAlias
+
+    Runner: TypeAlias = Callable[[], int]
+
+# submit's options: typer's option name -> (SubmitOptions field, kind); kind "int", "str",
+# "list" (repeatable), or a bool for flags (the value they set).
+_SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
+    "--gpus": ("gpus", "int"),
+    "--cpus": ("cpus", "int"),
+    "--mem": ("mem", "str"),
+    "--time": ("time", "str"),
+    "-t": ("time", "str"),
+    "--name": ("name", "str"),
+    "-J": ("name", "str"),
+    "--priority": ("priority", "int"),
+    "--workdir": ("workdir", "str"),
+    "--env": ("env", "list"),
+    "-e": ("env", "list"),
+    "--export-env": ("export_env", True),
+    "--no-export-env": ("export_env", False),
+    "--no-preempt": ("no_preempt", True),
+    "--distributed": ("distributed", "str"),
+    "--gpu-mem": ("gpu_mem", "str"),
+    "--nodes": ("nodes", "int"),
+    "--gpus-per-node": ("gpus_per_node", "int"),
+    "--dry-run": ("dry_run", True),
+    "--check": ("check", True),
+}
+# Lower bounds typer enforces (IntRange): below them typer gives the usage error.
+_SUBMIT_MIN = {"nodes": 1, "gpus_per_node": 0}
+
+
+class _Unsure(Exception):
+    """The line is not one the fast path is sure to read as typer would."""
+
+
+def run_fast(args: list[str]) -> int | None:
+    """Run a hot command's usual line and return its exit status; None: not handled here."""
+    if not args:
+        return None
+    parse = _PARSERS.get(args[0])
+    if parse is None:
+        return None
+    try:
+        runner = parse(args[1:])
+    except _Unsure:
+        return None
+    return runner()
+
+
+def _split(arg: str, names: dict[str, tuple[str, str | bool]]) -> tuple[str, str | None]:
+    """An option token -> (known option name, inline value or None)."""
+    if arg.startswith("--"):
+        name, eq, value = arg.partition("=")
+        if name in names:
+            return name, value if eq else None
+    elif len(arg) > 2 and arg[:2] in names:  # -t2h
+        return arg[:2], arg[2:]
+    elif arg in names:
+        return arg, None
+    raise _Unsure
+
+
+def _int(text: str, low: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise _Unsure from None
+    if low is not None and value < low:
+        raise _Unsure
+    return value
+
+
+def _submit(args: list[str]) -> Runner:
+    opts = commands.SubmitOptions()
+    env: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break  # the command's first word: options end here (no interspersed options)
+        name, inline = _split(arg, _SUBMIT_OPTIONS)
+        field, kind = _SUBMIT_OPTIONS[name]
+        i += 1
+        if isinstance(kind, bool):
+            if inline is not None:
+                raise _Unsure
+            setattr(opts, field, kind)
+            continue
+        if inline is None:
+            if i >= len(args):
+                raise _Unsure
+            inline = args[i]
+            i += 1
+        if kind == "int":
+            setattr(opts, field, _int(inline, _SUBMIT_MIN.get(field)))
+        elif kind == "list":
+            env.append(inline)
+        else:
+            setattr(opts, field, inline)
+    opts.command = args[i:]
+    opts.env = env
+    if not opts.command:
+        raise _Unsure  # typer's "Missing argument" usage error
+    return lambda: commands.submit(opts)
+
+
+_LIST_FLAGS: dict[str, tuple[str, str | bool]] = {
+    "--all": ("all", True),
+    "-a": ("all", True),
+    "--json": ("json", True),
+}
+_JSON_FLAG: dict[str, tuple[str, str | bool]] = {"--json": ("json", True)}
+
+
+def _flags_and_words(args: list[str], flags: dict[str, tuple[str, str | bool]]
+                     ) -> tuple[set[str], list[str]]:  # fmt: skip
+    """Flags (anywhere, as click allows) and the positional words."""
+    seen: set[str] = set()
+    words: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            words.extend(args[i + 1 :])
+            break
+        if arg.startswith("-") and arg != "-":
+            name, inline = _split(arg, flags)
+            if inline is not None:
+                raise _Unsure
+            seen.add(flags[name][0])
+        else:
+            words.append(arg)
+    return seen, words
+
+
+def _queue(args: list[str]) -> Runner:
+    seen, words = _flags_and_words(args, _LIST_FLAGS)
+    if words:
+        raise _Unsure
+    return lambda: commands.queue("all" in seen, "json" in seen)
+
+
+def _show(args: list[str]) -> Runner:
+    seen, words = _flags_and_words(args, _JSON_FLAG)
+    if len(words) != 1:
+        raise _Unsure
+    job_id = _int(words[0])
+    return lambda: commands.show(job_id, "json" in seen)
+
+
+def _cancel(args: list[str]) -> Runner:
+    _, words = _flags_and_words(args, {})
+    if not words:
+        raise _Unsure
+    job_ids = [_int(word) for word in words]
+    return lambda: commands.cancel(job_ids)
+
+
+_PARSERS: dict[str, Callable[[list[str]], Runner]] = {
+    "submit": _submit,
+    "queue": _queue,
+    "ps": _queue,
+    "show": _show,
+    "cancel": _cancel,
+}

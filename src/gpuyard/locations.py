@@ -1,0 +1,23 @@
+"""Where the server listens and keeps its state by default: `os` only.
+
+The CLI's start path needs these before anything else (the URL, the token file) and must not
+pay for `dataclasses` + `pathlib` (~10 ms); `gpuyard.settings` takes them from here.
+"""
+
+import os
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+TOKEN_FILE = "token"
+
+
+def state_dir_path() -> str:
+    """`GPUYARD_STATE_DIR`, else `~/.local/share/gpuyard` (XDG data home)."""
+    explicit = os.environ.get("GPUYARD_STATE_DIR")
+    if explicit:
+        return os.path.expanduser(explicit)
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return os.path.join(data_home, "gpuyard")
