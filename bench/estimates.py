@@ -16,7 +16,9 @@ import argparse
 import json
 import random
 import statistics
+import threading
 import time
+from typing import Any
 
 from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.states import JobState
@@ -32,7 +34,73 @@ def _job(job_id: int, gpus: int, limit_s: int, now: float, user: str) -> Job:
     return Job(job_id, spec, user, JobState.PENDING, submitted_at=now)
 
 
-def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]:
+class _HoldTimer:
+    """A lock wrapper recording the longest hold (for schedulers that do not record it)."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock, self._since, self.hold_max_s = lock, 0.0, 0.0
+
+    def __enter__(self) -> _HoldTimer:
+        self._lock.acquire()
+        self._since = time.perf_counter()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.hold_max_s = max(self.hold_max_s, time.perf_counter() - self._since)
+        self._lock.release()
+
+
+def _project(scheduler: LiveScheduler) -> dict[int, float | None]:
+    """One projection now (the method's name differs before and after the estimator split)."""
+    old = getattr(scheduler, "_project_estimates", None)
+    return old() if old is not None else scheduler.estimator._project()  # type: ignore[no-any-return]
+
+
+def contention(
+    scheduler: LiveScheduler, now: list[float], seconds: float, next_id: int
+) -> dict[str, float]:
+    """Projections back to back on a thread; passes and reads on this one."""
+    timer = (
+        scheduler._lock if hasattr(scheduler._lock, "hold_max_s") else _HoldTimer(scheduler._lock)
+    )
+    scheduler._lock = timer  # type: ignore[assignment]
+    timer.hold_max_s = 0.0
+    stop = threading.Event()
+    projections = [0]
+
+    def project() -> None:
+        while not stop.is_set():
+            _project(scheduler)
+            projections[0] += 1
+
+    thread = threading.Thread(target=project, daemon=True)
+    thread.start()
+    worst_pass = worst_reason = 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        now[0] += 0.01
+        scheduler.submitted(_job(next_id, 1, 600, now[0], "u3"))
+        t0 = time.perf_counter()
+        scheduler.decide()
+        worst_pass = max(worst_pass, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        scheduler.reason_for(next_id)
+        worst_reason = max(worst_reason, time.perf_counter() - t0)
+        next_id += 1
+        time.sleep(0.01)
+    stop.set()
+    thread.join()
+    return {
+        "contended_pass_max_ms": round(worst_pass * 1000, 2),
+        "contended_reason_max_ms": round(worst_reason * 1000, 2),
+        "lock_hold_max_ms": round(timer.hold_max_s * 1000, 2),
+        "contended_projections": projections[0],
+    }
+
+
+def measure(
+    name: str, pending: int, rounds: int, seed: int, contention_s: float
+) -> dict[str, float]:
     rng = random.Random(seed)
     now = [1_000_000.0]
     gpus = tuple(Gpu(i, f"GPU-{i}", "declared", None, False) for i in range(8))
@@ -57,7 +125,7 @@ def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]
         scheduler.decide()
         pass_ms.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
-        estimates = scheduler._project_estimates()
+        estimates = _project(scheduler)
         estimate_ms.append((time.perf_counter() - t0) * 1000)
         known = sum(1 for v in estimates.values() if v is not None)
         scheduler.decide()  # a new pass: the estimates are stale now
@@ -68,7 +136,9 @@ def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]
         t0 = time.perf_counter()
         scheduler.dry_run(spec, "u2", next_id)
         dry_ms.append((time.perf_counter() - t0) * 1000)
+    contended = contention(scheduler, now, contention_s, next_id + 1) if contention_s else {}
     return {
+        **{f"{name}_{key}": value for key, value in contended.items()},
         f"{name}_pass_ms": round(statistics.median(pass_ms), 2),
         f"{name}_projection_ms": round(statistics.median(estimate_ms), 1),
         f"{name}_estimated_jobs": known,
@@ -82,10 +152,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--contention-s", type=float, default=3.0)
+    parser.add_argument("--policy", action="append", help="only these policies (repeatable)")
     args = parser.parse_args()
     result: dict[str, object] = {"benchmark": "estimates", "pending": args.pending, "gpus": 8}
-    for name in policy_names(include_oracles=False):
-        result.update(measure(name, args.pending, args.rounds, seed=1))
+    for name in args.policy or policy_names(include_oracles=False):
+        result.update(measure(name, args.pending, args.rounds, 1, args.contention_s))
     if args.json:
         print(json.dumps(result))
     else:
