@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from gpuyard.domain.errors import (
     Conflict,
@@ -77,15 +78,28 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _CODE_BY_HTTP.get(exc.status_code, "error")
         message = "no such API route" if exc.status_code == 404 else str(exc.detail)
+        headers = exc.headers
         if exc.status_code == 405:
-            allowed = (exc.headers or {}).get("Allow", "")
+            allowed = _allowed_methods(request)
+            headers = {**(headers or {}), "Allow": allowed}
             message = f"this route does not take {request.method}; it takes {allowed}"
-        return error_response(exc.status_code, code, message, headers=exc.headers)
+        return error_response(exc.status_code, code, message, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("internal error")
         return error_response(500, "internal", "internal server error; the server log has details")
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route takes at this path (Starlette names only the first route's
+    when several routes share a path, one per method)."""
+    allowed = []
+    for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
 
 
 def _describe(error: Any) -> tuple[str, str | None]:

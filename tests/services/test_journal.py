@@ -1,0 +1,160 @@
+"""The journal: every change durable, then in the book, then published; a failed write is
+retried until it lands, whatever kind of change it was (injected write failures)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from gpuyard.domain.errors import Conflict, Forbidden, NotFound
+from gpuyard.domain.job import Job
+from gpuyard.domain.principal import Principal
+from gpuyard.domain.states import JobState
+from gpuyard.scheduling.policies import make_policy
+from gpuyard.services.ports import ExitStatus
+from tests.services.live_harness import LiveRig
+
+
+class FailingWrites:
+    """Makes the rig's store refuse the writes `matches` picks, `times` times (disk full)."""
+
+    def __init__(self, rig: LiveRig, matches: Callable[[Job], bool], times: int = 1) -> None:
+        self.left = times
+        self.refused: list[Job] = []
+        real = rig.store.write
+
+        def write(inserts: Sequence[Job], updates: Sequence[Job]) -> None:
+            if self.left > 0 and any(matches(job) for job in updates):
+                self.left -= 1
+                self.refused.extend(updates)
+                raise OSError(28, "No space left on device")
+            real(inserts, updates)
+
+        rig.store.write = write  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def rig(tmp_path: Path):  # type: ignore[no-untyped-def]
+    rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=1)
+    yield rig
+    rig.close()
+
+
+def test_an_end_record_that_fails_is_retried_and_then_frees_the_gpu(rig: LiveRig) -> None:
+    first = rig.submit(10, gpus=1)
+    second = rig.submit(10, gpus=1)
+    rig.settle()
+    failing = FailingWrites(rig, lambda job: job.state is JobState.COMPLETED, times=2)
+    rig.advance(10)  # the first job exits; its end record fails twice
+    assert failing.refused and rig.journal.unwritten_count() == 0
+    assert rig.state(first.id) is JobState.COMPLETED
+    assert rig.state(second.id) is JobState.RUNNING  # its GPU went on once the end landed
+
+
+def test_while_an_end_waits_for_the_disk_the_job_keeps_its_gpus(rig: LiveRig) -> None:
+    first = rig.submit(10, gpus=1)
+    second = rig.submit(10, gpus=1)
+    rig.settle()
+    FailingWrites(rig, lambda job: job.state is JobState.COMPLETED, times=10**6)
+    rig.advance(10)
+    assert rig.journal.unwritten_count() == 1
+    # The book still says RUNNING (nothing unwritten is published) and no GPU is given twice.
+    assert rig.state(first.id) is JobState.RUNNING
+    assert rig.state(second.id) is JobState.PENDING
+    assert rig.journal.current(first.id).state is JobState.COMPLETED  # type: ignore[union-attr]
+
+
+def test_a_pid_record_that_fails_is_still_watched_and_lands_later(rig: LiveRig) -> None:
+    watched: list[int] = []
+    rig.processes.watch = lambda job: watched.append(job.id)  # type: ignore[method-assign]
+    failing = FailingWrites(rig, lambda job: job.pid is not None)
+    job = rig.submit(10, gpus=1)
+    rig.settle()
+    assert failing.refused and watched == [job.id]
+    assert rig.job(job.id).pid is not None  # retried on the next tick
+    rig.advance(10)
+    assert rig.state(job.id) is JobState.COMPLETED
+
+
+def test_a_cancel_whose_record_fails_is_not_lost(rig: LiveRig) -> None:
+    rig.submit(100, gpus=1)
+    waiting = rig.submit(100, gpus=1)
+    rig.settle()
+    FailingWrites(rig, lambda job: job.state is JobState.CANCELLED)
+    rig.service.cancel(waiting.id, rig.actor)
+    assert rig.journal.current(waiting.id).state is JobState.CANCELLED  # type: ignore[union-attr]
+    rig.settle()
+    assert rig.state(waiting.id) is JobState.CANCELLED
+    rig.advance(100)  # the first job ends: the cancelled one never starts
+    assert rig.state(waiting.id) is JobState.CANCELLED and waiting.id not in rig.processes.runs
+
+
+def test_a_change_made_on_an_unwritten_one_replaces_it(rig: LiveRig) -> None:
+    job = rig.submit(100, gpus=1)
+    rig.settle()
+    failing = FailingWrites(rig, lambda j: j.stop_intent is not None, times=1)
+    rig.service.cancel(job.id, rig.actor)  # the stop intent cannot be written yet
+    assert failing.refused and rig.journal.unwritten_count() == 1
+    rig.controller.on_exit(job.id, ExitStatus(exit_code=None, signal=15, ended_at=rig.now))
+    rig.settle()
+    ended = rig.job(job.id)
+    assert ended.state is JobState.CANCELLED and rig.journal.unwritten_count() == 0
+    assert rig.store.get_job(job.id) == ended  # the book and the store agree
+
+
+def test_a_subscriber_hears_every_change_in_commit_order(rig: LiveRig) -> None:
+    async def collect() -> list[tuple[str | None, str]]:
+        seen: list[tuple[str | None, str]] = []
+        async with rig.feed.subscribe() as sub:
+            job = rig.submit(5, gpus=1)
+            rig.settle()  # started, then its pid recorded
+            rig.advance(rig.now + 5)  # ended
+            while len(seen) < 4:
+                change = await asyncio.wait_for(sub.get(), 5)
+                assert change.after.id == job.id
+                before = change.before.state.value if change.before else None
+                seen.append((before, change.after.state.value))
+        return seen
+
+    assert asyncio.run(collect()) == [
+        (None, "PENDING"), ("PENDING", "RUNNING"), ("RUNNING", "RUNNING"), ("RUNNING", "COMPLETED")
+    ]
+    assert rig.feed.subscribers == 0  # gone with the subscriber's block
+
+
+def test_use_cases_decide_who_may_see_and_change_a_job(rig: LiveRig) -> None:
+    job = rig.submit(100, gpus=1, user="ada")
+    rig.settle()
+    bob = Principal("bob")
+    with pytest.raises(NotFound):
+        rig.service.get(job.id, bob)  # another user's job is not there for bob
+    with pytest.raises(NotFound):
+        rig.service.cancel(job.id, bob)
+    with pytest.raises(NotFound):
+        rig.service.read_log(job.id, bob)
+    with pytest.raises(Forbidden, match="only an admin"):
+        rig.service.drain(0, "maintenance", bob)
+    assert rig.service.cancel(job.id, Principal("ada")).stop_intent is JobState.CANCELLED
+    assert rig.state(job.id) is JobState.RUNNING  # stopping; it ends when its process is gone
+
+
+def test_a_single_gpu_drain_is_refused_where_the_backend_picks_devices(
+    tmp_path: Path,
+) -> None:
+    from tests.services import live_harness
+
+    original = live_harness.SimulatedProcesses.binds_devices
+    live_harness.SimulatedProcesses.binds_devices = False  # as the Ray backend
+    try:
+        rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=2)
+    finally:
+        live_harness.SimulatedProcesses.binds_devices = original
+    try:
+        with pytest.raises(Conflict, match="chooses each job's physical GPUs"):
+            rig.service.drain(0, "maintenance", rig.actor)
+        assert rig.service.drains() == {}
+    finally:
+        rig.close()
