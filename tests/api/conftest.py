@@ -24,4 +24,5 @@ def api(tmp_path: Path) -> Iterator[TestClient]:
         admin = server.auth.principal
         for job in server.service.list_jobs(admin, include_finished=False):
             with contextlib.suppress(GpuyardError):  # it may end meanwhile
-                server.service.cancel(job.id, admin)  # while the server runs: no job outlives a test
+                # While the server runs: no job outlives a test.
+                server.service.cancel(job.id, admin)
