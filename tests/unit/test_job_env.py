@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
 from gpuyard.services.job_env import build_job_env
+from gpuyard.services.ports import RunAs
 
 
 def test_server_settings_never_reach_a_job_but_the_users_own_env_does() -> None:
@@ -22,3 +23,15 @@ def test_server_settings_never_reach_a_job_but_the_users_own_env_does() -> None:
     assert not any(key.startswith("RAY_AUTH") for key in env)
     assert env["GPUYARD_MINE"] == "1" and env["PATH"] == "/bin"
     assert env["CUDA_VISIBLE_DEVICES"] == "1,3" and env["GPUYARD_NUM_GPUS"] == "2"
+
+
+def test_a_job_run_as_a_user_gets_their_home_not_the_servers() -> None:
+    who = RunAs(user="ada", uid=1000, gid=1000, groups=(1000,), home="/home/ada")
+    job = Job(1, JobSpec(argv=("x",), name="n", workdir="/"), "ada", JobState.RUNNING, 0.0)
+    env = build_job_env(job, {"HOME": "/root", "USER": "root", "SHELL": "/bin/bash"}, None, who)
+    assert (env["HOME"], env["USER"], env["LOGNAME"], env["SHELL"]) == (
+        "/home/ada",
+        "ada",
+        "ada",
+        "/bin/sh",
+    )
