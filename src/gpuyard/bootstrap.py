@@ -159,14 +159,17 @@ def _watch_samples(
                 service.peaks.record(job.owner, job.spec.name, stats.memory_peak_per_gpu_mib)
     gpu_mem_limit = GpuMemLimit(
         lambda job, why: stops.request(job.id, JobState.OUT_OF_MEMORY, why),
-        lambda job_id: (
-            stats.memory_peak_per_gpu_mib if (stats := monitor.job_stats(job_id)) else None
-        ),
+        lambda job_id: _peak_per_gpu_mib(monitor, job_id),
     )
     monitor.on_sample = AfterSample(
         HealthGuard(drains.drain), idle, scheduler, book, settings.foreign_mem_mib,
         settings.hot_temp_c, gpu_mem_limit,
     )  # fmt: skip
+
+
+def _peak_per_gpu_mib(monitor: GpuMonitor, job_id: int) -> int | None:
+    stats = monitor.job_stats(job_id)
+    return stats.memory_peak_per_gpu_mib if stats is not None else None
 
 
 def _peak_mib(monitor: GpuMonitor | None, job_id: int) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -42,7 +43,7 @@ def status_of(exc: GpuyardError) -> int:
     """The status of the nearest class in the error's ancestry that has one (a subclass of
     NotFound answers 404)."""
     for cls in type(exc).__mro__:
-        status = STATUS_BY_ERROR.get(cls)  # type: ignore[call-overload]
+        status = STATUS_BY_ERROR.get(cls)
         if status is not None:
             return status
     return 400
@@ -53,15 +54,15 @@ def error_response(
     code: str,
     message: str,
     field: str | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     body: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         body["field"] = field
-    headers = dict(headers or {})
+    extra = dict(headers or {})
     if status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse({"error": body}, status_code=status, headers=headers or None)
+        extra["WWW-Authenticate"] = "Bearer"
+    return JSONResponse({"error": body}, status_code=status, headers=extra or None)
 
 
 def install_error_handlers(app: FastAPI) -> None:
