@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeAlias
 
-    Runner: TypeAlias = Callable[[], int]
+    # A parsed line: the command body and its arguments.
+    Parsed: TypeAlias = tuple[Callable[..., int], tuple[object, ...]]
 
 # submit's options: typer's option name -> (SubmitOptions field, kind); kind "int", "str",
 # "list" (repeatable), or a bool for flags (the value they set).
@@ -56,16 +57,22 @@ class _Unsure(Exception):
 
 def run_fast(args: list[str]) -> int | None:
     """Run a hot command's usual line and return its exit status; None: not handled here."""
-    if not args:
+    parsed = parse_fast(args)
+    if parsed is None:
         return None
-    parse = _PARSERS.get(args[0])
+    body, arguments = parsed
+    return body(*arguments)
+
+
+def parse_fast(args: list[str]) -> Parsed | None:
+    """The command body and its arguments, or None when typer must read this line."""
+    parse = _PARSERS.get(args[0]) if args else None
     if parse is None:
         return None
     try:
-        runner = parse(args[1:])
+        return parse(args[1:])
     except _Unsure:
         return None
-    return runner()
 
 
 def _split(arg: str, names: dict[str, tuple[str, str | bool]]) -> tuple[str, str | None]:
@@ -91,7 +98,7 @@ def _int(text: str, low: int | None = None) -> int:
     return value
 
 
-def _submit(args: list[str]) -> Runner:
+def _submit(args: list[str]) -> Parsed:
     opts = commands.SubmitOptions()
     env: list[str] = []
     i = 0
@@ -125,7 +132,7 @@ def _submit(args: list[str]) -> Runner:
     opts.env = env
     if not opts.command:
         raise _Unsure  # typer's "Missing argument" usage error
-    return lambda: commands.submit(opts)
+    return commands.submit, (opts,)
 
 
 _LIST_FLAGS: dict[str, tuple[str, str | bool]] = {
@@ -155,30 +162,28 @@ def _flags_and_words(args: list[str], flags: dict[str, tuple[str, str | bool]]
     return seen, words
 
 
-def _queue(args: list[str]) -> Runner:
+def _queue(args: list[str]) -> Parsed:
     seen, words = _flags_and_words(args, _LIST_FLAGS)
     if words:
         raise _Unsure
-    return lambda: commands.queue("all" in seen, "json" in seen)
+    return commands.queue, ("all" in seen, "json" in seen)
 
 
-def _show(args: list[str]) -> Runner:
+def _show(args: list[str]) -> Parsed:
     seen, words = _flags_and_words(args, _JSON_FLAG)
     if len(words) != 1:
         raise _Unsure
-    job_id = _int(words[0])
-    return lambda: commands.show(job_id, "json" in seen)
+    return commands.show, (_int(words[0]), "json" in seen)
 
 
-def _cancel(args: list[str]) -> Runner:
+def _cancel(args: list[str]) -> Parsed:
     _, words = _flags_and_words(args, {})
     if not words:
         raise _Unsure
-    job_ids = [_int(word) for word in words]
-    return lambda: commands.cancel(job_ids)
+    return commands.cancel, ([_int(word) for word in words],)
 
 
-_PARSERS: dict[str, Callable[[list[str]], Runner]] = {
+_PARSERS: dict[str, Callable[[list[str]], Parsed]] = {
     "submit": _submit,
     "queue": _queue,
     "ps": _queue,

@@ -1,0 +1,108 @@
+"""The CLI's fast start path reads a command line exactly as typer would, or leaves it to typer.
+
+Every line the fast path accepts must give the values typer's own parser gives; the usual lines
+must be accepted (or the CLI is slow again); `--help`, unknown options and usage errors must be
+left to typer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import pytest
+import typer.main
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuyard.cli import commands
+from gpuyard.cli.app import app
+from gpuyard.cli.fast import parse_fast
+
+CLICK_APP = typer.main.get_command(app)
+SUBMIT_FIELDS = ("command", "gpus", "cpus", "mem", "time", "name", "priority", "workdir", "env",
+                 "export_env", "no_preempt", "distributed", "gpu_mem", "nodes", "gpus_per_node",
+                 "dry_run", "check")  # fmt: skip
+
+
+def typer_reads(args: list[str]) -> dict[str, Any] | None:
+    """The parameters typer's parser makes of `args`; None for help or a usage error."""
+    assert isinstance(CLICK_APP, click.Group)
+    command = CLICK_APP.commands.get(args[0])
+    if command is None:
+        return None
+    try:
+        ctx = command.make_context(args[0], list(args[1:]))
+    except (click.exceptions.ClickException, click.exceptions.Exit):
+        return None
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in ctx.params.items()}
+
+
+def fast_reads(args: list[str]) -> dict[str, Any] | None:
+    """The same, as the fast path reads them; None: left to typer."""
+    parsed = parse_fast(args)
+    if parsed is None:
+        return None
+    body, arguments = parsed
+    if body is commands.submit:
+        (opts,) = arguments
+        values = {name: getattr(opts, name) for name in SUBMIT_FIELDS}
+        return values
+    if body is commands.queue:
+        return {"all": arguments[0], "json_out": arguments[1]}
+    if body is commands.show:
+        return {"job_id": arguments[0], "json_out": arguments[1]}
+    assert body is commands.cancel
+    return {"job_ids": arguments[0]}
+
+
+USUAL = [
+    ["submit", "--", "true"],
+    ["submit", "python", "train.py", "--lr", "0.1"],
+    ["submit", "--gpus", "2", "--time", "2h", "--mem=16G", "-J", "exp", "--", "python", "t.py"],
+    ["submit", "-t90", "-e", "A=1", "--env", "B=2", "--no-export-env", "--", "sh", "-c", "x"],
+    ["submit", "--gpu-mem", "8G", "--no-preempt", "--priority", "-5", "--", "python", "t.py"],
+    ["submit", "--nodes", "2", "--gpus-per-node", "4", "--distributed", "torchrun", "t.py"],
+    ["submit", "--dry-run", "--gpus", "1", "--", "true"],
+    ["submit", "--workdir", "/tmp", "--cpus", "4", "--", "python", "--", "--gpus", "3"],
+    ["queue"], ["queue", "--all"], ["queue", "-a", "--json"], ["ps", "--json"],
+    ["show", "12"], ["show", "--json", "12"], ["show", "12", "--json"],
+    ["cancel", "3"], ["cancel", "3", "4", "5"],
+]  # fmt: skip
+LEFT_TO_TYPER = [
+    ["submit"], ["submit", "--help"], ["submit", "--gpus"], ["submit", "--gpus", "two", "x"],
+    ["submit", "--frobnicate", "x"], ["submit", "--nodes", "0", "x"], ["submit", "--check=1", "x"],
+    ["queue", "extra"], ["queue", "-ab"], ["queue", "--help"], ["show"], ["show", "x"],
+    ["show", "1", "2"], ["cancel"], ["cancel", "-3"], ["gpus"], ["logs", "1"], ["--help"], [],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", USUAL, ids=" ".join)
+def test_usual_lines_take_the_fast_path_and_read_as_typer_reads_them(args: list[str]) -> None:
+    assert fast_reads(args) is not None, "the fast path must take this line"
+    assert fast_reads(args) == typer_reads(args)
+
+
+@pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
+def test_help_and_usage_errors_are_left_to_typer(args: list[str]) -> None:
+    assert parse_fast(args) is None
+
+
+WORDS = ["--gpus", "--cpus", "--mem", "--time", "-t", "-t2h", "--time=1h", "-J", "--name",
+         "--name=a=b", "--priority", "--workdir", "--env", "-e", "-eA=1", "--export-env",
+         "--no-export-env", "--no-preempt", "--no-preempt=1", "--distributed", "--gpu-mem",
+         "--nodes", "--gpus-per-node", "--dry-run", "--check", "--", "-", "--help", "-h",
+         "--frob", "--gpus=", "--gpus=3", "--json", "--all", "-a", "-ab", "0", "1", "2", "-5",
+         " 7 ", "K=V", "x", "python", "16G", "torchrun"]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(["submit", "queue", "ps", "show", "cancel"]),
+    st.lists(st.sampled_from(WORDS), max_size=8),
+)
+def test_any_line_the_fast_path_takes_reads_as_typer_reads_it(command: str, words: list[str]):
+    args = [command, *words]
+    fast = fast_reads(args)
+    if fast is not None:
+        assert fast == typer_reads(args)
