@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import pytest
+
+from gpuyard.domain.errors import GpuyardError, InvalidRequest
 from tests.e2e.server import GPUYARD, ServerProcess, free_port
 
 JOB_FIELDS = {"id", "name", "state", "reason", "gpus", "exit_code", "submitted_at", "started_at",
@@ -96,3 +101,59 @@ def test_wait_exit_status_is_zero_only_if_all_completed(server: ServerProcess):
     assert server.cli("wait", ok).returncode == 0
     result = server.cli("wait", ok, bad, check=False)
     assert result.returncode == 1 and f"job {bad} FAILED" in result.stderr
+
+
+def _sdk_error(server: ServerProcess, command: list[str], **fields: object) -> GpuyardError:
+    with pytest.raises(GpuyardError) as caught:
+        server.client().submit(command, **fields)
+    return caught.value
+
+
+def test_a_spec_rule_answers_the_same_through_the_cli_and_the_sdk(server: ServerProcess):
+    cases = [
+        (["--nodes", "2", "--gpus", "3"], {"nodes": 2, "gpus": 3}),
+        (["--distributed", "torchrun"], {"distributed": "torchrun"}),
+        (["--nodes", "2", "--gpus", "2", "--gpu-mem", "8G"],
+         {"nodes": 2, "gpus": 2, "gpu_mem": "8G"}),
+        # No --gpus: both mean one GPU, which this server (no GPU memory declared) refuses.
+        (["--gpu-mem", "8G"], {"gpu_mem": "8G"}),
+    ]  # fmt: skip
+    for cli_args, sdk_fields in cases:
+        cli = server.cli("submit", *cli_args, "--", "true", check=False)
+        sdk = _sdk_error(server, ["true"], **sdk_fields)
+        assert cli.returncode == 1 and cli.stderr == f"gpuyard: {sdk.message}\n", cli_args
+        assert isinstance(sdk, InvalidRequest) and sdk.field
+    assert server.client().jobs(all=True) == []
+
+
+def test_the_client_sends_its_working_directory_and_the_server_names_the_job(
+    server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.chdir(tmp_path)
+    by_sdk = server.client().submit(["pwd"])
+    by_cli = int(server.cli("submit", "--", "pwd", cwd=tmp_path).stdout)
+    server.cli("wait", str(by_sdk["id"]), str(by_cli))
+    for job_id in (by_sdk["id"], by_cli):
+        job = server.client().job(job_id)
+        assert (job["workdir"], job["name"]) == (str(tmp_path), "pwd")
+        assert server.cli("logs", str(job_id)).stdout == f"{tmp_path}\n"
+
+
+def test_an_oversized_command_line_is_refused_at_submit_in_one_line(server: ServerProcess):
+    big = ["x" * (100 * 1024), "y" * (100 * 1024)]  # each fits exec; together over the limit
+    result = server.cli("submit", "--", "echo", *big, check=False)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "bytes of arguments, at most 131,072" in result.stderr
+    token = (server.state_dir / "token").read_text().strip()
+    body = json.dumps({"command": ["echo", "z" * (200 * 1024)], "workdir": "/"}).encode()
+    request = urllib.request.Request(
+        f"{server.url}/api/v1/jobs", data=body, method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 422
+    error = json.loads(caught.value.read())["error"]
+    assert error["field"] == "command" and "\n" not in error["message"]
+    assert len(error["message"]) < 200  # the argument is not echoed back
+    assert server.client().jobs(all=True) == []
