@@ -3,6 +3,7 @@ an empty file and from every earlier release's schema), and the lock file beside
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -253,3 +254,18 @@ def test_a_bad_write_does_not_fail_its_batch_neighbours(store: SqlJobStore) -> N
     assert set(results.values()) == {"ok"} and len(results) == 8
     assert [j.id for j in store.load_jobs()] == [*range(1, 9), 100]
     assert store.load_jobs()[0].spec.gpus == 0  # the duplicate did not overwrite job 1
+
+
+@pytest.mark.parametrize("probe", [1, 3, 5_000])
+def test_a_since_page_is_the_same_whether_few_or_many_jobs_pass(
+    store: SqlJobStore, monkeypatch: pytest.MonkeyPatch, probe: int
+) -> None:
+    # Few jobs since: looked up by the submit-time index; many: walked newest first.
+    monkeypatch.setattr(sql_module, "_SINCE_PROBE", probe)
+    jobs = [dataclasses.replace(pending_job(i), submitted_at=float(i % 7)) for i in range(1, 30)]
+    store.write(jobs, [])
+    for since in (0.0, 4.0, 6.0, 7.0):
+        expected = [j.id for j in reversed(jobs) if j.submitted_at >= since]
+        got = [j.id for j in store.page_jobs(limit=100, since=since)]
+        assert got == expected
+        assert [j.id for j in store.page_jobs(limit=2, since=since)] == expected[:2]

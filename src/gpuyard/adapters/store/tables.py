@@ -37,6 +37,7 @@ jobs = Table(
 # page reads `limit` index entries, however long the history.
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_owner_id", jobs.c.owner, jobs.c.id)
+Index("ix_jobs_owner_state_id", jobs.c.owner, jobs.c.state, jobs.c.id)  # "my failed jobs"
 Index("ix_jobs_name_id", jobs.c.name, jobs.c.id)
 Index("ix_jobs_submitted_at", jobs.c.submitted_at)
 # The server's start loads the most recently ended jobs, not all of them.
