@@ -1,5 +1,6 @@
 """The dependencies every route takes: who is acting (authenticated by the front door before
-any body is read) and the services it acts through."""
+any body is read) and the services it acts through. They are `async` on purpose: FastAPI runs
+a plain `def` dependency in its thread pool, a thread hop per dependency per request."""
 
 from __future__ import annotations
 
@@ -13,20 +14,21 @@ from gpuyard.services.jobs import JobService
 from gpuyard.services.server import ServerFacade
 
 
-def _server(request: Request) -> ServerFacade:
+async def _server(request: Request) -> ServerFacade:
     server: ServerFacade = request.app.state.server
     return server
 
 
-def _actor(request: Request) -> Principal:
+async def _actor(request: Request) -> Principal:
     principal = request.scope.get("state", {}).get("principal")
     if not isinstance(principal, Principal):  # a route the front door left public
         raise Unauthorized("this route needs the API token")
     return principal
 
 
-def _service(request: Request) -> JobService:
-    return _server(request).service
+async def _service(request: Request) -> JobService:
+    server: ServerFacade = request.app.state.server
+    return server.service
 
 
 Actor = Annotated[Principal, Depends(_actor)]

@@ -88,6 +88,6 @@ def serve(app: Any, sock: socket.socket, *, header_timeout_s: float, max_connect
     )  # fmt: skip
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, loop="uvloop", http=protocol,
-        timeout_keep_alive=30,
+        timeout_keep_alive=30, proxy_headers=False,
     )  # fmt: skip
     uvicorn.Server(config).run(sockets=[sock])
