@@ -24,7 +24,8 @@ class FifoPolicy:
         self._queue.add(job, (-job.priority, job.submitted_at))
 
     def started(self, job: SchedJob, now: float) -> None:
-        pass
+        # Here, not in `schedule`: a restarted server replays starts without a pass.
+        self._queue.remove(job)
 
     def preempted(self, job: SchedJob, now: float) -> None:
         self.submit(job, now)  # back in its place: submission order
@@ -44,8 +45,7 @@ class FifoPolicy:
             placement = place_job(ctx.cluster, head)
             if placement is None:
                 return
-            queue.remove(head)
-            ctx.start(head, placement)
+            ctx.start(head, placement)  # `started` takes it off the queue
 
     def next_decision_at(self, now: float) -> float | None:
         return None
