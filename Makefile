@@ -15,15 +15,16 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[examples]'
 	touch $@
 
+# The tests need Ray (tests/raycluster, --backend ray); `make run` does not.
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,ray]'
 	touch $@ $(STAMP_RUN)
 
 ## run: install, start the server on its defaults, show example training jobs, keep serving
 run: $(STAMP_RUN)
 	@PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/demo.sh
 
-## test: install the test needs and run the whole suite
+## test: install the test needs (Ray included) and run the whole suite
 test: $(STAMP_TEST)
 	$(BIN)/python -m pytest
 

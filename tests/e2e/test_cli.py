@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -157,3 +158,19 @@ def test_an_oversized_command_line_is_refused_at_submit_in_one_line(server: Serv
     assert error["field"] == "command" and "\n" not in error["message"]
     assert len(error["message"]) < 200  # the argument is not echoed back
     assert server.client().jobs(all=True) == []
+
+
+def test_the_ray_backend_without_ray_says_how_to_install_it(tmp_path: Path):
+    # Ray is an extra (gpuyard[ray]); hide it as if it were not installed.
+    hide_ray = (
+        "import sys; sys.modules['ray'] = None; "
+        f"sys.argv = ['gpuyard', 'server', '--backend', 'ray', '--port', '{free_port()}', "
+        f"'--state-dir', {str(tmp_path / 'state')!r}]; "
+        "from gpuyard.cli.main import main; main()"
+    )
+    result = subprocess.run([sys.executable, "-c", hide_ray], capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("gpuyard: ") and "pip install 'gpuyard[ray]'" in last
+    assert "Traceback" not in result.stderr
