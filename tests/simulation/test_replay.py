@@ -1,7 +1,8 @@
 """Replay and `gpuyard simulate`: the fifo model check, simulator invariants, metrics, the CLI.
 
 The Philly traces live beside the repository (`../shared/traces`); tests that need them skip,
-saying so, where the repository was cloned alone.
+saying so, where the repository was cloned alone, and fail when `CI` is set: there the model
+check must run (a skip would let it pass without ever checking).
 """
 
 from __future__ import annotations
@@ -27,9 +28,29 @@ from gpuyard.simulation.trace import TraceJob, load_trace
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 PHILLY = TRACES / "philly_14237.csv"
-needs_philly = pytest.mark.skipif(
-    not PHILLY.exists(), reason=f"Philly trace not found at {PHILLY} (../shared/traces)"
-)
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def require_philly(path: Path = PHILLY) -> None:
+    """Skip without the trace, except under CI, where its absence is a failure."""
+    if path.exists():
+        return
+    why = f"Philly trace not found at {path} (../shared/traces)"
+    if in_ci():
+        pytest.fail(f"{why}; CI is set, so the model check must run: provide the traces",
+                    pytrace=False)  # fmt: skip
+    pytest.skip(why)
+
+
+@pytest.fixture
+def philly_present() -> None:
+    require_philly()
+
+
+needs_philly = pytest.mark.usefixtures("philly_present")
 GPUYARD = str(Path(sys.executable).parent / "gpuyard")
 HOUR = 3600.0
 PENALTY_S = 60.0
@@ -41,9 +62,20 @@ HEADER = "job_id,user,submit_time_s,num_gpus,duration_s\n"
 
 @pytest.fixture(scope="module")
 def philly() -> list[TraceJob]:
-    if not PHILLY.exists():
-        pytest.skip(f"Philly trace not found at {PHILLY} (../shared/traces)")
+    require_philly()
     return load_trace(PHILLY)
+
+
+def test_a_missing_trace_fails_under_ci_and_skips_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "philly_14237.csv"
+    monkeypatch.setenv("CI", "1")
+    with pytest.raises(pytest.fail.Exception, match="CI is set"):
+        require_philly(missing)
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        require_philly(missing)
 
 
 class Audit:
