@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tests.fakeframeworks import write_fake_torch
 
-import gpuyard.adapters.frameworks
-from gpuyard.adapters.frameworks import job_python, probe_python
+import gpuyard.doctor.probes.frameworks
 from gpuyard.doctor.model import FrameworkBuild
+from gpuyard.doctor.probes.frameworks import job_python, probe_python
 
 
 def _env(pythonpath: Path | None = None) -> dict[str, str]:
@@ -85,5 +85,6 @@ def test_the_jobs_interpreter_is_its_python_its_scripts_shebang_or_python3(tmp_p
 
 def test_the_probe_script_runs_on_old_interpreters_too():
     # A job's venv may be older than gpuyard's Python: keep the probe's syntax at 3.6.
-    source = Path(gpuyard.adapters.frameworks.__file__).with_name("probe_script.py").read_text()
+    probes = Path(gpuyard.doctor.probes.frameworks.__file__).parent
+    source = (probes / "probe_script.py").read_text()
     ast.parse(source, feature_version=(3, 6))

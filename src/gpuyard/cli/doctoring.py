@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuyard.adapters.frameworks import job_python, probe_python
-from gpuyard.adapters.gpus.driver_facts import read_driver_facts
 from gpuyard.doctor import compat
 from gpuyard.doctor.checks import framework_checks, run_checks
 from gpuyard.doctor.model import (
@@ -25,6 +23,8 @@ from gpuyard.doctor.model import (
     Status,
     summarize,
 )  # fmt: skip
+from gpuyard.doctor.probes.driver_facts import read_driver_facts
+from gpuyard.doctor.probes.frameworks import job_python, probe_python
 from gpuyard.domain.errors import GpuyardError
 
 _SERVER_TIMEOUT_S = 3.0
