@@ -13,9 +13,11 @@ What it does:
 3. a real `gpuyard server` on a free loopback port over that state dir: time from spawn until
    `/healthz` answers, and its RSS (VmRSS, VmHWM) a second later; the same on an empty state
    dir as the baseline (a ratio holds on a noisy machine, an absolute time does not);
-4. p50/p99 of `page_jobs` queries (first page, a deep page, each filter), in this process.
+4. p50/p99 of `page_jobs` queries (first page, a deep page, each filter), in this process;
+5. with `--migration`, the one-time upgrade of a previous release's database of that size.
 
     .venv/bin/python bench/history.py --json [--jobs 1000000] [--db PATH] [--baseline]
+                                             [--migration]
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ KEEP_FINISHED = 10_000
 STATES = ["COMPLETED"] * 7 + ["FAILED", "CANCELLED", "TIMEOUT"]
 
 
-def build_database(path: Path, n_jobs: int) -> float:
-    """The schema through the store's migrations, then `n_jobs` finished jobs; seconds taken."""
+def build_database(path: Path, n_jobs: int, revision: str = "head") -> float:
+    """The schema through the store's migrations (up to `revision`), then `n_jobs` finished
+    jobs; seconds taken."""
     from gpuyard.adapters.store.codec import job_to_row
     from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
     from gpuyard.adapters.store.tables import jobs
@@ -58,7 +61,10 @@ def build_database(path: Path, n_jobs: int) -> float:
 
     began = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
-    SqlJobStore(sqlite_url(path)).close()
+    if revision == "head":
+        SqlJobStore(sqlite_url(path)).close()
+    else:
+        _migrate_to(path, revision)
     columns = tuple(jobs.c.keys())
     spec = JobSpec(argv=("python", "train.py", "--lr", "0.001", "--epochs", "90"),
                    name="x", workdir="/home/user00/project", gpus=2, cpus=8, mem_mib=32768,
@@ -76,6 +82,38 @@ def build_database(path: Path, n_jobs: int) -> float:
             raw.executemany(sql, rows)
             raw.commit()
     return time.perf_counter() - began
+
+
+def _migrate_to(path: Path, revision: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    from gpuyard.adapters.store import sql
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(sql.__file__).parent / "migrations"))
+    engine = create_engine(sql.sqlite_url(path))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+    engine.dispose()
+
+
+def measure_migration(n_jobs: int) -> dict[str, float]:
+    """A database of the previous release (0004) with `n_jobs` jobs, opened by this one: the
+    one-time upgrade (TEXT columns, history indexes) the first start after an update pays."""
+    from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
+
+    root = Path(tempfile.mkdtemp(prefix="gpuyard-hist-migrate-"))
+    try:
+        db = root / "gpuyard.db"
+        build_database(db, n_jobs, revision="0004")
+        began = time.perf_counter()
+        SqlJobStore(sqlite_url(db)).close()
+        return {"upgrade_0004_to_head_s": round(time.perf_counter() - began, 2)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _row(template: dict[str, Any], columns: tuple[str, ...], i: int) -> tuple[Any, ...]:
@@ -267,6 +305,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if start_s and empty_s:
             result["server_start_ratio_to_empty"] = round(start_s / empty_s, 2)
         result["pages"] = measure_pages(db, args.jobs, args.repeat)
+        if args.migration:
+            result["migration"] = measure_migration(args.jobs)
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
@@ -279,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--db", help="state-dir/gpuyard.db to build once and reuse [temporary]")
     parser.add_argument("--baseline", action="store_true", help="also time loading every job")
+    parser.add_argument("--migration", action="store_true",
+                        help="also time upgrading a database of the previous release")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=200, help="runs of each page query")
     parser.add_argument("--server-timeout", type=float, default=300.0)
     args = parser.parse_args(argv)

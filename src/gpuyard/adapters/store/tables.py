@@ -38,6 +38,7 @@ jobs = Table(
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_owner_id", jobs.c.owner, jobs.c.id)
 Index("ix_jobs_owner_state_id", jobs.c.owner, jobs.c.state, jobs.c.id)  # "my failed jobs"
+Index("ix_jobs_owner_name_id", jobs.c.owner, jobs.c.name, jobs.c.id)  # "my runs of train"
 Index("ix_jobs_name_id", jobs.c.name, jobs.c.id)
 Index("ix_jobs_submitted_at", jobs.c.submitted_at)
 # The server's start loads the most recently ended jobs, not all of them.

@@ -23,6 +23,7 @@ _INDEXES = {
     "ix_jobs_state_id": ["state", "id"],
     "ix_jobs_owner_id": ["owner", "id"],
     "ix_jobs_owner_state_id": ["owner", "state", "id"],
+    "ix_jobs_owner_name_id": ["owner", "name", "id"],
     "ix_jobs_name_id": ["name", "id"],
     "ix_jobs_submitted_at": ["submitted_at"],
     "ix_jobs_ended_at_id": ["ended_at", "id"],
