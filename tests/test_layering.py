@@ -51,6 +51,8 @@ def test_the_probe_sees_heavy_imports() -> None:
         "gpuyard.doctor.checks",
         "gpuyard.doctor.compat",
         "gpuyard.doctor.model",
+        "gpuyard.doctor.probes.driver_facts",  # NVML imported inside, when asked
+        "gpuyard.doctor.probes.frameworks",
         "gpuyard.scheduling",
         "gpuyard.scheduling.projection",
         "gpuyard.scheduling.cluster",
