@@ -41,7 +41,7 @@ alike. They are found by process tree: their /proc environ is overwritten by Ray
 titles, so psutil's `environ()` comes back empty for them. (The server exits 1 on SIGTERM:
 after its graceful shutdown uvicorn re-raises the signal to the handler it found, Ray's.)
 
-``--mode adapter``: the Ray adapter alone, in this process: `RayConnection.launch()` of a job
+``--mode adapter``: the Ray adapter alone, in this process: `gang.launch()` of a job
 with one command per node, timed until the job's log holds the first line of both nodes'
 commands, against a placement group + one actor per bundle that `Popen`s the command and
 returns once it has read its first line. The same clean-up check at the end.
@@ -133,7 +133,9 @@ def machine() -> dict[str, Any]:
 def gpuyard_round(conn: Any, nodes: list[str], job_id: int, folder: Path) -> float:
     log = folder / f"job{job_id}.log"
     started = time.perf_counter()
-    handle = conn.launch(
+    from gpuyard.adapters.ray import launch
+
+    handle = launch(
         job_id, [(node, 1, 1) for node in nodes], lambda r, a, p: COMMAND, {}, log, grace_s=1
     )
     while True:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from gpuyard.adapters.ray import GangLaunchError, GangOutcome, RayConnection
+from gpuyard.adapters.ray import GangLaunchError, GangOutcome, RayConnection, launch
 from tests.raycluster.conftest import marked_processes, wait_for_text, wait_until_gone
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ def test_ddp_over_two_nodes_completes_with_one_labelled_log(
 
     ended = []
     started = time.monotonic()
-    handle = ray_cluster.launch(
+    handle = launch(
         1, [(ids[0], 2, 1), (ids[1], 2, 1)], torchrun, {"OMP_NUM_THREADS": "1"}, log,
         grace_s=5, time_limit_s=120, workdir=str(REPO), on_end=ended.append,
     )  # fmt: skip
@@ -148,7 +148,7 @@ def test_a_failing_node_stops_the_other_and_is_reported(
     def argv(rank: int, addr: str, port: int) -> list[str]:
         return [PY, "-c", SLEEPER if rank == 0 else fail, marker]
 
-    handle = ray_cluster.launch(2, [(ids[0], 1, 1), (ids[1], 1, 1)], argv, {}, log, grace_s=5)
+    handle = launch(2, [(ids[0], 1, 1), (ids[1], 1, 1)], argv, {}, log, grace_s=5)
     result = handle.wait(60)
     assert result is not None
     assert result.outcome is GangOutcome.FAILED
@@ -165,12 +165,12 @@ def test_cancel_kills_every_process_and_removes_the_placement_group(
 ) -> None:
     ids = node_ids(ray_cluster)
     log = tmp_path / "output.log"
-    handle = ray_cluster.launch(
+    handle = launch(
         3, [(ids[0], 2, 2), (ids[1], 2, 2)], lambda r, a, p: [PY, "-c", STUBBORN, marker],
         {}, log, grace_s=1,
     )  # fmt: skip
     wait_for_text(log, "ready", count=2)
-    assert len(marked_processes(marker)) == 6  # per node: the shim, the job, its child
+    assert len(marked_processes(marker)) == 4  # per node: the job and its child
     assert pg_state(handle.placement_group_id) == "CREATED"
     started = time.monotonic()
     result = handle.stop("cancelled by test", timeout=30)
@@ -191,7 +191,7 @@ def test_cancel_kills_every_process_and_removes_the_placement_group(
 def test_time_limit_on_one_node(ray_cluster: RayConnection, tmp_path: Path, marker: str) -> None:
     ids = node_ids(ray_cluster)
     log = tmp_path / "output.log"
-    handle = ray_cluster.launch(
+    handle = launch(
         4, [(ids[1], 1, 1)], lambda r, a, p: [PY, "-c", SLEEPER, marker], {}, log,
         grace_s=2, time_limit_s=1.0,
     )  # fmt: skip
@@ -209,7 +209,7 @@ def test_launch_on_a_missing_node_fails_and_leaves_nothing(
     ghost = "f" * len(ids[0])
     before = set(ray.util.placement_group_table())
     with pytest.raises(GangLaunchError) as err:
-        ray_cluster.launch(
+        launch(
             5, [(ids[0], 1, 1), (ghost, 1, 1)], lambda r, a, p: [PY, "-c", "pass"], {},
             tmp_path / "output.log", ready_timeout_s=1.0,
         )  # fmt: skip
@@ -224,7 +224,7 @@ def test_a_dead_node_actor_counts_as_lost_and_its_shim_stops_the_command(
     """The Ray worker holding node 1's actor dies (OOM killer, say); its raylet lives on."""
     ids = node_ids(ray_cluster)
     log = tmp_path / "output.log"
-    handle = ray_cluster.launch(
+    handle = launch(
         6, [(ids[0], 1, 1), (ids[1], 1, 1)], lambda r, a, p: [PY, "-c", SLEEPER, marker],
         {}, log, grace_s=1,
     )  # fmt: skip
@@ -245,7 +245,7 @@ def test_losing_a_node_is_reported_and_stops_the_rest(
     """Last: it kills the second node's raylet."""
     ids = node_ids(ray_cluster)
     log = tmp_path / "output.log"
-    handle = ray_cluster.launch(
+    handle = launch(
         7, [(ids[0], 2, 1), (ids[1], 2, 1)], lambda r, a, p: [PY, "-c", SLEEPER, marker],
         {}, log, grace_s=2,
     )  # fmt: skip

@@ -92,9 +92,11 @@ def test_a_two_node_torchrun_job_trains_with_world_size_four(server: ServerProce
 
 
 def test_cancel_stops_every_node_and_leaves_no_process(server: ServerProcess) -> None:
+    # `sleep 300; :` keeps `sh`, whose command line holds the marker, alive on each node (a
+    # node's supervisor names only its folder).
     marker = f"gpuyard-ray-cancel-{uuid.uuid4().hex[:8]}"
     out = server.cli("submit", "--nodes", "2", "--gpus-per-node", "1", "--",
-                     "sh", "-c", f"echo {marker}; exec sleep 300", marker)  # fmt: skip
+                     "sh", "-c", f"echo {marker}; sleep 300; :", marker)  # fmt: skip
     job_id = int(out.stdout)
     wait_for(lambda: len(marked_processes(marker)) >= 2, timeout_s=60)
     server.cli("cancel", str(job_id))
@@ -134,7 +136,7 @@ def test_a_bad_node_request_is_one_line(server: ServerProcess) -> None:
 
 def test_a_failing_node_stops_the_other_and_the_reason_names_it(server: ServerProcess) -> None:
     marker = f"gpuyard-ray-fail-{uuid.uuid4().hex[:8]}"
-    script = f'[ "$GPUYARD_NODE_RANK" = 1 ] && {{ sleep 1; exit 3; }}; exec sleep 300 # {marker}'
+    script = f'[ "$GPUYARD_NODE_RANK" = 1 ] && {{ sleep 1; exit 3; }}; sleep 300; : # {marker}'
     job_id = int(server.cli("submit", "--nodes", "2", "--gpus-per-node", "1", "--",
                             "sh", "-c", script).stdout)  # fmt: skip
     job = _ended(server, job_id, timeout_s=60)
@@ -150,7 +152,7 @@ def test_losing_a_node_ends_its_job_node_fail_and_drains_its_gpus(
     """Last: it kills the second node's raylet (and restarts the server)."""
     marker = f"gpuyard-ray-lost-{uuid.uuid4().hex[:8]}"
     out = server.cli("submit", "--nodes", "2", "--gpus-per-node", "2", "--",
-                     "sh", "-c", f"echo {marker}; exec sleep 300", marker)  # fmt: skip
+                     "sh", "-c", f"echo {marker}; sleep 300; :", marker)  # fmt: skip
     job_id = int(out.stdout)
     wait_for(lambda: len(marked_processes(marker)) >= 2, timeout_s=60)
     raylets = [

@@ -26,25 +26,26 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuyard.services.ports import LaunchPlan
+if TYPE_CHECKING:  # a Ray node imports this module in the job's start: no more than it needs
+    from gpuyard.services.ports import LaunchPlan
 
 LAUNCH_FILE = "launch.json"
+SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 MARKER_VAR = "GPUYARD_LAUNCH_ID"
 
 
 def new_marker() -> str:
     """A token no other launch shares (also across servers on one machine)."""
-    return secrets.token_hex(12)
+    return os.urandom(12).hex()
 
 
 def launch_instructions(
-    plan: LaunchPlan,
+    plan: LaunchPlan | NodePlan,
     jobdir: Path,
     grace_s: float,
     marker: str,
@@ -69,6 +70,22 @@ def launch_instructions(
     }
     instructions.update(node_mode)
     return instructions
+
+
+class NodePlan:
+    """The part of a LaunchPlan a Ray node receives (its actor gets plain values)."""
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str], workdir: str, time_limit_s: float | None,
+        stop_signal: int,
+    ) -> None:  # fmt: skip
+        self.argv = tuple(argv)
+        self.env = env
+        self.workdir = workdir
+        self.time_limit_s = time_limit_s
+        self.stop_signal = stop_signal
+        self.run_as = None
+        self.log_path: str | None = None  # the output goes to the actor, through a pipe
 
 
 def write_launch_file(jobdir: Path, instructions: dict[str, Any]) -> None:

@@ -3,8 +3,9 @@
 gpuyard's own scheduler decides which nodes and GPUs a job gets; Ray only carries it out:
 `cluster.RayConnection` connects (or starts a loopback-only local cluster) and lists the nodes;
 `gang.launch` runs one command per node in a placement group pinned to those nodes and returns a
-`GangHandle` (output to one log, outcome, cancel). `node.NodeRunner` is the actor on each node,
-`shim.py` the process that guarantees a job's processes die with it.
+`GangHandle` (output to one log, outcome, cancel). `node.NodeRunner` is the actor on each node;
+it runs the node's command under the same supervisor as a local job, which guarantees that a
+job's processes die with it.
 
 The names below are imported on first use: every Ray worker that hosts a node actor imports
 this package to unpickle `NodeRunner`, and must not pay for `cluster` and `gang` (≈ 20 ms of a

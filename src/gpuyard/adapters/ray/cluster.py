@@ -35,7 +35,7 @@ adapter strips `RAY_*` from the environment of the jobs it runs.
 A real multi-machine cluster (what the admin sets up; gpuyard only connects):
 - every node: `RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=/path/to/token ray start ...`, the same
   token on all nodes and on the gpuyard server; gpuyard installed in the nodes' Python (the
-  node actor and the shim come from it);
+  node actor and the job supervisor come from it);
 - head: `ray start --head --node-ip-address=<cluster-network IP> --port=6379
   --include-dashboard=false` (or `--dashboard-host=127.0.0.1`); workers: `ray start
   --address=<head>:6379 --node-ip-address=<its IP>`; pin the ports that otherwise are random
@@ -56,14 +56,11 @@ import os
 import secrets
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from gpuyard.adapters.ray.gang import GangHandle, GangResult
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 NAMESPACE = "gpuyard"
@@ -254,32 +251,6 @@ class RayConnection:
             for info in node.all_processes.get(raylet, []):
                 pids[str(node.node_id)] = int(info.process.pid)
         return pids
-
-    # ---- jobs ---------------------------------------------------------------------------
-
-    def launch(
-        self,
-        job_id: int,
-        per_node: Sequence[tuple[str, int, int]],
-        argv_for: Callable[[int, str, int], list[str]],
-        env: Mapping[str, str],
-        log_path: str | os.PathLike[str],
-        grace_s: float = 10.0,
-        time_limit_s: float | None = None,
-        *,
-        master_port: int | None = None,
-        workdir: str | None = None,
-        ready_timeout_s: float = 60.0,
-        on_end: Callable[[GangResult], None] | None = None,
-    ) -> GangHandle:
-        """Start a gang job; see `gang.launch`."""
-        from gpuyard.adapters.ray.gang import launch
-
-        return launch(
-            job_id, per_node, argv_for, env, log_path, grace_s, time_limit_s,
-            master_port=master_port, workdir=workdir, ready_timeout_s=ready_timeout_s,
-            on_end=on_end,
-        )  # fmt: skip
 
 
 def write_token(state_dir: Path, token: str) -> Path:

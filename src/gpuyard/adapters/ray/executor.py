@@ -3,8 +3,8 @@
 The scheduler has already chosen the machines and how many GPUs on each (`job.node` lists the
 machines, `job.gpus` the GPUs, each GPU's machine known from the inventory); this adapter only
 carries the decision out: one placement group pinned to those machines, one command per
-machine (`services.launch.node_argv`: torchrun with its node rank and rank 0's address), one
-log. The job's end comes back through the same callback as a local job's, as an `ExitStatus`.
+machine (the plan's `argv_for`: torchrun with its node rank and rank 0's address), one log.
+The job's end comes back through the same callback as a local job's, as an `ExitStatus`.
 
 Worked example. Job 7, `--nodes 2 --gpus-per-node 2 --distributed torchrun`, placed on
 gpuyard-local-0 (GPUs 0,1) and gpuyard-local-1 (GPUs 2,3): the gang is
@@ -12,6 +12,9 @@ gpuyard-local-0 (GPUs 0,1) and gpuyard-local-1 (GPUs 2,3): the gang is
 --nnodes=2 --node-rank=0 --master-addr=<its IP> ...`, node 1 the same with `--node-rank=1`; both
 see `CUDA_VISIBLE_DEVICES=0,1` (Ray's indices on their machine). If node 1's raylet dies, the
 job ends NODE_FAIL with "NodeLost: ..." and node 0's processes are stopped.
+
+Ray chooses the physical GPUs of each bundle itself (`binds_devices = False`): the GPU indices
+the scheduler chose are an account of how many GPUs each machine gives, not which ones.
 
 Ray jobs do not outlive the server: the placement group and the node actors belong to the
 server's Ray driver. A server restart finds them gone and ends such a job FAILED with that
@@ -27,11 +30,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gpuyard.adapters.ray import gang
 from gpuyard.adapters.ray.cluster import RayConnection
 from gpuyard.adapters.ray.gang import GangHandle, GangLaunchError, GangOutcome, GangResult
 from gpuyard.domain.job import Job
-from gpuyard.services.launch import node_argv
-from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, Recovered
+from gpuyard.services.ports import (
+    ExitCallback,
+    ExitStatus,
+    Launched,
+    LaunchPlan,
+    NodeLost,
+    Recovered,
+)
 
 log = logging.getLogger("gpuyard.executor.ray")
 
@@ -41,14 +51,10 @@ LOST_WITH_SERVER = (
 )
 
 
-class NodeLostAtLaunch(RuntimeError):
-    """A machine the job was placed on is gone: the job ends NODE_FAIL, not FAILED."""
-
-    node_lost = True  # what the controller looks for
-
-
 class RayExecutor:
     """Implements the Executor port with Ray gang jobs."""
+
+    binds_devices = False  # Ray picks each bundle's GPUs on its machine
 
     def __init__(
         self,
@@ -75,29 +81,32 @@ class RayExecutor:
     def log_path(self, job_id: int) -> str:
         return str(self.job_dir(job_id) / "output.log")
 
-    def launch(self, job: Job, argv: list[str], env: dict[str, str]) -> Launched:
-        """Start the job's gang; `argv` is the one-machine form, rebuilt here per node."""
+    def launch(self, job: Job, plan: LaunchPlan) -> Launched:
+        """Start the job's gang, each node running the plan's command for its rank."""
+        if plan.run_as is not None:
+            raise ValueError("running a job as another user is not supported on Ray yet")
         self.job_dir(job.id).mkdir(parents=True, exist_ok=True)
         ids = self._node_ids()
         names = job.node.split(",")
         missing = [name for name in names if name not in ids]
         if missing:
-            raise NodeLostAtLaunch(f"Ray node {missing[0]} was lost before the job started")
+            raise NodeLost(f"Ray node {missing[0]} was lost before the job started")
         gpus_each = _split(len(job.gpus), len(names))
         cpus_each = max(1, math.ceil(job.spec.cpus / len(names)))
         per_node = [
             (ids[name], gpus, cpus_each) for name, gpus in zip(names, gpus_each, strict=True)
         ]
+        argv = plan.argv
+        argv_for = plan.argv_for or (lambda rank, addr, port: list(argv))
         try:
-            handle = self._conn.launch(
-                job.id, per_node, lambda rank, addr, port: node_argv(job, rank, addr, port), env,
-                self.log_path(job.id), self._grace_s, job.spec.time_limit_s,
-                workdir=job.spec.workdir,
+            handle = gang.launch(
+                job.id, per_node, argv_for, plan.env, plan.log_path, self._grace_s,
+                plan.time_limit_s, workdir=plan.workdir, stop_signal=plan.stop_signal,
             )  # fmt: skip
         except GangLaunchError as exc:
             alive = set(self._node_ids().values())
             if exc.node_id is not None and exc.node_id not in alive:
-                raise NodeLostAtLaunch(f"a Ray node was lost while the job started: {exc}") from exc
+                raise NodeLost(f"a Ray node was lost while the job started: {exc}") from exc
             raise
         with self._lock:
             self._handles[job.id] = handle

@@ -15,9 +15,10 @@
 3. master address = rank 0's node IP as Ray reports it; master port = the caller's, or else a
    port the rank-0 actor finds free *on rank 0's node* (the server cannot know which ports are
    free on another machine; the server's own `RendezvousPorts` only covers its machine);
-4. each actor starts `argv_for(node_rank, master_addr, master_port)` through the shim, with
-   `env` over the node's own environment, `GPUYARD_NODE_RANK`/`GPUYARD_NUM_NODES`, and Ray's
-   CUDA_VISIBLE_DEVICES.
+4. each actor starts `argv_for(node_rank, master_addr, master_port)` under the same supervisor
+   as a local job (node mode, see node.py), with `env` over the node's own environment,
+   `GPUYARD_NODE_RANK`/`GPUYARD_NUM_NODES`, and Ray's CUDA_VISIBLE_DEVICES; each supervisor
+   enforces the time limit on its node, from its own start.
 
 The returned `GangHandle` runs one thread per node that long-polls its actor for output lines
 and appends them to the job's single log file on the server's machine, each prefixed with
@@ -27,9 +28,11 @@ event wins:
 
 - every node exits 0 -> COMPLETED;
 - a node exits non-zero (negative: killed by that signal) -> FAILED with that node and code;
-- the time limit (counted from when every node runs) -> TIMED_OUT;
+- a node's supervisor reached the time limit -> TIMED_OUT; the coordinator keeps the same
+  limit, counted from when every node runs, plus the grace period and a margin, as a second
+  guard (a supervisor its job stopped cannot act);
 - a node is lost -> NODE_LOST with that node's id and `node_alive`. Two detectors, the first
-  wins: (a) the node's shim watches its raylet's pid (pidfd) and, when the raylet exits, stops
+  wins: (a) the node's supervisor watches its raylet's pid (pidfd) and, when the raylet exits, stops
   the command and reports so through the actor, which still answers (actor calls go from
   worker to worker, not through the raylet) -> `node_alive=False` at once, before GCS's health
   checks (Ray's defaults: ~30 s) have noticed; (b) a call to the node's actor fails:
@@ -39,10 +42,11 @@ event wins:
   returning machine by hostname/IP: a restarted raylet gets a new node id;
 - `stop()` -> CANCELLED.
 
-Then every node still running is stopped (SIGTERM to its process tree, `grace_s`, SIGKILL: the
-shim does it on the node), the output is drained, the actors are killed and the placement group
-removed; only then is the result set and the callbacks called. On a lost node the shim stops
-the command by itself (its raylet exited, or its actor's process went away).
+Then every node still running is stopped (the stop signal to its process tree, `grace_s`,
+SIGKILL: its supervisor does it on the node), the output is drained, the actors are killed and
+the placement group removed; only then is the result set and the callbacks called. On a lost
+node the supervisor stops the command by itself (its raylet exited, or its actor's process went
+away).
 
 Not covered: the placement group and actors share the server process's fate (Ray removes them
 when the driver exits), so unlike local jobs a Ray job does not survive a server restart.
@@ -71,6 +75,7 @@ log = logging.getLogger(__name__)
 NODE_ID_LABEL = "ray.io/node-id"
 _POLL_S = 0.5  # how long one poll call waits for output
 _UNAVAILABLE_S = 30.0  # an actor unavailable (or silent) this long counts as a lost node
+_GUARD_MARGIN_S = 5.0  # the coordinator's time limit: the nodes' own, + grace, + this
 _RemoteRunner: Any = None  # ray.remote(NodeRunner), made once
 _running: set[GangHandle] = set()  # jobs not yet ended, for `stop_all`
 _running_lock = threading.Lock()
@@ -129,6 +134,7 @@ def launch(
     workdir: str | None = None,
     ready_timeout_s: float = 60.0,
     on_end: Callable[[GangResult], None] | None = None,
+    stop_signal: int = 15,
 ) -> GangHandle:
     """Start one command per node `(node_id, gpus, cpus)`, node rank = position in `per_node`.
 
@@ -136,6 +142,7 @@ def launch(
     one Ray worker process per node). `env` is the job's environment (e.g. `build_job_env`
     with an empty base): it is laid over each node's own environment. `workdir`: where the
     commands run on their nodes (must exist there), default the Ray worker's directory.
+    `stop_signal`: what a stop sends first (then SIGKILL after `grace_s`).
     """
     _validate(per_node)
     n = len(per_node)
@@ -203,7 +210,11 @@ def launch(
         for rank, actor in enumerate(actors):
             node_env = {**env, "GPUYARD_NODE_RANK": str(rank), "GPUYARD_NUM_NODES": str(n)}
             argv = list(argv_for(rank, master_addr, master_port))
-            starts.append(actor.start.remote(argv, node_env, float(grace_s), workdir))
+            starts.append(
+                actor.start.remote(
+                    argv, node_env, float(grace_s), workdir, time_limit_s, stop_signal
+                )
+            )
         _get(starts, ready_timeout_s, per_node)
         handle = GangHandle(job_id, nodes, master_addr, master_port, pg, actors, log_fd,
                             log_path, grace_s, time_limit_s)  # fmt: skip
@@ -314,7 +325,7 @@ class GangHandle:
         unavailable_since: float | None = None
         while True:
             try:
-                lines, code, raylet_died = ray.get(
+                lines, code, cause = ray.get(
                     actor.poll.remote(_POLL_S), timeout=_POLL_S + _UNAVAILABLE_S
                 )
             except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError) as exc:
@@ -337,8 +348,10 @@ class GangHandle:
                 self._write(b"".join(prefix + line + b"\n" for line in lines))
             if code is not None:
                 self._exit_codes[node.rank] = int(code)
-                if raylet_died:
+                if cause == "raylet":
                     self._events.put(("lost", node.rank, "its raylet exited"))
+                elif cause == "timeout":
+                    self._events.put(("timeout", node.rank, int(code)))
                 else:
                     self._events.put(("exit", node.rank, int(code)))
                 return
@@ -371,8 +384,8 @@ class GangHandle:
 
     def _decide(self) -> GangResult:
         deadline = None
-        if self._time_limit_s is not None:
-            deadline = time.monotonic() + self._time_limit_s
+        if self._time_limit_s is not None:  # the second guard (see the module docstring)
+            deadline = time.monotonic() + self._time_limit_s + self._grace_s + _GUARD_MARGIN_S
         finished: set[int] = set()
         while True:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -386,6 +399,10 @@ class GangHandle:
             if kind == "stop":
                 return GangResult(GangOutcome.CANCELLED, f"stop requested: {value}")
             assert node is not None
+            if kind == "timeout":
+                return GangResult(
+                    GangOutcome.TIMED_OUT, f"time limit of {self._time_limit_s:g}s reached"
+                )
             if kind == "exit" and value == 0:
                 finished.add(rank)
                 if len(finished) == len(self.nodes):
@@ -397,7 +414,7 @@ class GangHandle:
                     node_rank=rank, node_id=node.node_id, exit_code=value,
                 )  # fmt: skip
             elif kind == "lost":
-                if isinstance(value, str):  # the node's shim saw its raylet exit
+                if isinstance(value, str):  # the node's supervisor saw its raylet exit
                     alive: bool | None = False
                     why = value
                 else:
