@@ -218,7 +218,7 @@ def test_launch_on_a_missing_node_fails_and_leaves_nothing(
     assert created and all(pg_state(pg) == "REMOVED" for pg in created)
 
 
-def test_a_dead_node_actor_counts_as_lost_and_its_shim_stops_the_command(
+def test_a_dead_node_actor_counts_as_lost_and_its_supervisor_stops_the_command(
     ray_cluster: RayConnection, tmp_path: Path, marker: str
 ) -> None:
     """The Ray worker holding node 1's actor dies (OOM killer, say); its raylet lives on."""
@@ -236,7 +236,7 @@ def test_a_dead_node_actor_counts_as_lost_and_its_shim_stops_the_command(
     assert (result.node_rank, result.node_id, result.node_alive) == (1, ids[1], True)
     assert result.exit_codes == (-signal.SIGTERM, None)
     assert "its actor died (ActorDiedError)" in log.read_text()
-    assert_clean(marker, handle.placement_group_id)  # node 1's shim saw its actor go
+    assert_clean(marker, handle.placement_group_id)  # node 1's supervisor saw its actor go
 
 
 def test_losing_a_node_is_reported_and_stops_the_rest(
@@ -261,5 +261,5 @@ def test_losing_a_node_is_reported_and_stops_the_rest(
     while [n.alive for n in ray_cluster.nodes()] != [True, False]:
         assert time.monotonic() < deadline, ray_cluster.nodes()
         time.sleep(0.1)
-    # The lost node's own process is stopped by its shim once its Ray worker is gone.
+    # The lost node's own process is stopped by its supervisor once its Ray worker is gone.
     assert_clean(marker, handle.placement_group_id)
