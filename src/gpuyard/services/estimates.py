@@ -50,7 +50,6 @@ class Batch:
 
     generation: int  # passes the policy has run, this one included
     ops: list[Op]
-    assigned: frozenset[int]  # started by the policy, not launched yet, after this batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +82,17 @@ class Estimator:
         self,
         clock: Callable[[], float],
         live_generation: Callable[[], int],
-        resync: Callable[[], tuple[bytes, int, frozenset[int]]],
+        live_assigned: Callable[[], frozenset[int]],
+        resync: Callable[[], tuple[bytes, int]],
     ) -> None:
         self._clock = clock
-        self._live_generation = live_generation  # lock-free read of the last pass
+        self._live_generation = live_generation  # lock-free reads of the last pass
+        self._live_assigned = live_assigned  # chosen by the policy, not launched yet
         self._resync_from_live = resync  # a copy of the live world, taken under its lock
         self._batches: deque[Batch] = deque()  # appended by passes, taken by the mirror
         self._lock = threading.Lock()  # the mirror; never taken by a pass
         self._mirror: PolicyFeed | None = None
         self._generation = 0
-        self._assigned: frozenset[int] = frozenset()
         self._estimates: _Estimates | None = None
         self._refreshing = False
         self._catching_up = False
@@ -134,9 +134,9 @@ class Estimator:
                 log.warning("estimates: the mirror decided otherwise at pass %d", batch.generation)
                 mirror = None
                 break
-            self._generation, self._assigned = batch.generation, batch.assigned
+            self._generation = batch.generation
         if mirror is None:
-            data, self._generation, self._assigned = self._resync_from_live()
+            data, self._generation = self._resync_from_live()
             mirror = feed_from(data)
             self.resyncs += 1
         self._mirror = mirror
@@ -152,7 +152,10 @@ class Estimator:
             mirror = self._sync()
             running = [job for job in mirror.jobs.values() if job.running]
             data = pickle.dumps((mirror.policy, mirror.cluster, running), protocol=5)
-            assigned, generation = self._assigned, self._generation
+            generation = self._generation
+        # Chosen jobs start now; read after the sync, so one chosen since is included too,
+        # and one launched since (running now, not asked about) is not.
+        assigned = self._live_assigned()
         policy, cluster, running = pickle.loads(data)
         return policy, cluster, running, assigned, generation
 

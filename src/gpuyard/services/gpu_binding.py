@@ -113,12 +113,16 @@ class GpuBinding:
         self, job_id: int, share: tuple[int, tuple[int, ...]], free: list[list[int]]
     ) -> Launch | None:
         """A job on shared GPUs: each slot's bound GPU, or a free one bound to it now (the slot's
-        first job to launch); None if a slot needs a free GPU and there is none yet. A slot bound
-        to a GPU drained since is bound afresh."""
+        first job to launch); None if a slot needs a free GPU and there is none yet, or if a
+        slot's GPU holds memory of processes no job owns (no job of the slot runs there now:
+        that memory is not what the slot accounts for). A slot bound to a GPU drained since is
+        bound afresh."""
         node, slots = share
         bound = self.slot_gpu
         unbound = [s for s in slots if bound.get((node, s), -1) in self.drained | {-1}]
         if len(unbound) > len(free[node]):
+            return None
+        if any(bound[(node, s)] in self.busy for s in slots if s not in unbound):
             return None
         for slot in unbound:
             bound[(node, slot)] = free[node].pop(0)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import REASON_PREEMPTING, REASON_PRIORITY, REASON_RESOURCES, Job, JobSpec
@@ -120,7 +120,9 @@ class LiveScheduler:
         self._unrecorded_stops: dict[int, None] = {}  # preempted, not yet recorded (ordered)
         self._wake_at: float | None = -math.inf  # the first pass runs whatever happened
         self._view = PassView()
-        self.estimator = Estimator(clock, lambda: self._view.generation, self._copy_live)
+        self.estimator = Estimator(
+            clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live
+        )
         self.estimator.start_mirror(self._feed)
 
     @property
@@ -168,7 +170,8 @@ class LiveScheduler:
     def launched(self, job_id: int, gpus: tuple[int, ...]) -> None:
         """The controller recorded a launch durably; its GPUs are held from now on."""
         with self._lock:
-            self._assigned.pop(job_id, None)
+            if self._assigned.pop(job_id, None) is not None:
+                self._view = replace(self._view, assigned=frozenset(self._assigned))
             self.binding.holding[job_id] = gpus
 
     # -- the pass (controller thread) ----------------------------------------------------------
@@ -189,7 +192,7 @@ class LiveScheduler:
             launches, waiting_busy = self.binding.launchable(self._assigned, self.cluster)
             ops = self._feed.take_ops()
             if ops:
-                self.estimator.record(Batch(generation, ops, frozenset(self._assigned)))
+                self.estimator.record(Batch(generation, ops))
             self._publish(generation, now, waiting_busy, refresh_head=passed)
             return Decisions(launches, list(self._unrecorded_stops), passed)
 
@@ -350,8 +353,7 @@ class LiveScheduler:
             for at, kind, _, record in events:
                 self._replay(kind, at, record)
             ops = self._feed.take_ops()
-            generation = self._view.generation
-            self.estimator.record(Batch(generation, ops, frozenset(self._assigned)))
+            self.estimator.record(Batch(self._view.generation, ops))
 
     def _replay(self, kind: int, at: float, record: Job) -> None:
         feed = self._feed
@@ -392,13 +394,13 @@ class LiveScheduler:
         the projection, which says how far it got)."""
         return self.estimator.dry_run(spec, owner, job_id)
 
-    def _copy_live(self) -> tuple[bytes, int, frozenset[int]]:
+    def _copy_live(self) -> tuple[bytes, int]:
         """The live world, copied under the lock: the estimator's last resort (its mirror
         decided otherwise than a pass did)."""
         with self._lock:
             self.estimator.drop_batches()
             data = copy_world(self._feed)
-            return data, self._view.generation, frozenset(self._assigned)
+            return data, self._view.generation
 
 
 def _life(job: Job, times: tuple[float | None, ...]) -> list[tuple[float, int, int, Job]]:
