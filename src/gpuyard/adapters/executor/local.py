@@ -184,7 +184,7 @@ class LocalExecutor:
         try:
             pidfd = os.pidfd_open(job.pid)
         except ProcessLookupError:
-            threading.Thread(target=self._report, args=(_Watched(job, -1),), daemon=True).start()
+            self._report(_Watched(job, -1))
             return
         watched = _Watched(job, pidfd)
         limit = job.spec.time_limit_s
@@ -206,8 +206,7 @@ class LocalExecutor:
                 watched: _Watched = key.data
                 self._selector.unregister(key.fileobj)
                 self._watched.pop(watched.job.id, None)
-                # Off this thread: ending a lost job's processes takes its grace period.
-                threading.Thread(target=self._report, args=(watched,), daemon=True).start()
+                self._report(watched)
             self._enforce_deadlines()
 
     def _take_new(self) -> None:
@@ -244,6 +243,9 @@ class LocalExecutor:
                 pass
 
     def _report(self, watched: _Watched) -> None:
+        """A supervisor is gone: report its job's end, at once when its status is the
+        supervisor's; else (off the watch thread: it takes the grace period) only after the
+        job's processes are found and ended."""
         job = watched.job
         with self._lock:
             proc = self._children.pop(job.id, None)
@@ -256,19 +258,26 @@ class LocalExecutor:
         # written by it (or not at its end), so it is not believed.
         finished = proc is None or proc.returncode == 0
         status = self._read_status(job) if finished and not watched.forced else None
+        if status is not None and proc is not None:
+            self._tell(job.id, status)
+            return
+        # Lost, forced, or an adopted supervisor (not our child, its exit code out of reach:
+        # processes of the job still running are what give a forged status away).
+        threading.Thread(
+            target=self._settle, args=(job, status, watched.forced), daemon=True
+        ).start()
+
+    def _settle(self, job: Job, status: ExitStatus | None, forced: ExitStatus | None) -> None:
         assert job.pid is not None
-        # An adopted supervisor's exit code is out of reach (not our child): processes of the
-        # job still running are what give a forged status away.
-        if (status is None or proc is None) and self._end_leftovers(
-            job, job.pid, job.pid_started_at
-        ):
+        if self._end_leftovers(job, job.pid, job.pid_started_at):
             status = None
-        if status is None:
-            status = watched.forced or ExitStatus(None, lost=True)
+        self._tell(job.id, status or forced or ExitStatus(None, lost=True))
+
+    def _tell(self, job_id: int, status: ExitStatus) -> None:
         try:
-            self._on_exit(job.id, status)
+            self._on_exit(job_id, status)
         except Exception:
-            log.exception("recording the end of job %s failed", job.id)
+            log.exception("recording the end of job %s failed", job_id)
 
     def _end_leftovers(self, job: Job, pid: int, started_at: float | None) -> bool:
         """End whatever of the job still runs after its supervisor (`tree.py`); True if
