@@ -163,11 +163,13 @@ class Executor(Protocol):
 
     def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         """Start the job's supervisor following `plan`; returns once the process exists.
+        Transient failures (out of descriptors, processes or memory) are retried inside.
         Raises NodeLost if a machine the job was placed on is gone."""
         ...
 
     def stop(self, job: Job) -> None:
-        """Ask the job's supervisor to stop the whole tree (TERM, grace, KILL)."""
+        """Ask the job's supervisor to stop the whole tree (stop signal, grace, KILL); if it
+        cannot act (its job keeps it stopped), the executor ends it and the tree itself."""
         ...
 
     def recover(self, job: Job) -> Recovered:
@@ -175,7 +177,10 @@ class Executor(Protocol):
         ...
 
     def watch(self, job: Job) -> None:
-        """Report the job's end through the callback given at construction."""
+        """Report the job's end through the callback given at construction, only once its
+        processes are gone: a lost supervisor's job is found and ended first, and a job
+        past its time limit (plus grace and a margin) whose supervisor cannot act is ended
+        TIMEOUT by the executor."""
         ...
 
     def log_path(self, job_id: int) -> str: ...
