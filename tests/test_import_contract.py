@@ -55,16 +55,11 @@ EXCEPTIONS: dict[str, dict[str, str]] = {
     },
 }
 
-# Known violations being removed by work in progress, each with the change that removes it.
-# Delete an entry once its import is gone (the test below then says so, as a skip). The
-# seams review's other one, api/app.py -> bootstrap, is gone: the API is typed by
-# services/server.py.
-KNOWN_VIOLATIONS_BEING_REMOVED: dict[tuple[str, str], str] = {
-    ("gpuyard.adapters.ray.executor", "gpuyard.services.launch"): (
-        "the executor seam: the Ray executor takes the controller's LaunchPlan "
-        "(argv_for per node) instead of rebuilding the argv with services.launch.node_argv"
-    ),
-}
+# Known violations being removed by work in progress, each with the change that removes it;
+# delete an entry once its import is gone (the test below then says so, as a skip). Empty: the
+# seams review's two (api/app.py -> bootstrap, adapters/ray/executor.py -> services.launch) are
+# gone: the API is typed by services/server.py, the Ray executor takes the LaunchPlan.
+KNOWN_VIOLATIONS_BEING_REMOVED: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:
