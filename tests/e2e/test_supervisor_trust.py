@@ -243,6 +243,17 @@ def test_a_job_run_as_a_user_drops_privileges_before_it_enters_its_workdir(
     assert f"cannot run 'sh' in '{private}': Permission denied" in rig.log(10)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="taking another identity needs root")
+def test_a_job_run_as_a_user_can_neither_kill_its_supervisor_nor_write_its_status(rig: Rig):
+    script = (
+        "kill -9 $PPID 2>/dev/null || echo cannot-kill; "
+        'printf x 2>/dev/null > "$JOBDIR/status.json" || echo cannot-write; exit 4'
+    )
+    rig.start(11, script, run_as=NOBODY, workdir=Path("/"))
+    assert rig.wait_end(11).exit_code == 4
+    assert rig.log(11).split() == ["cannot-kill", "cannot-write"]
+
+
 # -- through a real server ---------------------------------------------------------------
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,17 +97,35 @@ def write_launch_file(jobdir: Path, instructions: dict[str, Any]) -> None:
         json.dump(instructions, f)
 
 
-def read_marker(jobdir: Path) -> tuple[str | None, int]:
-    """The marker and stop signal of the job's last launch (also after a restart); (None,
-    SIGTERM) where unknown. The job may have rewritten the file: the marker only widens the
-    search beyond the supervisor's session, and a bad signal falls back to SIGTERM."""
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What the executor needs of a past launch to end its job: read back from the file."""
+
+    marker: str | None = None
+    stop_signal: int = signal.SIGTERM
+    uid: int = os.getuid()  # whose processes the job's are
+
+
+def read_facts(jobdir: Path) -> LaunchFacts:
+    """The facts of the job's last launch (also after a restart); defaults where unknown.
+    The job may have rewritten the file (while it runs as the server's user): the marker only
+    widens the search beyond the supervisor's session, a bad signal falls back to SIGTERM and
+    a bad uid to the server's own."""
     try:
         data = json.loads((jobdir / LAUNCH_FILE).read_text())
     except (OSError, ValueError):
-        return None, signal.SIGTERM
+        return LaunchFacts()
     if not isinstance(data, dict):
-        return None, signal.SIGTERM
-    marker, sig = data.get("marker"), data.get("stop_signal")
-    if not (isinstance(sig, int) and not isinstance(sig, bool) and 1 <= sig <= 64):
-        sig = signal.SIGTERM
-    return (marker if isinstance(marker, str) else None), int(sig)
+        return LaunchFacts()
+    marker, who = data.get("marker"), data.get("run_as")
+    return LaunchFacts(
+        marker if isinstance(marker, str) else None,
+        _int_in(data.get("stop_signal"), 1, 64, signal.SIGTERM),
+        _int_in(who.get("uid") if isinstance(who, dict) else None, 0, 2**32 - 2, os.getuid()),
+    )
+
+
+def _int_in(value: Any, low: int, high: int, default: int) -> int:
+    """`value` if it is an int (not a bool) in [low, high], else `default`."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    return int(value) if ok else default

@@ -34,7 +34,7 @@ from gpuyard.adapters.executor.launch_file import (
     LAUNCH_FILE,
     launch_instructions,
     new_marker,
-    read_marker,
+    read_facts,
     write_launch_file,
 )
 from gpuyard.adapters.executor.status import parse_status
@@ -283,8 +283,8 @@ class LocalExecutor:
         """End whatever of the job still runs after its supervisor (`tree.py`); True if
         anything did."""
         since = started_at or job.started_at or 0.0
-        marker, stop_signal = read_marker(self.job_dir(job.id))
-        found = tree.find_job_processes(pid, marker, since)
+        facts = read_facts(self.job_dir(job.id))
+        found = tree.find_job_processes(pid, facts.marker, since, facts.uid)
         if not found:
             return False
         log.warning("job %s: ending %d process(es) its supervisor left", job.id, len(found))
@@ -293,7 +293,7 @@ class LocalExecutor:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        tree.end_processes(found, stop_signal, self._grace_s)
+        tree.end_processes(found, facts.stop_signal, self._grace_s)
         return True
 
     def _read_status(self, job: Job) -> ExitStatus | None:

@@ -9,8 +9,9 @@ executor reports such an end it finds them itself:
 - every process whose environment holds the launch's marker (`GPUYARD_LAUNCH_ID=<token>`, a
   token unique to the launch): processes that left the session with `setsid`.
 
-Only processes started no earlier than the supervisor count (a pid cannot be reused while a
-session with that id lives, and the start time rules out older ones). Each one is held by a
+Only processes of the job's Unix user started no earlier than the supervisor count (a pid
+cannot be reused while a session with that id lives, and the start time rules out older
+ones). Each one is held by a
 pidfd from the moment it is found, so a signal never reaches a reused pid. They get the stop
 signal, the grace period, then SIGKILL, and the call returns once they are gone.
 """
@@ -33,10 +34,12 @@ def boot_time() -> float:
     return 0.0
 
 
-def find_job_processes(session_id: int, marker: str | None, since: float) -> dict[int, int]:
+def find_job_processes(
+    session_id: int, marker: str | None, since: float, uid: int | None = None
+) -> dict[int, int]:
     """`{pid: pidfd}` of the job's processes (see the module docstring), the supervisor
-    itself (`session_id`) left out; `since`: the supervisor's start time (epoch s). The
-    caller closes the pidfds."""
+    itself (`session_id`) left out; `since`: the supervisor's start time (epoch s); `uid`:
+    the job's user (None: any). The caller closes the pidfds."""
     booted = boot_time()
     needle = f"GPUYARD_LAUNCH_ID={marker}".encode() if marker else None
     found: dict[int, int] = {}
@@ -46,6 +49,8 @@ def find_job_processes(session_id: int, marker: str | None, since: float) -> dic
             continue
         pid = int(name)
         try:
+            if uid is not None and os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
             with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
             sid, ticks = int(fields[3]), int(fields[19])

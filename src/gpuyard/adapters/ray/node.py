@@ -206,7 +206,7 @@ class NodeRunner:
         if cause == "lost":
             from gpuyard.adapters.executor import tree
 
-            found = tree.find_job_processes(self._pid, self._marker, self._since)
+            found = tree.find_job_processes(self._pid, self._marker, self._since, os.getuid())
             tree.end_processes(found, self._stop_signal, self._grace_s)
         if self._jobdir is not None:
             shutil.rmtree(self._jobdir, ignore_errors=True)

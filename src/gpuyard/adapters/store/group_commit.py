@@ -80,27 +80,27 @@ class GroupCommitWriter(Generic[Item]):
                 return
 
     def _commit(self, batch: list[_Ticket[Item]]) -> None:
+        settled = 0  # tickets whose fate is known, in batch order
         try:
-            self._commit_batch([t.item for t in batch])
-        except BaseException:
-            if len(batch) == 1:
-                batch[0].error = _current_error()
-            else:
-                for ticket in batch:
-                    try:
-                        self._commit_batch([ticket.item])
-                    except BaseException:
-                        ticket.error = _current_error()
+            try:
+                self._commit_batch([t.item for t in batch])
+                settled = len(batch)
+            except Exception as err:
+                if len(batch) == 1:
+                    batch[0].error = err
+                    settled = 1
+                else:  # retry each alone: one bad item must not fail its neighbours
+                    for ticket in batch:
+                        try:
+                            self._commit_batch([ticket.item])
+                        except Exception as one:
+                            ticket.error = one
+                        settled += 1
+        except BaseException as err:  # SystemExit and the like: never retried, never lost
+            for ticket in batch[settled:]:
+                ticket.error = err
         for ticket in batch:
             if ticket.error is None:
                 ticket.done.set_result(None)
             else:
                 ticket.done.set_exception(ticket.error)
-
-
-def _current_error() -> BaseException:
-    import sys
-
-    err = sys.exc_info()[1]
-    assert err is not None
-    return err

@@ -65,7 +65,8 @@ class SqlJobStore:
 
     def load_active(self, recent_finished: int) -> list[Job]:
         """Every pending and running job, and the `recent_finished` finished jobs that ended
-        last (latest `ended_at`), by id: what the server keeps in memory."""
+        last (latest `ended_at`), by id: what the server keeps in memory. A finished job with
+        no end time (none is written so) is left to `get_job` and `page_jobs`."""
         active = select(jobs).where(jobs.c.state.in_(_ACTIVE))
         recent = (
             select(jobs)
