@@ -18,6 +18,7 @@ from sqlalchemy import create_engine
 import gpuyard.adapters.store.sql as sql_module
 from gpuyard.adapters.store import tables
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
+from gpuyard.adapters.store.group_commit import GroupCommitWriter
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import Drain, Job
@@ -271,3 +272,32 @@ def test_a_since_page_is_the_same_whether_few_or_many_jobs_pass(
         got = [j.id for j in store.page_jobs(limit=100, since=since)]
         assert got == expected
         assert [j.id for j in store.page_jobs(limit=2, since=since)] == expected[:2]
+
+
+def test_the_writer_fails_a_batch_on_system_exit_without_retrying_and_keeps_going() -> None:
+    # The writer behind every SqlJobStore write: a SystemExit raised in a commit is not an
+    # error to retry item by item; it fails that batch's writes and nothing after them.
+    commits: list[list[str]] = []
+    release = threading.Event()
+
+    def commit(items: Sequence[str]) -> None:
+        commits.append(list(items))
+        if items == ["plug"]:
+            release.wait(5)  # hold the writer while the next batch queues up
+        if "exit" in items:
+            raise SystemExit(3)
+
+    writer: GroupCommitWriter[str] = GroupCommitWriter(commit)
+    try:
+        plug = writer.submit_future("plug")
+        while not commits:
+            time.sleep(0.001)
+        batch = [writer.submit_future(item) for item in ("a", "exit", "b")]
+        release.set()
+        plug.result(5)
+        for done in batch:
+            assert isinstance(done.exception(5), SystemExit)
+        writer.submit("next")
+    finally:
+        writer.close()
+    assert commits == [["plug"], ["a", "exit", "b"], ["next"]]
