@@ -77,3 +77,13 @@ def test_limits_stay_under_what_exec_accepts() -> None:
 def test_the_largest_accepted_command_line_is_accepted() -> None:
     argv = ("echo", "z" * (spec_rules.MAX_ARGV_BYTES - len("echo") - 3))
     assert _decide(argv=argv).argv == argv
+
+
+def test_a_draft_has_every_spec_field() -> None:
+    # decide_spec copies JobSpec's fields from the draft by name: a field missing here would
+    # fail every submit.
+    from dataclasses import fields
+
+    from gpuyard.domain.job import JobSpec
+
+    assert [f.name for f in fields(SpecDraft)] == [f.name for f in fields(JobSpec)]
