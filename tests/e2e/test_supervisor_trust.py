@@ -180,6 +180,33 @@ def test_a_status_that_ends_before_the_start_is_clamped_to_the_start(rig: Rig):
     assert found.ended is not None and found.ended.lost
 
 
+def test_what_a_job_writes_can_neither_exhaust_nor_misdirect_a_restart(rig: Rig):
+    job = rig.start(12, "exit 0")
+    assert rig.wait_end(12).exit_code == 0
+    status = rig.executor.job_dir(12) / "status.json"
+    for junk in ("[" * 100_000, " " * 50_000_000 + FORGED):  # too deep; too big to read
+        status.write_text(junk)
+        found = rig.executor.recover(job)
+        assert found.ended is not None and found.ended.lost
+    # A server that died before recording the pid finds it in supervisor.pid, which the job
+    # can write: a pid that is not its supervisor's never names a session to end.
+    bystander = subprocess.Popen(
+        ["sh", "-c", "sleep 300 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert bystander.stdout is not None
+        child = int(bystander.stdout.readline())
+        status.unlink()
+        (rig.executor.job_dir(12) / "supervisor.pid").write_text(str(bystander.pid))
+        found = rig.executor.recover(job.with_changes(pid=None, pid_started_at=None))
+        assert found.ended is not None and found.ended.lost
+        assert pid_alive(child), "a process outside the job was ended"
+    finally:
+        os.killpg(bystander.pid, 9)
+        bystander.wait()
+
+
 @pytest.fixture(scope="module")
 def preload_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A library that kills any supervisor it is loaded into (exit 99) and says so; in any

@@ -280,15 +280,19 @@ class LocalExecutor:
             log.exception("recording the end of job %s failed", job_id)
 
     def _end_leftovers(self, job: Job, pid: int, started_at: float | None) -> bool:
-        """End whatever of the job still runs after its supervisor (`tree.py`); True if
-        anything did."""
+        """End whatever of the job still runs after its supervisor `pid` (`tree.py`); True
+        if anything did."""
         since = started_at or job.started_at or 0.0
         facts = read_facts(self.job_dir(job.id))
-        found = tree.find_job_processes(pid, facts.marker, since, facts.uid)
+        ours = self._is_ours(pid, started_at, job.id)
+        # The session is the supervisor's only while its id cannot have been reused: the
+        # supervisor is there (or a zombie), or gone (members of its session still hold the id).
+        session = pid if ours or not _running(pid) else -1
+        found = tree.find_job_processes(session, facts.marker, since, facts.uid)
         if not found:
             return False
         log.warning("job %s: ending %d process(es) its supervisor left", job.id, len(found))
-        if self._is_ours(pid, started_at, job.id):  # alive but useless (stopped): it goes too
+        if ours:  # alive but useless (stopped): it goes too
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -297,9 +301,8 @@ class LocalExecutor:
         return True
 
     def _read_status(self, job: Job) -> ExitStatus | None:
-        try:
-            text = (self.job_dir(job.id) / "status.json").read_text()
-        except (OSError, UnicodeDecodeError):
+        text = _read_small(self.job_dir(job.id) / "status.json")
+        if text is None:
             return None
         status = parse_status(text, job.started_at, time.time())
         if status is None:
@@ -307,9 +310,10 @@ class LocalExecutor:
         return status
 
     def _read_pid(self, job_id: int) -> int | None:
+        text = _read_small(self.job_dir(job_id) / "supervisor.pid")
         try:
-            return int((self.job_dir(job_id) / "supervisor.pid").read_text())
-        except (OSError, ValueError):
+            return int(text) if text is not None and int(text) > 0 else None
+        except ValueError:
             return None
 
     def close(self) -> None:
@@ -325,6 +329,27 @@ def _compile_supervisor(target: Path) -> str:
         return str(target)
     except (OSError, py_compile.PyCompileError):
         return SUPERVISOR
+
+
+def _read_small(path: Path, limit: int = 4096) -> str | None:
+    """A file the job could have written: None if missing, unreadable or over `limit` bytes
+    (a 10 GB status.json must not take the server's memory at a restart)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+        return data.decode() if len(data) <= limit else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _running(pid: int) -> bool:
+    """A process with this pid exists and is not a zombie."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # there, but not ours to look at
 
 
 def _start_time(pid: int) -> float | None:

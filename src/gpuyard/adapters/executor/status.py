@@ -35,7 +35,7 @@ def parse_status(text: str, started_at: float | None, now: float) -> ExitStatus 
     """The status a supervisor recorded, checked and clamped; None if it is not one."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: `[[[[...` deeper than Python goes
         return None
     if not isinstance(data, dict):
         return None
