@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
+import pytest
 from tests.fakeframeworks import write_fake_torch
 
 import gpuyard.doctor.probes.frameworks
@@ -36,6 +38,8 @@ def test_the_probe_reports_a_cuda_build_as_its_interpreter_sees_it(tmp_path: Pat
     assert (tf.name, tf.installed, jax.name, jax.installed) == ("tensorflow", False, "jax", False)
 
 
+# torch is in the test extra; a venv without it skips this, as test_gpu_mem_hook.py does.
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_the_probe_reports_the_real_cpu_torch_of_this_venv():
     torch = probe_python(sys.executable, env=_env()).frameworks[0]
     assert torch.installed and torch.error is None
