@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # a Ray node imports this module in the job's start: no more 
 
 LAUNCH_FILE = "launch.json"
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+_MAX_LAUNCH_FILE = 64 << 20  # read back at most this much (the job may have grown the file)
 MARKER_VAR = "GPUYARD_LAUNCH_ID"
 
 
@@ -112,8 +113,9 @@ def read_facts(jobdir: Path) -> LaunchFacts:
     widens the search beyond the supervisor's session, a bad signal falls back to SIGTERM and
     a bad uid to the server's own."""
     try:
-        data = json.loads((jobdir / LAUNCH_FILE).read_text())
-    except (OSError, ValueError):
+        with open(jobdir / LAUNCH_FILE, "rb") as f:
+            data = json.loads(f.read(_MAX_LAUNCH_FILE + 1)[:_MAX_LAUNCH_FILE])
+    except (OSError, ValueError, RecursionError):  # cut short, or garbage: defaults
         return LaunchFacts()
     if not isinstance(data, dict):
         return LaunchFacts()
