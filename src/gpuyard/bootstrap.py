@@ -182,10 +182,11 @@ def build_server(settings: Settings) -> ServerFacade:
     core, telemetry, the API's token."""
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"))
+    # Locked before its migrations run: a second server must not upgrade the schema under
+    # a running one.
+    store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"), exclusive=True)
     closers: list[Callable[[], object]] = []
     try:
-        store.lock_exclusive()
         ray: RayParts | None = None
         if settings.backend == "ray":
             inventory, make_executor, ray = _ray_backend(settings)
