@@ -25,7 +25,7 @@ from gpuyard.schemas.v1 import (
     JobSubmitIn,
 )
 from gpuyard.services.jobs import DryRun, GpuHolding
-from gpuyard.services.telemetry import JobGpuStats
+from gpuyard.services.telemetry import GpuTelemetry, JobGpuStats
 
 # JobSpec fields the wire spells otherwise (units a person writes, a mapping): spec field ->
 # (JobSubmitIn field, parse). Every other spec field is read from the wire field of its name.
@@ -157,13 +157,24 @@ def gpu_to_wire(
         jobs=[j.id for j in holding.jobs],
         shared_free_mib=holding.shared_free_mib,
     )
-    if live is None:
-        return out
+    if live is not None:
+        _add_telemetry(out, live, sampled_at, holders, owner_of)
+    return out
+
+
+def _add_telemetry(
+    out: GpuOut,
+    live: GpuTelemetry,
+    sampled_at: float,
+    holders: set[int],
+    owner_of: Callable[[int], str | None],
+) -> None:
+    """The GPU's last sample (an error alone when it could not be read) and its processes."""
     r = live.reading
     out.sampled_at = _iso(sampled_at)
     out.error = r.error
     if r.error is not None:
-        return out
+        return
     out.util_pct, out.memory_util_pct = r.util_pct, r.memory_util_pct
     out.memory_used_mib, out.temperature_c = r.memory_used_mib, r.temperature_c
     out.power_w = None if r.power_w is None else round(r.power_w, 1)
@@ -183,7 +194,6 @@ def gpu_to_wire(
             )
             for p in live.processes
         ]
-    return out
 
 
 def _iso(ts: float | None) -> str | None:
