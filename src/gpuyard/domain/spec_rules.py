@@ -53,6 +53,9 @@ class SpecDraft:
     nodes: int = 1
 
 
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+
+
 def decide_spec(draft: SpecDraft, *, default_workdir: str) -> JobSpec:
     """The valid JobSpec for `draft`, defaults decided; raises InvalidRequest naming the field.
 
@@ -69,9 +72,6 @@ def decide_spec(draft: SpecDraft, *, default_workdir: str) -> JobSpec:
     spec = JobSpec(**{f: decided.get(f, getattr(draft, f)) for f in _SPEC_FIELDS})  # type: ignore[arg-type]
     check_shape(spec)
     return spec
-
-
-_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 
 
 def default_name(argv: tuple[str, ...] | list[str]) -> str:
