@@ -289,7 +289,7 @@ def _ray_backend(
         raise
 
     def make_executor(exits: ExitCallback) -> Executor:
-        return RayExecutor(  # type: ignore[no-any-return]
+        return RayExecutor(
             connection, settings.state_dir / "jobs", exits, watch.node_ids,
             grace_s=settings.kill_grace_s,
         )  # fmt: skip
