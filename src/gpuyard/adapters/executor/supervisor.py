@@ -258,7 +258,7 @@ def _report(fd: int | None, line: str) -> None:
         pass  # the actor is gone: nobody to tell
 
 
-def _supervise(plan: dict, jobdir: str) -> int:  # type: ignore[type-arg]
+def _supervise(plan: dict) -> int:  # type: ignore[type-arg]
     """Run the job to its end; its exit code (negative: the signal that killed it)."""
     global _job_pgid
     if plan.get("log_path"):
@@ -313,7 +313,7 @@ def main() -> None:
     _write_pid(os.path.join(jobdir, "supervisor.pid"))
     _report(report_fd, f"pid {os.getpid()}")
     try:
-        code = _supervise(plan, jobdir)
+        code = _supervise(plan)
     except BaseException:
         _reap_leftovers()  # a bug here must not leave the job running unsupervised
         raise
