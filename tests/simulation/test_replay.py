@@ -1,8 +1,8 @@
 """Replay and `gpuyard simulate`: the fifo model check, simulator invariants, metrics, the CLI.
 
-The Philly traces live beside the repository (`../shared/traces`); tests that need them skip,
-saying so, where the repository was cloned alone, and fail when `CI` is set: there the model
-check must run (a skip would let it pass without ever checking).
+The Philly trace is kept in the repository (`tests/data/traces`, with its attribution), so the
+model check runs on every clone; were it missing, its tests skip, saying so, and fail when `CI`
+is set: there the model check must run (a skip would let it pass without ever checking).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from gpuyard.simulation.metrics import jain_index, percentile
 from gpuyard.simulation.replay import simulate
 from gpuyard.simulation.trace import TraceJob, load_trace
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"  # vendored: see its README
 PHILLY = TRACES / "philly_14237.csv"
 
 
@@ -38,7 +38,7 @@ def require_philly(path: Path = PHILLY) -> None:
     """Skip without the trace, except under CI, where its absence is a failure."""
     if path.exists():
         return
-    why = f"Philly trace not found at {path} (../shared/traces)"
+    why = f"Philly trace not found at {path} (tests/data/traces)"
     if in_ci():
         pytest.fail(f"{why}; CI is set, so the model check must run: provide the traces",
                     pytrace=False)  # fmt: skip
