@@ -81,8 +81,30 @@ class Client:
         result: JobDict = self._json("POST", "/api/v1/jobs/dry-run", body)
         return result
 
-    def jobs(self, *, all: bool = False) -> list[JobDict]:
-        result: list[JobDict] = self._json("GET", "/api/v1/jobs" + ("?all=true" if all else ""))
+    def jobs(
+        self,
+        *,
+        all: bool = False,
+        limit: int | None = None,
+        before_id: int | None = None,
+        since: float | None = None,
+        states: Sequence[str] = (),
+        user: str | None = None,
+        name: str | None = None,
+    ) -> list[JobDict]:
+        """Pending and running jobs; with `all`, a page of history too: the newest `limit`
+        jobs (older than `before_id`), in id order. Filters: submitted at or after `since`
+        (Unix time), in one of `states`, owned by `user`, named `name`."""
+        from urllib.parse import urlencode
+
+        query: list[tuple[str, Any]] = [("all", "true")] if all else []
+        for key, value in (("limit", limit), ("before_id", before_id), ("since", since),
+                           ("user", user), ("name", name)):  # fmt: skip
+            if value is not None:
+                query.append((key, value))
+        query += [("state", state) for state in states]
+        path = "/api/v1/jobs" + (f"?{urlencode(query)}" if query else "")
+        result: list[JobDict] = self._json("GET", path)
         return result
 
     def job(self, job_id: int) -> JobDict:

@@ -6,6 +6,7 @@ bodies are `cli/commands.py`'s, shared by both paths.
 """
 
 import sys
+import time
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -109,9 +110,47 @@ def _exit(code: int) -> None:
 def queue_cmd(
     all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
     json_out: JsonOpt = False,
+    limit: Annotated[
+        int | None, typer.Option(min=1, max=10_000, help="at most N jobs (the newest)")
+    ] = None,
+    before: Annotated[
+        int | None, typer.Option(min=1, metavar="ID", help="only jobs older than job ID")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(metavar="WHEN", help="submitted since: 2h, 3d (ago) or 2026-11-30[T12:00]"),
+    ] = None,
+    state: Annotated[
+        list[str] | None, typer.Option("--state", "-t", help="only this state (repeat for more)")
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="only this user's")] = None,
+    name: Annotated[str | None, typer.Option(help="only jobs of this name")] = None,
 ) -> None:
-    """Pending and running jobs, with the reason a pending job waits."""
-    _exit(commands.queue(all, json_out))
+    """Pending and running jobs, with the reason a pending job waits; with --all, history too
+    (newest first pages: --limit, then --before the oldest id shown)."""
+    page = commands.HistoryPage(
+        limit, before, _since(since) if since else None,
+        tuple(s.upper() for s in state or ()), user, name,
+    )  # fmt: skip
+    _exit(commands.queue(all, json_out, page))
+
+
+def _since(text: str) -> float:
+    """`2h`/`3d` ago, or a date (and time) in the local time zone, as Unix time."""
+    import datetime
+
+    from gpuyard.domain.units import parse_duration_s
+
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        pass
+    try:
+        return time.time() - parse_duration_s(text, field="since")
+    except GpuyardError:
+        raise typer.BadParameter(
+            f"{text!r}: use a duration ago (30m, 2h, 3d) or a date (2026-11-30[T12:00])"
+        ) from None
 
 
 @app.command("ps", hidden=True)

@@ -83,16 +83,38 @@ def submit(opts: SubmitOptions) -> int:
     return 0
 
 
-def queue(all: bool, json_out: bool) -> int:
-    """Pending and running jobs (and finished ones with `all`)."""
-    jobs = client().jobs(all=all)
+def queue(all: bool, json_out: bool, page: HistoryPage | None = None) -> int:
+    """Pending and running jobs (and a page of finished ones with `all`), maybe filtered."""
+    page = page or HistoryPage()
+    jobs = client().jobs(
+        all=all, limit=page.limit, before_id=page.before_id, since=page.since,
+        states=page.states, user=page.user, name=page.name,
+    )  # fmt: skip
     if json_out:
         print_json(jobs)
         return 0
     from gpuyard.cli.render import queue_rows
 
     sys.stdout.write(queue_rows(jobs) + "\n")
+    if all and page.limit is not None and len(jobs) >= page.limit and jobs:
+        sys.stderr.write(f"gpuyard: more: add --before {jobs[0]['id']} for older jobs\n")
     return 0
+
+
+class HistoryPage:
+    """`queue`'s filters and page of history (None: not given)."""
+
+    def __init__(
+        self,
+        limit: int | None = None,
+        before_id: int | None = None,
+        since: float | None = None,
+        states: tuple[str, ...] = (),
+        user: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.limit, self.before_id, self.since = limit, before_id, since
+        self.states, self.user, self.name = states, user, name
 
 
 def show(job_id: int, json_out: bool) -> int:
