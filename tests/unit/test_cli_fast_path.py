@@ -48,8 +48,9 @@ def fast_reads(args: list[str]) -> dict[str, Any] | None:
         (opts,) = arguments
         values = {name: getattr(opts, name) for name in SUBMIT_FIELDS}
         return values
-    if body is commands.queue:
-        return {"all": arguments[0], "json_out": arguments[1]}
+    if body is commands.queue:  # history filters are left to typer: none given here
+        unset = dict.fromkeys(("limit", "before", "since", "state", "user", "name"))
+        return {"all": arguments[0], "json_out": arguments[1], **unset}
     if body is commands.show:
         return {"job_id": arguments[0], "json_out": arguments[1]}
     assert body is commands.cancel
