@@ -49,8 +49,8 @@ def fast_reads(args: list[str]) -> dict[str, Any] | None:
         values = {name: getattr(opts, name) for name in SUBMIT_FIELDS}
         return values
     if body is commands.queue:  # history filters are left to typer: none given here
-        unset = dict.fromkeys(("limit", "before", "since", "state", "user", "name"))
-        return {"all": arguments[0], "json_out": arguments[1], **unset}
+        unset = dict.fromkeys(("limit", "before", "since", "user", "name"))
+        return {"all": arguments[0], "json_out": arguments[1], "state": [], **unset}
     if body is commands.show:
         return {"job_id": arguments[0], "json_out": arguments[1]}
     assert body is commands.cancel
