@@ -135,6 +135,9 @@ def queue_cmd(
     _exit(commands.queue(all, json_out, page))
 
 
+app.command("ps", hidden=True, help="Alias of `queue`.")(queue_cmd)
+
+
 def _since(text: str) -> float:
     """`2h`/`3d` ago, or a date (and time) in the local time zone, as Unix time."""
     import datetime
@@ -151,15 +154,6 @@ def _since(text: str) -> float:
         raise typer.BadParameter(
             f"{text!r}: use a duration ago (30m, 2h, 3d) or a date (2026-11-30[T12:00])"
         ) from None
-
-
-@app.command("ps", hidden=True)
-def ps_cmd(
-    all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Alias of `queue`."""
-    queue_cmd(all=all, json_out=json_out)
 
 
 @app.command()
