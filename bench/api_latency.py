@@ -99,8 +99,10 @@ def measure(
     rng = random.Random(2)
     workdir = str(server.workdir)
 
+    readable = list(range(1, GPUS + 1)) if args.no_estimates else pending_ids
+
     def read(api: Api) -> None:
-        api.json("GET", f"/api/v1/jobs/{rng.choice(pending_ids)}")
+        api.json("GET", f"/api/v1/jobs/{rng.choice(readable)}")
 
     def submit(api: Api) -> None:
         api.submit(["true"], 1, workdir)
@@ -108,8 +110,9 @@ def measure(
     def listing(api: Api) -> None:
         api.raw("GET", "/api/v1/jobs")
 
-    plans = {"get": (1 / args.reads_per_s, read), "submit": (1 / args.submits_per_s, submit),
-             "list": (args.list_every_s, listing)}  # fmt: skip
+    plans = {"get": (1 / args.reads_per_s, read), "submit": (1 / args.submits_per_s, submit)}
+    if args.list_every_s > 0:
+        plans["list"] = (args.list_every_s, listing)
     results: dict[str, list[float]] = {}
 
     def run(name: str) -> None:
@@ -151,11 +154,17 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=30.0)
     parser.add_argument("--reads-per-s", type=float, default=50.0)
     parser.add_argument("--submits-per-s", type=float, default=20.0)
-    parser.add_argument("--list-every-s", type=float, default=5.0)
+    parser.add_argument("--list-every-s", type=float, default=5.0, help="0: no dashboard")
+    parser.add_argument("--keep", action="store_true", help="keep the state dir and server log")
+    parser.add_argument(
+        "--no-estimates",
+        action="store_true",
+        help="read running jobs only: no projection is ever made (a floor)",
+    )
     args = parser.parse_args()
     result: dict[str, Any] = {"benchmark": "api_latency", "pending": args.pending, "gpus": GPUS}
     result.update(machine_info())
-    with LocalServer(GPUS, cpus=64) as server:
+    with LocalServer(GPUS, cpus=64, keep=args.keep) as server:
         occupy(server)
         t0 = time.perf_counter()
         ids = fill(server, args.pending, args.clients)

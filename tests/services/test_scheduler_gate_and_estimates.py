@@ -23,11 +23,14 @@ LIVE_POLICIES = ["fifo", "backfill", "fairshare", "las", "default"]
 class Rig:
     """A LiveScheduler driven as the controller drives it, on `gpus` declared GPUs."""
 
-    def __init__(self, policy: str, gpus: int = 1) -> None:
+    def __init__(self, policy: str, gpus: int = 1, in_process: bool = False) -> None:
         self.now = 100.0
         listed = tuple(Gpu(i, f"GPU-{i}", "declared", None, False) for i in range(gpus))
         inventory = Inventory(listed, NodeCapacity("n", 64, 1 << 20), "declared")
-        self.scheduler = LiveScheduler(make_policy(policy, for_server=True), inventory, self.clock)
+        self.scheduler = LiveScheduler(
+            make_policy(policy, for_server=True), inventory, self.clock,
+            estimates_in_process=in_process,
+        )  # fmt: skip
         self.records: dict[int, Job] = {}
 
     def clock(self) -> float:
@@ -171,7 +174,7 @@ def test_estimates_from_the_mirror_equal_a_projection_of_a_copy_of_the_live_poli
 def test_a_mirror_that_decides_otherwise_is_rebuilt_from_the_live_policy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rig = Rig("default", gpus=4)
+    rig = Rig("default", gpus=4, in_process=True)  # the patch below is this process's
     _busy_history(rig, seed=5)
     from gpuyard.services.policy_feed import PolicyFeed
 

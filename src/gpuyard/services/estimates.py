@@ -1,22 +1,27 @@
-"""Estimated start times (`queue`, `show`) and dry runs, without ever stalling a pass.
+"""Estimated start times (`queue`, `show`) and dry runs, without ever stalling a pass or the API.
 
 A projection runs a copy of the policy forward (`scheduling/projection.py`). Copying a policy
-with 10,000 pending jobs takes 40-700 ms, too long to hold the scheduler's lock for. So the
-estimator keeps a *mirror*: its own `PolicyFeed`, fed the ops every pass records (one batch per
-pass, handed over through a deque), replayed on the estimator's side; the copy for a projection
-is made from the mirror under the estimator's own lock, which no pass takes. The mirror is
-built once, when the scheduler is created (an empty policy: microseconds); if it ever decides
-otherwise than the live pass did, it is rebuilt from a copy of the live state (`resync`: the
-one copy made under the scheduler's lock; counted in `resyncs`, expected never).
+with 10,000 pending jobs takes 40-700 ms, too long to hold the scheduler's lock for, and the
+projection itself is hundreds of milliseconds of Python that would starve the event loop of the
+GIL. So the estimator keeps a *mirror*: a `PolicyFeed` fed the ops every pass records (one batch
+per pass, handed over through a deque, no lock), in a worker process of its own
+(`estimate_worker.py`), which replays them, copies and projects on another core. The mirror
+starts from the live world as it was when the scheduler was created (empty: cheap); if it ever
+decides otherwise than the live pass did, or its process dies, it is rebuilt from a copy of the
+live world (`resync`: the one copy made under the scheduler's lock; counted in `resyncs`,
+expected never). Lock order: the estimator's lock, then the scheduler's; a pass takes only the
+scheduler's.
 
 Serving: the last estimates are served while they are current (no pass since) or recent
 (`FRESH_S`) and cover the wanted jobs; else a cheap projection is made at once, and an
 expensive one is served stale while a background thread makes the next, at most one at a time
-and never more often than every `REFRESH_FACTOR` times its own duration.
+and never more often than every `REFRESH_FACTOR` times its own duration. A dry run waits for a
+projection in progress (one mirror, one request at a time).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import threading
@@ -24,13 +29,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.scheduling.cluster import ClusterState
-from gpuyard.scheduling.policy import Policy, SchedJob
-from gpuyard.scheduling.projection import Projection, project_starts
-from gpuyard.services.policy_feed import Op, PolicyFeed, sched_job
+from gpuyard.scheduling.projection import Projection
+from gpuyard.services.estimate_worker import MirrorEngine, WorkerProcess
+from gpuyard.services.policy_feed import Op, PolicyFeed
 
 log = logging.getLogger(__name__)
 
@@ -60,23 +65,34 @@ class _Estimates:
     took_s: float
 
 
-World = tuple[Policy, ClusterState, dict[int, SchedJob], dict[int, SchedJob]]
-
-
 def copy_world(feed: PolicyFeed) -> bytes:
     """The policy's world as bytes (pickle keeps shared jobs shared; 5x faster than deepcopy)."""
     return pickle.dumps((feed.policy, feed.cluster, feed.jobs, feed.parked), protocol=5)
 
 
-def feed_from(data: bytes) -> PolicyFeed:
-    policy, cluster, jobs, parked = pickle.loads(data)
-    feed = PolicyFeed(policy, cluster, record=False)
-    feed.jobs, feed.parked = jobs, parked
-    return feed
+class _InProcess:
+    """The mirror in the server's own process: when no worker process can be started (and for
+    tests that patch the mirror)."""
+
+    def __init__(self) -> None:
+        self._engine = MirrorEngine()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self._engine.handle(message)
+
+    def ask(self, message: tuple[Any, ...]) -> Any:
+        return self._engine.handle(message)
+
+    def close(self) -> None:
+        pass
+
+
+_Mirror = WorkerProcess | _InProcess
+_SHIP_BATCHES = 500  # passes per message to the mirror (bounds one pickling's GIL hold)
 
 
 class Estimator:
-    """Projected starts and dry runs from a mirror of the live policy."""
+    """Projected starts and dry runs from a mirror of the live policy (in a worker process)."""
 
     def __init__(
         self,
@@ -84,80 +100,113 @@ class Estimator:
         live_generation: Callable[[], int],
         live_assigned: Callable[[], frozenset[int]],
         resync: Callable[[], tuple[bytes, int]],
+        *,
+        in_process: bool = False,
     ) -> None:
         self._clock = clock
         self._live_generation = live_generation  # lock-free reads of the last pass
         self._live_assigned = live_assigned  # chosen by the policy, not launched yet
         self._resync_from_live = resync  # a copy of the live world, taken under its lock
-        self._batches: deque[Batch] = deque()  # appended by passes, taken by the mirror
+        self._in_process = in_process
+        self._batches: deque[Batch] = deque()  # appended by passes, shipped to the mirror
         self._lock = threading.Lock()  # the mirror; never taken by a pass
-        self._mirror: PolicyFeed | None = None
-        self._generation = 0
+        self._initial: bytes | None = None  # the world before the first batch
+        self._mirror: _Mirror | None = None
         self._estimates: _Estimates | None = None
         self._refreshing = False
         self._catching_up = False
         self.resyncs = 0
 
     def start_mirror(self, feed: PolicyFeed) -> None:
-        """Build the mirror from the live feed, before any pass (it is empty: cheap). A policy
-        that cannot be copied gets no mirror: estimates then fail as a copy would have."""
+        """Remember the live world before any pass (empty: cheap) as the mirror's start. A
+        policy that cannot be copied gets no mirror: estimates then fail as a copy would."""
         try:
-            self._mirror = feed_from(copy_world(feed))
+            self._initial = copy_world(feed)
         except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
             log.warning("policy %r cannot be copied: no estimated start times", feed.policy)
 
+    def close(self) -> None:
+        with self._lock:
+            if self._mirror is not None:
+                self._mirror.close()
+                self._mirror = None
+
     # -- the pass's side (under the scheduler's lock) ----------------------------------------
     def record(self, batch: Batch) -> None:
-        """A pass's ops, for the mirror. Cheap: the replay happens on the estimator's side."""
-        if self._mirror is None:
+        """A pass's ops, for the mirror. Cheap: shipping and replaying happen elsewhere."""
+        if self._initial is None and self._mirror is None:
             return  # no mirror: a resync would copy the live world whole anyway
         self._batches.append(batch)
         if len(self._batches) > CATCH_UP_BATCHES and not self._catching_up:
             self._catching_up = True
             threading.Thread(target=self._catch_up, daemon=True, name="gpuyard-mirror").start()
 
-    # -- the mirror ------------------------------------------------------------------------
-    def _catch_up(self) -> None:
-        try:
-            with self._lock:
-                self._sync()
-        finally:
-            self._catching_up = False
-
-    def _sync(self) -> PolicyFeed:
-        """Bring the mirror up to the last pass (estimator lock held)."""
-        mirror = self._mirror
-        batches = self._batches
-        while batches and mirror is not None:
-            batch = batches.popleft()
-            if not mirror.replay(batch.ops):
-                log.warning("estimates: the mirror decided otherwise at pass %d", batch.generation)
-                mirror = None
-                break
-            self._generation = batch.generation
-        if mirror is None:
-            data, self._generation = self._resync_from_live()
-            mirror = feed_from(data)
-            self.resyncs += 1
-        self._mirror = mirror
-        return mirror
-
     def drop_batches(self) -> None:
         """The live world was just copied (scheduler lock held): earlier batches are in it."""
         self._batches.clear()
 
-    def _copy(self) -> tuple[Policy, ClusterState, list[SchedJob], frozenset[int], int]:
-        """A private copy of the mirror, as of the last pass, to run forward."""
+    # -- the mirror (estimator lock held) -----------------------------------------------------
+    def _catch_up(self) -> None:
+        try:
+            with self._lock:
+                self._ship()
+        finally:
+            self._catching_up = False
+
+    def _open(self) -> _Mirror:
+        if self._mirror is None:
+            mirror: _Mirror = _InProcess()
+            if not self._in_process:
+                try:
+                    mirror = WorkerProcess()
+                except OSError as error:
+                    log.warning("estimates: no worker process (%s); projecting in-process", error)
+            self._mirror = mirror
+            if self._initial is not None:
+                mirror.send(("init", self._initial, 0))
+                self._initial = None
+            else:
+                self._resync(mirror)
+        return self._mirror
+
+    def _ship(self) -> _Mirror:
+        """Bring the mirror up to the last pass."""
+        mirror = self._open()
+        batches = self._batches
+        while batches:
+            chunk = [batches.popleft() for _ in range(min(len(batches), _SHIP_BATCHES))]
+            mirror.send(("ops", [(batch.generation, batch.ops) for batch in chunk]))
+        return mirror
+
+    def _resync(self, mirror: _Mirror) -> None:
+        data, generation = self._resync_from_live()
+        mirror.send(("init", data, generation))
+        self.resyncs += 1
+
+    def _ask(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Ask the mirror, as of the last pass; rebuild it if it decided otherwise than the live
+        pass or its process died."""
         with self._lock:
-            mirror = self._sync()
-            running = [job for job in mirror.jobs.values() if job.running]
-            data = pickle.dumps((mirror.policy, mirror.cluster, running), protocol=5)
-            generation = self._generation
-        # Chosen jobs start now; read after the sync, so one chosen since is included too,
-        # and one launched since (running now, not asked about) is not.
-        assigned = self._live_assigned()
-        policy, cluster, running = pickle.loads(data)
-        return policy, cluster, running, assigned, generation
+            for attempt in (0, 1):
+                try:
+                    mirror = self._ship()
+                    answer: tuple[Any, ...] = mirror.ask(message)
+                except (OSError, EOFError) as error:
+                    log.warning("estimates: the worker process failed (%s); restarting", error)
+                    self._drop_mirror()
+                    continue
+                if answer[0] == "ok":
+                    return answer
+                log.warning("estimates: the mirror decided otherwise than the live pass")
+                if not attempt:
+                    self._resync(mirror)
+            raise RuntimeError("estimates: the mirror cannot follow the live policy")
+
+    def _drop_mirror(self) -> None:
+        if self._mirror is not None:
+            with contextlib.suppress(OSError):
+                self._mirror.close()
+        self._mirror = None  # the next `_open` resyncs from the live world
 
     # -- estimates -------------------------------------------------------------------------
     def estimated_starts(self, wanted: Collection[int] = ()) -> dict[int, float | None]:
@@ -192,24 +241,19 @@ class Estimator:
 
     def _project(self) -> dict[int, float | None]:
         began = time.monotonic()
-        policy, cluster, running, assigned, generation = self._copy()
         now = self._clock()
-        starts = project_starts(policy, cluster, running, now, budget_s=PROJECTION_BUDGET_S).starts
-        starts.update({job_id: now for job_id in assigned})
+        _, generation, starts = self._ask(("project", now, PROJECTION_BUDGET_S))
+        starts.update({job_id: now for job_id in self._live_assigned()})  # chosen: start now
         made = _Estimates(generation, starts, time.monotonic(), time.monotonic() - began)
         previous = self._estimates
         if previous is None or previous.generation <= generation:
             self._estimates = made
-        return starts
+        return dict(starts)
 
     def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> Projection:
         """When a job of `spec` submitted now would start (`starts[job_id]`; None: not within
         the projection, which says how far it got), as of the last pass."""
         now = self._clock()
-        probe = sched_job(Job(job_id, spec, owner, JobState.PENDING, submitted_at=now))
-        policy, cluster, running, _, _ = self._copy()
-        policy.submit(probe, now)
-        return project_starts(
-            policy, cluster, running, now, wanted={probe.id}, max_events=100_000,
-            budget_s=DRY_RUN_BUDGET_S,
-        )  # fmt: skip
+        probe = Job(job_id, spec, owner, JobState.PENDING, submitted_at=now)
+        projection: Projection = self._ask(("dry_run", probe, now, DRY_RUN_BUDGET_S))[2]
+        return projection

@@ -17,7 +17,7 @@ no lock shared with the pass); `decide()` runs on the controller thread under th
 lock (a `TimedLock`: its longest hold is a metric), applies the inbox and schedules. At the end
 of each pass it publishes a `PassView`, an immutable snapshot that `reason_for` and
 `shared_gpus` read without any lock (they are called on the event loop). Estimates work on a
-mirror of the policy that the estimator keeps on its own side: no copy under this lock.
+mirror of the policy that the estimator keeps in a worker process: no copy under this lock.
 """
 
 from __future__ import annotations
@@ -104,7 +104,16 @@ class PassView:
 class LiveScheduler:
     """One policy, the cluster it sees, and the physical GPUs behind it."""
 
-    def __init__(self, policy: Policy, inventory: Inventory, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        inventory: Inventory,
+        clock: Callable[[], float],
+        *,
+        estimates_in_process: bool = False,
+    ) -> None:
+        """`estimates_in_process`: keep the estimator's mirror in this process (tests that
+        patch it); by default it lives in a worker process, started at the first estimate."""
         self._clock = clock
         self.binding = GpuBinding(inventory)
         nodes = [
@@ -121,8 +130,9 @@ class LiveScheduler:
         self._wake_at: float | None = -math.inf  # the first pass runs whatever happened
         self._view = PassView()
         self.estimator = Estimator(
-            clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live
-        )
+            clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live,
+            in_process=estimates_in_process,
+        )  # fmt: skip
         self.estimator.start_mirror(self._feed)
 
     @property
