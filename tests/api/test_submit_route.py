@@ -26,10 +26,11 @@ def _cases(workdir: str) -> list[tuple[str, bytes, dict[str, str]]]:
     def body(**fields: Any) -> bytes:
         return json.dumps({"command": ["true"], "workdir": workdir, **fields}).encode()
 
+    every = body(name="n", gpus=1, cpus=2, mem="1G", time_limit="1:00", priority=3,
+                 env={"A": "b"}, preemptible=False, nodes=1)  # fmt: skip
     return [
         ("good", good, JSON),
-        ("every field", body(name="n", gpus=1, cpus=2, mem="1G", time_limit="1:00", priority=3,
-                             env={"A": "b"}, preemptible=False, nodes=1), JSON),  # fmt: skip
+        ("every field", every, JSON),
         ("empty body", b"", JSON),
         ("empty, no type", b"", {}),
         ("no content type", good, {"Content-Type": ""}),
