@@ -16,6 +16,7 @@ from gpuyard.domain.units import format_size_mib
 from gpuyard.services.drains import DrainService
 from gpuyard.services.gpu_mem import PeakHistory
 from gpuyard.services.idle import IdleWatch
+from gpuyard.services.insert_batch import InsertBatcher
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import jobs_by_gpu
 from gpuyard.services.journal import Journal
@@ -97,6 +98,7 @@ class JobService:
         self.journal = journal
         self.book = journal.book
         self.store = store
+        self._inserts = InsertBatcher(store)  # the event loop's submits, one write per turn
         self.scheduler = scheduler
         self._drains = drains
         self._stops = stops
@@ -125,7 +127,7 @@ class JobService:
         if not self._workdir_seen_recently(spec.workdir):
             await asyncio.to_thread(self._check_workdir, spec)
         job = self._new_job(spec, actor)
-        await asyncio.wrap_future(self.store.write_future([job], []))
+        await self._inserts.insert(job)
         return self._queue(job)
 
     def _new_job(self, spec: JobSpec, actor: Principal) -> Job:
