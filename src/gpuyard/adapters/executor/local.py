@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from gpuyard.adapters.executor import tree
+from gpuyard.adapters.executor.forkserver import ForkServer
 from gpuyard.adapters.executor.launch_file import (
     LAUNCH_FILE,
     launch_instructions,
@@ -65,6 +66,14 @@ class _Watched:
     forced: ExitStatus | None = field(default=None)  # set once the executor killed it
 
 
+@dataclass(frozen=True)
+class _Forked:
+    """A supervisor the fork server started (not our child: the fork server knows its exit)."""
+
+    pid: int
+    forks: ForkServer
+
+
 class LocalExecutor:
     """Implements the Executor port with local supervised process trees."""
 
@@ -84,7 +93,9 @@ class LocalExecutor:
         self._on_exit = on_exit
         self._grace_s = grace_s
         self._margin_s = guard_margin_s
-        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._children: dict[int, subprocess.Popen[bytes] | _Forked] = {}
+        self._forks: ForkServer | None = None  # started at the first launch
+        self._forks_lock = threading.Lock()
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -109,10 +120,9 @@ class LocalExecutor:
         for stale in ("status.json", "supervisor.pid"):  # an earlier run's (preempted, requeued)
             (jobdir / stale).unlink(missing_ok=True)
         write_launch_file(jobdir, launch_instructions(plan, jobdir, self._grace_s, new_marker()))
-        command = [sys.executable, "-I", "-S", self._supervisor, str(jobdir)]
         for attempt in range(_LAUNCH_TRIES):
             try:
-                proc = self._start(command, plan.log_path)
+                child = self._spawn(jobdir, plan.log_path)
                 break
             except OSError as exc:
                 if exc.errno not in _TRANSIENT or attempt == _LAUNCH_TRIES - 1:
@@ -120,8 +130,29 @@ class LocalExecutor:
                 log.warning("job %s: launch failed (%s), retrying", job.id, exc.strerror)
                 time.sleep(_LAUNCH_BACKOFF_S * 2**attempt)
         with self._lock:
-            self._children[job.id] = proc
-        return Launched(proc.pid, _start_time(proc.pid) or 0.0)
+            self._children[job.id] = child
+        return Launched(child.pid, _start_time(child.pid) or 0.0)
+
+    def _spawn(self, jobdir: Path, log_path: str) -> subprocess.Popen[bytes] | _Forked:
+        """A supervisor from the fork server (`forkserver.py`); one started on its own when
+        no fork server can be started."""
+        forks = self._fork_server()
+        if forks is None:
+            command = [sys.executable, "-I", "-S", self._supervisor, str(jobdir)]
+            return self._start(command, log_path)
+        return _Forked(forks.spawn(jobdir, log_path), forks)
+
+    def _fork_server(self) -> ForkServer | None:
+        with self._forks_lock:
+            if self._forks is None or not self._forks.alive:
+                if self._forks is not None:
+                    self._forks.close()
+                try:
+                    self._forks = ForkServer(self._supervisor, self._jobs_dir, _SUPERVISOR_ENV)
+                except OSError as exc:
+                    log.warning("no supervisor fork server (%s): starting each on its own", exc)
+                    self._forks = None
+            return self._forks
 
     def _start(self, command: list[str], log_path: str) -> subprocess.Popen[bytes]:
         # The log is the supervisor's stdout from the first instruction, so even a supervisor
@@ -174,7 +205,10 @@ class LocalExecutor:
                 return False
             if started_at:
                 return bool(abs(proc.create_time() - started_at) < _START_TIME_TOLERANCE_S)
-            return str(self.job_dir(job_id)) in proc.cmdline()
+            # Started on its own: its command line names its folder; forked by the fork
+            # server: its working directory is its folder.
+            jobdir = str(self.job_dir(job_id))
+            return jobdir in proc.cmdline() or proc.cwd() == jobdir
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
 
@@ -248,17 +282,16 @@ class LocalExecutor:
         job's processes are found and ended."""
         job = watched.job
         with self._lock:
-            proc = self._children.pop(job.id, None)
+            child = self._children.pop(job.id, None)
             self._stops.pop(job.id, None)
-        if proc is not None:
-            proc.wait()  # reap our own child so no zombie is left
+        code = _exit_code(child)
         if watched.pidfd >= 0:
             os.close(watched.pidfd)
         # A supervisor that did not exit 0 did not finish: whatever status.json says was not
         # written by it (or not at its end), so it is not believed.
-        finished = proc is None or proc.returncode == 0
+        finished = code is None or code == 0
         status = self._read_status(job) if finished and not watched.forced else None
-        if status is not None and proc is not None:
+        if status is not None and code is not None:
             self._tell(job.id, status)
             return
         # Lost, forced, or an adopted supervisor (not our child, its exit code out of reach:
@@ -320,6 +353,19 @@ class LocalExecutor:
         self._closed = True
         os.write(self._wake_w, b"x")
         self._thread.join(timeout=5)
+        with self._forks_lock:
+            if self._forks is not None:
+                self._forks.close()  # the supervisors it forked run on
+
+
+def _exit_code(child: subprocess.Popen[bytes] | _Forked | None) -> int | None:
+    """An ended supervisor's exit code; None when out of reach (adopted after a restart, or
+    its fork server gone). Our own child is reaped here, so no zombie is left."""
+    if child is None:
+        return None
+    if isinstance(child, _Forked):
+        return child.forks.exit_code(child.pid)
+    return child.wait()
 
 
 def _compile_supervisor(target: Path) -> str:

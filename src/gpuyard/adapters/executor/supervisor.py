@@ -27,6 +27,12 @@ share a Unix user, so the executor never takes the file on trust (see `status.py
 Start-up time is the job's submit-to-running latency, so it imports only built-in modules
 (`_signal`, not `signal`, which pulls in `enum`; `_json`'s scanner, not `json`, which pulls in
 `re`), runs from a compiled .pyc, and never lets `os.execvp` import `warnings`.
+
+Fork-server mode (`supervisor.py --serve JOBS_DIR`, see `forkserver.py`): one long-lived
+process started the same way, whose forks become supervisors at once (an interpreter start and
+the subreaper's `ctypes` paid once, not per job: ~8 ms of every start). Each fork leaves the
+server's session (`setsid`), so it outlives the fork server and the server alike, exactly as a
+supervisor started on its own does.
 """
 
 import _signal as signal  # type: ignore[import-not-found]
@@ -296,9 +302,8 @@ def _supervise(plan: dict) -> int:  # type: ignore[type-arg]
     return os.waitstatus_to_exitcode(status)
 
 
-def main() -> None:
+def main(jobdir: str) -> None:
     global _grace_s, _limit_s, _stop_signal
-    jobdir = sys.argv[1]
     plan = _read_launch(os.path.join(jobdir, "launch.json"))
     _grace_s = float(plan.get("grace_s", 10.0))
     _limit_s = float(plan.get("time_limit_s") or 0)
@@ -328,5 +333,102 @@ def main() -> None:
     _report(report_fd, f"exit {code} {_cause}")
 
 
+# -- fork-server mode --------------------------------------------------------------------------
+# Requests on stdin: JOBDIR NUL LOG_PATH NUL (no path holds a NUL). Answers on stdout, one line
+# each: "pid PID" or "error ERRNO" per request, in order; "exit PID CODE" when a supervisor
+# it forked ends (CODE as `os.waitstatus_to_exitcode`).
+
+
+def _serve() -> None:
+    """Fork a supervisor per request until stdin closes (the server went away)."""
+    import ctypes  # noqa: F401  (loaded here once: the subreaper's prctl in every fork)
+    import select
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, _ignore)  # a handler, so that SIGCHLD wakes the select
+    own = [0, 1, wake_r, wake_w]
+    pending = b""
+    while True:
+        ready = select.select([0, wake_r], [], [])[0]
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            _tell_exits()
+        if 0 in ready:
+            data = os.read(0, 65536)
+            if not data:
+                return  # the supervisors it forked run on, in their own sessions
+            pending += data
+            while pending.count(b"\0") >= 2:
+                jobdir, log_path, pending = pending.split(b"\0", 2)
+                _fork_one(os.fsdecode(jobdir), os.fsdecode(log_path), own)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    pass
+
+
+def _fork_one(jobdir: str, log_path: str, own: list[int]) -> None:
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        _tell(f"error {exc.errno}")
+        return
+    if pid == 0:
+        _become_supervisor(jobdir, log_path, own)
+    _tell(f"pid {pid}")
+
+
+def _tell(line: str) -> None:
+    try:
+        os.write(1, f"{line}\n".encode())
+    except OSError:
+        os._exit(0)  # the server is gone: so is the reason to fork
+
+
+def _tell_exits() -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _tell(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
+
+
+def _become_supervisor(jobdir: str, log_path: str, own: list[int]) -> None:
+    """In the fork: what `python -I -S supervisor.py JOBDIR` with its output to the log would
+    be, in a session of its own. Its working directory is its job's folder: its command line is
+    the fork server's, so that is how the executor recognises it."""
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        for fd in {null, log, *own} - {0, 1, 2}:
+            os.close(fd)
+        os.chdir(jobdir)
+        main(jobdir)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--serve":
+        _serve()
+    else:
+        main(sys.argv[1])
