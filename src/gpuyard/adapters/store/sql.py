@@ -18,7 +18,6 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    update,
 )
 
 from gpuyard.adapters.store.codec import job_to_row, row_to_job
@@ -49,6 +48,7 @@ class SqlJobStore:
         _migrate(self._engine)
         self._conn: Connection | None = None  # used by the writer thread only
         self._insert_sql = _compiled_insert(self._engine)
+        self._update_sql = _compiled_update(self._engine)
         self._writer: GroupCommitWriter[_Batch] = GroupCommitWriter(self._commit_batch)
 
     def lock_exclusive(self) -> None:
@@ -179,12 +179,13 @@ class SqlJobStore:
 
     def _commit_batch(self, batch: Sequence[_Batch]) -> None:
         """One transaction for the whole batch, on the writer thread's own connection."""
-        rows = [job_to_row(job) for inserts, _ in batch for job in inserts]
+        inserts = [_values(job) for inserts, _ in batch for job in inserts]
+        updates = [(*_values(job), job.id, job.version - 1) for _, ups in batch for job in ups]
         if self._conn is None:
             self._conn = self._engine.connect()
         conn = self._conn
         try:
-            self._commit_on(conn, batch, rows)
+            self._commit_on(conn, inserts, updates)
         except Exception:
             # A broken connection (database restarted, network blip) must not break every
             # later write: start the next batch on a fresh one.
@@ -193,23 +194,42 @@ class SqlJobStore:
             raise
 
     def _commit_on(
-        self, conn: Connection, batch: Sequence[_Batch], rows: list[dict[str, Any]]
+        self, conn: Connection, inserts: list[tuple[Any, ...]], updates: list[tuple[Any, ...]]
     ) -> None:
-        with conn.begin():
-            if rows:
-                # The hot path of every submit: the insert is compiled once, not per batch.
-                values = [tuple(row[c] for c in _COLUMNS) for row in rows]
-                conn.exec_driver_sql(self._insert_sql, values)
-            for _, updates in batch:
-                for job in updates:
-                    row = job_to_row(job)
-                    result = conn.execute(
-                        update(jobs)
-                        .where(jobs.c.id == job.id, jobs.c.version == job.version - 1)
-                        .values(**row)
-                    )
-                    if result.rowcount != 1:
-                        raise Conflict(f"job {job.id} changed meanwhile; try again")
+        """The hot path of every submit and every start, on the driver's own connection with
+        statements built once (through SQLAlchemy's execute, a batch of a few rows spent more
+        time in its transaction and statement machinery than in SQLite)."""
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        cursor = raw.cursor()
+        sqlite = self._engine.dialect.name == "sqlite"
+        try:
+            if sqlite:  # autocommit driver mode (see `_make_engine`): the transaction is ours
+                cursor.execute("BEGIN IMMEDIATE")
+            if inserts:
+                cursor.executemany(self._insert_sql, inserts)
+            for params in updates:
+                cursor.execute(self._update_sql, params)
+                if cursor.rowcount != 1:
+                    raise Conflict(f"job {params[-2]} changed meanwhile; try again")
+            if sqlite:
+                cursor.execute("COMMIT")  # synchronous=FULL: on disk when this returns
+            else:
+                raw.commit()
+        except BaseException:
+            if sqlite:
+                if raw.in_transaction:
+                    cursor.execute("ROLLBACK")
+            else:
+                raw.rollback()
+            raise
+        finally:
+            cursor.close()
+
+
+def _values(job: Job) -> tuple[Any, ...]:
+    row = job_to_row(job)
+    return tuple(row[c] for c in _COLUMNS)
 
 
 # Below this many jobs submitted since a time, a page looks them up by id rather than walking
@@ -226,11 +246,22 @@ def _since_ids(conn: Connection, since: float) -> list[int] | None:
 
 def _compiled_insert(engine: Engine) -> str:
     """The INSERT in the driver's own positional form, columns in `_COLUMNS` order."""
-    names = _COLUMNS
+    marks = _marks(engine, len(_COLUMNS))
+    return f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join(marks)})"
+
+
+def _compiled_update(engine: Engine) -> str:
+    """The UPDATE of a whole row, positional: every column in `_COLUMNS` order, then the id
+    and the version it must still have (optimistic: a row changed meanwhile is not updated)."""
+    marks = _marks(engine, len(_COLUMNS) + 2)
+    sets = ", ".join(f"{c} = {m}" for c, m in zip(_COLUMNS, marks, strict=False))
+    return f"UPDATE jobs SET {sets} WHERE id = {marks[-2]} AND version = {marks[-1]}"
+
+
+def _marks(engine: Engine, count: int) -> list[str]:
     style = engine.dialect.paramstyle
     mark = {"qmark": "?", "format": "%s", "pyformat": "%s", "numeric": ":{}"}[style]
-    marks = ", ".join(mark.format(i + 1) for i in range(len(names)))
-    return f"INSERT INTO jobs ({', '.join(names)}) VALUES ({marks})"
+    return [mark.format(i + 1) for i in range(count)]
 
 
 def _file_lock(engine: Engine) -> ExclusiveFileLock | None:
