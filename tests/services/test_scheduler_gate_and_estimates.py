@@ -23,9 +23,11 @@ LIVE_POLICIES = ["fifo", "backfill", "fairshare", "las", "default"]
 class Rig:
     """A LiveScheduler driven as the controller drives it, on `gpus` declared GPUs."""
 
-    def __init__(self, policy: str, gpus: int = 1, in_process: bool = False) -> None:
+    def __init__(
+        self, policy: str, gpus: int = 1, in_process: bool = False, gpu_mem_mib: int | None = None
+    ) -> None:
         self.now = 100.0
-        listed = tuple(Gpu(i, f"GPU-{i}", "declared", None, False) for i in range(gpus))
+        listed = tuple(Gpu(i, f"GPU-{i}", "declared", gpu_mem_mib, False) for i in range(gpus))
         inventory = Inventory(listed, NodeCapacity("n", 64, 1 << 20), "declared")
         self.scheduler = LiveScheduler(
             make_policy(policy, for_server=True), inventory, self.clock,
@@ -135,6 +137,19 @@ def test_reasons_gpus_and_cached_estimates_never_wait_for_the_scheduler_lock() -
         reader.join(timeout=5)
         assert not reader.is_alive(), "a reader waited for the scheduler's lock"
     assert answers == [REASON_RESOURCES, {}, {2: 100.0 + 3600}]
+
+
+def test_the_head_asking_for_gpu_memory_is_told_what_is_short_from_the_snapshot() -> None:
+    rig = Rig("fifo", gpu_mem_mib=80 * 1024)
+    rig.submit(1, gpu_mem_mib=50 * 1024)
+    assert rig.tick() == [1]
+    rig.submit(2, gpu_mem_mib=40 * 1024)
+    rig.tick()
+    assert rig.scheduler.reason_for(2) == (
+        "Resources: GPU memory: 40G wanted on 1 GPU; most free on a shared GPU: 30G, "
+        "0 whole GPUs free"
+    )
+    assert rig.scheduler.shared_gpus() == {0: 30 * 1024}
 
 
 # -- estimates from the mirror ----------------------------------------------------------------

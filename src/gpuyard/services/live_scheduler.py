@@ -30,13 +30,13 @@ from dataclasses import dataclass, field, replace
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import REASON_PREEMPTING, REASON_PRIORITY, REASON_RESOURCES, Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.domain.units import format_size_mib
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.policy import Policy
 from gpuyard.scheduling.projection import Projection
 from gpuyard.services.estimates import Batch, Estimator, copy_world
 from gpuyard.services.gpu_binding import GpuBinding, Launch
 from gpuyard.services.inventory import Inventory
+from gpuyard.services.pass_view import MemoryShort, PassView
 from gpuyard.services.policy_feed import Decision, PolicyFeed, sched_job
 from gpuyard.services.sched_events import (
     Cancelled,
@@ -64,41 +64,6 @@ class Decisions:
     launches: list[Launch] = field(default_factory=list)
     preempt: list[int] = field(default_factory=list)
     passed: bool = False  # the policy ran a pass (else nothing it could act on happened)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryShort:
-    """Why the head of the queue, asking for GPU memory, does not fit (numbers of the pass)."""
-
-    gpus: int
-    gpu_mem_mib: int
-    fits_now: bool
-    most_free_shared_mib: int | None
-    free_gpus: int
-
-    def text(self) -> str:
-        if self.fits_now:
-            return "waiting for the next pass"
-        most = self.most_free_shared_mib
-        shared = "no GPU is shared yet" if most is None else (
-            f"most free on a shared GPU: {format_size_mib(most)}"
-        )  # fmt: skip
-        return (
-            f"GPU memory: {format_size_mib(self.gpu_mem_mib)} wanted on "
-            f"{_count(self.gpus, 'GPU')}; {shared}, {_count(self.free_gpus, 'whole GPU')} free"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class PassView:
-    """What the last pass leaves for readers on other threads; replaced whole, never changed."""
-
-    generation: int = 0
-    head: int | None = None  # the pending job next in line
-    head_memory: MemoryShort | None = None
-    assigned: frozenset[int] = frozenset()
-    waiting_busy: Mapping[int, str] = field(default_factory=dict)
-    shared_free: Mapping[int, int] = field(default_factory=dict)
 
 
 class LiveScheduler:
@@ -422,7 +387,3 @@ def _life(job: Job, times: tuple[float | None, ...]) -> list[tuple[float, int, i
         last = max(last, at or 0.0)
         events.append((last, kind, job.id, job))
     return events
-
-
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}" + ("" if n == 1 else "s")

@@ -1,0 +1,53 @@
+"""What a scheduling pass leaves for readers on other threads: an immutable snapshot.
+
+`reason_for` (called on the event loop for every listed job) and `shared_gpus` read the last
+`PassView` without any lock: the pass builds a new one at its end and swaps it in whole (one
+attribute write), so a reader sees one pass's state or the next's, never a mix, and never waits
+for a pass. The GPU-memory shortfall text of the head of the queue is built only when asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpuyard.domain.units import format_size_mib
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryShort:
+    """Why the head of the queue, asking for GPU memory, does not fit (numbers of the pass)."""
+
+    gpus: int
+    gpu_mem_mib: int
+    fits_now: bool
+    most_free_shared_mib: int | None
+    free_gpus: int
+
+    def text(self) -> str:
+        if self.fits_now:
+            return "waiting for the next pass"
+        most = self.most_free_shared_mib
+        shared = "no GPU is shared yet" if most is None else (
+            f"most free on a shared GPU: {format_size_mib(most)}"
+        )  # fmt: skip
+        return (
+            f"GPU memory: {format_size_mib(self.gpu_mem_mib)} wanted on "
+            f"{_count(self.gpus, 'GPU')}; {shared}, {_count(self.free_gpus, 'whole GPU')} free"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PassView:
+    """What the last pass leaves for readers on other threads; replaced whole, never changed."""
+
+    generation: int = 0
+    head: int | None = None  # the pending job next in line
+    head_memory: MemoryShort | None = None
+    assigned: frozenset[int] = frozenset()
+    waiting_busy: Mapping[int, str] = field(default_factory=dict)
+    shared_free: Mapping[int, int] = field(default_factory=dict)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
