@@ -369,6 +369,11 @@ class LiveScheduler:
         the projection, which says how far it got)."""
         return self.estimator.dry_run(spec, owner, job_id)
 
+    def close(self) -> None:
+        """Stop the estimator's worker process (it also ends by itself when this process
+        exits: its stdin closes)."""
+        self.estimator.close()
+
     def _copy_live(self) -> tuple[bytes, int]:
         """The live world, copied under the lock: the estimator's last resort (its mirror
         decided otherwise than a pass did)."""
