@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -100,7 +100,10 @@ class GroupCommitWriter(Generic[Item]):
             for ticket in batch[settled:]:
                 ticket.error = err
         for ticket in batch:
-            if ticket.error is None:
-                ticket.done.set_result(None)
-            else:
-                ticket.done.set_exception(ticket.error)
+            try:
+                if ticket.error is None:
+                    ticket.done.set_result(None)
+                else:
+                    ticket.done.set_exception(ticket.error)
+            except InvalidStateError:  # its caller cancelled the wait: the writer goes on
+                pass
