@@ -222,7 +222,7 @@ def build_server(settings: Settings) -> ServerFacade:
         TokenAuth(ensure_token(settings.token_path), Principal(owner, role="admin")),
         core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend),
         tick_s=settings.tick_s, background=background,
-        closers=[core.executor.close, *closers, store.close],
+        closers=[core.executor.close, core.scheduler.close, *closers, store.close],
     )  # fmt: skip
 
 
