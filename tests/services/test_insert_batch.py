@@ -4,6 +4,7 @@ a bad job does not fail its neighbours, and a cancelled submit does not cancel t
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,32 @@ def test_a_closed_store_fails_the_submit(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(RuntimeError, match="closed"):
         asyncio.run(InsertBatcher(store).insert(pending_job(1)))
+
+
+def test_event_loops_in_several_threads_never_share_a_batch(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    batcher = InsertBatcher(store)
+    errors: list[BaseException] = []
+
+    def run(first: int) -> None:
+        async def main() -> None:
+            for start in range(first, first + 100, 10):
+                await asyncio.gather(
+                    *(batcher.insert(pending_job(i)) for i in range(start, start + 10))
+                )
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(1000 * t,)) for t in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    try:
+        assert errors == []
+        assert len(store.load_jobs()) == 400
+    finally:
+        store.close()

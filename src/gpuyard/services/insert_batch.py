@@ -17,33 +17,35 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 from gpuyard.domain.job import Job
 from gpuyard.services.ports import JobStore
 
 
 class InsertBatcher:
-    """`await insert(job)` returns once `job` is durable; used from the event loop only."""
+    """`await insert(job)` returns once `job` is durable. A batch belongs to one event loop (a
+    server has one; tests may run several over one service), so loops never share a list."""
 
     def __init__(self, store: JobStore) -> None:
         self._store = store
-        self._jobs: list[Job] = []
-        self._waiters: list[asyncio.Future[None]] = []
+        self._batches: dict[asyncio.AbstractEventLoop, _Batch] = {}
 
     async def insert(self, job: Job) -> None:
         loop = asyncio.get_running_loop()
-        if not self._jobs:
+        batch = self._batches.get(loop)
+        if batch is None:
+            batch = self._batches[loop] = _Batch()
             loop.call_soon(self._flush, loop)
         waiter: asyncio.Future[None] = loop.create_future()
-        self._jobs.append(job)
-        self._waiters.append(waiter)
+        batch.jobs.append(job)
+        batch.waiters.append(waiter)
         # Its own future per submit: a cancelled request cannot cancel its neighbours' write.
         await waiter
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        jobs, waiters = self._jobs, self._waiters
-        self._jobs, self._waiters = [], []
-        self._write(loop, jobs, waiters)
+        batch = self._batches.pop(loop)
+        self._write(loop, batch.jobs, batch.waiters)
 
     def _write(
         self, loop: asyncio.AbstractEventLoop, jobs: list[Job], waiters: list[asyncio.Future[None]]
@@ -70,6 +72,12 @@ class InsertBatcher:
             return
         for job, waiter in zip(jobs, waiters, strict=True):  # retry alone: see the module doc
             self._write(loop, [job], [waiter])
+
+
+@dataclass(slots=True)
+class _Batch:
+    jobs: list[Job] = field(default_factory=list)
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
 
 def _settle(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
