@@ -41,7 +41,8 @@ def _wait_state(server, job_id: int, state: JobState) -> Job:  # type: ignore[no
         if job.state is state:
             return job  # type: ignore[no-any-return]
         time.sleep(0.02)
-    raise AssertionError(f"job {job_id} is {server.service.get(job_id, server.auth.principal).state}, not {state}")
+    last = server.service.get(job_id, server.auth.principal).state
+    raise AssertionError(f"job {job_id} is {last}, not {state}")
 
 
 def test_a_start_recorded_but_never_launched_is_requeued_and_runs_once(tmp_path: Path):
