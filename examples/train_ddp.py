@@ -82,6 +82,9 @@ def main() -> None:
     if rank == 0:
         print(f"done: loss {first_loss:.5f} -> {loss.item():.5f}; throughput "
               f"{args.steps * args.batch_size * world / elapsed:.1f} samples/s", flush=True)  # fmt: skip
+    # Every rank reaches the end before any tears its connections down: without it a rank still
+    # in gloo's teardown could see its peer's sockets close and abort ("terminate called").
+    dist.barrier()
     dist.destroy_process_group()
 
 
