@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,47 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpuyard.adapters.executor.local import LocalExecutor
-from gpuyard.domain.job import Job, JobSpec
-from gpuyard.domain.states import JobState
-from gpuyard.services.launch import launch_plan
-from gpuyard.services.ports import ExitStatus
+from tests.e2e.executor_rig import Rig
 from tests.e2e.server import pid_alive, wait_for
-
-
-class Rig:
-    """A LocalExecutor on a tmp dir, its ends collected."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp = tmp_path
-        self.ended: dict[int, ExitStatus] = {}
-        self._cond = threading.Condition()
-        self.executor = self.open()
-
-    def open(self) -> LocalExecutor:
-        return LocalExecutor(self.tmp / "jobs", self._on_exit, grace_s=0.5, guard_margin_s=1.0)
-
-    def _on_exit(self, job_id: int, status: ExitStatus) -> None:
-        with self._cond:
-            self.ended[job_id] = status
-            self._cond.notify_all()
-
-    def start(self, job_id: int, script: str) -> Job:
-        spec = JobSpec(argv=("sh", "-c", script), name="t", workdir=str(self.tmp))
-        job = Job(job_id, spec, "me", JobState.PENDING, time.time())
-        job = job.transition(JobState.RUNNING, started_at=time.time())
-        plan = launch_plan(
-            job, {"PATH": os.environ["PATH"]}, None, None, self.executor.log_path(job_id)
-        )
-        launched = self.executor.launch(job, plan)
-        job = job.with_changes(pid=launched.pid, pid_started_at=launched.started_at)
-        self.executor.watch(job)
-        return job
-
-    def wait_end(self, job_id: int, timeout_s: float = 20) -> ExitStatus:
-        with self._cond:
-            assert self._cond.wait_for(lambda: job_id in self.ended, timeout_s), "no end reported"
-            return self.ended[job_id]
 
 
 @pytest.fixture

@@ -17,66 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.adapters.executor.local import LocalExecutor
-from gpuyard.domain.job import Job, JobSpec
-from gpuyard.domain.states import JobState
-from gpuyard.services.launch import launch_plan
-from gpuyard.services.ports import ExitStatus, RunAs
+from gpuyard.services.ports import RunAs
+from tests.e2e.executor_rig import GRACE_S, Rig
 from tests.e2e.server import ServerProcess, pid_alive, wait_for
 
-GRACE_S = 0.5
-Env = dict[str, str]
 FORGED = '{"exit_code": 0, "signal": null, "timed_out": false, "ended_at": 0}'
-
-
-class Rig:
-    """A LocalExecutor on a tmp dir, its ends collected."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp = tmp_path
-        self.ended: dict[int, ExitStatus] = {}
-        self.ended_when: dict[int, float] = {}
-        self._cond = threading.Condition()
-        self.executor = LocalExecutor(
-            tmp_path / "jobs", self._on_exit, grace_s=GRACE_S, guard_margin_s=1.0
-        )
-
-    def _on_exit(self, job_id: int, status: ExitStatus) -> None:
-        with self._cond:
-            self.ended[job_id] = status
-            self.ended_when[job_id] = time.monotonic()
-            self._cond.notify_all()
-
-    def start(
-        self,
-        job_id: int,
-        script: str,
-        *,
-        limit_s: int | None = None,
-        env: Env | None = None,
-        run_as: RunAs | None = None,
-        workdir: Path | None = None,
-    ) -> Job:
-        spec = JobSpec(
-            argv=("sh", "-c", script), name="t", workdir=str(workdir or self.tmp),
-            time_limit_s=limit_s, env=tuple((env or {}).items()),
-        )  # fmt: skip
-        job = Job(job_id, spec, "me", JobState.PENDING, time.time())
-        job = job.transition(JobState.RUNNING, started_at=time.time())
-        base = {"PATH": os.environ["PATH"], "JOBDIR": str(self.executor.job_dir(job_id))}
-        plan = launch_plan(job, base, None, None, self.executor.log_path(job_id), run_as)
-        launched = self.executor.launch(job, plan)
-        job = job.with_changes(pid=launched.pid, pid_started_at=launched.started_at)
-        self.executor.watch(job)
-        return job
-
-    def wait_end(self, job_id: int, timeout_s: float = 20) -> ExitStatus:
-        with self._cond:
-            assert self._cond.wait_for(lambda: job_id in self.ended, timeout_s), "no end reported"
-            return self.ended[job_id]
-
-    def log(self, job_id: int) -> str:
-        return Path(self.executor.log_path(job_id)).read_text()
 
 
 @pytest.fixture
