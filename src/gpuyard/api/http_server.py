@@ -89,5 +89,8 @@ def serve(app: Any, sock: socket.socket, *, header_timeout_s: float, max_connect
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, loop="uvloop", http=protocol,
         timeout_keep_alive=30, proxy_headers=False,
+        # Streams that never end by themselves (the change feed, a log followed) must not keep
+        # a stopping server waiting for ever.
+        timeout_graceful_shutdown=5,
     )  # fmt: skip
     uvicorn.Server(config).run(sockets=[sock])
