@@ -82,9 +82,12 @@ def main() -> None:
     if rank == 0:
         print(f"done: loss {first_loss:.5f} -> {loss.item():.5f}; throughput "
               f"{args.steps * args.batch_size * world / elapsed:.1f} samples/s", flush=True)  # fmt: skip
-    # Every rank reaches the end before any tears its connections down: without it a rank still
-    # in gloo's teardown could see its peer's sockets close and abort ("terminate called").
+    # Shut down while the interpreter is whole: every rank reaches the end, the DDP wrapper (its
+    # reducer holds the process group and gloo's work) goes, then the group. A group still
+    # referenced at interpreter exit is torn down during finalization, where gloo's threads can
+    # abort the process ("terminate called without an active exception").
     dist.barrier()
+    del ddp, optimizer
     dist.destroy_process_group()
 
 
