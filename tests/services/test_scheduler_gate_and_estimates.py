@@ -204,3 +204,29 @@ def test_a_mirror_that_decides_otherwise_is_rebuilt_from_the_live_policy(
     expected.update({job_id: rig.now for job_id in scheduler._assigned})
     assert scheduler.estimated_starts() == expected
     assert scheduler.estimator.resyncs == 1
+
+
+def test_the_head_waiting_for_cpus_or_memory_with_gpus_free_is_told_which_and_how_much() -> None:
+    """GPUs free, CPUs (or memory) all taken: `Resources` alone sent users looking at GPUs."""
+    rig = Rig("fifo", gpus=2)
+    rig.submit(1, cpus=64)
+    assert rig.tick() == [1]
+    rig.submit(2, cpus=2)
+    rig.tick()
+    assert rig.scheduler.reason_for(2) == "Resources: CPUs (64 of 64 in use)"
+
+    rig = Rig("fifo", gpus=2)
+    rig.submit(1, mem_mib=1 << 20)
+    assert rig.tick() == [1]
+    rig.submit(2, mem_mib=1024)
+    rig.tick()
+    assert rig.scheduler.reason_for(2) == "Resources: memory (1024G of 1024G in use)"
+
+
+def test_the_head_waiting_for_gpus_keeps_the_plain_resources_reason() -> None:
+    rig = Rig("fifo", gpus=1)
+    rig.submit(1)
+    rig.tick()
+    rig.submit(2, cpus=2)
+    rig.tick()
+    assert rig.scheduler.reason_for(2) == REASON_RESOURCES

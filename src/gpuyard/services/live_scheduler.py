@@ -36,7 +36,7 @@ from gpuyard.scheduling.projection import Projection
 from gpuyard.services.estimates import Batch, Estimator, copy_world
 from gpuyard.services.gpu_binding import GpuBinding, Launch
 from gpuyard.services.inventory import Inventory
-from gpuyard.services.pass_view import MemoryShort, PassView
+from gpuyard.services.pass_view import HostShort, MemoryShort, PassView
 from gpuyard.services.policy_feed import Decision, PolicyFeed, sched_job
 from gpuyard.services.sched_events import (
     Cancelled,
@@ -202,17 +202,19 @@ class LiveScheduler:
         if refresh_head or head not in self._feed.jobs:
             pending = self.policy.pending(now)
             head = pending[0].id if pending else None
-            memory = self._memory_short(head)
+            memory = self._head_short(head)
         self._view = PassView(
             generation, head, memory, frozenset(self._assigned), waiting_busy,
             self.binding.shared_free(self.cluster),
         )  # fmt: skip
 
-    def _memory_short(self, head: int | None) -> MemoryShort | None:
+    def _head_short(self, head: int | None) -> MemoryShort | HostShort | None:
         job = None if head is None else self._feed.jobs.get(head)
-        if job is None or not job.gpu_mem_mib or job.running:
+        if job is None or job.running:
             return None
         cluster = self.cluster
+        if not job.gpu_mem_mib:
+            return _host_short(cluster, job.gpus, job.cpus, job.mem_mib, job.nodes)
         fits = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib) is not None
         most, free = cluster.most_free_shared_mib(), cluster.free_gpus
         return MemoryShort(job.gpus, job.gpu_mem_mib, fits, most, free)
@@ -381,6 +383,30 @@ class LiveScheduler:
             self.estimator.drop_batches()
             data = copy_world(self._feed)
             return data, self._view.generation
+
+
+def _host_short(
+    cluster: ClusterState, gpus: int, cpus: int, mem_mib: int, nodes: int
+) -> HostShort | None:
+    """What a machine lacks for a job whose GPUs are free: CPUs first, then memory; None when
+    GPUs are what it waits for (or nothing: the next pass starts it)."""
+    per_node = gpus // max(nodes, 1)
+    with_gpus = [i for i, free in enumerate(cluster.free) if free >= per_node]
+    if len(with_gpus) < nodes or gpus > cluster.free_gpus:
+        return None
+    cpus_each, mem_each = -(-cpus // nodes), -(-mem_mib // nodes)
+    for what, free, want in (
+        ("CPUs", cluster.free_cpus, cpus_each),
+        ("memory", cluster.free_mem_mib, mem_each),
+    ):
+        fits = sorted((free[i] for i in with_gpus), reverse=True)
+        if fits[nodes - 1] < want:
+            best = max(with_gpus, key=lambda i: free[i])
+            spec = cluster.nodes[best]
+            total = spec.cpus if what == "CPUs" else spec.mem_mib
+            if total is not None:
+                return HostShort(what, total - free[best], total)
+    return None
 
 
 def _life(job: Job, times: tuple[float | None, ...]) -> list[tuple[float, int, int, Job]]:

@@ -38,12 +38,29 @@ class MemoryShort:
 
 
 @dataclass(frozen=True, slots=True)
+class HostShort:
+    """Why the head of the queue waits with GPUs free: a machine's CPUs or memory are taken
+    (numbers of the pass, from the machine with the most of it free). Plain `Resources` sent
+    users looking at the GPUs."""
+
+    what: str  # "CPUs" or "memory"
+    in_use: float
+    total: float
+
+    def text(self) -> str:
+        if self.what == "CPUs":
+            return f"CPUs ({self.in_use:.0f} of {self.total:.0f} in use)"
+        used, total = format_size_mib(round(self.in_use)), format_size_mib(round(self.total))
+        return f"memory ({used} of {total} in use)"
+
+
+@dataclass(frozen=True, slots=True)
 class PassView:
     """What the last pass leaves for readers on other threads; replaced whole, never changed."""
 
     generation: int = 0
     head: int | None = None  # the pending job next in line
-    head_memory: MemoryShort | None = None
+    head_memory: MemoryShort | HostShort | None = None
     assigned: frozenset[int] = frozenset()
     waiting_busy: Mapping[int, str] = field(default_factory=dict)
     shared_free: Mapping[int, int] = field(default_factory=dict)
