@@ -181,7 +181,7 @@ def build_server(settings: Settings) -> ServerFacade:
     """The whole server for `settings`: store (locked: one server per database), backend,
     core, telemetry, the API's token."""
     state = settings.state_dir
-    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _writable_state_dir(state)
     # Locked before its migrations run: a second server must not upgrade the schema under
     # a running one.
     store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"), exclusive=True)
@@ -224,6 +224,22 @@ def build_server(settings: Settings) -> ServerFacade:
         tick_s=settings.tick_s, background=background,
         closers=[core.executor.close, core.scheduler.close, *closers, store.close],
     )  # fmt: skip
+
+
+def _writable_state_dir(state: Path) -> None:
+    """Make the state dir and prove it takes a file, so that a read-only or full file system
+    is one line naming the path and a fix (a bare "Read-only file system" named nothing)."""
+    probe = state / f".write-test-{os.getpid()}"
+    try:
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        raise Unavailable(
+            f"the state dir {state} cannot be written ({exc.strerror or exc}): choose a "
+            "writable one with --state-dir or GPUYARD_STATE_DIR (`gpuyard doctor --state-dir "
+            "DIR` checks one)"
+        ) from None
 
 
 def build_app(settings: Settings) -> tuple[ServerFacade, FastAPI]:
