@@ -16,18 +16,22 @@ import os
 import time
 
 from gpuyard._http import HttpResponse, request
-from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError
+from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError, Unavailable
 from gpuyard.locations import DEFAULT_URL, TOKEN_FILE, state_dir_path
 
 # `typing` only for the type checker: the CLI's start path does not import it (~3 ms).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from typing import Any, TypeAlias
 
     JobDict: TypeAlias = dict[str, Any]
 else:
     JobDict = dict
+
+
+# While a followed server is down (a restart), it is asked again this often.
+_RECONNECT_POLL_S = 0.5
 
 
 class ServerUnreachable(GpuyardError):
@@ -111,16 +115,63 @@ class Client:
         result: JobDict = self._json("GET", f"/api/v1/jobs/{job_id}")
         return result
 
-    def cancel(self, job_id: int) -> JobDict:
-        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/cancel")
+    def cancel(self, job_id: int, signal: str | int | None = None) -> JobDict:
+        """Cancel a job; `signal` (a name such as "USR1", or a number): what a running job's
+        processes get instead of the job's own stop signal."""
+        path = f"/api/v1/jobs/{job_id}/cancel"
+        if signal is not None:
+            from urllib.parse import urlencode
+
+            path += "?" + urlencode({"signal": str(signal)})
+        result: JobDict = self._json("POST", path)
+        return result
+
+    def hold(self, job_id: int) -> JobDict:
+        """Keep a pending job out of the queue until `release`."""
+        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/hold")
+        return result
+
+    def release(self, job_id: int) -> JobDict:
+        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/release")
+        return result
+
+    def requeue(self, job_id: int) -> JobDict:
+        """Stop a running job and put it back in the queue."""
+        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/requeue")
+        return result
+
+    def restart(self, job_id: int) -> JobDict:
+        """Run a finished job again: the new job (its `restart_of` is `job_id`)."""
+        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/restart")
+        return result
+
+    def update(
+        self,
+        job_id: int,
+        *,
+        time_limit: str | None = None,
+        priority: int | None = None,
+        gpus: int | None = None,
+    ) -> JobDict:
+        """Change a pending job's time limit (`2h`, `1:30:00`), priority or GPUs."""
+        body = {k: v for k, v in (("time_limit", time_limit), ("priority", priority),
+                                  ("gpus", gpus)) if v is not None}  # fmt: skip
+        result: JobDict = self._json("PATCH", f"/api/v1/jobs/{job_id}", body)
+        return result
+
+    def whoami(self) -> JobDict:
+        """The account this client's token acts as (`user`, `role`)."""
+        result: JobDict = self._json("GET", "/api/v1/whoami")
         return result
 
     def gpus(self) -> list[JobDict]:
         result: list[JobDict] = self._json("GET", "/api/v1/gpus")
         return result
 
-    def drain(self, gpu_index: int, reason: str = "") -> JobDict:
-        result: JobDict = self._json("POST", f"/api/v1/gpus/{gpu_index}/drain", {"reason": reason})
+    def drain(self, gpu_index: int, reason: str = "", now: bool = False) -> JobDict:
+        """Take a GPU out of service: its jobs finish there, or with `now` are requeued."""
+        body = {"reason": reason, "now": now}
+        result: JobDict = self._json("POST", f"/api/v1/gpus/{gpu_index}/drain", body)
         return result
 
     def resume(self, gpu_index: int) -> JobDict:
@@ -131,26 +182,61 @@ class Client:
         result: JobDict = self._json("GET", "/api/v1/info")
         return result
 
-    def log(self, job_id: int, offset: int = 0) -> bytes:
-        resp = self._request("GET", f"/api/v1/jobs/{job_id}/log?offset={offset}")
+    def log(self, job_id: int, offset: int = 0, *, tail: int | None = None) -> bytes:
+        """The job's output from `offset`, or its last `tail` lines (`log_chunks` streams it)."""
+        return b"".join(self.log_chunks(job_id, offset, tail=tail))
+
+    def log_chunks(
+        self, job_id: int, offset: int = 0, *, tail: int | None = None
+    ) -> Iterator[bytes]:
+        """The job's output as it now is, in pieces as they arrive (constant memory)."""
+        resp = self._request("GET", _log_path(job_id, offset, tail, follow=False))
         try:
-            return resp.read()
+            yield from resp.chunks()
         except OSError:
             raise self._lost() from None
 
-    def _lost(self) -> ServerUnreachable:
+    def _lost(self, submit: bool = False) -> ServerUnreachable:
+        check = "check `gpuyard queue` (a submit may have been accepted)" if submit else "try again"
         return ServerUnreachable(
-            f"lost the connection to the gpuyard server at {self.url} mid-answer; "
-            "check `gpuyard queue` (a submit may have been accepted)"
+            f"lost the connection to the gpuyard server at {self.url} mid-answer; {check}"
         )
 
-    def follow_log(self, job_id: int, offset: int = 0) -> Iterator[bytes]:
-        """Yield the job's output as it is written, until the job ends."""
-        path = f"/api/v1/jobs/{job_id}/log?offset={offset}&follow=true"
-        try:
-            yield from self._request("GET", path, timeout_s=None).chunks()
-        except OSError:
-            raise self._lost() from None
+    def follow_log(
+        self,
+        job_id: int,
+        offset: int = 0,
+        *,
+        tail: int | None = None,
+        reconnect_s: float = 60.0,
+        on_lost: Callable[[], object] | None = None,
+    ) -> Iterator[bytes]:
+        """Yield the job's output as it is written, until the job ends. A server that goes
+        away (a restart) is waited for, up to `reconnect_s`, and followed again from the byte
+        the output stopped at; `on_lost` is called once each time it goes away."""
+        lost_since: float | None = None
+        while True:
+            try:
+                resp = self._request("GET", _log_path(job_id, offset, tail, follow=True),
+                                     timeout_s=None)  # fmt: skip
+                offset, tail, lost_since = int(resp.headers.get("x-log-start", offset)), None, None
+                for chunk in resp.chunks():
+                    offset += len(chunk)
+                    yield chunk
+                return
+            except (OSError, ServerUnreachable, Unavailable):
+                now = time.monotonic()
+                if lost_since is None:
+                    lost_since = now
+                    if on_lost is not None:
+                        on_lost()
+                elif now - lost_since > reconnect_s:
+                    raise ServerUnreachable(
+                        f"lost the gpuyard server at {self.url} while following job {job_id}'s "
+                        f"log and it was not back within {reconnect_s:g} s; once it is, "
+                        f"`gpuyard logs -f {job_id}` follows it again"
+                    ) from None
+                time.sleep(_RECONNECT_POLL_S)
 
     def wait(self, job_ids: Sequence[int], poll_s: float = 0.5) -> list[JobDict]:
         """Block until every job has ended; returns their final records."""
@@ -171,7 +257,7 @@ class Client:
         try:
             return json.loads(resp.read())
         except OSError:
-            raise self._lost() from None
+            raise self._lost(submit=method == "POST" and path == "/api/v1/jobs") from None
 
     def _request(
         self, method: str, path: str, body: Any = None, timeout_s: float | None = -1.0
@@ -195,6 +281,13 @@ class Client:
         if resp.status >= 400:
             raise _error_from(resp)
         return resp
+
+
+def _log_path(job_id: int, offset: int, tail: int | None, *, follow: bool) -> str:
+    path = f"/api/v1/jobs/{job_id}/log?offset={offset}"
+    if tail is not None:
+        path += f"&tail={tail}"
+    return path + ("&follow=true" if follow else "")
 
 
 def split_url(url: str) -> tuple[bool, str, int]:

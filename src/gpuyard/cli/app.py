@@ -9,7 +9,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
+import click
 import typer
+from typer.core import TyperCommand
 
 from gpuyard.cli import commands
 from gpuyard.domain.errors import GpuyardError
@@ -44,9 +46,35 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-@app.command(
-    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
-)
+class _OneLineUsage(click.ClickException):
+    """A usage error in one line, as the fast path's errors read; exit 2 like click's own."""
+
+    exit_code = 2
+
+    def show(self, file: object = None) -> None:
+        sys.stderr.write(f"gpuyard: {self.message}\n")
+
+
+class SubmitCommand(TyperCommand):
+    """`submit` refuses an unknown option before the command instead of running it as one.
+
+    Options end at the command's first word (`gpuyard submit python t.py --lr 1`); before it,
+    `--gpu 1` or a Slurm habit (`--array`, `-o`) is a typo to point at, not a program to run.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            raise _OneLineUsage(no_such_option(exc.option_name, exc.possibilities)) from None
+
+
+def no_such_option(name: str, close: list[str] | None) -> str:
+    """`No such option: --gpu (Did you mean --gpus?)`: the closest match only, once."""
+    return f"No such option: {name}" + (f" (Did you mean {close[0]}?)" if close else "")
+
+
+@app.command(cls=SubmitCommand, context_settings={"allow_interspersed_args": False})
 def submit(
     command: Annotated[list[str], typer.Argument(help="COMMAND [ARGS...] or a script file")],
     gpus: Annotated[int, typer.Option(help="GPUs (whole devices)")] = 0,
@@ -62,9 +90,24 @@ def submit(
     export_env: Annotated[
         bool, typer.Option(help="pass PATH and the active virtualenv/conda env to the job")
     ] = True,
-    no_preempt: Annotated[
-        bool, typer.Option("--no-preempt", help="never stop this job to run another")
-    ] = False,
+    preemptible: Annotated[
+        bool | None,
+        typer.Option(
+            "--preemptible/--no-preempt",
+            help="--preemptible: the scheduler may stop this job to run another and requeue "
+            "it (checkpoint on the stop signal); --no-preempt: never. Default: the server's "
+            "(never, unless its admin chose otherwise)",
+            show_default=False,
+        ),
+    ] = None,
+    stop_signal: Annotated[
+        str | None,
+        typer.Option(
+            "--signal",
+            help="what its processes get when it is cancelled, preempted or reaches its time "
+            "limit, SIGKILL after the grace period (USR1, INT, 10, ...; default TERM)",
+        ),
+    ] = None,
     distributed: Annotated[
         str | None,
         typer.Option(help="torchrun (one process per GPU), jax or tf: see docs/cli.md"),
@@ -95,8 +138,8 @@ def submit(
     options = commands.SubmitOptions(
         command=command, gpus=gpus, cpus=cpus, mem=mem, time=time, name=name,
         priority=priority, workdir=workdir, env=env or [], export_env=export_env,
-        no_preempt=no_preempt, distributed=distributed, gpu_mem=gpu_mem, nodes=nodes,
-        gpus_per_node=gpus_per_node, dry_run=dry_run, check=check,
+        preemptible=preemptible, stop_signal=stop_signal, distributed=distributed,
+        gpu_mem=gpu_mem, nodes=nodes, gpus_per_node=gpus_per_node, dry_run=dry_run, check=check,
     )  # fmt: skip
     _exit(commands.submit(options))
 
@@ -125,14 +168,31 @@ def queue_cmd(
     ] = None,
     user: Annotated[str | None, typer.Option("--user", "-u", help="only this user's")] = None,
     name: Annotated[str | None, typer.Option(help="only jobs of this name")] = None,
+    me: Annotated[bool, typer.Option("--me", help="only my jobs (the token's user)")] = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format", "-o", metavar="FORMAT",
+            help="squeue-style fields: %i id, %j name, %u user, %T state, %M time used, "
+            "%l limit, %D nodes, %b GPUs, %R reason or node; %10j pads, %.10j right-justifies",
+        ),
+    ] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            "--sort", "-S", metavar="KEYS",
+            help="squeue-style keys, comma-separated, - for descending: i id, j name, u user, "
+            "t state, p priority, M time used, l limit, b GPUs, D nodes, V submit, S start",
+        ),
+    ] = None,
 ) -> None:
     """Pending and running jobs, with the reason a pending job waits; with --all, history too
-    (newest first pages: --limit, then --before the oldest id shown)."""
+    (newest first pages: --limit, then --before the oldest id shown). Filters apply to both."""
     page = commands.HistoryPage(
         limit, before, _since(since) if since else None,
-        tuple(s.upper() for s in state or ()), user, name,
+        tuple(s.upper() for s in state or ()), user, name, me,
     )  # fmt: skip
-    _exit(commands.queue(all, json_out, page))
+    _exit(commands.queue(all, json_out, page, fmt, sort))
 
 
 app.command("ps", hidden=True, help="Alias of `queue`.")(queue_cmd)
@@ -168,22 +228,113 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="follow until the job ends")
     ] = False,
+    tail: Annotated[
+        int | None,
+        typer.Option("--tail", "-n", min=0, metavar="N", help="only the last N lines"),
+    ] = None,
 ) -> None:
-    """The job's output (stdout and stderr)."""
+    """The job's output (stdout and stderr), streamed as it arrives."""
     client = _client()
     out = sys.stdout.buffer
     if follow:
-        for chunk in client.follow_log(job_id):
+        for chunk in client.follow_log(job_id, tail=tail, on_lost=_following_lost):
             out.write(chunk)
             out.flush()
     else:
-        out.write(client.log(job_id))
+        for chunk in client.log_chunks(job_id, tail=tail):
+            out.write(chunk)
+
+
+def _following_lost() -> None:
+    sys.stderr.write("gpuyard: the server went away; following again once it is back\n")
 
 
 @app.command()
-def cancel(job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")]) -> None:
-    """Cancel jobs: pending ones at once, running ones by SIGTERM, a grace period, SIGKILL."""
-    _exit(commands.cancel(job_ids))
+def cancel(
+    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    signal: Annotated[
+        str | None,
+        typer.Option(
+            "--signal", "-s",
+            help="what running jobs' processes get instead of their own stop signal "
+            "(USR1, INT, 10, ...); SIGKILL follows after the grace period",
+        ),
+    ] = None,
+) -> None:
+    """Cancel jobs: pending ones at once, running ones by their stop signal (SIGTERM unless
+    submitted with --signal), a grace period, SIGKILL."""
+    _exit(commands.cancel(job_ids, signal))
+
+
+def _each(job_ids: list[int], act: str, said: str) -> None:
+    """Apply the client's `act` to each job: `said` (formatted with the job's id) on stdout, or
+    one line per job it could not be done to on stderr, and exit 1 if any."""
+    from gpuyard.client import ServerUnreachable
+
+    client = _client()
+    failed = False
+    for job_id in job_ids:
+        try:
+            getattr(client, act)(job_id)
+        except ServerUnreachable:
+            raise
+        except GpuyardError as exc:
+            sys.stderr.write(f"gpuyard: {exc.message}\n")
+            failed = True
+            continue
+        sys.stdout.write(said.format(id=job_id) + "\n")
+    _exit(1 if failed else 0)
+
+
+JobIds = Annotated[list[int], typer.Argument(metavar="JOB...")]
+
+
+@app.command()
+def hold(job_ids: JobIds) -> None:
+    """Keep pending jobs out of the queue (reason JobHeldUser) until released; a hold
+    survives a server restart."""
+    _each(job_ids, "hold", "job {id} held (`gpuyard release {id}` lets it run)")
+
+
+@app.command()
+def release(job_ids: JobIds) -> None:
+    """Let held jobs back in the queue."""
+    _each(job_ids, "release", "job {id} released")
+
+
+@app.command()
+def requeue(job_ids: JobIds) -> None:
+    """Stop running jobs and put them back in the queue, as a preemption does (their restart
+    count grows; GPUYARD_RESTART_COUNT tells the next run)."""
+    _each(job_ids, "requeue", "job {id} is stopping and goes back to the queue")
+
+
+@app.command()
+def restart(job_id: Annotated[int, typer.Argument(metavar="JOB")]) -> None:
+    """Run a finished job again: same command and resources, a new job; prints its id alone."""
+    job = _client().restart(job_id)
+    sys.stdout.write(f"{job['id']}\n")
+
+
+@app.command()
+def update(
+    job_id: Annotated[int, typer.Argument(metavar="JOB")],
+    time: Annotated[
+        str | None, typer.Option("--time", "-t", help="time limit: minutes, [D-]HH:MM:SS, 2h")
+    ] = None,
+    priority: Annotated[int | None, typer.Option(help="higher runs first")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs (whole devices)", min=0)] = None,
+) -> None:
+    """Change a pending job's time limit, priority or GPUs (scontrol update, pueue edit);
+    a running job holds its resources: requeue it first."""
+    job = _client().update(job_id, time_limit=time, priority=priority, gpus=gpus)
+    from gpuyard.domain.units import format_duration
+
+    limit = format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED"
+    sys.stdout.write(
+        f"job {job_id} updated: {job['num_gpus']} GPUs, time limit {limit}, "
+        f"priority {job['priority']}\n"
+    )
 
 
 @app.command()
@@ -276,6 +427,15 @@ def server(
         str | None,
         typer.Option(help="GCS host:port of an existing Ray cluster [start a local one]"),
     ] = None,
+    preemptible_default: Annotated[
+        bool | None,
+        typer.Option(
+            "--preemptible-default/--no-preemptible-default",
+            help="jobs that say neither --preemptible nor --no-preempt may be preempted "
+            "(for a lab whose jobs checkpoint) [no]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the server: HTTP API, scheduler and executor in one process."""
     from gpuyard.cli.serving import run_server
@@ -289,7 +449,7 @@ def server(
         settings = Settings.from_env(
             host=host, port=port, state_dir=state_dir, gpus=gpus, cpus=cpus,
             kill_grace_s=kill_grace, policy=policy, declared_gpu_mem_mib=declared,
-            backend=backend, ray_address=ray_address,
+            backend=backend, ray_address=ray_address, preemptible_default=preemptible_default,
         )  # fmt: skip
     except (ValueError, GpuyardError) as exc:
         fail(str(exc))
@@ -304,12 +464,20 @@ app.add_typer(admin, name="admin")
 def admin_drain(
     gpu: Annotated[int, typer.Argument(metavar="GPU", help="GPU index")],
     reason: Annotated[str, typer.Option(help="why, shown in `gpuyard gpus`")] = "",
+    now: Annotated[
+        bool, typer.Option("--now", help="stop the jobs on it and requeue them (not failed)")
+    ] = False,
 ) -> None:
-    """Take a GPU out of service: no new job goes there; jobs on it end NODE_FAIL."""
-    answer = _client().drain(gpu, reason)
-    failed = answer["failed_jobs"]
-    ended = f"; job(s) {', '.join(map(str, failed))} on it end NODE_FAIL" if failed else ""
-    sys.stdout.write(f"GPU {gpu} drained{ended}\n")
+    """Take a GPU out of service: no new job goes there; jobs on it finish (Slurm's DRAIN),
+    or with --now are stopped and requeued."""
+    answer = _client().drain(gpu, reason, now=now)
+    running, requeued = answer.get("running_jobs") or [], answer.get("requeued_jobs") or []
+    jobs = ""
+    if running:
+        jobs = f"; job(s) {', '.join(map(str, running))} on it finish there (--now requeues them)"
+    if requeued:
+        jobs = f"; job(s) {', '.join(map(str, requeued))} on it are stopped and requeued"
+    sys.stdout.write(f"GPU {gpu} drained{jobs}\n")
 
 
 @admin.command("resume")

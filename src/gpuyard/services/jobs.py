@@ -7,12 +7,15 @@ import os
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from gpuyard.domain.job import Drain, Gpu, Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
+from gpuyard.scheduling.projection import StartEstimates
+from gpuyard.services import job_verbs
 from gpuyard.services.drains import DrainService
 from gpuyard.services.gpu_mem import PeakHistory
 from gpuyard.services.idle import IdleWatch
@@ -94,8 +97,11 @@ class JobService:
         monitor: GpuMonitor | None = None,
         idle: IdleWatch | None = None,
         peaks: PeakHistory | None = None,
+        preemptible_default: bool = False,
     ) -> None:
         self.journal = journal
+        # Whether a submission that does not say may be preempted (`--preemptible-default`).
+        self.preemptible_default = preemptible_default
         self.book = journal.book
         self.store = store
         self._inserts = InsertBatcher(store)  # the event loop's submits, one write per turn
@@ -112,11 +118,12 @@ class JobService:
         self._seen_dirs: dict[str, float] = {}  # workdir -> when it last existed (monotonic)
 
     # -- submit ---------------------------------------------------------------------------
-    def submit(self, spec: JobSpec, actor: Principal) -> Job:
-        """Validate, store durably, then queue; returns only once the job cannot be lost."""
+    def submit(self, spec: JobSpec, actor: Principal, *, restart_of: int | None = None) -> Job:
+        """Validate, store durably, then queue; returns only once the job cannot be lost.
+        `restart_of`: the finished job this one runs again (`gpuyard restart`)."""
         self._check_fits(spec)
         self._check_workdir(spec)
-        job = self._new_job(spec, actor)
+        job = self._new_job(spec, actor, restart_of)
         self.store.write([job], [])
         return self._queue(job)
 
@@ -130,13 +137,14 @@ class JobService:
         await self._inserts.insert(job)
         return self._queue(job)
 
-    def _new_job(self, spec: JobSpec, actor: Principal) -> Job:
+    def _new_job(self, spec: JobSpec, actor: Principal, restart_of: int | None = None) -> Job:
         return Job(
             id=self.book.allocate_id(),
             spec=spec,
             owner=actor.user,
             state=JobState.PENDING,
             submitted_at=self._clock(),
+            restart_of=restart_of,
         )
 
     def _queue(self, job: Job) -> Job:
@@ -196,10 +204,42 @@ class JobService:
         self, job_id: int, actor: Principal, offset: int = 0, limit: int | None = None
     ) -> LogChunk:
         """Part of a job's output, from `offset` (past the end: nothing, not an error)."""
+        with self.open_log(job_id, actor, offset) as log:
+            data = log.read(limit if limit is not None else log.end - log.start)
+            return LogChunk(data, log.start, log.start + len(data), log.state)
+
+    def open_log(
+        self, job_id: int, actor: Principal, offset: int = 0, tail: int | None = None
+    ) -> LogReader:
+        """A job's log opened for streaming, from `offset` (clamped to its size) or, with
+        `tail`, from its last `tail` lines, up to its size now. A job that never ran has an
+        empty log; an ended job's log deleted, or replaced by something that is not a file, is
+        an error that says so."""
         job = self.get(job_id, actor)
-        data, size = _read_from(self._log_path(job_id), offset, limit)
-        start = min(offset, size)
-        return LogChunk(data, start, start + len(data), job.state)
+        path = self._log_path(job_id)
+        try:
+            f = open(path, "rb")  # noqa: SIM115 -- the LogReader owns it
+        except FileNotFoundError:
+            # Created by the job's supervisor, first thing: until a launched job has ended it
+            # may not be there yet.
+            if job.pid is None or not job.state.is_terminal:
+                return LogReader(None, 0, 0, job.state)
+            raise NotFound(
+                f"job {job_id}'s log {path} is not on the server any more (deleted?), so its "
+                "output is lost"
+            ) from None
+        except OSError as exc:
+            raise Conflict(_unreadable_log(job_id, path, exc)) from None
+        try:
+            size = os.fstat(f.fileno()).st_size
+            start = min(offset, size)
+            if tail is not None:
+                start = max(start, _tail_start(f, size, tail))
+            f.seek(start)
+        except OSError as exc:
+            f.close()
+            raise Conflict(_unreadable_log(job_id, path, exc)) from None
+        return LogReader(f, start, size, job.state)
 
     def counts(self) -> tuple[int, int]:
         """How many jobs are pending and running now (for /metrics)."""
@@ -218,12 +258,18 @@ class JobService:
         limit (what Slurm's `squeue --start` assumes); None where no estimate is possible."""
         return self.scheduler.estimated_starts(wanted)
 
+    def start_estimates(self, wanted: Collection[int] = ()) -> StartEstimates:
+        """`estimated_starts`, with which of them hold only if the policy preempts a running
+        job as it plans to (a preemptible job without a time limit is such a job's only end)."""
+        return self.scheduler.start_estimates(wanted)
+
     def log_path(self, job_id: int) -> str:
         return self._log_path(job_id)
 
     # -- changes --------------------------------------------------------------------------
-    def cancel(self, job_id: int, actor: Principal) -> Job:
-        """Cancel a pending job at once; ask a running one to stop (TERM, grace, KILL)."""
+    def cancel(self, job_id: int, actor: Principal, stop_signal: int | None = None) -> Job:
+        """Cancel a pending job at once; ask a running one to stop (its stop signal, grace,
+        KILL). `stop_signal` (`cancel --signal`): sent instead of the job's `--signal`."""
         job = self.get(job_id, actor)
         if not (actor.is_admin or job.owner == actor.user):
             raise Forbidden(f"job {job_id} is {job.owner}'s; only they or an admin may cancel it")
@@ -240,9 +286,53 @@ class JobService:
 
         current = self.journal.change(job_id, cancel_pending, now) or job
         if current.state is JobState.RUNNING:
-            current = self._stops.request(job_id, JobState.CANCELLED) or current
+            current = (
+                self._stops.request(job_id, JobState.CANCELLED, stop_signal=stop_signal)
+                or current
+            )
         self._wake()
         return current
+
+    # -- hold, release, requeue, update, restart (services/job_verbs.py) ------------------
+    def hold(self, job_id: int, actor: Principal) -> Job:
+        return job_verbs.hold(self, job_id, actor)
+
+    def release(self, job_id: int, actor: Principal) -> Job:
+        return job_verbs.release(self, job_id, actor)
+
+    def requeue(self, job_id: int, actor: Principal) -> Job:
+        return job_verbs.requeue(self, job_id, actor)
+
+    def update(
+        self,
+        job_id: int,
+        actor: Principal,
+        *,
+        time_limit_s: int | None = None,
+        priority: int | None = None,
+        gpus: int | None = None,
+    ) -> Job:
+        return job_verbs.update(
+            self, job_id, actor, time_limit_s=time_limit_s, priority=priority, gpus=gpus
+        )
+
+    def restart(self, job_id: int, actor: Principal) -> Job:
+        return job_verbs.restart(self, job_id, actor)
+
+    @property
+    def stops(self) -> StopRequests:
+        return self._stops
+
+    def wake(self) -> None:
+        """Wake the controller: a change for the scheduler's next pass."""
+        self._wake()
+
+    def now(self) -> float:
+        return self._clock()
+
+    def check_fits(self, spec: JobSpec) -> None:
+        """Whether `spec` can ever run on this server (InvalidRequest naming what is short)."""
+        self._check_fits(spec)
 
     # -- GPUs -----------------------------------------------------------------------------
     def gpus(self) -> list[GpuHolding]:
@@ -259,10 +349,16 @@ class JobService:
             for gpu in self.inventory.gpus
         ]
 
-    def drain(self, gpu_index: int, reason: str, actor: Principal) -> list[Job]:
-        """Take a GPU out of service: no new job goes there; jobs on it end NODE_FAIL."""
+    def drain(
+        self, gpu_index: int, reason: str, actor: Principal, *, now: bool = False
+    ) -> list[Job]:
+        """Take a GPU out of service: no new job goes there. Returns the jobs on it: left to
+        finish (Slurm's DRAIN), or with `now` stopped and requeued (not failed)."""
         _require_admin(actor, f"drain GPU {gpu_index}")
-        return self._drains.drain(gpu_index, reason or "drained by an admin", "admin")
+        stopped = self._drains.drain(gpu_index, reason or "drained by an admin", "admin", now=now)
+        if now:
+            return stopped
+        return [job for job in self.book.running() if gpu_index in job.gpus]
 
     def resume(self, gpu_index: int, actor: Principal) -> None:
         """Put a drained GPU back in service."""
@@ -399,16 +495,71 @@ def _matches(
     )
 
 
-def _read_from(path: str, offset: int, limit: int | None) -> tuple[bytes, int]:
-    """Bytes of a file from `offset` (clamped to its size: an offset past the end reads
-    nothing), and the file's size."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            f.seek(min(offset, size))
-            return f.read(limit if limit is not None else -1), size
-    except FileNotFoundError:
-        return b"", 0
+class LogReader:
+    """An open job log, read from `start` up to `end` (its size when opened): a log still
+    being written is sent as it was then, and `end` is where to ask for the rest."""
+
+    def __init__(self, file: BinaryIO | None, start: int, end: int, state: JobState) -> None:
+        self._file = file
+        self.start = start
+        self.end = end
+        self.state = state
+        self._at = start
+
+    def read(self, limit: int) -> bytes:
+        """The next bytes, at most `limit`, never past `end` (b"": done)."""
+        if self._file is None:
+            return b""
+        data = self._file.read(min(limit, self.end - self._at))
+        self._at += len(data)
+        return data
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+_TAIL_BLOCK = 1 << 16
+
+
+def _tail_start(f: BinaryIO, size: int, lines: int) -> int:
+    """Where a file's last `lines` lines begin (a final newline ends a line, it does not start
+    one): read backwards block by block, so a tail of a 200 MB log reads only its end."""
+    if lines <= 0:
+        return size
+    pos, newlines = size, 0
+    last = size - 1  # a newline here ends the last line
+    while pos > 0:
+        step = min(_TAIL_BLOCK, pos)
+        pos -= step
+        f.seek(pos)
+        block = f.read(step)
+        end = len(block)
+        while (i := block.rfind(b"\n", 0, end)) >= 0:
+            end = i
+            if pos + i == last:
+                continue
+            newlines += 1
+            if newlines == lines:
+                return pos + i + 1
+    return 0
+
+
+def _unreadable_log(job_id: int, path: str, exc: OSError) -> str:
+    if isinstance(exc, IsADirectoryError):
+        what = "a directory, not a file"
+    else:
+        what = exc.strerror or str(exc)
+    return (
+        f"job {job_id}'s log {path} cannot be read ({what}); ask the server's admin to put "
+        "the file back or move that away"
+    )
 
 
 def _gpus(count: int) -> str:

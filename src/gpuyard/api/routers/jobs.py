@@ -17,33 +17,38 @@ from gpuyard.api.deps import Actor, Server, Service
 from gpuyard.api.submit_route import submit
 from gpuyard.domain.job import Job
 from gpuyard.domain.principal import Principal
+from gpuyard.domain.signals import parse_signal
 from gpuyard.domain.states import JobState
+from gpuyard.scheduling.projection import StartEstimates
 from gpuyard.schemas.v1 import DryRunOut, JobOut, JobSubmitIn
 from gpuyard.services.feed import ChangeFeed
-from gpuyard.services.jobs import MAX_PAGE, JobService
+from gpuyard.services.jobs import MAX_PAGE, JobService, LogReader
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 _LOG_CHUNK = 1 << 16
+_STREAM_CHUNK = 1 << 20
 _FOLLOW_POLL_S = 0.2
 _JOB_LIST = TypeAdapter(list[JobOut])
 
 
-def _out(service: JobService, job: Job, estimates: dict[int, float | None] | None) -> JobOut:
-    start = estimates.get(job.id) if estimates else None
+def _out(service: JobService, job: Job, estimates: StartEstimates | None) -> JobOut:
+    start = estimates.starts.get(job.id) if estimates else None
     return job_to_wire(
         job, service.reason(job), service.log_path(job.id), start, service.gpu_stats(job.id),
         service.idle_since(job),
+        estimate_assumes="preemption" if estimates and estimates.assumes_preemption(job.id)
+        else None,
     )  # fmt: skip
 
 
-async def _estimates(service: JobService, jobs: list[Job]) -> dict[int, float | None] | None:
+async def _estimates(service: JobService, jobs: list[Job]) -> StartEstimates | None:
     """Projected starts, only when a pending job is listed (a projection costs a copy of the
     scheduler's state), off the event loop."""
     pending = [job.id for job in jobs if job.state is JobState.PENDING]
     if not pending:
         return None
-    return await asyncio.to_thread(service.estimated_starts, pending)
+    return await asyncio.to_thread(service.start_estimates, pending)
 
 
 # Routes that only read memory or await the group commit are async: no thread hop.
@@ -58,7 +63,8 @@ async def submit_job(body: JobSubmitIn, service: Service, actor: Actor) -> Respo
 @router.post("/dry-run")
 def dry_run(body: JobSubmitIn, service: Service, actor: Actor) -> DryRunOut:
     """Whether the job can ever run here and when it would start, without queueing it."""
-    return dry_run_to_wire(service.dry_run(spec_from_wire(body), actor))
+    spec = spec_from_wire(body, default_preemptible=service.preemptible_default)
+    return dry_run_to_wire(service.dry_run(spec, actor))
 
 
 @router.get("", response_model=list[JobOut])
@@ -120,8 +126,21 @@ async def get_job(job_id: int, service: Service, actor: Actor) -> Response:
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job_id: int, service: Service, actor: Actor) -> JobOut:
-    return _out(service, service.cancel(job_id, actor), None)
+def cancel_job(
+    job_id: int,
+    service: Service,
+    actor: Actor,
+    signal: Annotated[
+        str | None,
+        Query(
+            max_length=16,
+            description="what a running job's processes get instead of its own stop signal "
+            "(a name such as USR1, or a number); SIGKILL follows after the grace period",
+        ),
+    ] = None,
+) -> JobOut:
+    stop_signal = None if signal is None else parse_signal(signal, field="signal")
+    return _out(service, service.cancel(job_id, actor, stop_signal), None)
 
 
 @router.get("/{job_id}/log", response_class=Response)
@@ -129,17 +148,36 @@ async def job_log(
     job_id: int,
     service: Service,
     actor: Actor,
-    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**62, description="from this byte")] = 0,
+    tail: Annotated[
+        int | None, Query(ge=0, le=10**9, description="only the last N lines (then follow)")
+    ] = None,
     follow: bool = False,
 ) -> Response:
+    """The job's output, streamed: from `offset`, or its last `tail` lines; `X-Log-Start` is
+    where the body starts, `X-Log-Offset` (not following) where to ask for the rest."""
+    log = await asyncio.to_thread(service.open_log, job_id, actor, offset, tail)
+    headers = {"X-Log-Start": str(log.start), "X-Job-State": log.state.value}
     if not follow:
-        chunk = await asyncio.to_thread(service.read_log, job_id, actor, offset)
-        return Response(
-            chunk.data, media_type="text/plain; charset=utf-8",
-            headers={"X-Log-Offset": str(chunk.next_offset), "X-Job-State": chunk.state.value},
-        )  # fmt: skip
-    service.get(job_id, actor)  # 404 before the stream starts
-    return StreamingResponse(_follow(service, actor, job_id, offset), media_type="text/plain")
+        headers["X-Log-Offset"] = str(log.end)
+        return StreamingResponse(
+            _stream(log), media_type="text/plain; charset=utf-8", headers=headers
+        )
+    start = log.start
+    log.close()
+    return StreamingResponse(
+        _follow(service, actor, job_id, start), media_type="text/plain", headers=headers
+    )
+
+
+async def _stream(log: LogReader) -> AsyncIterator[bytes]:
+    """The open log up to its size when opened, a block per thread hop, never all of it in
+    memory (a 200 MB log used to be read whole)."""
+    try:
+        while data := await asyncio.to_thread(log.read, _STREAM_CHUNK):
+            yield data
+    finally:
+        log.close()
 
 
 async def _follow(
