@@ -112,6 +112,20 @@ def test_parse_duration_s_rejects_negative_and_garbage(text: str) -> None:
     assert info.value.field == "time"
 
 
+@pytest.mark.parametrize("text", ["1:99:99", "1:60:00", "1:00:60", "1:60", "2-25", "2-24",
+                                  "2-23:60", "2-1:00:60", "0-24:00:00"])  # fmt: skip
+def test_parse_duration_s_refuses_clock_fields_out_of_range(text: str) -> None:
+    """`1:99:99` is a typo, not 2 h 40 min; `2-25` is not 3 days 1 hour."""
+    with pytest.raises(InvalidRequest, match="go up to 59, hours after a day up to 23"):
+        parse_duration_s(text)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90:00", 5400), ("100:00:00", 360000),
+                                               ("2-23:59:59", 259199)])  # fmt: skip
+def test_parse_duration_s_leading_field_may_run_over(text: str, seconds: int) -> None:
+    assert parse_duration_s(text) == seconds
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("0.4s", 1), ("0.0001h", 1), ("1.5s", 2)])
 def test_parse_duration_s_rounds_fractions_up_never_to_zero(text: str, seconds: int) -> None:
     # 0 would mean "no time limit" to the executor and the CLI.

@@ -51,6 +51,12 @@ def parse_duration_s(text: str, *, field: str = "time") -> int:
             seconds = float(unit_match.group(1)) * _SUFFIX_S[unit_match.group(2)]
         else:
             seconds = _parse_slurm_time(raw)
+    except _OutOfRange:
+        raise InvalidRequest(
+            f"bad duration {text!r}: minutes and seconds after a colon go up to 59, hours "
+            "after a day up to 23 ([D-]HH:MM:SS)",
+            field=field,
+        ) from None
     except ValueError:
         raise InvalidRequest(
             f"bad duration {text!r}: use minutes, [D-]HH:MM:SS, or 30s/90m/2h/1d",
@@ -61,6 +67,10 @@ def parse_duration_s(text: str, *, field: str = "time") -> int:
     if seconds > MAX_DURATION_S:
         raise InvalidRequest(f"duration {text!r} is over a year; ask for less", field=field)
     return max(1, math.ceil(round(seconds, 6)))  # never round a positive limit down to "no limit"
+
+
+class _OutOfRange(ValueError):
+    """A clock field past its range (`1:99:99`, `2-25`): a typo, not a longer limit."""
 
 
 def _parse_slurm_time(raw: str) -> float:
@@ -75,6 +85,8 @@ def _parse_slurm_time(raw: str) -> float:
         if len(parts) != 3:
             raise ValueError(raw)
         hours, minutes, seconds = parts
+        if hours > 23:
+            raise _OutOfRange(raw)
     else:
         parts = [_nonneg_int(p) for p in raw.split(":")]
         if len(parts) == 1:
@@ -85,6 +97,9 @@ def _parse_slurm_time(raw: str) -> float:
             hours, minutes, seconds = parts
         else:
             raise ValueError(raw)
+    # The leading field may run over (`90:00` is 90 minutes); the ones after a colon may not.
+    if (len(parts) == 3 and minutes > 59) or (len(parts) > 1 and seconds > 59):
+        raise _OutOfRange(raw)
     return float(days * 86400 + hours * 3600 + minutes * 60 + seconds)
 
 
