@@ -84,10 +84,13 @@ EVERY_SPEC_FIELD: dict[str, object] = {
     "time_limit_s": 2 * 86400 + 5,
     "priority": -3,
     "env": (("A", "1"), ("EMPTY", ""), ("PATHS", "a:b=c")),
-    "preemptible": False,
+    "preemptible": True,
     "distributed": "torchrun",
     "gpu_mem_mib": 20 * 1024,
     "nodes": 2,
+    "stop_signal": 10,  # SIGUSR1
+    "script": "#!/bin/sh\n# naïve ü 日本 'quoted'\ntorchrun \"$@\"\n",
+    "script_index": 2,
 }
 
 
@@ -110,4 +113,6 @@ def finished_job_with_every_field_set() -> Job:
         node="gpu-box-2",
         attained_gpu_s=7_200.5,
         restarts=3,
+        held=True,
+        restart_of=12,
     )

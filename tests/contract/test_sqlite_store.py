@@ -25,7 +25,7 @@ from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
 from tests.contract.stores import pending_job
 
-HEAD = "0005"
+HEAD = "0006"
 
 
 @pytest.fixture
@@ -142,7 +142,8 @@ def test_a_database_from_the_first_release_is_upgraded_with_its_jobs(db_path: Pa
     finally:
         store.close()
     assert (job.id, job.spec.gpus, job.restarts, job.attained_gpu_s) == (7, 1, 0, 0.0)
-    assert job.spec.preemptible is True
+    # It never opted in: preemption is opt-in now (issue 15), whatever the first release did.
+    assert job.spec.preemptible is False
 
 
 def test_the_lock_is_a_file_beside_the_database(store: SqlJobStore, db_path: Path) -> None:

@@ -75,10 +75,11 @@ def test_an_xid_drains_the_gpu_fails_its_job_and_admins_resume_and_drain(
         wait_for(lambda: _job(server, pair)["state"] == "RUNNING")  # the same XID: no re-drain
         assert not _gpus(server)[bad]["drained"]
 
-        out = server.cli("admin", "drain", str(bad), "--reason", "fan replacement").stdout
-        assert f"job(s) {pair} on it end NODE_FAIL" in out
-        ended = wait_for(lambda: (j := _job(server, pair))["state"] == "NODE_FAIL" and j)
-        assert "fan replacement" in ended["reason"]
+        drain = ("admin", "drain", str(bad), "--reason", "fan replacement", "--now")
+        out = server.cli(*drain).stdout
+        assert f"job(s) {pair} on it are stopped and requeued" in out  # an admin's: not failed
+        requeued = wait_for(lambda: (j := _job(server, pair))["restarts"] == 1 and j)
+        assert requeued["state"] == "PENDING"  # 2 GPUs, one of them drained: it waits
 
         again = server.cli("admin", "resume", str(1 - bad), check=False)
         assert again.returncode == 1 and again.stderr.count("\n") == 1

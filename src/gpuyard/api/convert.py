@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from gpuyard.domain.job import Drain, Job, JobSpec
+from gpuyard.domain.job import Drain, Job, JobSpec, display_state
+from gpuyard.domain.signals import SIGTERM, parse_signal
 from gpuyard.domain.spec_rules import SpecDraft, decide_spec
 from gpuyard.domain.units import parse_duration_s, parse_size_mib
 from gpuyard.schemas.v1 import (
@@ -32,12 +33,17 @@ from gpuyard.services.telemetry import GpuTelemetry, JobGpuStats
 _FROM_WIRE: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "argv": ("command", tuple),
     "env": ("env", lambda env: tuple(sorted(env.items()))),
-    "mem_mib": ("mem", lambda text: parse_size_mib(text, field="mem") if text else 0),
+    # None: not given; "" is a mistake to point at (`--time ''` is not "unlimited").
+    "mem_mib": ("mem", lambda text: 0 if text is None else parse_size_mib(text, field="mem")),
     "time_limit_s": (
         "time_limit",
-        lambda text: parse_duration_s(text, field="time_limit") if text else None,
+        lambda text: None if text is None else parse_duration_s(text, field="time_limit"),
     ),
-    "gpu_mem_mib": ("gpu_mem", lambda text: parse_size_mib(text, field="gpu_mem") if text else 0),
+    "gpu_mem_mib": (
+        "gpu_mem",
+        lambda text: 0 if text is None else parse_size_mib(text, field="gpu_mem"),
+    ),
+    "stop_signal": ("stop_signal", lambda sig: SIGTERM if sig is None else parse_signal(sig)),
 }
 _DRAFT_FIELDS: tuple[tuple[str, str, Callable[[Any], Any] | None], ...] = tuple(
     (f.name, *_FROM_WIRE.get(f.name, (f.name, None))) for f in fields(SpecDraft)
@@ -48,6 +54,8 @@ _TO_WIRE_NAMES = {"argv": "command", "gpus": "num_gpus"}
 # JobSpec fields never sent back, with why: a new field must be carried or listed here.
 WRITE_ONLY_SPEC_FIELDS = {
     "env": "may hold secrets (API keys, tokens): a job list or record must not show them",
+    "script": "up to 1 MiB per job: every list would carry it; it is in the job's folder",
+    "script_index": "only means something with the script, which is not sent back",
 }
 _TO_WIRE = tuple(
     (f.name, _TO_WIRE_NAMES.get(f.name, f.name))
@@ -56,16 +64,23 @@ _TO_WIRE = tuple(
 )
 
 
-def spec_from_wire(body: JobSubmitIn, default_workdir: str | None = None) -> JobSpec:
+def spec_from_wire(
+    body: JobSubmitIn, default_workdir: str | None = None, default_preemptible: bool = False
+) -> JobSpec:
     """Parse units, then the domain's rules decide; raises InvalidRequest naming the field.
 
-    `default_workdir`: the server's choice when the client sent no workdir (its home).
+    `default_workdir`: the server's choice when the client sent no workdir (its home);
+    `default_preemptible`: when the client did not say (the server's `--preemptible-default`).
     """
     draft: dict[str, Any] = {}
     for name, wire_name, parse in _DRAFT_FIELDS:
         value = getattr(body, wire_name)
         draft[name] = value if parse is None else parse(value)
-    return decide_spec(SpecDraft(**draft), default_workdir=default_workdir or str(Path.home()))
+    return decide_spec(
+        SpecDraft(**draft),
+        default_workdir=default_workdir or str(Path.home()),
+        default_preemptible=default_preemptible,
+    )
 
 
 def spec_to_wire_fields(spec: JobSpec) -> dict[str, Any]:
@@ -84,6 +99,7 @@ def job_to_wire(
     estimated_start: float | None = None,
     gpu_stats: JobGpuStats | None = None,
     idle_since: float | None = None,
+    estimate_assumes: Literal["preemption"] | None = None,
 ) -> JobOut:
     end = job.ended_at if job.ended_at is not None else time.time()
     running_s = end - job.started_at if job.started_at is not None else 0.0
@@ -92,6 +108,7 @@ def job_to_wire(
         id=job.id,
         owner=job.owner,
         state=job.state.value,
+        display_state=display_state(job),
         reason=reason,
         gpus=list(job.gpus),
         node=job.node,
@@ -102,8 +119,11 @@ def job_to_wire(
         runtime_s=round(end - job.started_at, 3) if job.started_at is not None else None,
         log_path=log_path,
         restarts=job.restarts,
+        held=job.held,
+        restart_of=job.restart_of,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),
+        estimate_assumes=estimate_assumes,
         idle_since=_iso(idle_since),
         gpu_stats=None if gpu_stats is None else gpu_stats_to_wire(gpu_stats),
     )

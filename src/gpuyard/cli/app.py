@@ -255,7 +255,8 @@ def cancel(
     signal: Annotated[
         str | None,
         typer.Option(
-            "--signal", "-s",
+            "--signal",
+            "-s",
             help="what running jobs' processes get instead of their own stop signal "
             "(USR1, INT, 10, ...); SIGKILL follows after the grace period",
         ),

@@ -22,14 +22,16 @@ class SubmitOptions:
         self, command: list[str] | None = None, *, gpus: int = 0, cpus: int = 1,
         mem: str | None = None, time: str | None = None, name: str | None = None,
         priority: int = 0, workdir: str | None = None, env: list[str] | None = None,
-        export_env: bool = True, no_preempt: bool = False, distributed: str | None = None,
+        export_env: bool = True, preemptible: bool | None = None,
+        stop_signal: str | None = None, distributed: str | None = None,
         gpu_mem: str | None = None, nodes: int = 1, gpus_per_node: int | None = None,
         dry_run: bool = False, check: bool = False,
     ) -> None:  # fmt: skip
         self.command = command or []
         self.gpus, self.cpus, self.mem, self.time, self.name = gpus, cpus, mem, time, name
         self.priority, self.workdir, self.env = priority, workdir, env or []
-        self.export_env, self.no_preempt, self.distributed = export_env, no_preempt, distributed
+        self.export_env, self.preemptible, self.distributed = export_env, preemptible, distributed
+        self.stop_signal = stop_signal
         self.gpu_mem, self.nodes, self.gpus_per_node = gpu_mem, nodes, gpus_per_node
         self.dry_run, self.check = dry_run, check
 
@@ -50,16 +52,23 @@ def submit(opts: SubmitOptions) -> int:
     """Queue a job and print its id alone (or, with --dry-run, when it would start)."""
     from gpuyard.cli.submitting import build_submission
 
+    problem = usage_problem(opts)
+    if problem:
+        sys.stderr.write(f"gpuyard: {problem}\n")
+        return 2
+
     argv, fields = build_submission(opts.command, opts.name, opts.workdir, opts.env,
                                     opts.export_env)  # fmt: skip
     # --gpu-mem without --gpus means one GPU: the server decides that (domain/spec_rules.py).
     fields.update(gpus=opts.gpus, cpus=opts.cpus, mem=opts.mem, time_limit=opts.time,
                   priority=opts.priority)  # fmt: skip
-    if opts.no_preempt:
-        fields["preemptible"] = False
+    if opts.preemptible is not None:  # else the server's default decides
+        fields["preemptible"] = opts.preemptible
+    if opts.stop_signal is not None:
+        fields["stop_signal"] = opts.stop_signal
     if opts.distributed:
         fields["distributed"] = opts.distributed
-    if opts.gpu_mem:
+    if opts.gpu_mem is not None:
         fields["gpu_mem"] = opts.gpu_mem
     if opts.nodes > 1:
         fields["nodes"] = opts.nodes
@@ -83,13 +92,47 @@ def submit(opts: SubmitOptions) -> int:
     return 0
 
 
-def queue(all: bool, json_out: bool, page: HistoryPage | None = None) -> int:
-    """Pending and running jobs (and a page of finished ones with `all`), maybe filtered."""
+def usage_problem(opts: SubmitOptions) -> str | None:
+    """What no server need see to refuse: a line that cannot mean what was typed (exit 2)."""
+    if opts.command[:1] == ["-"]:
+        return ("`-` (a script on standard input, as sbatch reads it) is not supported: give a "
+                "script file, or a command after --")  # fmt: skip
+    per_node = opts.gpus_per_node
+    if per_node is not None and opts.gpus and opts.gpus != opts.nodes * per_node:
+        return (f"--gpus {opts.gpus} and --gpus-per-node {per_node} x --nodes {opts.nodes} "
+                "disagree: give one of them")  # fmt: skip
+    return None
+
+
+def queue(
+    all: bool,
+    json_out: bool,
+    page: HistoryPage | None = None,
+    fmt: str | None = None,
+    sort: str | None = None,
+) -> int:
+    """Pending and running jobs (and a page of finished ones with `all`), maybe filtered,
+    sorted (`sort`) and laid out (`fmt`) in squeue's style (cli/queue_format.py)."""
     page = page or HistoryPage()
-    jobs = client().jobs(
+    session = client()
+    user = page.user
+    if page.me:
+        if user is not None:
+            from gpuyard.domain.errors import InvalidRequest
+
+            raise InvalidRequest("--me and --user both name a user: give one of them")
+        user = session.whoami()["user"]  # the account the token acts as
+    jobs = session.jobs(
         all=all, limit=page.limit, before_id=page.before_id, since=page.since,
-        states=page.states, user=page.user, name=page.name,
+        states=page.states, user=user, name=page.name,
     )  # fmt: skip
+    if sort or fmt:
+        from gpuyard.cli.queue_format import format_jobs, sort_jobs
+
+        jobs = sort_jobs(jobs, sort) if sort else jobs
+        if fmt and not json_out:
+            sys.stdout.write(format_jobs(jobs, fmt) + "\n")
+            return 0
     if json_out:
         print_json(jobs)
         return 0
@@ -112,9 +155,10 @@ class HistoryPage:
         states: tuple[str, ...] = (),
         user: str | None = None,
         name: str | None = None,
+        me: bool = False,
     ) -> None:
         self.limit, self.before_id, self.since = limit, before_id, since
-        self.states, self.user, self.name = states, user, name
+        self.states, self.user, self.name, self.me = states, user, name, me
 
 
 def show(job_id: int, json_out: bool) -> int:
@@ -129,8 +173,9 @@ def show(job_id: int, json_out: bool) -> int:
     return 0
 
 
-def cancel(job_ids: list[int]) -> int:
-    """Cancel each job; one line per job that could not be, and exit 1 if any."""
+def cancel(job_ids: list[int], signal: str | None = None) -> int:
+    """Cancel each job; one line per job that could not be, and exit 1 if any. `signal`: what
+    running jobs' processes get instead of their own stop signal (`--signal`)."""
     from gpuyard.client import ServerUnreachable
     from gpuyard.domain.errors import GpuyardError
 
@@ -138,7 +183,7 @@ def cancel(job_ids: list[int]) -> int:
     failed = False
     for job_id in job_ids:
         try:
-            session.cancel(job_id)
+            session.cancel(job_id, signal)
         except ServerUnreachable:
             raise
         except GpuyardError as exc:

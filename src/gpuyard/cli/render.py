@@ -12,7 +12,16 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def printable(text: str) -> str:
+    """Control characters as escapes (`\\n`, `\\x1b`): what a job or a user named cannot move
+    the viewer's cursor, clear their screen or break a table's rows."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
@@ -40,17 +49,23 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
                 str(job["id"]),
                 _clip(job["name"], 24),
                 job["owner"],
-                job["state"],
+                shown_state(job),
                 _gpus_asked(job),
                 format_duration(job["runtime_s"]) if job["runtime_s"] is not None else "0:00",
                 format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED",
+                "yes" if job.get("preemptible") else "no",
                 _start(job),
                 "-" if pending else job.get("node") or "-",
                 where,
             ]
         )
-    return table(["JOBID", "NAME", "USER", "STATE", "GPUS", "TIME", "TIME_LIMIT", "START",
-                  "NODE", "GPU_IDS(REASON)"], rows)  # fmt: skip
+    return table(["JOBID", "NAME", "USER", "STATE", "GPUS", "TIME", "TIME_LIMIT", "PREEMPT",
+                  "START", "NODE", "GPU_IDS(REASON)"], rows)  # fmt: skip
+
+
+def shown_state(job: dict[str, Any]) -> str:
+    """CANCELLING/COMPLETING while a stopped job's processes exit (older servers: the state)."""
+    return str(job.get("display_state") or job["state"])
 
 
 def _gpus_asked(job: dict[str, Any]) -> str:
@@ -60,11 +75,27 @@ def _gpus_asked(job: dict[str, Any]) -> str:
 
 
 def _start(job: dict[str, Any]) -> str:
-    """Start time; for a pending job the estimate (`~`), or `?` when none can be made."""
+    """Start time; for a pending job the estimate (`~`), marked `(preemption)` when it holds
+    only if the scheduler preempts a running job, or `?` when none can be made."""
     if job["state"] == "PENDING":
         estimate = job.get("estimated_start_at")
-        return f"~{_local(estimate, short=True)}" if estimate else "?"
+        if not estimate:
+            return "?"
+        assumes = " (preemption)" if job.get("estimate_assumes") == "preemption" else ""
+        return f"~{_local(estimate, short=True)}{assumes}"
     return _local(job["started_at"], short=True)
+
+
+def _preemptible(job: dict[str, Any]) -> str:
+    if job["preemptible"]:
+        return "yes (the scheduler may stop it to run another job; it is requeued)"
+    return "no (never stopped for another job; --preemptible to allow it)"
+
+
+def _stop_signal(job: dict[str, Any]) -> str:
+    from gpuyard.domain.signals import signal_name
+
+    return f"{signal_name(int(job.get('stop_signal') or 15))}, SIGKILL after the grace period"
 
 
 def _restarts(count: int) -> str:
@@ -95,11 +126,12 @@ def job_record(job: dict[str, Any]) -> str:
         ("JobId", job["id"]),
         ("Name", job["name"]),
         ("User", job["owner"]),
-        ("State", job["state"]),
+        ("State", shown_state(job)),
         ("Reason", job["reason"]),
         ("ExitCode", "-" if job["exit_code"] is None else job["exit_code"]),
         ("Priority", job["priority"]),
-        ("Preemptible", "yes" if job["preemptible"] else "no (--no-preempt)"),
+        ("Preemptible", _preemptible(job)),
+        ("StopSignal", _stop_signal(job)),
         ("Distributed", job.get("distributed") or "no"),
         ("Restarts", _restarts(job["restarts"])),
         ("GpuTime", f"{job['attained_gpu_s'] / 3600:.2f} GPU-hours, all runs"),
@@ -124,7 +156,7 @@ def job_record(job: dict[str, Any]) -> str:
         ("Log", job["log_path"]),
     ]
     width = max(len(k) for k, _ in fields)
-    return "\n".join(f"{k.rjust(width)}: {v}" for k, v in fields)
+    return "\n".join(f"{k.rjust(width)}: {printable(str(v))}" for k, v in fields)
 
 
 NA = "n/a"
@@ -162,7 +194,7 @@ def gpu_rows(gpus: Sequence[dict[str, Any]]) -> str:
     out = [lines[0]]
     for gpu, line in zip(gpus, lines[1:], strict=True):
         out.append(line)
-        out.extend(f"    {note}" for note in gpu_notes(gpu))
+        out.extend(f"    {printable(note)}" for note in gpu_notes(gpu))
     return "\n".join(out)
 
 
@@ -263,6 +295,11 @@ def _estimate(job: dict[str, Any]) -> str:
     if not job.get("estimated_start_at"):
         return ("unknown (jobs without a time limit hold what it needs, or the queue ahead is "
                 "too deep to project)")  # fmt: skip
+    if job.get("estimate_assumes") == "preemption":
+        return (
+            f"{_local(job['estimated_start_at'])} if the scheduler preempts a running "
+            "job then, as it plans to (and running jobs use their whole time limit)"
+        )
     return f"{_local(job['estimated_start_at'])} if running jobs use their whole time limit"
 
 

@@ -13,6 +13,8 @@ REASON_PRIORITY = "Priority"
 # Chosen to run, waiting for the jobs it preempted to stop and release their GPUs.
 REASON_PREEMPTING = "Preempting"
 REASON_PREEMPTED = "Preempted"
+# Kept out of the queue by its user or an admin (`gpuyard hold`) until `gpuyard release`.
+REASON_HELD = "JobHeldUser"
 
 # `--distributed`: how a multi-GPU job's processes find each other (docs/cli.md lists the
 # variables each sets).
@@ -32,7 +34,9 @@ class JobSpec:
     time_limit_s: int | None = None
     priority: int = 0
     env: tuple[tuple[str, str], ...] = ()
-    preemptible: bool = True  # False: `--no-preempt`, no policy may stop it for another job
+    # True (`--preemptible`, or the server's default): a policy may stop the job to run
+    # another and requeue it; False: never (a job that does not checkpoint would start over).
+    preemptible: bool = False
     distributed: str | None = None  # one of DISTRIBUTED_MODES, or None: run argv as it is
     # GPU memory per GPU (`--gpu-mem`); > 0: the job may share its GPUs with other such jobs
     # and may use no more than this on each (0: whole GPUs, all their memory).
@@ -40,6 +44,14 @@ class JobSpec:
     # Machines the job spans (`--nodes`): its `gpus` split evenly, one group per node (a Ray
     # placement group across nodes); 1: all on one machine.
     nodes: int = 1
+    # What its processes get, once each, when it is cancelled, preempted or reaches its time
+    # limit (`--signal`), SIGKILL after the grace period: 15 SIGTERM, 10 SIGUSR1, ...
+    stop_signal: int = 15
+    # A script file copied at submit, as sbatch copies its script (`gpuyard submit job.sh`):
+    # its text, written to the job's folder at launch and run there in place of
+    # argv[script_index] (the path it was read from), so editing the file later changes nothing.
+    script: str | None = None
+    script_index: int = 0
 
     @property
     def gpus_per_node(self) -> int:
@@ -70,6 +82,11 @@ class Job:
     node: str = "local"
     attained_gpu_s: float = 0.0  # GPU-seconds held in earlier runs (before preemptions)
     restarts: int = 0  # times it was preempted and requeued
+    # Held (`gpuyard hold`): a pending job the scheduler's gate keeps out of the policy until
+    # `release`; stored so that a restarted server holds it again.
+    held: bool = False
+    # `gpuyard restart`: the finished job this one runs again (same spec, new id).
+    restart_of: int | None = None
 
     def transition(self, target: JobState, **changes: object) -> Job:
         """Return this job moved to `target` (checked against the transition table)."""
@@ -79,6 +96,15 @@ class Job:
     def with_changes(self, **changes: object) -> Job:
         """Return this job with non-state fields changed and the version bumped."""
         return replace(self, version=self.version + 1, **changes)  # type: ignore[arg-type]
+
+
+def display_state(job: Job) -> str:
+    """The state a person is shown: a RUNNING job told to stop whose processes are still
+    exiting is CANCELLING (cancelled by its user) or COMPLETING (any other stop: a preemption,
+    a requeue, a drain), as squeue's CG; the stored state stays RUNNING until they are gone."""
+    if job.state is JobState.RUNNING and job.stop_intent is not None:
+        return "CANCELLING" if job.stop_intent is JobState.CANCELLED else "COMPLETING"
+    return job.state.value
 
 
 @dataclass(frozen=True, slots=True)

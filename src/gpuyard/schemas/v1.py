@@ -37,8 +37,13 @@ class JobSubmitIn(_Strict):
     ] = None
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     preemptible: Annotated[
-        StrictBool, Field(description="false: no policy may preempt it (--no-preempt)")
-    ] = True
+        StrictBool | None,
+        Field(
+            description="true: a policy may stop it to run another job and requeue it "
+            "(--preemptible); false: never; null: the server's default (false unless its admin "
+            "set --preemptible-default)"
+        ),
+    ] = None
     distributed: Annotated[
         Literal["torchrun", "jax", "tf"] | None,
         Field(description="one process per GPU through torchrun, or JAX/TF cluster variables"),
@@ -54,6 +59,25 @@ class JobSubmitIn(_Strict):
             "such jobs and is held to this much on each; null: whole GPUs"
         ),
     ] = None
+    stop_signal: Annotated[
+        StrictStr | StrictInt | None,
+        Field(
+            description="what its processes get, once each, when it is cancelled, preempted "
+            "or reaches its time limit (then SIGKILL after the grace period): a name (USR1, "
+            "SIGUSR1) or number; null: SIGTERM"
+        ),
+    ] = None
+    script: Annotated[
+        StrictStr | None,
+        Field(
+            description="the text of the script file the command runs, copied at submit as "
+            "sbatch does: the job runs this copy (from its folder) in place of "
+            "command[script_index], so editing the file later changes nothing; at most 1 MiB"
+        ),
+    ] = None
+    script_index: Annotated[
+        StrictInt, Field(ge=0, description="which argument of command is the script's path")
+    ] = 0
 
 
 class JobGpuStatsOut(BaseModel):
@@ -77,6 +101,10 @@ class JobOut(BaseModel):
     name: str
     owner: str
     state: str
+    display_state: str = Field(
+        description="state to show: CANCELLING/COMPLETING while a stopped RUNNING job's "
+        "processes are still exiting, else `state`"
+    )
     reason: str
     command: list[str]
     gpus: list[int] = Field(description="indices of the GPUs the job holds or held")
@@ -93,14 +121,26 @@ class JobOut(BaseModel):
     ended_at: str | None
     runtime_s: float | None
     log_path: str
-    preemptible: bool
+    preemptible: bool = Field(description="a policy may stop it to run another job (requeued)")
     distributed: str | None
     gpu_mem_mib: int = Field(0, description="GPU memory per GPU asked for; 0: whole GPUs")
     nodes: int = Field(1, description="machines the job spans (its GPUs split evenly)")
     restarts: int = Field(description="times it was preempted and requeued")
+    held: bool = Field(False, description="held (gpuyard hold): not started until released")
+    restart_of: int | None = Field(
+        None, description="gpuyard restart: the finished job this one runs again"
+    )
     attained_gpu_s: float = Field(description="GPU-seconds held so far, all runs")
     estimated_start_at: str | None = Field(
         description="pending jobs: projected start if running jobs use their whole time limit"
+    )
+    estimate_assumes: Literal["preemption"] | None = Field(
+        None,
+        description='"preemption": estimated_start_at holds only if the policy preempts a '
+        "running job for it (or for a job ahead of it); null: only that running jobs end",
+    )
+    stop_signal: int = Field(
+        15, description="signal its processes get when it is stopped (then SIGKILL)"
     )
     idle_since: str | None = Field(
         None, description="running jobs flagged idle: since when their GPUs stayed unused"
@@ -111,6 +151,23 @@ class JobOut(BaseModel):
     hint: str | None = Field(
         None, description="submit only: advice for next time, e.g. a --gpu-mem from earlier runs"
     )
+
+
+class JobUpdateIn(_Strict):
+    """`gpuyard update`: what changes in a pending job (null: unchanged)."""
+
+    time_limit: Annotated[
+        StrictStr | None, Field(description="minutes, [D-]HH:MM:SS, or 30s/90m/2h/1d")
+    ] = None
+    priority: Annotated[StrictInt | None, Field(ge=-1_000_000, le=1_000_000)] = None
+    gpus: Annotated[StrictInt | None, Field(ge=0, le=1024)] = None
+
+
+class WhoAmIOut(BaseModel):
+    """The account the caller's token acts as (`queue --me`)."""
+
+    user: str
+    role: str
 
 
 class DryRunOut(BaseModel):
@@ -207,11 +264,23 @@ class DrainIn(_Strict):
     """`gpuyard admin drain`: why the GPU goes out of service."""
 
     reason: Annotated[StrictStr, Field(max_length=200)] = ""
+    now: Annotated[
+        StrictBool,
+        Field(description="stop the jobs running on it and requeue them; false: they finish"),
+    ] = False
 
 
 class DrainOut(BaseModel):
-    """A drain's outcome: the jobs that were running on the GPU now end NODE_FAIL."""
+    """A drain's outcome: the jobs on the GPU finish there, or (`now`) were requeued."""
 
     gpu: int
     drained: bool
-    failed_jobs: list[int]
+    failed_jobs: list[int] = Field(
+        description="jobs stopped to end NODE_FAIL (a broken GPU's drain; never an admin's)"
+    )
+    running_jobs: list[int] = Field(
+        default_factory=list, description="jobs left to finish on it (a drain without `now`)"
+    )
+    requeued_jobs: list[int] = Field(
+        default_factory=list, description="jobs stopped and put back in the queue (`now`)"
+    )

@@ -1,10 +1,12 @@
 """GPUs out of service: drained by an admin, by the health guard, or by a lost Ray machine.
 
 A drain is durable and keyed by the GPU's UUID (indices are renumbered when a Ray cluster
-changes; a UUID names the same device across restarts). Draining a GPU marks every job running
-on it to end NODE_FAIL (a stop intent, through the journal) and tells the scheduler; resuming
-tells the scheduler again. The current drains are kept under this service's own lock: the API,
-the telemetry thread and the Ray node watch all call in.
+changes; a UUID names the same device across restarts). An admin's drain is Slurm's DRAIN: no
+new job goes there and the jobs running there finish; with `--now` they are stopped and
+requeued (stop intent PENDING, as a preemption). A broken GPU's drain (health guard, a lost Ray
+machine) marks them to end NODE_FAIL. Every stop intent goes through the journal; the scheduler
+is told of the drain, and of the resume. The current drains are kept under this service's own
+lock: the API, the telemetry thread and the Ray node watch all call in.
 """
 
 from __future__ import annotations
@@ -64,9 +66,11 @@ class DrainService:
         with self._lock:
             return dict(self._by_index)
 
-    def drain(self, gpu_index: int, reason: str, source: str) -> list[Job]:
-        """Take a GPU out of service; jobs running on it are marked to end NODE_FAIL (the
-        journal's observers stop them). Returns those jobs."""
+    def drain(self, gpu_index: int, reason: str, source: str, *, now: bool = False) -> list[Job]:
+        """Take a GPU out of service and return the jobs on it that are stopped (the journal's
+        observers stop them). An admin's drain is Slurm's DRAIN: jobs running there go on
+        (none returned), or with `now` are stopped and requeued, not failed (they did nothing
+        wrong). A broken GPU (health guard, a lost Ray machine) fails them NODE_FAIL."""
         gpu = self.gpu(gpu_index)
         if source == "admin" and not self._binds_devices:
             raise Conflict(
@@ -74,23 +78,36 @@ class DrainService:
                 "physical GPUs itself: a drain of one GPU could not keep jobs off it. Take the "
                 "machine out of the Ray cluster instead"
             )
-        now = self._clock()
-        drain = Drain(reason, source, now)
+        at = self._clock()
+        drain = Drain(reason, source, at)
         with self._lock:
             self._store.save_drain(gpu.uuid, drain)
             self._by_index[gpu_index] = drain
-        self._scheduler.drained(gpu_index, True, now)
-        why = f"NodeFail: GPU {gpu_index} was taken out of service: {reason}"
-        failing = []
+        self._scheduler.drained(gpu_index, True, at)
+        if source == "admin" and not now:
+            stopping: list[Job] = []  # DRAIN: what runs there finishes
+        elif source == "admin":
+            why = f"Requeued: GPU {gpu_index} was drained at once (admin drain --now): {reason}"
+            stopping = self._stop_jobs_on(gpu_index, JobState.PENDING, why, at)
+        else:
+            why = f"NodeFail: GPU {gpu_index} was taken out of service: {reason}"
+            stopping = self._stop_jobs_on(gpu_index, JobState.NODE_FAIL, why, at)
+        log.warning("GPU %s drained (%s): %s", gpu_index, source, reason)
+        self._wake()
+        return stopping
+
+    def _stop_jobs_on(self, gpu_index: int, intent: JobState, why: str, at: float) -> list[Job]:
+        """Give every job running on the GPU the stop intent, through the journal (a job
+        already ending for good, or already being requeued, keeps that)."""
+        stopping = []
         with self._journal.transaction() as tx:
             for job in self._journal.book.running():
                 current = tx.current(job.id) or job
-                if gpu_index in current.gpus and current.stop_intent not in FINAL_INTENTS:
-                    failing.append(current.with_changes(stop_intent=JobState.NODE_FAIL, reason=why))
-            tx.commit(failing, now)
-        log.warning("GPU %s drained (%s): %s", gpu_index, source, reason)
-        self._wake()
-        return failing
+                keeps = current.stop_intent in FINAL_INTENTS or current.stop_intent is intent
+                if gpu_index in current.gpus and not keeps:
+                    stopping.append(current.with_changes(stop_intent=intent, reason=why))
+            tx.commit(stopping, at)
+        return stopping
 
     def resume(self, gpu_index: int) -> None:
         """Put a drained GPU back in service."""

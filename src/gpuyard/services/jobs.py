@@ -286,10 +286,8 @@ class JobService:
 
         current = self.journal.change(job_id, cancel_pending, now) or job
         if current.state is JobState.RUNNING:
-            current = (
-                self._stops.request(job_id, JobState.CANCELLED, stop_signal=stop_signal)
-                or current
-            )
+            asked = self._stops.request(job_id, JobState.CANCELLED, stop_signal=stop_signal)
+            current = asked or current
         self._wake()
         return current
 

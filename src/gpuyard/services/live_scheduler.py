@@ -28,11 +28,18 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpuyard.domain.errors import Unavailable
-from gpuyard.domain.job import REASON_PREEMPTING, REASON_PRIORITY, REASON_RESOURCES, Job, JobSpec
+from gpuyard.domain.job import (
+    REASON_HELD,
+    REASON_PREEMPTING,
+    REASON_PRIORITY,
+    REASON_RESOURCES,
+    Job,
+    JobSpec,
+)
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.policy import Policy
-from gpuyard.scheduling.projection import Projection
+from gpuyard.scheduling.projection import Projection, StartEstimates
 from gpuyard.services.estimates import Batch, Estimator, copy_world
 from gpuyard.services.gpu_binding import GpuBinding, Launch
 from gpuyard.services.inventory import Inventory
@@ -47,6 +54,7 @@ from gpuyard.services.sched_events import (
     Held,
     Released,
     Submitted,
+    Updated,
 )
 from gpuyard.services.timed_lock import TimedLock
 
@@ -124,6 +132,10 @@ class LiveScheduler:
     def ended(self, job: Job, at: float) -> None:
         """A job's processes are gone: `job` is its new record, final or requeued (PENDING)."""
         self._inbox.append(Ended(job, at))
+
+    def updated(self, job: Job, at: float) -> None:
+        """A PENDING job's spec changed: the policy forgets it and hears of it again."""
+        self._inbox.append(Updated(job, at))
 
     def drained(self, gpu_index: int, out_of_service: bool, at: float) -> None:
         """A GPU was taken out of service (True) or put back (False)."""
@@ -265,6 +277,8 @@ class LiveScheduler:
                     fed = True  # the cluster the policy sees changes
                 case Ended(job, at):
                     fed = self._on_end(job, at) or fed
+                case Updated(job, at):
+                    fed = self._on_update(job, at) or fed
                 case Held(job_id, _, at):
                     held = gate.reason(job_id) is not None and job_id not in self._assigned
                     fed = (held and feed.park(job_id, at)) or fed
@@ -303,6 +317,20 @@ class LiveScheduler:
         self._feed.finish(job_id, at)
         return True
 
+    def _on_update(self, record: Job, at: float) -> bool:
+        """Cancel and resubmit in the policy's view (its rank, reservations and fit come from
+        the spec); the record keeps its submit time, so its place by age is kept. A job the
+        policy already runs is left alone (the journal refuses updates of running jobs)."""
+        known = self._feed.jobs.get(record.id)
+        if known is not None and known.running:
+            return False
+        if known is None and record.id not in self._feed.parked:
+            return False  # cancelled meanwhile
+        self._forget(record.id, at)
+        parked = self.gate.reason(record.id) is not None
+        self._feed.submit(record, at, parked)
+        return not parked
+
     def _park_if_held(self, job_id: int, at: float) -> bool:
         """A requeued job the gate holds leaves the policy again."""
         return self.gate.reason(job_id) is not None and self._feed.park(job_id, at)
@@ -326,6 +354,9 @@ class LiveScheduler:
             elif job.state is JobState.RUNNING:
                 events += _life(job, (job.submitted_at, job.started_at))
         events.sort(key=lambda e: e[:3])
+        for job in jobs:  # holds are stored on the job: the gate holds them again
+            if job.held and job.state is JobState.PENDING:
+                self.gate.hold(job.id, REASON_HELD)
         with self._lock:
             for at, kind, _, record in events:
                 self._replay(kind, at, record)
@@ -335,7 +366,7 @@ class LiveScheduler:
     def _replay(self, kind: int, at: float, record: Job) -> None:
         feed = self._feed
         if kind == 0:
-            feed.submit(record, at)
+            feed.submit(record, at, self.gate.reason(record.id) is not None)
         elif kind == 2:
             feed.finish(record.id, at)  # placement () for a finished run: frees nothing
         elif record.state is not JobState.RUNNING:
@@ -365,6 +396,10 @@ class LiveScheduler:
         """Projected start of every pending job (None: not within the projection); see
         `estimates.py`. Never takes the scheduler's lock."""
         return self.estimator.estimated_starts(wanted)
+
+    def start_estimates(self, wanted: Collection[int] = ()) -> StartEstimates:
+        """`estimated_starts` with what they assume (a preemption the policy plans)."""
+        return self.estimator.estimates(wanted)
 
     def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> Projection:
         """When a job of `spec` submitted now would start (`starts[job_id]`; None: not within

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpuyard.domain.job import REASON_HELD, Job
 from gpuyard.domain.states import JobState
 from gpuyard.services.gpu_mem import PeakHistory
 from gpuyard.services.journal import JobChange
@@ -29,8 +30,20 @@ def scheduler_events(scheduler: LiveScheduler) -> Callable[[JobChange], None]:
             scheduler.cancelled(job.id, job.ended_at or change.at)
         elif before.state is JobState.RUNNING and job.state is not JobState.RUNNING:
             scheduler.ended(job, change.at)
+        elif before.state is JobState.PENDING and job.state is JobState.PENDING:
+            _pending_changed(scheduler, before, job, change.at)
 
     return observe
+
+
+def _pending_changed(scheduler: LiveScheduler, before: Job, job: Job, at: float) -> None:
+    """A hold or release reaches the gate, and a new spec the policy, only once durable."""
+    if job.held and not before.held:
+        scheduler.gate.hold(job.id, REASON_HELD)
+    elif before.held and not job.held:
+        scheduler.gate.release(job.id)
+    if job.spec != before.spec:
+        scheduler.updated(job, at)
 
 
 def queue_metrics(metrics: QueueMetrics) -> Callable[[JobChange], None]:

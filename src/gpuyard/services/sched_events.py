@@ -45,6 +45,15 @@ class Ended:
 
 
 @dataclass(frozen=True, slots=True)
+class Updated:
+    """A PENDING job's spec changed (`gpuyard update`): the policy sees it anew, with its
+    submit time kept."""
+
+    job: Job
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Drained:
     """A GPU was taken out of service (`out_of_service`) or put back."""
 
@@ -66,7 +75,7 @@ class Released:
     at: float
 
 
-Event = Submitted | Cancelled | Ended | Drained | Held | Released
+Event = Submitted | Cancelled | Ended | Updated | Drained | Held | Released
 
 
 class Gate:

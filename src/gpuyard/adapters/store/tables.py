@@ -6,7 +6,7 @@ enforces it, and an out-of-memory reason or a 128-GPU job's GPU list passes 255 
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
 
 metadata = MetaData()
 
@@ -32,6 +32,8 @@ jobs = Table(
     Column("version", Integer, nullable=False),
     Column("attained_gpu_s", Float, nullable=False, server_default="0"),
     Column("restarts", Integer, nullable=False, server_default="0"),
+    Column("held", Boolean, nullable=False, server_default="0"),  # gpuyard hold
+    Column("restart_of", Integer),  # gpuyard restart: the job this one runs again
 )
 # History pages are newest first by id (keyset): each filter has an index ending in id, so a
 # page reads `limit` index entries, however long the history.

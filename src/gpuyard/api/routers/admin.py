@@ -12,9 +12,12 @@ router = APIRouter(prefix="/api/v1/gpus", tags=["admin"])
 
 @router.post("/{index}/drain")
 def drain_gpu(index: int, body: DrainIn, service: Service, actor: Actor) -> DrainOut:
-    """Take a GPU out of service; jobs running on it are stopped and end NODE_FAIL."""
-    failed = service.drain(index, body.reason, actor)
-    return DrainOut(gpu=index, drained=True, failed_jobs=[j.id for j in failed])
+    """Take a GPU out of service: no new job goes there; the jobs running on it finish, or
+    with `now` are stopped and requeued."""
+    jobs = [j.id for j in service.drain(index, body.reason, actor, now=body.now)]
+    if body.now:
+        return DrainOut(gpu=index, drained=True, failed_jobs=[], requeued_jobs=jobs)
+    return DrainOut(gpu=index, drained=True, failed_jobs=[], running_jobs=jobs)
 
 
 @router.post("/{index}/resume")
