@@ -49,7 +49,7 @@ from gpuyard.services.observers import (
 from gpuyard.services.ports import Executor, ExitCallback, JobStore
 from gpuyard.services.rendezvous import RendezvousPorts
 from gpuyard.services.server import Background, ServerFacade, ServerInfo
-from gpuyard.services.stops import StopRequests, signal_new_stops
+from gpuyard.services.stops import StopRequests, StopSignals, signal_new_stops
 from gpuyard.services.telemetry import GpuMonitor
 from gpuyard.settings import Settings
 
@@ -101,7 +101,8 @@ def build_core(
     scheduler = LiveScheduler(policy, inventory, clock)
     metrics, feed, ports, peaks = QueueMetrics(), ChangeFeed(), RendezvousPorts(), PeakHistory()
     monitor = make_monitor(book) if make_monitor is not None else None
-    after: list[JobObserver] = [signal_new_stops(executor)]
+    stop_signals = StopSignals()  # `cancel --signal`: from the request to the executor
+    after: list[JobObserver] = [signal_new_stops(executor, stop_signals)]
     if monitor is not None:
         after.append(finished_job_stats(store, monitor, peaks))
     journal = Journal(
@@ -122,7 +123,7 @@ def build_core(
     if settle is not None:
         settle(controller, drains)
     scheduler.rebuild(active)
-    stops = StopRequests(journal, clock)
+    stops = StopRequests(journal, clock, stop_signals)
     idle = IdleWatch(
         settings.idle_util_pct, settings.idle_after_s, settings.idle_cancel_s,
         lambda job, why: stops.request(job.id, JobState.CANCELLED, why),
@@ -130,6 +131,7 @@ def build_core(
     service = JobService(
         journal, store, scheduler, drains, stops, inventory, log_path=executor.log_path,
         wake=wakeup, clock=clock, monitor=monitor, idle=idle, peaks=peaks,
+        preemptible_default=settings.preemptible_default,
     )  # fmt: skip
     if monitor is not None:
         _watch_samples(monitor, store, book, service, drains, stops, idle, scheduler, settings)

@@ -36,6 +36,10 @@ class Settings:
     kill_grace_s: float = 10.0
     tick_s: float = 1.0
     policy: str = "default"  # a name from gpuyard.scheduling.policies (oracles refused)
+    # Whether a job that said neither --preemptible nor --no-preempt may be preempted. Off:
+    # a job that does not checkpoint would lose its work (an admin whose users' jobs all
+    # checkpoint turns it on; the scheduler then shortens queues by preempting long jobs).
+    preemptible_default: bool = False
     telemetry_s: float = 1.0  # GPU sampling interval; 0 turns telemetry off
     # A free GPU with more than this many MiB used by processes no job owns gets no new job.
     foreign_mem_mib: int = 256
@@ -72,14 +76,16 @@ class Settings:
             ("backend", str), ("ray_address", str), ("ray_token_file", str),
             ("ray_local_nodes", str), ("ray_node_timeout_s", float),
             ("header_timeout_s", float), ("max_connections", int),
+            ("preemptible_default", _flag),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:
                 try:
                     values[name] = cast(raw)
                 except ValueError:
+                    kind = "boolean (1/0, true/false)" if cast is _flag else cast.__name__
                     raise ValueError(
-                        f"GPUYARD_{name.upper()}={raw!r} is not a valid {cast.__name__}"
+                        f"GPUYARD_{name.upper()}={raw!r} is not a valid {kind}"
                     ) from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "state_dir" in values:
@@ -104,3 +110,13 @@ class Settings:
     @property
     def token_path(self) -> Path:
         return self.state_dir / TOKEN_FILE
+
+
+def _flag(text: str) -> bool:
+    """A boolean variable as people write it; anything else is an error, not False."""
+    word = text.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)

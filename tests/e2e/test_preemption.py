@@ -1,5 +1,6 @@
 """Live preemption with real processes: stopped like a cancel, requeued, restarted with its count;
-`--no-preempt`, estimated start times and `submit --dry-run` through the CLI."""
+opt-in (`--preemptible`, the server's `--preemptible-default`), `--no-preempt`, estimated start
+times (and what they assume) and `submit --dry-run` through the CLI."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_a_higher_priority_job_preempts_and_the_victim_resumes(
 ) -> None:
     runs, pid = tmp_path / "runs", tmp_path / "pid"
     victim = server.cli(
-        "submit", "--gpus", "4", "--env", f"RUNS={runs}", "--env", f"PID={pid}",
+        "submit", "--preemptible", "--gpus", "4", "--env", f"RUNS={runs}", "--env", f"PID={pid}",
         "--", "sh", "-c", CHECKPOINTING,
     ).stdout.strip()  # fmt: skip
     wait_for(lambda: pid.exists() and runs.exists())
@@ -33,7 +34,7 @@ def test_a_higher_priority_job_preempts_and_the_victim_resumes(
     client = server.client()
     requeued = wait_for(lambda: (j := client.job(int(victim)))["restarts"] == 1 and j)
     assert not pid_alive(first_pid), "the preempted job's process survived"
-    assert "checkpointed" in runs.read_text()  # it got SIGTERM first, like a cancel
+    assert runs.read_text().split() == ["0", "checkpointed"]  # one SIGTERM first, like a cancel
     assert requeued["attained_gpu_s"] > 0
     assert wait_for(lambda: client.job(urgent_id)["state"] == "COMPLETED", timeout_s=20)
     done = wait_for(lambda: (j := client.job(int(victim)))["state"] == "COMPLETED" and j)
@@ -60,7 +61,63 @@ def test_no_preempt_job_keeps_its_gpus_and_the_queue_shows_why_and_when(
     assert "START" in table[0]
     row = next(line for line in table if line.startswith(str(urgent)))
     assert "~" in row and "(Resources)" in row
-    assert "Preemptible: no (--no-preempt)" in server.cli("show", keep.stdout.strip()).stdout
+    assert "Preemptible: no (never stopped" in server.cli("show", keep.stdout.strip()).stdout
+    assert row.split()[7] == "no"  # the PREEMPT column
+
+
+def test_a_job_that_did_not_opt_in_is_not_preempted(server: ServerProcess) -> None:
+    """Issue 15: a job without checkpoints, stopped to run another, starts over from zero."""
+    client = server.client()
+    keep = int(server.cli("submit", "--gpus", "4", "-t", "2h", "--", "sleep", "60").stdout)
+    wait_for(lambda: client.job(keep)["state"] == "RUNNING")
+    urgent = int(server.cli("submit", "--gpus", "1", "--priority", "10", "--", "true").stdout)
+    wait_for(lambda: client.job(urgent)["reason"] == "Resources")
+    assert client.job(keep)["state"] == "RUNNING" and client.job(keep)["restarts"] == 0
+    assert client.job(keep)["preemptible"] is False
+    assert "Preemptible: no" in server.cli("show", str(keep)).stdout
+
+
+def test_an_admin_can_make_jobs_preemptible_by_default(tmp_path: Path) -> None:
+    srv = ServerProcess(tmp_path / "state", "--gpus", "4", "--cpus", "32", "--kill-grace", "1",
+                        "--preemptible-default")  # fmt: skip
+    srv.start()
+    try:
+        client = srv.client()
+        said_nothing = int(srv.cli("submit", "--gpus", "4", "--", "sleep", "60").stdout)
+        kept = int(srv.cli("submit", "--no-preempt", "--", "true").stdout)
+        assert client.job(said_nothing)["preemptible"] is True
+        assert client.job(kept)["preemptible"] is False
+        wait_for(lambda: client.job(said_nothing)["state"] == "RUNNING")
+        srv.cli("submit", "--gpus", "1", "--priority", "10", "--", "true")
+        wait_for(lambda: client.job(said_nothing)["restarts"] == 1)
+    finally:
+        srv.stop()
+        srv.kill_jobs()
+
+
+def test_an_estimate_behind_a_job_without_a_limit_says_what_it_assumes(
+    server: ServerProcess,
+) -> None:
+    """Behind a job that is never preempted and has no limit: no estimate (`?`); behind a
+    preemptible one: the time `default` would preempt it, marked as such."""
+    client = server.client()
+    blocker = int(server.cli("submit", "--gpus", "4", "--", "sleep", "60").stdout)
+    wait_for(lambda: client.job(blocker)["state"] == "RUNNING")
+    waiting = int(server.cli("submit", "--gpus", "1", "-t", "1m", "--", "true").stdout)
+    job = wait_for(lambda: (j := client.job(waiting))["reason"] == "Resources" and j)
+    assert (job["estimated_start_at"], job["estimate_assumes"]) == (None, None)
+    row = next(r for r in server.cli("queue").stdout.splitlines() if r.startswith(str(waiting)))
+    assert row.split()[8] == "?"
+    server.cli("cancel", str(blocker), str(waiting))
+    wait_for(lambda: client.job(blocker)["state"] == "CANCELLED")
+    blocker = int(server.cli("submit", "--preemptible", "--gpus", "4", "--", "sleep", "60").stdout)
+    wait_for(lambda: client.job(blocker)["state"] == "RUNNING")
+    waiting = int(server.cli("submit", "--gpus", "1", "-t", "1m", "--", "true").stdout)
+    job = wait_for(lambda: (j := client.job(waiting))["estimated_start_at"] and j)
+    assert job["estimate_assumes"] == "preemption"
+    row = next(r for r in server.cli("queue").stdout.splitlines() if r.startswith(str(waiting)))
+    assert "(preemption)" in row
+    assert "if the scheduler preempts a running job" in server.cli("show", str(waiting)).stdout
 
 
 def test_dry_run_says_when_a_job_would_start_and_queues_nothing(

@@ -89,7 +89,7 @@ class SimulatedProcesses:
         self.envs.setdefault(job.id, []).append(dict(plan.env))
         return Launched(pid=100_000 + job.id, started_at=self.clock())
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: Job, stop_signal: int | None = None) -> None:
         now = self.clock()
         self.stops.append(job.id)
         self.work_s[job.id] -= now - self.runs.pop(job.id)

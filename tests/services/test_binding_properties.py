@@ -69,7 +69,7 @@ class BindingMachine(RuleBasedStateMachine):
     def submit(self, gpus: int, share_gib: int, priority: int, limit_s: int | None) -> None:
         gpus = min(gpus, 2) if share_gib else gpus  # a share on 1 or 2 GPUs
         spec = JobSpec(("train",), "t", "/", gpus=gpus, gpu_mem_mib=share_gib * 1024,
-                       priority=priority, time_limit_s=limit_s)  # fmt: skip
+                       priority=priority, time_limit_s=limit_s, preemptible=True)  # fmt: skip
         job = Job(self.next_id, spec, f"u{self.next_id % 3}", JobState.PENDING, self.now)
         self.next_id += 1
         self.records[job.id] = job

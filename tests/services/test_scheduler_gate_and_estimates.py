@@ -161,7 +161,7 @@ def _busy_history(rig: Rig, seed: int) -> None:
     for job_id in range(1, 60):
         rig.now += rng.choice([0, 5, 60, 600])
         rig.submit(job_id, gpus=rng.choice([1, 1, 2, 4]), limit_s=rng.choice([600, 7200, 86400]),
-                   priority=rng.choice([0, 0, 0, 3]))  # fmt: skip
+                   priority=rng.choice([0, 0, 0, 3]), preemptible=True)  # fmt: skip
         if rng.random() < 0.3 and rig.running():
             rig.end(rng.choice(rig.running()))
         if rng.random() < 0.1:
@@ -179,10 +179,12 @@ def test_estimates_from_the_mirror_equal_a_projection_of_a_copy_of_the_live_poli
     scheduler = rig.scheduler
     running = [j for j in scheduler._feed.jobs.values() if j.running]
     live_copy = copy.deepcopy((scheduler.policy, scheduler.cluster, running))
-    expected = project_starts(*live_copy, rig.now, budget_s=None).starts
+    projection = project_starts(*live_copy, rig.now, budget_s=None)
+    expected = projection.starts
     expected.update({job_id: rig.now for job_id in scheduler._assigned})  # chosen: start now
     assert any(start is not None for start in expected.values())
     assert scheduler.estimated_starts() == expected
+    assert scheduler.start_estimates().preempted_from == projection.preempted_from
     assert scheduler.estimator.resyncs == 0
 
 

@@ -21,8 +21,8 @@ from gpuyard.cli.fast import parse_fast
 
 CLICK_APP = typer.main.get_command(app)
 SUBMIT_FIELDS = ("command", "gpus", "cpus", "mem", "time", "name", "priority", "workdir", "env",
-                 "export_env", "no_preempt", "distributed", "gpu_mem", "nodes", "gpus_per_node",
-                 "dry_run", "check")  # fmt: skip
+                 "export_env", "preemptible", "stop_signal", "distributed", "gpu_mem", "nodes",
+                 "gpus_per_node", "dry_run", "check")  # fmt: skip
 
 
 def typer_reads(args: list[str]) -> dict[str, Any] | None:
@@ -54,7 +54,7 @@ def fast_reads(args: list[str]) -> dict[str, Any] | None:
     if body is commands.show:
         return {"job_id": arguments[0], "json_out": arguments[1]}
     assert body is commands.cancel
-    return {"job_ids": arguments[0]}
+    return {"job_ids": arguments[0], "signal": None}
 
 
 USUAL = [
@@ -65,6 +65,8 @@ USUAL = [
     ["submit", "--gpu-mem", "8G", "--no-preempt", "--priority", "-5", "--", "python", "t.py"],
     ["submit", "--nodes", "2", "--gpus-per-node", "4", "--distributed", "torchrun", "t.py"],
     ["submit", "--dry-run", "--gpus", "1", "--", "true"],
+    ["submit", "--preemptible", "--signal", "USR1", "--", "python", "t.py"],
+    ["submit", "--signal=10", "--no-preempt", "--preemptible", "t.py"],
     ["submit", "--workdir", "/tmp", "--cpus", "4", "--", "python", "--", "--gpus", "3"],
     ["queue"], ["queue", "--all"], ["queue", "-a", "--json"], ["ps", "--json"],
     ["show", "12"], ["show", "--json", "12"], ["show", "12", "--json"],
@@ -76,6 +78,30 @@ LEFT_TO_TYPER = [
     ["queue", "extra"], ["queue", "-ab"], ["queue", "--help"], ["show"], ["show", "x"],
     ["show", "1", "2"], ["cancel"], ["cancel", "-3"], ["gpus"], ["logs", "1"], ["--help"], [],
 ]  # fmt: skip
+
+
+UNKNOWN_BEFORE_COMMAND = [
+    (["submit", "--gpu", "1", "--", "echo", "hi"], "No such option: --gpu (Did you mean --gpus?)"),
+    (["submit", "--json", "--", "true"], "No such option: --json"),
+    (["submit", "--array=1-3", "x"], "No such option: --array"),
+    (["submit", "--dependency", "afterok:1", "x"], "No such option: --dependency"),
+    (["submit", "-o", "out.log", "x"], "No such option: -o"),
+    (["submit", "--gpus-per", "1", "x"],
+     "No such option: --gpus-per (Did you mean --gpus-per-node?)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "message"), UNKNOWN_BEFORE_COMMAND, ids=lambda a: str(a))
+def test_an_unknown_option_before_the_command_is_a_usage_error_on_both_paths(
+    args: list[str], message: str
+) -> None:
+    """Not the job's command (it used to queue `['--gpu', '1', '--', 'echo', 'hi']`): the fast
+    path leaves the line to typer, which names the closest option once, in one line."""
+    assert parse_fast(args) is None
+    assert typer_reads(args) is None
+    with pytest.raises(click.ClickException) as info:
+        CLICK_APP.main(args, standalone_mode=False)
+    assert info.value.exit_code == 2 and info.value.message == message
 
 
 @pytest.mark.parametrize("args", USUAL, ids=" ".join)
@@ -94,7 +120,8 @@ WORDS = ["--gpus", "--cpus", "--mem", "--time", "-t", "-t2h", "--time=1h", "-J",
          "--no-export-env", "--no-preempt", "--no-preempt=1", "--distributed", "--gpu-mem",
          "--nodes", "--gpus-per-node", "--dry-run", "--check", "--", "-", "--help", "-h",
          "--frob", "--gpus=", "--gpus=3", "--json", "--all", "-a", "-ab", "0", "1", "2", "-5",
-         " 7 ", "K=V", "x", "python", "16G", "torchrun"]  # fmt: skip
+         " 7 ", "K=V", "x", "python", "16G", "torchrun", "--gpu", "-o", "--array=1-3",
+         "--dependency"]  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)

@@ -22,15 +22,18 @@ SUBMISSIONS: list[dict[str, Any]] = [
     {
         "command": ["python", "train.py", "--lr", "0.1"], "name": "exp-1", "gpus": 4, "cpus": 8,
         "mem": "16G", "time_limit": "2h", "priority": 5, "workdir": "/data/run",
-        "env": {"B": "2", "A": "1"}, "preemptible": False, "distributed": "torchrun", "nodes": 2,
+        "env": {"B": "2", "A": "1"}, "preemptible": True, "distributed": "torchrun", "nodes": 2,
+        "stop_signal": "USR1",
     },
-    {"command": ["python", "t.py"], "workdir": "/data", "gpu_mem": "8G", "gpus": 2},
+    {"command": ["python", "/home/a/t.py"], "workdir": "/data", "gpu_mem": "8G", "gpus": 2,
+     "name": "t.py", "script": "print('hi')\n", "script_index": 1},
 ]  # fmt: skip
 EXPECTED = [
     JobSpec(argv=("python", "train.py", "--lr", "0.1"), name="exp-1", workdir="/data/run", gpus=4,
             cpus=8, mem_mib=16384, time_limit_s=7200, priority=5, env=(("A", "1"), ("B", "2")),
-            preemptible=False, distributed="torchrun", nodes=2),
-    JobSpec(argv=("python", "t.py"), name="python", workdir="/data", gpus=2, gpu_mem_mib=8192),
+            preemptible=True, distributed="torchrun", nodes=2, stop_signal=10),
+    JobSpec(argv=("python", "/home/a/t.py"), name="t.py", workdir="/data", gpus=2,
+            gpu_mem_mib=8192, script="print('hi')\n", script_index=1),
 ]  # fmt: skip
 SPEC_FIELDS = [f.name for f in fields(JobSpec)]
 

@@ -45,7 +45,8 @@ class _Invalid(Exception):
 async def submit(service: JobService, body: JobSubmitIn, actor: Principal, home: str) -> bytes:
     """Queue the job durably; the answer is the job as JSON. No pass has seen it yet: its
     reason is the record's ("None"); asking the scheduler would make the hottest route wait."""
-    job = await service.submit_async(spec_from_wire(body, home), actor)
+    spec = spec_from_wire(body, home, service.preemptible_default)
+    job = await service.submit_async(spec, actor)
     fresh = job_to_wire(job, job.reason, service.log_path(job.id))
     fresh.hint = service.hint(job.spec, actor)
     return fresh.model_dump_json().encode()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import DISTRIBUTED_MODES, JobSpec
+from gpuyard.domain.signals import SIGTERM, parse_signal
 
 KIB = 1024
 # The kernel's MAX_ARG_STRLEN (32 pages): no one argument or environment string may be longer,
@@ -31,6 +32,9 @@ MAX_ENV_BYTES = 256 * KIB
 MAX_ENV_VARS = 4096
 MAX_NAME_CHARS = 200
 MAX_WORKDIR_BYTES = 4095  # PATH_MAX, NUL excluded
+# A copied script rides with the job (its record, the book): sbatch's scripts are small, and a
+# large program belongs in the working directory, run by a small script.
+MAX_SCRIPT_BYTES = 1024 * KIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,27 +51,37 @@ class SpecDraft:
     time_limit_s: int | None = None
     priority: int = 0
     env: tuple[tuple[str, str], ...] = ()
-    preemptible: bool = True
+    preemptible: bool | None = None  # None: the server's default (`--preemptible-default`)
     distributed: str | None = None
     gpu_mem_mib: int = 0
     nodes: int = 1
+    stop_signal: int = SIGTERM
+    script: str | None = None
+    script_index: int = 0
 
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 
 
-def decide_spec(draft: SpecDraft, *, default_workdir: str) -> JobSpec:
+def decide_spec(
+    draft: SpecDraft, *, default_workdir: str, default_preemptible: bool = False
+) -> JobSpec:
     """The valid JobSpec for `draft`, defaults decided; raises InvalidRequest naming the field.
 
-    `default_workdir` is the server's choice when the submitter sent no working directory.
+    `default_workdir` is the server's choice when the submitter sent no working directory;
+    `default_preemptible` its choice when the submitter did not say (preemption is opt-in: a
+    job that does not checkpoint loses its work when preempted, so the admin decides).
     """
     check_sizes(draft)
     check_text(draft)
+    check_script(draft)
     check_resources(draft)
+    parse_signal(draft.stop_signal)
     decided = {
         "name": draft.name or default_name(draft.argv),
         "workdir": draft.workdir or default_workdir,
         "gpus": default_gpus(draft),
+        "preemptible": default_preemptible if draft.preemptible is None else draft.preemptible,
     }
     spec = JobSpec(**{f: decided.get(f, getattr(draft, f)) for f in _SPEC_FIELDS})  # type: ignore[arg-type]
     check_shape(spec)
@@ -142,6 +156,13 @@ def check_text(draft: SpecDraft) -> None:
         raise InvalidRequest("command: the program to run is empty", field="command")
     if any("\0" in arg for arg in draft.argv):
         raise InvalidRequest("command: an argument contains a NUL byte", field="command")
+    if draft.name is not None and not draft.name.isprintable():
+        # A newline or an escape code would break `queue`'s rows and reach viewers' terminals.
+        raise InvalidRequest(
+            "name: contains a control character (newline, tab, escape, NUL): use printable "
+            "characters",
+            field="name",
+        )
     for key, value in draft.env:
         if not key or "=" in key or "\0" in key:
             raise InvalidRequest(f"env: {key[:64]!r} is not a valid variable name", field="env")
@@ -154,6 +175,27 @@ def check_text(draft: SpecDraft) -> None:
             raise InvalidRequest(
                 f"workdir {draft.workdir!r} must be an absolute path", field="workdir"
             )
+
+
+def check_script(draft: SpecDraft) -> None:
+    """A copied script: small enough to keep with the job, and in the slot of a path to run."""
+    if draft.script is None:
+        return
+    size = _bytes(draft.script)
+    if size > MAX_SCRIPT_BYTES:
+        raise InvalidRequest(
+            f"script: {size:,} bytes, at most {MAX_SCRIPT_BYTES:,}: keep large programs in the "
+            "working directory and submit a small script that runs them",
+            field="script",
+        )
+    if "\0" in draft.script:
+        raise InvalidRequest("script: contains a NUL byte (not a text file)", field="script")
+    if not 0 <= draft.script_index < len(draft.argv):
+        raise InvalidRequest(
+            f"script_index {draft.script_index}: not an argument of the command ("
+            f"{len(draft.argv)})",
+            field="script_index",
+        )
 
 
 def check_resources(draft: SpecDraft) -> None:

@@ -7,6 +7,12 @@ its GPUs in the projection: A and B get no estimate (None), which `gpuyard queue
 unknown. This is what Slurm's `squeue --start` reports, with the same caveat: jobs usually end
 before their limit, so real starts come earlier.
 
+A preemptive policy may instead plan to preempt R (if R is preemptible: preemption is opt-in
+per job): then A's estimate is when the policy would preempt R, e.g. `default`'s 4 minutes of
+protection, and it holds only if that preemption happens. The projection records when it first
+preempted (`preempted_from`), and every start from then on is marked as assuming a preemption
+(`assumes_preemption`), so `queue` and `show` can say so rather than pass it off as an end.
+
 The projection works on a private copy (the caller deep-copies the policy and cluster), calls
 the very `schedule` the server calls, and stops after `max_events` ends or wake-ups or a wall
 time budget, so that a deep queue costs a bounded time: jobs it did not reach get None.
@@ -33,6 +39,7 @@ class _Projection:
         self.cluster = cluster
         self.now = now
         self.first_start: dict[int, float] = {}
+        self.preempted_from: float | None = None  # projected time of the first preemption
         self._ends: list[tuple[float, int, int, SchedJob]] = []
         self._run_of: dict[int, int] = {}
         self._seq = 0
@@ -43,6 +50,8 @@ class _Projection:
         self.expect_end(job, self.now)
 
     def preempt(self, job: SchedJob) -> None:
+        if self.preempted_from is None:
+            self.preempted_from = self.now
         apply_preempt(self.policy, job, self.cluster, self.now)
         self._run_of.pop(job.id, None)  # its projected end is void
 
@@ -72,13 +81,35 @@ class _Projection:
 
 
 @dataclass(frozen=True, slots=True)
+class StartEstimates:
+    """Projected first starts (None: no estimate) and what they assume: from `preempted_from`
+    (projected time; None: never) on, the projection preempted a running job, so a start at or
+    after it holds only if that preemption happens (before it: only that running jobs end at
+    their limits). One preemption frees GPUs for more than its preemptor and reorders the rest
+    of the queue, so every later start depends on it, not just the preemptor's."""
+
+    starts: dict[int, float | None]
+    preempted_from: float | None = None
+
+    def assumes_preemption(self, job_id: int) -> bool:
+        start, since = self.starts.get(job_id), self.preempted_from
+        return start is not None and since is not None and start >= since
+
+
+@dataclass(frozen=True, slots=True)
 class Projection:
     """Projected first starts (None: not reached) and how far the projection got: `complete`
-    when it stopped because every wanted job started or nothing more would ever end."""
+    when it stopped because every wanted job started or nothing more would ever end;
+    `preempted_from`: see `StartEstimates`."""
 
     starts: dict[int, float | None]
     reached_at: float
     complete: bool
+    preempted_from: float | None = None
+
+    @property
+    def estimates(self) -> StartEstimates:
+        return StartEstimates(self.starts, self.preempted_from)
 
 
 def project_starts(
@@ -122,4 +153,4 @@ def project_starts(
         ctx.now = at
         ctx.end_due()
     starts = {job_id: ctx.first_start.get(job_id) for job_id in wanted}
-    return Projection(starts, ctx.now, complete)
+    return Projection(starts, ctx.now, complete, ctx.preempted_from)

@@ -24,7 +24,7 @@ import sys
 from typing import IO, Any
 
 from gpuyard.domain.job import Job
-from gpuyard.scheduling.projection import Projection, project_starts
+from gpuyard.scheduling.projection import Projection, StartEstimates, project_starts
 from gpuyard.services.policy_feed import Op, PolicyFeed, sched_job
 
 _HEADER = struct.Struct("!I")
@@ -32,7 +32,7 @@ _HEADER = struct.Struct("!I")
 # Requests and their answers (tuples, pickled):
 #   ("init", world: bytes, generation)                 no answer
 #   ("ops", [(generation, ops), ...])                  no answer
-#   ("project", now, budget_s)      -> ("ok", generation, starts) | ("diverged",)
+#   ("project", now, budget_s)      -> ("ok", generation, StartEstimates) | ("diverged",)
 #   ("dry_run", probe: Job, now, budget_s) -> ("ok", generation, Projection) | ("diverged",)
 
 
@@ -63,8 +63,8 @@ class MirrorEngine:
         if copied is None:
             return ("diverged",)
         policy, cluster, running = copied
-        starts = project_starts(policy, cluster, running, now, budget_s=budget_s).starts
-        return ("ok", self.generation, starts)
+        projected = project_starts(policy, cluster, running, now, budget_s=budget_s)
+        return ("ok", self.generation, projected.estimates)
 
     def dry_run(self, probe: Job, now: float, budget_s: float) -> tuple[Any, ...]:
         copied = self._copy()
@@ -173,4 +173,5 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 
-__all__ = ["MirrorEngine", "Projection", "WorkerProcess", "main", "read_frame", "write_frame"]
+__all__ = ["MirrorEngine", "Projection", "StartEstimates", "WorkerProcess", "main", "read_frame",
+           "write_frame"]  # fmt: skip

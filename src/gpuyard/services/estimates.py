@@ -33,7 +33,7 @@ from typing import Any
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.scheduling.projection import Projection
+from gpuyard.scheduling.projection import Projection, StartEstimates
 from gpuyard.services.estimate_worker import MirrorEngine, WorkerProcess
 from gpuyard.services.policy_feed import Op, PolicyFeed
 
@@ -60,7 +60,7 @@ class Batch:
 @dataclass(frozen=True, slots=True)
 class _Estimates:
     generation: int  # the scheduling pass they were projected after
-    starts: dict[int, float | None]
+    estimates: StartEstimates
     made_at: float  # time.monotonic()
     took_s: float
 
@@ -211,16 +211,20 @@ class Estimator:
     # -- estimates -------------------------------------------------------------------------
     def estimated_starts(self, wanted: Collection[int] = ()) -> dict[int, float | None]:
         """Projected start of every pending job (None: not within the projection)."""
+        return self.estimates(wanted).starts
+
+    def estimates(self, wanted: Collection[int] = ()) -> StartEstimates:
+        """Projected start of every pending job, and what they assume (a preemption)."""
         cached = self._estimates
         if cached is not None:
             current = cached.generation == self._live_generation()
             recent = time.monotonic() - cached.made_at < FRESH_S
-            covers = all(job_id in cached.starts for job_id in wanted)
+            covers = all(job_id in cached.estimates.starts for job_id in wanted)
             if current or (recent and covers):
-                return cached.starts
+                return cached.estimates
             if cached.took_s > SYNC_PROJECTION_S:
                 self._refresh_in_background(cached)
-                return cached.starts
+                return cached.estimates
         return self._project()
 
     def _refresh_in_background(self, cached: _Estimates) -> None:
@@ -239,16 +243,19 @@ class Estimator:
         finally:
             self._refreshing = False
 
-    def _project(self) -> dict[int, float | None]:
+    def _project(self) -> StartEstimates:
         began = time.monotonic()
         now = self._clock()
-        _, generation, starts = self._ask(("project", now, PROJECTION_BUDGET_S))
+        projected: StartEstimates
+        _, generation, projected = self._ask(("project", now, PROJECTION_BUDGET_S))
+        starts = dict(projected.starts)
         starts.update({job_id: now for job_id in self._live_assigned()})  # chosen: start now
-        made = _Estimates(generation, starts, time.monotonic(), time.monotonic() - began)
+        estimates = StartEstimates(starts, projected.preempted_from)
+        made = _Estimates(generation, estimates, time.monotonic(), time.monotonic() - began)
         previous = self._estimates
         if previous is None or previous.generation <= generation:
             self._estimates = made
-        return dict(starts)
+        return estimates
 
     def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> Projection:
         """When a job of `spec` submitted now would start (`starts[job_id]`; None: not within

@@ -41,7 +41,8 @@ def launch_plan(
     environment (`build_job_env` + `job_process`), and `argv_for`, the command of each node
     when a backend spreads the job over machines (`node_argv`), so no adapter rebuilds it."""
     env = build_job_env(job, base_env, gpu_total_mib, run_as)
-    argv, env = job_process(job, env, port)
+    script = script_copy(job, log_path)
+    argv, env = job_process(job, env, port, script[0] if script else None)
     return LaunchPlan(
         argv=tuple(argv),
         env=env,
@@ -50,14 +51,29 @@ def launch_plan(
         time_limit_s=job.spec.time_limit_s,
         argv_for=partial(node_argv, job),
         run_as=run_as,
+        stop_signal=job.spec.stop_signal,
+        script=script,
     )
 
 
+SCRIPT_FILE = "script"
+
+
+def script_copy(job: Job, log_path: str) -> tuple[str, str] | None:
+    """Where the script copied at submit is written (beside the job's log) and its text."""
+    if job.spec.script is None:
+        return None
+    return os.path.join(os.path.dirname(log_path), SCRIPT_FILE), job.spec.script
+
+
 def job_process(
-    job: Job, env: dict[str, str], port: int | None
+    job: Job, env: dict[str, str], port: int | None, script_path: str | None = None
 ) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment the job's supervisor runs (`env` from `build_job_env`)."""
+    """The argv and environment the job's supervisor runs (`env` from `build_job_env`);
+    `script_path`: the copy of the submitted script, run in place of the path it came from."""
     argv = list(job.spec.argv)
+    if script_path is not None:
+        argv[job.spec.script_index] = script_path
     mode = job.spec.distributed
     if mode is None:
         return argv, env

@@ -151,6 +151,9 @@ class LaunchPlan:
     argv_for: Callable[[int, str, int], list[str]] | None = None
     run_as: RunAs | None = None
     stop_signal: int = 15  # SIGTERM, then SIGKILL after the grace period
+    # (path in the job's folder, text): the script copied at submit, which `argv` runs; the
+    # executor writes it (owner-only, executable) before the job starts.
+    script: tuple[str, str] | None = None
 
 
 class Executor(Protocol):
@@ -167,9 +170,10 @@ class Executor(Protocol):
         Raises NodeLost if a machine the job was placed on is gone."""
         ...
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: Job, stop_signal: int | None = None) -> None:
         """Ask the job's supervisor to stop the whole tree (stop signal, grace, KILL); if it
-        cannot act (its job keeps it stopped), the executor ends it and the tree itself."""
+        cannot act (its job keeps it stopped), the executor ends it and the tree itself.
+        `stop_signal`: this stop's signal (`cancel --signal`); None: the launch plan's."""
         ...
 
     def recover(self, job: Job) -> Recovered:

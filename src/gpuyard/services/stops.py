@@ -7,6 +7,7 @@ is never sent for a change that could be lost, and each intent is signalled once
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from gpuyard.domain.job import Job
@@ -15,17 +16,54 @@ from gpuyard.services.journal import JobChange, Journal
 from gpuyard.services.ports import Executor
 
 
+class StopSignals:
+    """The signal a stop asked for (`cancel --signal`), per job, from the request until the
+    journal's observer hands it to the executor. Kept in memory, not on the job: a server
+    restarted in between re-sends the stop with the job's own `--signal`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_job: dict[int, int] = {}
+
+    def ask(self, job_id: int, stop_signal: int) -> None:
+        with self._lock:
+            self._by_job[job_id] = stop_signal
+
+    def take(self, job_id: int) -> int | None:
+        with self._lock:
+            return self._by_job.pop(job_id, None)
+
+
 class StopRequests:
     """Records why a running job must stop."""
 
-    def __init__(self, journal: Journal, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, journal: Journal, clock: Callable[[], float], signals: StopSignals | None = None
+    ) -> None:
         self._journal = journal
         self._clock = clock
+        self._signals = signals or StopSignals()
 
-    def request(self, job_id: int, intent: JobState, reason: str | None = None) -> Job | None:
-        """Mark job `job_id` to end in `intent` (`reason`: the server's own, e.g. idle).
-        A cancel overrides a preemption in progress (the job must not come back); any other
-        intent already recorded stays."""
+    def request(
+        self,
+        job_id: int,
+        intent: JobState,
+        reason: str | None = None,
+        stop_signal: int | None = None,
+    ) -> Job | None:
+        """Mark job `job_id` to end in `intent` (`reason`: the server's own, e.g. idle;
+        `stop_signal`: what its processes get, instead of its `--signal`). A cancel overrides
+        a preemption in progress (the job must not come back); any other intent already
+        recorded stays (and so does the signal already sent)."""
+        if stop_signal is not None:
+            self._signals.ask(job_id, stop_signal)
+        try:
+            return self._journal.change(job_id, self._stop(intent, reason), self._clock())
+        finally:
+            self._signals.take(job_id)  # not handed out: this request signalled nothing
+
+    @staticmethod
+    def _stop(intent: JobState, reason: str | None) -> Callable[[Job], Job | None]:
 
         def stop(current: Job) -> Job | None:
             if current.state is not JobState.RUNNING:
@@ -37,18 +75,25 @@ class StopRequests:
             why = {"reason": reason} if reason else {}
             return current.with_changes(stop_intent=intent, **why)
 
-        return self._journal.change(job_id, stop, self._clock())
+        return stop
 
 
-def signal_new_stops(executor: Executor) -> Callable[[JobChange], None]:
+def signal_new_stops(
+    executor: Executor, signals: StopSignals | None = None
+) -> Callable[[JobChange], None]:
     """An `after` observer of the journal: a running job that just got a stop intent (or a pid,
-    when the intent came first: preempted before its launch was recorded) is signalled."""
+    when the intent came first: preempted before its launch was recorded) is signalled, with
+    the signal its stop asked for (`signals`) if any."""
 
     def observe(change: JobChange) -> None:
         job, before = change.after, change.before
         if job.state is not JobState.RUNNING or job.pid is None or job.stop_intent is None:
             return
         if before is None or before.stop_intent is None or before.pid is None:
-            executor.stop(job)
+            asked = signals.take(job.id) if signals is not None else None
+            if asked is None:
+                executor.stop(job)
+            else:
+                executor.stop(job, asked)
 
     return observe

@@ -20,6 +20,10 @@ Fields (`version` 1):
     watch_fd, watch_pid,      node mode (a Ray node): stop when fd `watch_fd` reaches EOF or
     report_fd, detach         process `watch_pid` exits; report `pid N` and `exit CODE CAUSE`
                               on `report_fd`; detach from the starting process first
+
+Beside it, `stop_signal` (a number as text, written whole by the executor just before it
+sends the supervisor SIGTERM, removed at each launch): the signal a `cancel --signal` asked
+for, instead of the launch's.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ if TYPE_CHECKING:  # a Ray node imports this module in the job's start: no more 
     from gpuyard.services.ports import LaunchPlan
 
 LAUNCH_FILE = "launch.json"
+STOP_SIGNAL_FILE = "stop_signal"  # supervisor.py reads it by this name (it imports nothing)
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 _MAX_LAUNCH_FILE = 64 << 20  # read back at most this much (the job may have grown the file)
 MARKER_VAR = "GPUYARD_LAUNCH_ID"

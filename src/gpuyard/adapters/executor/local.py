@@ -14,6 +14,7 @@ never handed on while it still runs. Deadlines the executor keeps itself:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -33,6 +34,7 @@ from gpuyard.adapters.executor import tree
 from gpuyard.adapters.executor.forkserver import ForkServer
 from gpuyard.adapters.executor.launch_file import (
     LAUNCH_FILE,
+    STOP_SIGNAL_FILE,
     launch_instructions,
     new_marker,
     read_facts,
@@ -73,6 +75,20 @@ class _Forked:
     pid: int
     forks: ForkServer
 
+
+
+def write_script(plan: LaunchPlan) -> None:
+    """The script copied at submit, where the plan's argv runs it: owner-only (it may hold
+    secrets), executable (a `#!` script is run by the kernel), the job's user's own."""
+    assert plan.script is not None
+    path, text = plan.script
+    with contextlib.suppress(FileNotFoundError):  # an earlier run's, or whatever the job left
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        if plan.run_as is not None:
+            os.fchown(f.fileno(), plan.run_as.uid, plan.run_as.gid)
+        f.write(text)
 
 class LocalExecutor:
     """Implements the Executor port with local supervised process trees."""
@@ -119,8 +135,10 @@ class LocalExecutor:
     def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         jobdir = self.job_dir(job.id)
         jobdir.mkdir(parents=True, exist_ok=True)
-        for stale in ("status.json", "supervisor.pid"):  # an earlier run's (preempted, requeued)
+        for stale in ("status.json", "supervisor.pid", STOP_SIGNAL_FILE):  # an earlier run's
             (jobdir / stale).unlink(missing_ok=True)
+        if plan.script is not None:
+            write_script(plan)
         write_launch_file(jobdir, launch_instructions(plan, jobdir, self._grace_s, new_marker()))
         for attempt in range(_LAUNCH_TRIES):
             try:
@@ -170,13 +188,24 @@ class LocalExecutor:
                 close_fds=True,
             )
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: Job, stop_signal: int | None = None) -> None:
         """SIGTERM (and SIGCONT: a supervisor its job stopped must still hear it); if the
-        supervisor has not ended `grace + margin` later, the watch loop ends it and the job."""
+        supervisor has not ended `grace + margin` later, the watch loop ends it and the job.
+        `stop_signal` (`cancel --signal`): what the job's processes get instead of the
+        launch's; written to the job's folder first, where the supervisor reads it on SIGTERM
+        (a signal carries no value the supervisor could read)."""
         if job.pid is None or not self._is_ours(job.pid, job.pid_started_at, job.id):
             return
         with self._lock:
             self._stops.setdefault(job.id, time.time())
+        if stop_signal is not None:
+            path = self.job_dir(job.id) / STOP_SIGNAL_FILE
+            tmp = path.with_name(f"{STOP_SIGNAL_FILE}.tmp")
+            try:
+                tmp.write_text(str(int(stop_signal)))
+                tmp.replace(path)  # whole before the SIGTERM below: never half a number
+            except OSError as exc:
+                log.warning("job %s: cannot ask for signal %s (%s)", job.id, stop_signal, exc)
         for sig in (signal.SIGCONT, signal.SIGTERM):
             try:
                 os.kill(job.pid, sig)

@@ -49,6 +49,7 @@ _cause = "-"  # why it was stopped: "-" (ended or asked), "timeout", "raylet", "
 _grace_s = 10.0
 _limit_s = 0.0
 _stop_signal = 15
+_jobdir = "."
 
 
 def _say(message: str) -> None:
@@ -78,10 +79,11 @@ def _read_launch(path: str) -> dict:  # type: ignore[type-arg]
     return plan  # type: ignore[no-any-return]
 
 
-def _descendants() -> list[int]:
-    """Pids of every process below this one, from /proc (children of children included)."""
+def _descendants() -> list[tuple[int, int]]:
+    """(pid, process group) of every process below this one, from /proc (children of
+    children included)."""
     me = os.getpid()
-    children: dict[int, list[int]] = {}
+    children: dict[int, list[tuple[int, int]]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -90,24 +92,30 @@ def _descendants() -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(name))
-    found: list[int] = []
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append((int(name), int(fields[2])))
+    found: list[tuple[int, int]] = []
     todo = [me]
     while todo:
-        for child in children.get(todo.pop(), ()):
-            found.append(child)
+        for child, group in children.get(todo.pop(), ()):
+            found.append((child, group))
             todo.append(child)
     return found
 
 
 def _signal_tree(sig: int) -> None:
+    """`sig` once to every process of the job: the job's group at once (also members that
+    left our subtree before we could see them), then each process below us outside that group
+    (it left with `setpgid`/`setsid`). A process in the group is never signalled twice: a
+    second SIGTERM 8 ms after the first re-entered a job's checkpoint handler mid-save."""
     if _job_pgid:
         try:
-            os.killpg(_job_pgid, sig)  # also members that left our subtree before we could see
+            os.killpg(_job_pgid, sig)
         except OSError:
             pass
-    for pid in _descendants():
+    for pid, group in _descendants():
+        if group == _job_pgid:
+            continue
         try:
             os.kill(pid, sig)
         except OSError:
@@ -125,9 +133,31 @@ def _begin_stop(why: str, cause: str = "-") -> None:
 
 
 def _on_term(signum: int, frame: object) -> None:
-    global _stop_requested
+    global _stop_requested, _stop_signal
     _stop_requested = True
+    if not _stage:
+        _stop_signal = _asked_signal() or _stop_signal
     _begin_stop("stop requested")
+
+
+def _asked_signal() -> int:
+    """The signal a `cancel --signal` asked for (`stop_signal` in the job's folder, written
+    whole before our SIGTERM); 0: none. The job can write there too, so only a small regular
+    file is read (a FIFO would block us), and only a signal number is believed."""
+    try:
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
+        fd = os.open(os.path.join(_jobdir, "stop_signal"), flags)
+    except OSError:
+        return 0
+    try:
+        if (os.fstat(fd).st_mode & 0o170000) != 0o100000:  # S_IFREG: a regular file
+            return 0
+        text = os.read(fd, 16).strip()
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() and 1 <= int(text) <= 64 else 0
 
 
 def _on_alarm(signum: int, frame: object) -> None:
@@ -303,7 +333,8 @@ def _supervise(plan: dict) -> int:  # type: ignore[type-arg]
 
 
 def main(jobdir: str) -> None:
-    global _grace_s, _limit_s, _stop_signal
+    global _grace_s, _limit_s, _stop_signal, _jobdir
+    _jobdir = jobdir
     plan = _read_launch(os.path.join(jobdir, "launch.json"))
     _grace_s = float(plan.get("grace_s", 10.0))
     _limit_s = float(plan.get("time_limit_s") or 0)

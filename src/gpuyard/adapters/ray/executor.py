@@ -112,7 +112,9 @@ class RayExecutor:
             self._handles[job.id] = handle
         return Launched(pid=handle.nodes[0].worker_pid, started_at=time.time())
 
-    def stop(self, job: Job) -> None:
+    def stop(self, job: Job, stop_signal: int | None = None) -> None:
+        """A gang stops with its launch's signal (`submit --signal`): a cancel's own
+        signal (`cancel --signal`) is not carried to the nodes' supervisors yet."""
         with self._lock:
             handle = self._handles.get(job.id)
         if handle is not None:

@@ -1,0 +1,60 @@
+"""The signal a job is stopped with (`submit --signal`, `cancel --signal`), in Slurm's words.
+
+A job's processes get this signal once when it is cancelled, preempted or reaches its time
+limit, then SIGKILL after the grace period. Jobs that checkpoint on SIGUSR1 (a common
+convention, e.g. PyTorch Lightning's SLURMEnvironment) choose it instead of SIGTERM.
+
+    parse_signal("USR1") == parse_signal("SIGUSR1") == parse_signal("10") == 10
+
+Slurm's `--signal=[{R|B}:]SIG[@TIME]` also sends a signal some time before the limit; that
+part is refused in one line rather than silently dropped.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from gpuyard.domain.errors import InvalidRequest
+
+SIGTERM = int(signal.SIGTERM)
+# Signals that cannot stop anything: the process is paused, resumed or ignores it by default.
+_USELESS = {signal.SIGSTOP, signal.SIGCONT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU,
+            signal.SIGCHLD, signal.SIGWINCH, signal.SIGURG}  # fmt: skip
+
+
+def parse_signal(text: str | int, *, field: str = "stop_signal") -> int:
+    """A signal's number from its name (`USR1`, `SIGUSR1`, any case) or number; raises
+    InvalidRequest (one line) for anything that is not a signal that can stop a job."""
+    raw = str(text).strip()
+    if "@" in raw or ":" in raw:
+        raise InvalidRequest(
+            f"{field} {raw!r}: only the signal is supported (no B:/R: prefix or @time): "
+            "it is sent when the job is stopped, e.g. --signal USR1",
+            field=field,
+        )
+    if raw.lstrip("-").isdigit():
+        number = int(raw)
+    else:
+        name = raw.upper()
+        found = getattr(signal.Signals, name if name.startswith("SIG") else f"SIG{name}", None)
+        if found is None:
+            raise InvalidRequest(
+                f"{field} {raw!r} is not a signal: give a name (TERM, INT, USR1, USR2, HUP) "
+                "or a number",
+                field=field,
+            )
+        number = int(found)
+    if not 1 <= number <= int(signal.SIGRTMAX) or number in _USELESS:
+        raise InvalidRequest(
+            f"{field} {raw}: not a signal that stops a job (use e.g. TERM, INT, USR1)",
+            field=field,
+        )
+    return number
+
+
+def signal_name(number: int) -> str:
+    """`SIGUSR1` for 10; the number as text for one without a name (real-time signals)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
