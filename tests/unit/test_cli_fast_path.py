@@ -50,7 +50,8 @@ def fast_reads(args: list[str]) -> dict[str, Any] | None:
         return values
     if body is commands.queue:  # history filters are left to typer: none given here
         unset = dict.fromkeys(("limit", "before", "since", "user", "name"))
-        return {"all": arguments[0], "json_out": arguments[1], "state": [], **unset}
+        views = {"me": False, "fmt": None, "sort": None}  # --me, --format, --sort: typer's too
+        return {"all": arguments[0], "json_out": arguments[1], "state": [], **unset, **views}
     if body is commands.show:
         return {"job_id": arguments[0], "json_out": arguments[1]}
     assert body is commands.cancel
