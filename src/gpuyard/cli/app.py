@@ -172,7 +172,9 @@ def queue_cmd(
     fmt: Annotated[
         str | None,
         typer.Option(
-            "--format", "-o", metavar="FORMAT",
+            "--format",
+            "-o",
+            metavar="FORMAT",
             help="squeue-style fields: %i id, %j name, %u user, %T state, %M time used, "
             "%l limit, %D nodes, %b GPUs, %R reason or node; %10j pads, %.10j right-justifies",
         ),
@@ -180,7 +182,9 @@ def queue_cmd(
     sort: Annotated[
         str | None,
         typer.Option(
-            "--sort", "-S", metavar="KEYS",
+            "--sort",
+            "-S",
+            metavar="KEYS",
             help="squeue-style keys, comma-separated, - for descending: i id, j name, u user, "
             "t state, p priority, M time used, l limit, b GPUs, D nodes, V submit, S start",
         ),
@@ -508,8 +512,16 @@ def simulate_cmd(
     json_out: Annotated[
         bool, typer.Option("--json", help="one JSON object per policy per line")
     ] = False,
+    preemptible_fraction: Annotated[
+        float | None,
+        typer.Option(
+            help="only this share of the jobs may be preempted (0-1; chosen by job id, the "
+            "same jobs every run), as on a server where jobs opt in [every job]"
+        ),
+    ] = None,
 ) -> None:
     """Replay a job trace in simulated time under scheduling policies and compare them."""
     from gpuyard.cli.simulating import run_simulation
 
-    run_simulation(trace, gpus, gpus_per_node, policy, compare, restart_penalty, json_out)
+    run_simulation(trace, gpus, gpus_per_node, policy, compare, restart_penalty, json_out,
+                   preemptible_fraction)  # fmt: skip
