@@ -39,6 +39,12 @@ _CODE_BY_HTTP = {400: "invalid_request", 401: "unauthorized", 403: "forbidden",
                  413: "payload_too_large", 422: "invalid_request"}  # fmt: skip
 
 
+# What a person sending a job by hand (curl) needs to hear when the body is not one.
+SEND_JSON = 'send it with Content-Type: application/json, e.g. {"command": ["python", "train.py"]}'
+BAD_BODY = "the request body could not be decoded as JSON (not UTF-8, or nested too deep)"
+_STARLETTE_BAD_BODY = "There was an error parsing the body"
+
+
 def status_of(exc: GpuyardError) -> int:
     """The status of the nearest class in the error's ancestry that has one (a subclass of
     NotFound answers 404)."""
@@ -79,6 +85,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _CODE_BY_HTTP.get(exc.status_code, "error")
         message = "no such API route" if exc.status_code == 404 else str(exc.detail)
+        if exc.status_code == 400 and message == _STARLETTE_BAD_BODY:
+            message = BAD_BODY
         headers = exc.headers
         if exc.status_code == 405:
             allowed = _allowed_methods(request)
@@ -108,6 +116,10 @@ def _describe(error: Any) -> tuple[str, str | None]:
     loc = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path")]
     field = ".".join(loc) or None
     kind = error.get("type", "")
+    if not loc and kind == "missing":
+        return f"the request body is empty: {SEND_JSON}", None
+    if not loc and kind in ("model_attributes_type", "model_type", "dict_type"):
+        return f"the request body must be a JSON object: {SEND_JSON}", None
     if kind == "json_invalid":
         return "the request body is not valid JSON", None
     if kind == "extra_forbidden":
