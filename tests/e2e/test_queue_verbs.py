@@ -117,6 +117,7 @@ def test_hold_release_update_requeue_and_restart_from_the_cli(server: ServerProc
     new = server.client().job(int(again))
     assert new["restart_of"] == int(waiting) and new["num_gpus"] == 2
     assert new["command"] == ["sleep", "0.1"]
+    assert f"RestartOf: {waiting}" in server.cli("show", again.strip()).stdout
     server.cli("wait", again.strip())
     running = server.cli("restart", blocker, check=False)  # cancelled: may run again
     assert running.returncode == 0

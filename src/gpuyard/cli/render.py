@@ -134,6 +134,7 @@ def job_record(job: dict[str, Any]) -> str:
         ("StopSignal", _stop_signal(job)),
         ("Distributed", job.get("distributed") or "no"),
         ("Restarts", _restarts(job["restarts"])),
+        ("RestartOf", job.get("restart_of") or "-"),  # gpuyard restart: the job it reruns
         ("GpuTime", f"{job['attained_gpu_s'] / 3600:.2f} GPU-hours, all runs"),
         *gpu_stats_fields(job),
         ("Command", " ".join(_quote(a) for a in job["command"])),

@@ -38,6 +38,7 @@ def hold(service: JobService, job_id: int, actor: Principal) -> Job:
 
     def held(current: Job) -> Job | None:
         _pending(current, "held (a running job holds its GPUs: `gpuyard requeue` it first)")
+        _not_starting(service, job_id, "hold")
         return None if current.held else current.with_changes(held=True)
 
     return _change(service, job_id, held) or job
@@ -90,11 +91,7 @@ def update(
 
     def updated(current: Job) -> Job | None:
         _pending(current, "updated (its resources are held: `gpuyard requeue` it first)")
-        if service.scheduler.reason_for(job_id) == REASON_PREEMPTING:
-            raise Conflict(
-                f"job {job_id} is starting (the jobs it preempted are stopping); update it "
-                "once it runs or after a requeue"
-            )
+        _not_starting(service, job_id, "update")
         return current.with_changes(spec=replace(current.spec, **changes))  # type: ignore[arg-type]
 
     current = _change(service, job_id, updated) or job
@@ -124,6 +121,16 @@ def _pending(job: Job, verb: str) -> None:
     if job.state is not JobState.PENDING:
         state = "ended" if job.state.is_terminal else "is"
         raise Conflict(f"job {job.id} {state} {job.state.value}; only a pending job can be {verb}")
+
+
+def _not_starting(service: JobService, job_id: int, verb: str) -> None:
+    """A job the policy chose waits only for the jobs it preempted to stop: the policy has
+    started it already, so it can no longer be held or changed in the queue."""
+    if service.scheduler.reason_for(job_id) == REASON_PREEMPTING:
+        raise Conflict(
+            f"job {job_id} is starting (the jobs it preempted are stopping): to {verb} it, "
+            f"`gpuyard requeue {job_id}` once it runs"
+        )
 
 
 def _change(service: JobService, job_id: int, update: Callable[[Job], Job | None]) -> Job | None:
