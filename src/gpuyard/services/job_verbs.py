@@ -86,6 +86,11 @@ def update(
     job = _own(service, job_id, actor, "update")
     changes = _checked_changes(time_limit_s, priority, gpus)
     spec = replace(job.spec, **changes)  # type: ignore[arg-type]
+    if spec.gpu_mem_mib and spec.gpus < 1:
+        raise InvalidRequest(
+            f"--gpus 0: job {job_id} shares GPUs by memory (--gpu-mem): it needs at least one",
+            field="gpus",
+        )
     check_shape(spec)
     service.check_fits(spec)
 
