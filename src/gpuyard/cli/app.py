@@ -343,6 +343,32 @@ def update(
 
 
 @app.command()
+def clean(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than", metavar="DURATION",
+            help="only jobs that ended longer ago than this (7d, 12h, 30m) [any]",
+        ),
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", "-u", help="only this user's (admins) [everyone's]")
+    ] = None,
+) -> None:
+    """Forget finished jobs: their records, logs and folders (pueue's clean). Yours, or for an
+    admin everyone's; pending and running jobs are never touched."""
+    done = _client().clean(older_than, user)
+    count = done["cleaned"]
+    sys.stdout.write(f"cleaned {count} finished job{'' if count == 1 else 's'}\n")
+    kept = done.get("folders_kept") or []
+    if kept:
+        fail(
+            f"the folders of job(s) {', '.join(map(str, kept))} could not be removed "
+            "(see the server's jobs/ folder); their records are gone"
+        )
+
+
+@app.command()
 def wait(job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")]) -> None:
     """Block until the jobs end; exit 0 only if all COMPLETED."""
     jobs = _client().wait(job_ids)

@@ -31,11 +31,13 @@ def run_simulation(
     compare: str | None,
     restart_penalty_s: float,
     json_out: bool,
+    preemptible_fraction: float | None = None,
 ) -> None:
     """Replay, then print a table (or JSON Lines with `json_out`) on stdout."""
     names = policy_list(policy, compare)
     with progress_bar() as progress:
-        reports = simulate(Path(trace), gpus, gpus_per_node, names, restart_penalty_s, progress)
+        reports = simulate(Path(trace), gpus, gpus_per_node, names, restart_penalty_s, progress,
+                           preemptible_fraction)  # fmt: skip
     if json_out:
         sys.stdout.write(json_lines(reports))
     else:
@@ -59,9 +61,12 @@ def json_lines(reports: Sequence[PolicyReport]) -> str:
 
 
 def _label(r: PolicyReport) -> str:
-    if r.policy in ORACLES:
-        return f"{r.policy} (oracle)"
-    return f"{r.policy} (exact limits)" if r.time_limits == "exact" else r.policy
+    notes = ["oracle"] if r.policy in ORACLES else []
+    if r.time_limits == "exact" and r.policy not in ORACLES:
+        notes.append("exact limits")
+    if r.preemptible < 1.0:
+        notes.append(f"{100 * r.preemptible:.0f}% preemptible")
+    return f"{r.policy} ({', '.join(notes)})" if notes else r.policy
 
 
 def report_table(reports: Sequence[PolicyReport]) -> str:

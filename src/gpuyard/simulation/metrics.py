@@ -45,6 +45,9 @@ class PolicyReport:
     # job's limit was its true duration (users who estimate perfectly), for policies that
     # need estimates (backfill), as in the published EASY-backfill replays.
     time_limits: str = "trace"
+    # The share of the jobs a policy could preempt (1.0: all, as in the published traces;
+    # `--preemptible-fraction` lowers it to model a server where preemption is opt-in).
+    preemptible: float = 1.0
 
     def to_json(self) -> dict[str, str | int | float]:
         return asdict(self)

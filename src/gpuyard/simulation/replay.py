@@ -17,7 +17,7 @@ from gpuyard.scheduling.cluster import ClusterState
 from gpuyard.scheduling.policies import ORACLES, make_policy, policy_names
 from gpuyard.simulation.engine import Replay
 from gpuyard.simulation.metrics import PolicyReport, report
-from gpuyard.simulation.trace import TraceJob, load_trace
+from gpuyard.simulation.trace import TraceJob, load_trace, with_preemptible_fraction
 
 # progress(policy, finished_jobs, total_jobs): at 0, every 1,000 finished jobs, and at the end.
 Progress = Callable[[str, int, int], None]
@@ -35,11 +35,16 @@ def simulate(
     policies: Sequence[str] | None = None,
     restart_penalty_s: float = 60.0,
     progress: Progress | None = None,
+    preemptible_fraction: float | None = None,
 ) -> list[PolicyReport]:
-    """Replay the trace under each policy (default: `default_policy()`), in the given order."""
+    """Replay the trace under each policy (default: `default_policy()`), in the given order.
+    `preemptible_fraction`: only about this share of the jobs may be preempted (None: every
+    job the trace does not mark `no_preempt`)."""
     names = list(policies) if policies is not None else [default_policy()]
     _check_request(gpus, gpus_per_node, names, restart_penalty_s)
     trace = load_trace(Path(trace_path))
+    if preemptible_fraction is not None:
+        trace = with_preemptible_fraction(trace, preemptible_fraction)
     _check_trace(trace, ClusterState.uniform(gpus, gpus_per_node), gpus, gpus_per_node)
     reports = []
     trace_has_limits = any(t.time_limit_s for t in trace)
@@ -60,7 +65,13 @@ def simulate(
             progress(name, 0, len(trace))
             result = replay.run(progress=_bind(progress, name, len(trace)))
             progress(name, len(trace), len(trace))
-        reports.append(replace(report(name, result), time_limits="exact" if exact else "trace"))
+        reports.append(
+            replace(
+                report(name, result),
+                time_limits="exact" if exact else "trace",
+                preemptible=sum(t.preemptible for t in trace) / len(trace),
+            )
+        )
     return reports
 
 

@@ -1,11 +1,22 @@
 """Loading job traces: CSV with `job_id,user,submit_time_s,num_gpus,duration_s`; optional
 `time_limit_s` (seconds) and `no_preempt` (1/true: the job must never be preempted, like
-`gpuyard submit --no-preempt`)."""
+`gpuyard submit --no-preempt`).
+
+A trace job is preemptible unless its row says `no_preempt`, although a server's jobs are not
+unless they opt in (`--preemptible`): the published traces come from clusters whose jobs were
+preempted and resumed, and the policies' targets were set on them. `with_preemptible_fraction`
+models a server where only some jobs opt in: a fraction of the jobs, chosen by a hash of the
+job id (the same jobs on every run and for every policy; a larger fraction keeps the jobs a
+smaller one chose).
+
+    with_preemptible_fraction(trace, 0.5)  # about half the jobs may be preempted
+"""
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuyard.domain.errors import InvalidRequest
@@ -60,3 +71,23 @@ def _row(row: dict[str, str], has_limit: bool, line: int) -> TraceJob:
         )
     except (TypeError, ValueError):
         raise InvalidRequest(f"trace line {line}: a number is malformed: {row}") from None
+
+
+def with_preemptible_fraction(trace: list[TraceJob], fraction: float) -> list[TraceJob]:
+    """The trace with only about `fraction` of its jobs preemptible (those the trace already
+    keeps from preemption stay kept); see the module docstring."""
+    if not 0.0 <= fraction <= 1.0:
+        raise InvalidRequest(
+            f"--preemptible-fraction must be between 0 and 1, not {fraction}",
+            field="preemptible_fraction",
+        )
+    return [
+        job if not job.preemptible or _draw(job.id) < fraction else replace(job, preemptible=False)
+        for job in trace
+    ]
+
+
+def _draw(job_id: int) -> float:
+    """A number in [0, 1) fixed by the job id alone (well mixed: ids are often sequential)."""
+    digest = hashlib.blake2b(str(job_id).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
