@@ -35,7 +35,8 @@ say "gpuyard logs $j3"
 gpuyard logs "$j3"
 say "gpuyard queue --all"
 gpuyard queue --all
-say "gpuyard server is running at $url (Ctrl-C stops it). In another terminal:"
-echo "  .venv/bin/gpuyard submit -- python examples/train_mlp.py"
+say "gpuyard server is running at $url (Ctrl-C stops it). In a new terminal, in this folder:"
+echo '  JOB=$(.venv/bin/gpuyard submit --time 10m -- .venv/bin/python examples/train_mlp.py)'
 echo "  .venv/bin/gpuyard queue"
+echo '  .venv/bin/gpuyard logs -f $JOB'
 wait $server

@@ -16,7 +16,7 @@ import os
 import time
 
 from gpuyard._http import HttpResponse, request
-from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError, Unavailable
+from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError, Unauthorized, Unavailable
 from gpuyard.locations import DEFAULT_URL, TOKEN_FILE, state_dir_path
 
 # `typing` only for the type checker: the CLI's start path does not import it (~3 ms).
@@ -42,14 +42,34 @@ class ServerUnreachable(GpuyardError):
 
 def find_token() -> str | None:
     """GPUYARD_TOKEN, else the token file in the local server's state dir."""
+    return _find_token()[0]
+
+
+def _find_token() -> tuple[str | None, str]:
+    """The token and where it came from (`GPUYARD_TOKEN` or the file tried), so a 401 can say
+    which token was refused or which file was missing."""
     token = os.environ.get("GPUYARD_TOKEN")
     if token:
-        return token.strip()
+        return token.strip(), "GPUYARD_TOKEN"
+    path = os.path.join(state_dir_path(), TOKEN_FILE)
     try:
-        with open(os.path.join(state_dir_path(), TOKEN_FILE)) as f:
-            return f.read().strip()
+        with open(path) as f:
+            return f.read().strip(), path
     except OSError:
-        return None
+        return None, path
+
+
+def _unauthorized(token: str | None, source: str) -> Unauthorized:
+    """A 401 in one line naming the token's source and what to do."""
+    fix = "set GPUYARD_STATE_DIR to the server's --state-dir, or GPUYARD_TOKEN to its token"
+    if source == "GPUYARD_TOKEN":
+        return Unauthorized(
+            "the server refused the API token in GPUYARD_TOKEN: set it to the one in the "
+            "server's state dir (its `token` file), or unset it"
+        )
+    if token is None:
+        return Unauthorized(f"no API token: {source} does not exist: {fix}")
+    return Unauthorized(f"the server refused the API token in {source} (another server's?): {fix}")
 
 
 class Client:
@@ -58,7 +78,11 @@ class Client:
     def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 30):
         self.url = (url or os.environ.get("GPUYARD_URL") or DEFAULT_URL).rstrip("/")
         self._https, self._host, self._port = split_url(self.url)
-        self._token = token if token is not None else find_token()
+        # Where the token came from, for a 401's message; None: the caller gave it.
+        self._token_source: str | None = None
+        if token is None:
+            token, self._token_source = _find_token()
+        self._token = token
         self._timeout_s = timeout_s
 
     def __enter__(self) -> Client:
@@ -162,6 +186,17 @@ class Client:
     def whoami(self) -> JobDict:
         """The account this client's token acts as (`user`, `role`)."""
         result: JobDict = self._json("GET", "/api/v1/whoami")
+        return result
+
+    def clean(self, older_than: str | None = None, user: str | None = None) -> JobDict:
+        """Forget finished jobs (records, logs, folders) that ended more than `older_than`
+        ago ("7d", "12h"; None: any): the caller's own, or an admin's for everyone (or `user`'s).
+        Returns {"cleaned": N, "folders_kept": [ids whose folder could not be removed]}."""
+        from urllib.parse import urlencode
+
+        query = {k: v for k, v in (("older_than", older_than), ("user", user)) if v is not None}
+        path = "/api/v1/jobs/clean" + (f"?{urlencode(query)}" if query else "")
+        result: JobDict = self._json("POST", path)
         return result
 
     def gpus(self) -> list[JobDict]:
@@ -279,7 +314,10 @@ class Client:
                 f"cannot reach gpuyard server at {self.url}: is `gpuyard server` running?"
             ) from None
         if resp.status >= 400:
-            raise _error_from(resp)
+            error = _error_from(resp)
+            if isinstance(error, Unauthorized) and self._token_source is not None:
+                raise _unauthorized(self._token, self._token_source)
+            raise error
         return resp
 
 

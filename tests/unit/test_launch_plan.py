@@ -80,3 +80,14 @@ def test_a_status_of_the_wrong_shape_is_not_a_status() -> None:
         _status(stop_requested="yes"), '{"exit_code": 0, "signal": null, "ended_at": NaN}',
     ):  # fmt: skip
         assert parse_status(text, 1000.0, 1060.0) is None, text
+
+
+def test_a_copied_script_runs_from_the_job_folder_in_its_slot() -> None:
+    """sbatch runs its copy of the script: editing the original after submit changes nothing."""
+    spec = JobSpec(argv=("/bin/sh", "/home/ada/job.sh", "a1"), name="job.sh", workdir="/w",
+                   script="#!/bin/sh\necho hi\n", script_index=1)  # fmt: skip
+    job = Job(9, spec, "ada", JobState.RUNNING, submitted_at=1.0)
+    plan = launch_plan(job, {}, None, None, "/state/jobs/9/output.log")
+    assert plan.argv == ("/bin/sh", "/state/jobs/9/script", "a1")
+    assert plan.script == ("/state/jobs/9/script", "#!/bin/sh\necho hi\n")
+    assert launch_plan(_job(), {}, None, None, "/l/out.log").script is None

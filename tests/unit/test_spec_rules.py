@@ -87,3 +87,22 @@ def test_a_draft_has_every_spec_field() -> None:
     from gpuyard.domain.job import JobSpec
 
     assert [f.name for f in fields(SpecDraft)] == [f.name for f in fields(JobSpec)]
+
+
+@pytest.mark.parametrize("name", ["a\nb", "red\x1b[31m", "nul\x00", "tab\there", "del\x7f"])
+def test_a_name_with_control_characters_is_refused_like_the_command(name: str) -> None:
+    with pytest.raises(InvalidRequest, match="name: contains a control character") as info:
+        _decide(argv=("true",), name=name)
+    assert info.value.field == "name"
+
+
+def test_a_copied_script_is_bounded_and_points_at_an_argument() -> None:
+    ok = _decide(argv=("/bin/sh", "/w/job.sh"), script="echo hi\n", script_index=1)
+    assert ok.script == "echo hi\n" and ok.script_index == 1
+    too_big = "x" * (spec_rules.MAX_SCRIPT_BYTES + 1)
+    with pytest.raises(InvalidRequest, match="script: 1,048,577 bytes, at most 1,048,576"):
+        _decide(argv=("/bin/sh", "/w/job.sh"), script=too_big, script_index=1)
+    with pytest.raises(InvalidRequest, match="script_index 2: not an argument"):
+        _decide(argv=("/bin/sh", "/w/job.sh"), script="echo\n", script_index=2)
+    with pytest.raises(InvalidRequest, match="NUL"):
+        _decide(argv=("/bin/sh", "/w/job.sh"), script="a\0b", script_index=1)

@@ -10,6 +10,8 @@ TYPE_CHECKING = False  # typing stays unimported on the CLI's start path
 if TYPE_CHECKING:
     from typing import Any
 
+# The largest script copied at submit (the server's MAX_SCRIPT_BYTES).
+MAX_SCRIPT_READ = 1024 * 1024
 # Passed along by default, so `gpuyard submit -- python train.py` finds the same python.
 EXPORTED_VARS = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH",
                  "LD_LIBRARY_PATH", "HOME", "USER", "LANG")  # fmt: skip
@@ -21,7 +23,9 @@ def build_submission(
     """The argv to run and the submission's other fields."""
     if not command or not command[0].strip():
         raise InvalidRequest("nothing to run: give a command after `--` or a script file")
-    script_argv = _script_argv(command)
+    check_program(command[0])
+    found = _script_argv(command)
+    script_argv, script_index = found if found else (None, 0)
     argv = script_argv or list(command)
     env = {k: os.environ[k] for k in EXPORTED_VARS if export and k in os.environ}
     for pair in env_pairs:
@@ -41,18 +45,59 @@ def build_submission(
         "workdir": os.path.abspath(workdir) if workdir else os.getcwd(),
         "env": env,
     }
+    if script_argv is not None:
+        text = script_copy(argv[script_index], run_by_kernel=script_index == 0)
+        if text is not None:
+            fields.update(script=text, script_index=script_index)
+            _keep_imports(argv[script_index], argv[:script_index], env)
     return argv, fields
 
 
-def _script_argv(command: list[str]) -> list[str] | None:
-    """A script file is run by its interpreter: its #! line, python for .py, else sh."""
+def _keep_imports(path: str, interpreter: list[str], env: dict[str, str]) -> None:
+    """A Python script runs from its copy: its own folder stays first on the import path
+    (PYTHONPATH), so `import helpers` beside it still works as before the copy."""
+    program = " ".join(interpreter) or _first_line(path)
+    if "python" not in program:
+        return
+    here = os.path.dirname(path)
+    current = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = f"{here}{os.pathsep}{current}" if current else here
+
+
+def _first_line(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.readline(256).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def check_program(path: str) -> None:
+    """A script path that does not exist fails now, in one line, not with 127 after the wait:
+    a path with a `/`, or a bare `train.sh`/`train.py` that is neither here nor on PATH."""
+    if os.path.exists(path):
+        return
+    if "/" not in path:
+        import shutil
+
+        if not path.endswith((".sh", ".py", ".bash")) or shutil.which(path):
+            return
+    where = "" if os.path.isabs(path) else f" in {os.getcwd()}"
+    raise InvalidRequest(
+        f"{path}: no such file{where}: give the script's path, or a command after --"
+    )
+
+
+def _script_argv(command: list[str]) -> tuple[list[str], int] | None:
+    """A script file is run by its interpreter: its #! line, python for .py, else sh; with
+    the index of the script's path in the argv."""
     path = command[0]
     if not os.path.isfile(path):
         return None
     full = os.path.abspath(path)
     if os.access(full, os.X_OK):
         # The kernel runs it (#! included); a bare name must not be looked up in PATH.
-        return [full, *command[1:]]
+        return [full, *command[1:]], 0
     try:
         with open(full, "rb") as f:
             first = f.readline(256).decode(errors="replace").strip()
@@ -66,4 +111,26 @@ def _script_argv(command: list[str]) -> list[str] | None:
         interpreter = ["python3"]
     else:
         interpreter = ["/bin/sh"]
-    return [*interpreter, full, *command[1:]]
+    return [*interpreter, full, *command[1:]], len(interpreter)
+
+
+def script_copy(path: str, run_by_kernel: bool) -> str | None:
+    """The script's text, copied at submit as sbatch does (the job runs the copy, so editing
+    the file after submit changes nothing); None for what is not a text script (a binary)."""
+    try:
+        with open(path, "rb") as f:
+            if run_by_kernel and f.read(2) != b"#!":
+                return None  # a program (`.venv/bin/python`), not a script: run in place
+            f.seek(0)
+            data = f.read(MAX_SCRIPT_READ + 1)
+    except OSError as exc:
+        raise InvalidRequest(f"{path}: cannot read the script: {exc.strerror}") from None
+    if len(data) > MAX_SCRIPT_READ:
+        raise InvalidRequest(
+            f"{path}: larger than {MAX_SCRIPT_READ // 1024 // 1024} MiB, the most a script "
+            "copied at submit may be: submit a small script that runs it"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # not text the submission can carry: run in place, as before
