@@ -130,6 +130,7 @@ def build_core(
     )  # fmt: skip
     service = JobService(
         journal, store, scheduler, drains, stops, inventory, log_path=executor.log_path,
+        remove_files=executor.remove_files,
         wake=wakeup, clock=clock, monitor=monitor, idle=idle, peaks=peaks,
         preemptible_default=settings.preemptible_default,
     )  # fmt: skip

@@ -25,7 +25,7 @@ from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
 from tests.contract.stores import pending_job
 
-HEAD = "0006"
+HEAD = "0007"
 
 
 @pytest.fixture

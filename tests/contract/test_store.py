@@ -12,7 +12,12 @@ from gpuyard.domain.errors import Conflict
 from gpuyard.domain.job import Drain
 from gpuyard.domain.states import JobState
 from gpuyard.services.ports import JobStore
-from tests.contract.stores import Backend, finished_job_with_every_field_set, pending_job
+from tests.contract.stores import (
+    Backend,
+    ended_job,
+    finished_job_with_every_field_set,
+    pending_job,
+)
 
 
 def test_a_new_database_is_empty(store: JobStore) -> None:
@@ -194,3 +199,32 @@ def test_gpu_stats_are_replaced_and_the_last_ones_loaded(backend: Backend) -> No
         7: {**stats, "samples": 13}, 8: {**stats, "samples": 8}, 9: {**stats, "samples": 9}
     }  # fmt: skip
     assert list(again.load_gpu_stats(limit=2)) == [8, 9]  # the last jobs, by id
+
+
+def test_delete_finished_deletes_only_finished_jobs_and_keeps_their_ids_taken(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    running = pending_job(5).transition(JobState.RUNNING, gpus=(0,), started_at=1001.0)
+    jobs = [
+        ended_job(1, ended_at=100.0),
+        ended_job(2, ended_at=200.0, state=JobState.FAILED, owner="bob"),
+        ended_job(3, ended_at=300.0, state=JobState.CANCELLED),
+        pending_job(4),
+        running,
+        ended_job(6, ended_at=600.0, state=JobState.TIMEOUT),
+    ]
+    store.write(jobs, [])
+    store.save_gpu_stats(1, {"gpu_seconds": 1.0})
+    store.save_gpu_stats(6, {"gpu_seconds": 6.0})
+    assert store.delete_finished(ended_before=250.0, owner="ada") == [1]
+    assert store.delete_finished(ended_before=250.0) == [2]
+    assert store.delete_finished(owner="nobody") == []
+    assert store.delete_finished() == [3, 6]  # everything finished: never 4 or 5
+    assert [j.id for j in store.load_jobs()] == [4, 5]
+    assert store.get_job(6) is None and store.load_gpu_stats(limit=10) == {}
+    assert store.max_job_id() == 6  # the newest job was deleted: its id stays taken
+    assert [j.id for j in store.load_active(10)] == [4, 5]
+    reopened = backend.open()
+    assert reopened.max_job_id() == 6
+    assert [j.id for j in reopened.page_jobs(limit=10)] == [5, 4]

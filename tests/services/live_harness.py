@@ -83,6 +83,7 @@ class SimulatedProcesses:
         self.runs: dict[int, float] = {}  # job id -> start of the current run
         self.envs: dict[int, list[dict[str, str]]] = {}
         self.stops: list[int] = []
+        self.removed: list[int] = []  # job folders `clean` removed
 
     def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         self.runs[job.id] = self.clock()
@@ -115,6 +116,9 @@ class SimulatedProcesses:
 
     def log_path(self, job_id: int) -> str:
         return f"/nonexistent/{job_id}.log"
+
+    def remove_files(self, job_id: int) -> None:
+        self.removed.append(job_id)
 
     def close(self) -> None:
         pass

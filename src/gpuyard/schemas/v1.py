@@ -163,6 +163,15 @@ class JobUpdateIn(_Strict):
     gpus: Annotated[StrictInt | None, Field(ge=0, le=1024)] = None
 
 
+class CleanOut(BaseModel):
+    """`POST /api/v1/jobs/clean`: finished jobs forgotten, and any whose folder stayed."""
+
+    cleaned: int
+    folders_kept: list[int] = Field(
+        default_factory=list, description="jobs whose folder could not be removed"
+    )
+
+
 class WhoAmIOut(BaseModel):
     """The account the caller's token acts as (`queue --me`)."""
 

@@ -77,6 +77,14 @@ class JobBook:
         with self.lock:
             return list(self._running.values())
 
+    def forget(self, job_ids: Iterable[int]) -> None:
+        """Drop finished jobs (`gpuyard clean` deleted them); a pending or running one stays."""
+        with self.lock:
+            for job_id in job_ids:
+                if job_id in self._finished:
+                    del self._finished[job_id]
+                    del self._jobs[job_id]
+
     def _index(self, old: Job | None, new: Job) -> None:
         if old is not None:
             self._pending.discard(old.id)

@@ -71,6 +71,15 @@ class LogChunk:
     state: JobState
 
 
+@dataclass(frozen=True, slots=True)
+class Cleaned:
+    """What `clean` did: how many finished jobs it forgot, and those whose folder could not
+    be removed (their records are gone all the same)."""
+
+    jobs: int
+    folders_kept: tuple[int, ...] = ()
+
+
 # Listing history: a page is at most this many jobs (the store pages through the rest).
 MAX_PAGE = 10_000
 # A working directory seen to exist this recently is not looked at again by a submit.
@@ -92,6 +101,7 @@ class JobService:
         inventory: Inventory,
         *,
         log_path: Callable[[int], str],
+        remove_files: Callable[[int], None] = lambda job_id: None,
         wake: Callable[[], None],
         clock: Callable[[], float] = time.time,
         monitor: GpuMonitor | None = None,
@@ -110,6 +120,7 @@ class JobService:
         self._stops = stops
         self.inventory = inventory
         self._log_path = log_path
+        self._remove_files = remove_files
         self._wake = wake
         self._clock = clock
         self.monitor = monitor
@@ -331,6 +342,33 @@ class JobService:
     def check_fits(self, spec: JobSpec) -> None:
         """Whether `spec` can ever run on this server (InvalidRequest naming what is short)."""
         self._check_fits(spec)
+
+    def clean(
+        self, actor: Principal, *, older_than_s: float | None = None, owner: str | None = None
+    ) -> Cleaned:
+        """Forget finished jobs, their records and folders (pueue's `clean`): that ended more
+        than `older_than_s` ago (None: any), of `owner`. An admin cleans everyone's (or
+        `owner`'s), a user only their own. Pending and running jobs are never touched: the
+        store deletes only finished rows, and the book drops only finished jobs."""
+        if not actor.is_admin:
+            if owner is not None and owner != actor.user:
+                raise Forbidden(
+                    f"only an admin may clean {owner}'s jobs; `gpuyard clean` cleans your own"
+                )
+            owner = actor.user
+        before = None if older_than_s is None else self._clock() - older_than_s
+        ids = self.store.delete_finished(ended_before=before, owner=owner)
+        # Under the journal's lock: a job that ended just before the delete is in the book by
+        # now (the journal writes, then puts, under this lock), so it is dropped too.
+        with self.journal.lock:
+            self.book.forget(ids)
+        kept: list[int] = []
+        for job_id in ids:
+            try:
+                self._remove_files(job_id)
+            except OSError:
+                kept.append(job_id)
+        return Cleaned(len(ids), tuple(kept))
 
     # -- GPUs -----------------------------------------------------------------------------
     def gpus(self) -> list[GpuHolding]:

@@ -54,6 +54,15 @@ class JobStore(Protocol):
         """Every job ever, by id: for tests and tools only (the server uses `load_active`)."""
         ...
 
+    def delete_finished(
+        self, *, ended_before: float | None = None, owner: str | None = None
+    ) -> list[int]:
+        """`gpuyard clean`: delete finished jobs (and their GPU stats) that ended before
+        `ended_before`, of `owner` (None: anyone's), durably, in one transaction; a pending or
+        running job never, whatever is asked. Their ids are never given again (`max_job_id`
+        still counts them). Returns the deleted ids, ascending."""
+        ...
+
     def write(self, inserts: Sequence[Job], updates: Sequence[Job]) -> None:
         """Insert new jobs and update existing ones (compare-and-set on `version - 1`),
         durably, in one transaction. Raises Conflict if an update lost a race."""
@@ -188,6 +197,12 @@ class Executor(Protocol):
         ...
 
     def log_path(self, job_id: int) -> str: ...
+
+    def remove_files(self, job_id: int) -> None:
+        """Delete a finished job's folder (log, launch file, status): `gpuyard clean`. Never
+        called for a pending or running job; a folder already gone is no error. Raises OSError
+        when the folder cannot be removed."""
+        ...
 
     def close(self) -> None: ...
 

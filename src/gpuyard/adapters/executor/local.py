@@ -20,6 +20,7 @@ import logging
 import os
 import py_compile
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,6 +127,12 @@ class LocalExecutor:
 
     def job_dir(self, job_id: int) -> Path:
         return self._jobs_dir / str(job_id)
+
+    def remove_files(self, job_id: int) -> None:
+        """`gpuyard clean`: the folder of a finished job (a symlink in its place is refused by
+        rmtree, and links inside are removed, not followed: the job wrote them)."""
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.job_dir(job_id))
 
     def log_path(self, job_id: int) -> str:
         # A string join: every submit's answer names its log (Path joins cost 3% of a submit).

@@ -23,8 +23,10 @@ reason (local jobs, under their own supervisors, are re-adopted instead).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -77,6 +79,12 @@ class RayExecutor:
 
     def job_dir(self, job_id: int) -> Path:
         return self._jobs_dir / str(job_id)
+
+    def remove_files(self, job_id: int) -> None:
+        """`gpuyard clean`: the folder of a finished job (a symlink in its place is refused by
+        rmtree, and links inside are removed, not followed: the job wrote them)."""
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.job_dir(job_id))
 
     def log_path(self, job_id: int) -> str:
         return str(self.job_dir(job_id) / "output.log")

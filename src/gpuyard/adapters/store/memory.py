@@ -31,6 +31,7 @@ class MemoryDatabase:
     jobs: dict[int, Job] = field(default_factory=dict)
     drains: dict[str, Drain] = field(default_factory=dict)
     gpu_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
+    max_deleted_id: int = 0  # the highest id `delete_finished` removed: never given again
     lock_holder: object | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -74,7 +75,29 @@ class MemoryJobStore:
 
     def max_job_id(self) -> int:
         with self.database.lock:
-            return max(self.database.jobs, default=0)
+            return max(max(self.database.jobs, default=0), self.database.max_deleted_id)
+
+    def delete_finished(
+        self, *, ended_before: float | None = None, owner: str | None = None
+    ) -> list[int]:
+        self._check_open()
+        with self.database.lock:
+            db = self.database
+            ids = sorted(
+                job.id
+                for job in db.jobs.values()
+                if job.state.is_terminal
+                and (
+                    ended_before is None
+                    or (job.ended_at is not None and job.ended_at < ended_before)
+                )
+                and (owner is None or job.owner == owner)
+            )
+            for job_id in ids:
+                del db.jobs[job_id]
+                db.gpu_stats.pop(job_id, None)
+            db.max_deleted_id = max([db.max_deleted_id, *ids])
+            return ids
 
     def page_jobs(
         self,

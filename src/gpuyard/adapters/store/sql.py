@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Engine,
     Select,
@@ -23,14 +24,17 @@ from sqlalchemy import (
 from gpuyard.adapters.store.codec import job_to_row, row_to_job
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
-from gpuyard.adapters.store.tables import gpu_drains, job_gpu_stats, jobs
+from gpuyard.adapters.store.tables import counters, gpu_drains, job_gpu_stats, jobs
 from gpuyard.domain.errors import Conflict
 from gpuyard.domain.job import Drain, Job
-from gpuyard.domain.states import JobState
+from gpuyard.domain.states import TERMINAL_STATES, JobState
 
 _Batch = tuple[Sequence[Job], Sequence[Job]]
 _COLUMNS = tuple(jobs.c.keys())
 _ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
+_FINISHED = tuple(sorted(state.value for state in TERMINAL_STATES))
+_MAX_JOB_ID = "max_job_id"
+_DELETE_CHUNK = 500  # ids per DELETE (SQLite's default limit on bound parameters is 32,766)
 
 
 class SqlJobStore:
@@ -82,9 +86,39 @@ class SqlJobStore:
         return found[0] if found else None
 
     def max_job_id(self) -> int:
-        """The highest id ever given (0 for none): new ids start above it."""
+        """The highest id ever given (0 for none), deleted jobs' included: new ids start above."""
         with self._engine.connect() as conn:
-            return int(conn.execute(select(func.max(jobs.c.id))).scalar() or 0)
+            return self._stored_max(conn)
+
+    def delete_finished(
+        self, *, ended_before: float | None = None, owner: str | None = None
+    ) -> list[int]:
+        """Delete finished jobs (and their GPU stats) that ended before `ended_before`, of
+        `owner` (None: anyone's), in one transaction; a pending or running job never, whatever
+        is asked. The highest id stays given. Returns the deleted ids, ascending."""
+        where: list[ColumnElement[bool]] = [jobs.c.state.in_(_FINISHED)]
+        if ended_before is not None:
+            where.append(jobs.c.ended_at < ended_before)
+        if owner is not None:
+            where.append(jobs.c.owner == owner)
+        with self._engine.begin() as conn:
+            ids = list(conn.execute(select(jobs.c.id).where(*where).order_by(jobs.c.id)).scalars())
+            if not ids:
+                return []
+            mark = max(self._stored_max(conn), ids[-1])
+            conn.execute(delete(counters).where(counters.c.name == _MAX_JOB_ID))
+            conn.execute(insert(counters).values(name=_MAX_JOB_ID, value=mark))
+            for at in range(0, len(ids), _DELETE_CHUNK):
+                chunk = ids[at : at + _DELETE_CHUNK]
+                conn.execute(delete(job_gpu_stats).where(job_gpu_stats.c.job_id.in_(chunk)))
+                conn.execute(delete(jobs).where(jobs.c.id.in_(chunk), *where))
+        return ids
+
+    @staticmethod
+    def _stored_max(conn: Connection) -> int:
+        stored = conn.execute(select(func.max(jobs.c.id))).scalar() or 0
+        mark = conn.execute(select(counters.c.value).where(counters.c.name == _MAX_JOB_ID))
+        return max(int(stored), int(mark.scalar() or 0))
 
     def page_jobs(
         self,

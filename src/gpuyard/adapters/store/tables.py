@@ -65,3 +65,12 @@ job_gpu_stats = Table(
     Column("job_id", Integer, primary_key=True, autoincrement=False),
     Column("stats", Text, nullable=False),
 )
+
+# Named counters. "max_job_id": the highest job id ever given, kept when `gpuyard clean` deletes
+# the newest rows, so an id is never given twice (a script or a log may still name it).
+counters = Table(
+    "counters",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Integer, nullable=False),
+)

@@ -19,8 +19,9 @@ from gpuyard.domain.job import Job
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.signals import parse_signal
 from gpuyard.domain.states import JobState
+from gpuyard.domain.units import parse_duration_s
 from gpuyard.scheduling.projection import StartEstimates
-from gpuyard.schemas.v1 import DryRunOut, JobOut, JobSubmitIn
+from gpuyard.schemas.v1 import CleanOut, DryRunOut, JobOut, JobSubmitIn
 from gpuyard.services.feed import ChangeFeed
 from gpuyard.services.jobs import MAX_PAGE, JobService, LogReader
 
@@ -117,6 +118,25 @@ async def _changes(feed: ChangeFeed, actor: Principal) -> AsyncIterator[bytes]:
             data = {"id": job.id, "state": job.state.value, "version": job.version,
                     "reason": job.reason, "at": change.at}  # fmt: skip
             yield f"event: job\ndata: {json.dumps(data)}\n\n".encode()
+
+
+@router.post("/clean")
+def clean_jobs(
+    service: Service,
+    actor: Actor,
+    older_than: Annotated[
+        str | None,
+        Query(max_length=32, description="only jobs that ended longer ago (7d, 12h, 1-00:00)"),
+    ] = None,
+    user: Annotated[
+        str | None, Query(max_length=256, description="only this user's (an admin's choice)")
+    ] = None,
+) -> CleanOut:
+    """Forget finished jobs, their records and folders (pueue's clean): an admin's for
+    everyone, a user's own; pending and running jobs are never touched."""
+    age_s = None if older_than is None else parse_duration_s(older_than, field="older_than")
+    done = service.clean(actor, older_than_s=age_s, owner=user)
+    return CleanOut(cleaned=done.jobs, folders_kept=list(done.folders_kept))
 
 
 @router.get("/{job_id}", response_model=JobOut)
