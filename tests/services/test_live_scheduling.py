@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.domain.job import REASON_PREEMPTED, REASON_PREEMPTING, Job
+from gpuyard.domain.job import REASON_PREEMPTED, REASON_PREEMPTING, Job, JobSpec
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec
 from gpuyard.scheduling.policies import make_policy
@@ -239,12 +239,17 @@ def test_behind_a_job_without_a_limit_the_estimate_says_what_it_assumes(tmp_path
             if not preemptible:
                 assert estimates.starts == {waiting.id: None, behind.id: None}
                 assert not estimates.assumes_preemption(waiting.id)
+                spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=1, time_limit_s=60)
+                answer = rig.service.dry_run(spec, rig.actor)
+                assert (answer.start_at, answer.assumes_preemption) == (None, False)
                 continue
             # When `default` would preempt it: after 4 min of protection if it pays, else by
             # the starvation guard (an hour here: nobody has a history yet).
             assert 1_000.0 + 240 <= (estimates.starts[waiting.id] or 0) <= 1_000.0 + 3_600
             assert estimates.assumes_preemption(waiting.id)
             assert estimates.assumes_preemption(behind.id)  # it needs the same preemption
+            spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=1, time_limit_s=60)
+            assert rig.service.dry_run(spec, rig.actor).assumes_preemption
         finally:
             rig.close()
 

@@ -149,6 +149,7 @@ def dry_run_to_wire(answer: DryRun) -> DryRunOut:
         start_at=_iso(start),
         starts_in_s=None if start is None else round(max(0.0, start - answer.now), 3),
         not_before=_iso(answer.not_before),
+        estimate_assumes="preemption" if answer.assumes_preemption else None,
     )
 
 

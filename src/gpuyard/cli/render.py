@@ -116,9 +116,11 @@ def dry_run_answer(answer: dict[str, Any]) -> str:
                 "are held by jobs without a time limit (nothing was queued)")  # fmt: skip
     if seconds < 1:
         return "the job would start now (nothing was queued)"
+    assumes = ("if the scheduler preempts a running job then, as it plans to"
+               if answer.get("estimate_assumes") == "preemption"
+               else "if running jobs use their whole time limit")  # fmt: skip
     return (f"the job would start in about {format_duration(seconds)}, at "
-            f"{_local(answer['start_at'])}, if running jobs use their whole time limit "
-            "(nothing was queued)")  # fmt: skip
+            f"{_local(answer['start_at'])}, {assumes} (nothing was queued)")  # fmt: skip
 
 
 def job_record(job: dict[str, Any]) -> str:

@@ -189,6 +189,9 @@ class DryRunOut(BaseModel):
         description="start_at null: not before this time (the projection stopped there); "
         "both null: not before jobs without a time limit end"
     )
+    estimate_assumes: Literal["preemption"] | None = Field(
+        None, description='"preemption": start_at holds only if the policy preempts as it plans'
+    )
 
 
 class GpuProcessOut(BaseModel):

@@ -59,6 +59,7 @@ class DryRun:
     now: float
     start_at: float | None
     not_before: float | None = None
+    assumes_preemption: bool = False  # `start_at` holds only if the policy preempts as planned
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +177,10 @@ class JobService:
         projection = self.scheduler.dry_run(spec, actor.user, probe_id)
         start = projection.starts[probe_id]
         later_than = None if start is not None or projection.complete else projection.reached_at
-        return DryRun(now=self._clock(), start_at=start, not_before=later_than)
+        return DryRun(
+            now=self._clock(), start_at=start, not_before=later_than,
+            assumes_preemption=projection.estimates.assumes_preemption(probe_id),
+        )  # fmt: skip
 
     # -- reads ----------------------------------------------------------------------------
     def get(self, job_id: int, actor: Principal) -> Job:
