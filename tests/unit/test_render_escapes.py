@@ -27,3 +27,25 @@ def test_a_record_escapes_its_values() -> None:
     record = job_record(job)
     assert "\r" not in record and "\x1b" not in record and "\x07" not in record
     assert "Name: a\\rb" in record
+
+
+def test_queue_format_escapes_a_jobs_fields_too() -> None:
+    from gpuyard.cli.queue_format import format_jobs
+
+    job = {"id": 3, "name": "x\ny\x1b[2J", "state": "PENDING", "reason": "None"}
+    lines = format_jobs([job], "%i %j").split("\n")
+    assert lines == ["JOBID NAME", "3     x\\ny\\x1b[2J"]
+
+
+def test_top_s_tables_escape_names_and_never_read_them_as_markup() -> None:
+    import io
+
+    from rich.console import Console
+
+    from gpuyard.cli.top import _job_table
+
+    job = {"id": 4, "name": "[bold]x\x1b[2J", "owner": "me\n", "gpus": [0], "runtime_s": 5.0}
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(_job_table([job]))
+    text = out.getvalue()
+    assert "\x1b" not in text and "[bold]x\\x1b[2J" in text and "me\\n" in text

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from gpuyard.cli.render import gpu_list, shown_state
+from gpuyard.cli.render import gpu_list, printable, shown_state
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.units import format_duration, format_size_mib
 
@@ -115,7 +115,10 @@ def format_jobs(jobs: Sequence[dict[str, Any]], fmt: str) -> str:
         at = match.end()
     parts.append(fmt[at:])
     rows = [[FIELDS[p[0]][0] if isinstance(p, tuple) else p for p in parts]]
-    rows += [[FIELDS[p[0]][1](job) if isinstance(p, tuple) else p for p in parts] for job in jobs]
+    rows += [
+        [printable(FIELDS[p[0]][1](job)) if isinstance(p, tuple) else p for p in parts]
+        for job in jobs
+    ]  # a job's name or reason cannot break a row or reach the terminal raw
     widths = [
         (p[2] or max(len(row[i]) for row in rows)) if isinstance(p, tuple) else 0
         for i, p in enumerate(parts)

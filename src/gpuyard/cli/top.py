@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpuyard.cli.render import NA, bar, gpu_notes
+from gpuyard.cli.render import NA, bar, gpu_notes, printable
 from gpuyard.domain.units import format_duration, format_size_mib
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def _frame(client: Client) -> RenderableType:
     for g in gpus:
         for note in gpu_notes(g):
             style = "red" if note.startswith("!") else "dim"
-            parts.append(Text(f"  GPU {g['index']}: {note}", style=style))
+            parts.append(Text(f"  GPU {g['index']}: {printable(note)}", style=style))
     parts.append(_job_table(running) if running else Text("no running jobs"))
     return Group(*parts)
 
@@ -69,7 +69,7 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> RenderableType:
         memory = NA if used is None else f"{used / 1024:.1f}/{(total or 0) / 1024:.1f}G"
         table.add_row(
             str(g["index"]),
-            g["name"],
+            Text(printable(g["name"])),  # never markup, never a raw control character
             Text(f"{bar(util)} {NA if util is None else f'{util}%':>4}", style=_level(util)),
             Text(f"{bar(mem_pct)} {memory}", style=_level(mem_pct)),
             NA if g.get("temperature_c") is None else f"{g['temperature_c']}C",
@@ -90,6 +90,7 @@ def _power(g: dict[str, Any]) -> str:
 
 def _job_table(jobs: list[dict[str, Any]]) -> RenderableType:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, pad_edge=False, header_style="bold", title_justify="left")
     for column in ("JOBID", "NAME", "USER", "GPU_IDS", "TIME", "GPU_UTIL", "GPU_MEM_PEAK"):
@@ -99,8 +100,8 @@ def _job_table(jobs: list[dict[str, Any]]) -> RenderableType:
         mean, peak = stats.get("util_mean_pct"), stats.get("memory_peak_mib")
         table.add_row(
             str(job["id"]),
-            job["name"],
-            job["owner"],
+            Text(printable(job["name"])),  # never markup, never a raw control character
+            Text(printable(job["owner"])),
             ",".join(map(str, job["gpus"])) or "-",
             format_duration(job["runtime_s"]),
             NA if mean is None else f"{mean:.0f}%",
