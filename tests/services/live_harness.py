@@ -157,7 +157,7 @@ class LiveRig:
         return self.now
 
     def submit(self, work_s: float, *, user: str = "ada", **spec: Any) -> Job:
-        job_spec = JobSpec(argv=("train",), name="t", workdir="/", **spec)
+        job_spec = JobSpec(**{"argv": ("train",), "name": "t", "workdir": "/", **spec})
         job = self.service.submit(job_spec, Principal(user))
         self.processes.work_s[job.id] = work_s
         return job

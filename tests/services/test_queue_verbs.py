@@ -160,3 +160,16 @@ def test_restart_runs_a_finished_job_again_under_a_new_id_linked_to_the_old(rig:
     assert (again.spec, again.owner) == (job.spec, "bob")
     stored = rig.store.get_job(again.id)
     assert stored is not None and stored.restart_of == job.id
+
+
+def test_a_finished_jobs_script_copy_stays_in_the_store_and_restart_uses_it(rig: LiveRig) -> None:
+    copy = "#!/bin/sh\necho the copy taken at submit\n"
+    job = rig.submit(10, gpus=1, user="bob", argv=("sh", "job.sh"), script=copy, script_index=1)
+    rig.settle()
+    assert rig.job(job.id).spec.script == copy  # running: the launch needs it
+    rig.advance(10)
+    assert rig.state(job.id) is JobState.COMPLETED
+    assert rig.job(job.id).spec.script is None  # finished: not held in memory
+    assert rig.store.get_job(job.id).spec.script == copy  # type: ignore[union-attr]
+    again = rig.service.restart(job.id, Principal("bob"))
+    assert again.spec.script == copy and again.spec.argv == ("sh", "job.sh")

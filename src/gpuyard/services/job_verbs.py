@@ -112,7 +112,8 @@ def restart(service: JobService, job_id: int, actor: Principal) -> Job:
             f"job {job_id} is {job.state.value}; only a finished job can be restarted "
             f"(`gpuyard requeue {job_id}` puts a running one back in the queue)"
         )
-    return service.submit(job.spec, Principal(job.owner), restart_of=job.id)
+    stored = service.store.get_job(job.id) or job  # the book keeps no finished job's script
+    return service.submit(stored.spec, Principal(job.owner), restart_of=job.id)
 
 
 def _own(service: JobService, job_id: int, actor: Principal, verb: str) -> Job:

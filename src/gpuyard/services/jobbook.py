@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import replace
 
 from gpuyard.domain.errors import Conflict
 from gpuyard.domain.job import Job
@@ -89,6 +90,10 @@ class JobBook:
         if old is not None:
             self._pending.discard(old.id)
             self._running.pop(old.id, None)
+        if new.state.is_terminal and new.spec.script is not None:
+            # A finished job's script copy (up to 1 MiB) is the store's to keep, not memory's:
+            # nothing reads it again but `restart`, which reads the store.
+            new = replace(new, spec=replace(new.spec, script=None))
         self._jobs[new.id] = new
         if new.state is JobState.PENDING:
             self._pending.add(new.id)
