@@ -21,12 +21,14 @@ from gpuyard.adapters.gpus.nvml import NvmlTelemetry
 from gpuyard.adapters.gpus.processes import PsutilProcessOwners
 from gpuyard.adapters.gpus.select import choose_gpus
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
+from gpuyard.domain.accounts import DEFAULT_TEAM
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import NodeCapacity
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.policy import Policy
+from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import TokenAuth
 from gpuyard.services.controller import Controller, ExitInbox, Wakeup
 from gpuyard.services.drains import DrainService
@@ -220,12 +222,18 @@ def build_server(settings: Settings) -> ServerFacade:
         ray.watch.on_back = lambda name: _node_back(core.drains, inventory, name)
         background.append(ray.watch)
     owner = getpass.getuser()
+    # The state dir's token is the server's own user's, the first admin (an account made at
+    # the first start); every other token is an account's, looked up in memory.
+    auth = TokenAuth(ensure_token(settings.token_path), Principal(owner, "admin", DEFAULT_TEAM))
+    accounts = AccountService(store, auth, server_user=owner)
+    accounts.start()
     return ServerFacade(
-        core.service, core.controller,
-        TokenAuth(ensure_token(settings.token_path), Principal(owner, role="admin")),
+        core.service, core.controller, auth,
         core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend),
         tick_s=settings.tick_s, background=background,
-        closers=[core.executor.close, core.scheduler.close, *closers, store.close],
+        closers=[core.executor.close, core.scheduler.close, *closers,
+                 accounts.flush_last_used, store.close],
+        accounts=accounts,
     )  # fmt: skip
 
 

@@ -20,12 +20,13 @@ from gpuyard.adapters.store import tables
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
+from gpuyard.domain.accounts import Account, Team
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
 from tests.contract.stores import pending_job
 
-HEAD = "0007"
+HEAD = "0008"
 
 
 @pytest.fixture
@@ -302,3 +303,27 @@ def test_the_writer_fails_a_batch_on_system_exit_without_retrying_and_keeps_goin
     finally:
         writer.close()
     assert commits == [["plug"], ["a", "exit", "b"], ["next"]]
+
+
+def test_accounts_come_with_0008_and_go_with_its_downgrade(db_path: Path) -> None:
+    migrate(db_path, "0007")
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("INSERT INTO counters VALUES ('max_job_id', 12)")
+    store = SqlJobStore(sqlite_url(db_path))
+    try:
+        store.add_team(Team("default", 1.0))
+        store.add_account(Account("ada", "admin", "default", 2.0))
+        store.add_token("ada", "submit", "f" * 64, 3.0, None)
+        assert store.max_job_id() == 12
+    finally:
+        store.close()
+    migrate(db_path, "0007", down=True)
+    with sqlite3.connect(db_path) as raw:
+        names = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert not names & {"teams", "users", "api_tokens"} and "counters" in names
+    migrate(db_path, HEAD)
+    again = SqlJobStore(sqlite_url(db_path))
+    try:
+        assert again.load_accounts() == [] and again.max_job_id() == 12
+    finally:
+        again.close()

@@ -8,8 +8,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from gpuyard.domain.errors import Unauthorized
+from gpuyard.domain.errors import Unauthorized, Unavailable
 from gpuyard.domain.principal import Principal
+from gpuyard.services.accounts import AccountService
 from gpuyard.services.jobs import JobService
 from gpuyard.services.server import ServerFacade
 
@@ -31,6 +32,14 @@ async def _service(request: Request) -> JobService:
     return server.service
 
 
+async def _accounts(request: Request) -> AccountService:
+    server: ServerFacade = request.app.state.server
+    if server.accounts is None:
+        raise Unavailable("this server keeps no accounts")
+    return server.accounts
+
+
+Accounts = Annotated[AccountService, Depends(_accounts)]
 Actor = Annotated[Principal, Depends(_actor)]
 Service = Annotated[JobService, Depends(_service)]
 Server = Annotated[ServerFacade, Depends(_server)]

@@ -14,10 +14,12 @@ from collections.abc import Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gpuyard.domain.errors import PayloadTooLarge, Unauthorized
+from gpuyard.domain.errors import Forbidden, PayloadTooLarge, Unauthorized
 from gpuyard.services.auth import TokenAuth
 
 MAX_BODY_BYTES = 4 << 20  # a submit is a few KiB; spec rules cap argv and env well below this
+_READS = frozenset({"GET", "HEAD"})
+_READ_ONLY = "this token's scope is read: it may only read (GET); use one with scope submit"
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
@@ -48,6 +50,9 @@ class FrontDoor:
                 principal = self._auth.authenticate(headers.get(b"authorization", b""))
             except Unauthorized as exc:
                 await _answer(send, 401, exc.code, exc.message, {"WWW-Authenticate": "Bearer"})
+                return
+            if not principal.may_change and scope["method"] not in _READS:
+                await _answer(send, 403, Forbidden.code, _READ_ONLY)
                 return
             scope.setdefault("state", {})["principal"] = principal
         length = headers.get(b"content-length")

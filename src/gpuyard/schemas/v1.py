@@ -177,6 +177,8 @@ class WhoAmIOut(BaseModel):
 
     user: str
     role: str
+    team: str | None = None
+    scope: str = "admin"  # what the token allows: read, submit or admin
 
 
 class DryRunOut(BaseModel):

@@ -7,7 +7,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuyard.domain.accounts import Account, ApiToken, Team
 from gpuyard.domain.job import Drain, Gpu, Job
+from gpuyard.domain.principal import Scope
 from gpuyard.domain.states import JobState
 
 
@@ -90,6 +92,53 @@ class JobStore(Protocol):
 
     def close(self) -> None:
         """Flush pending writes and release the database (and the lock)."""
+        ...
+
+
+class AccountStore(Protocol):
+    """Durable accounts, teams and API tokens (rare writes, each durable before it returns).
+    The stores that implement JobStore implement this too (one database); `tests/contract/`
+    runs one suite over them. A token's secret never reaches the store: only its hash."""
+
+    def load_teams(self) -> list[Team]:
+        """Every team, by name."""
+        ...
+
+    def add_team(self, team: Team) -> None:
+        """Raises Conflict if a team of that name exists."""
+        ...
+
+    def load_accounts(self) -> list[Account]:
+        """Every account, disabled ones included, by name."""
+        ...
+
+    def add_account(self, account: Account) -> None:
+        """Raises Conflict if an account of that name exists (its team must exist)."""
+        ...
+
+    def save_account(self, account: Account) -> None:
+        """Replace an existing account's fields (role, team, Unix user, disabled); NotFound
+        if there is none of that name."""
+        ...
+
+    def load_tokens(self) -> list[ApiToken]:
+        """Every token ever made, revoked and expired ones included, by id."""
+        ...
+
+    def add_token(
+        self, user: str, scope: Scope, token_hash: str, created_at: float,
+        expires_at: float | None,
+    ) -> ApiToken:  # fmt: skip
+        """Record a new token of `user`; its id is new (never one given before). Conflict if
+        the hash is already stored."""
+        ...
+
+    def revoke_token(self, token_id: int, at: float) -> None:
+        """Mark a token revoked at `at` (kept for `token list`); NotFound if there is none."""
+        ...
+
+    def touch_tokens(self, last_used: Mapping[int, float]) -> None:
+        """Record when tokens were last used (`{token id: time}`; unknown ids are ignored)."""
         ...
 
 

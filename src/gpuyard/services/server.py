@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import TokenAuth
 from gpuyard.services.controller import Controller
 from gpuyard.services.feed import ChangeFeed
@@ -46,6 +47,8 @@ class ServerFacade:
     # Run in order at close, after the threads stopped: the executor, the Ray connection, the
     # store, the server's lock.
     closers: Sequence[Callable[[], object]] = field(default_factory=list)
+    # Accounts, teams and tokens (None: a server built without them, e.g. by a test rig).
+    accounts: AccountService | None = None
 
     def start(self) -> None:
         self.controller.recover()

@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuyard.adapters.store.accounts_memory import MemoryAccounts, MemoryAccountStore
 from gpuyard.domain.errors import Conflict, Unavailable
 from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
@@ -25,22 +26,26 @@ _ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
 
 @dataclass
 class MemoryDatabase:
-    """What a database file holds, in memory: jobs, drains, GPU stats, and who holds the lock."""
+    """What a database file holds, in memory: jobs, drains, GPU stats, accounts, and who
+    holds the lock."""
 
     name: str = "memory"
     jobs: dict[int, Job] = field(default_factory=dict)
     drains: dict[str, Drain] = field(default_factory=dict)
     gpu_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
     max_deleted_id: int = 0  # the highest id `delete_finished` removed: never given again
+    accounts: MemoryAccounts = field(default_factory=MemoryAccounts)
     lock_holder: object | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class MemoryJobStore:
-    """Implements the JobStore port over a MemoryDatabase (a new, empty one by default)."""
+class MemoryJobStore(MemoryAccountStore):
+    """Implements the JobStore and AccountStore ports over a MemoryDatabase (a new, empty one
+    by default)."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
         self.database = database if database is not None else MemoryDatabase()
+        self._accounts = self.database.accounts
         self._closed = False
 
     def lock_exclusive(self) -> None:

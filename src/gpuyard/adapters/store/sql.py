@@ -21,6 +21,7 @@ from sqlalchemy import (
     select,
 )
 
+from gpuyard.adapters.store.accounts_sql import SqlAccounts
 from gpuyard.adapters.store.codec import job_to_row, row_to_job
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
@@ -37,8 +38,9 @@ _MAX_JOB_ID = "max_job_id"
 _DELETE_CHUNK = 500  # ids per DELETE (SQLite's default limit on bound parameters is 32,766)
 
 
-class SqlJobStore:
-    """Implements the JobStore port. One server process per database (`lock_exclusive`).
+class SqlJobStore(SqlAccounts):
+    """Implements the JobStore and AccountStore ports (accounts: `accounts_sql.py`). One
+    server process per database (`lock_exclusive`).
 
     `exclusive=True` takes that lock before the migrations run, so a second server never
     upgrades the schema under a running one."""

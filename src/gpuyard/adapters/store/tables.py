@@ -6,7 +6,18 @@ enforces it, and an out-of-memory reason or a 128-GPU job's GPU list passes 255 
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 
 metadata = MetaData()
 
@@ -73,4 +84,37 @@ counters = Table(
     metadata,
     Column("name", String(64), primary_key=True),
     Column("value", Integer, nullable=False),
+)
+
+# Accounts (migration 0008): who may use the server, in which team, with which role.
+teams = Table(
+    "teams",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("created_at", Float, nullable=False),
+)
+users = Table(
+    "users",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("role", String(16), nullable=False),  # "admin" or "user"
+    Column("team", String(255), ForeignKey("teams.name"), nullable=False),
+    Column("unix_user", String(255)),  # None: the same as the name
+    Column("disabled", Boolean, nullable=False, server_default="0"),
+    Column("created_at", Float, nullable=False),
+)
+# API tokens: the SHA-256 of the secret, never the secret. Rows stay when revoked (`token
+# list` shows them); ids are never reused (SQLite AUTOINCREMENT, a sequence on PostgreSQL).
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("user_name", String(255), ForeignKey("users.name"), nullable=False),
+    Column("scope", String(16), nullable=False),  # "read", "submit" or "admin"
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float),
+    Column("last_used_at", Float),
+    Column("revoked_at", Float),
+    sqlite_autoincrement=True,
 )

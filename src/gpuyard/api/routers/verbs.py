@@ -22,7 +22,7 @@ def _out(service: JobService, job: Job) -> JobOut:
 @router.get("/whoami")
 async def whoami(actor: Actor) -> WhoAmIOut:
     """The account the token acts as: whose jobs `queue --me` lists."""
-    return WhoAmIOut(user=actor.user, role=actor.role)
+    return WhoAmIOut(user=actor.user, role=actor.role, team=actor.team, scope=actor.scope)
 
 
 @router.post("/jobs/{job_id}/hold")
