@@ -17,7 +17,7 @@ import time
 
 from gpuyard._http import HttpResponse, request
 from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError, Unauthorized, Unavailable
-from gpuyard.locations import DEFAULT_URL, TOKEN_FILE, state_dir_path
+from gpuyard.locations import DEFAULT_URL, TOKEN_FILE, config_dir_path, login_url, state_dir_path
 
 # `typing` only for the type checker: the CLI's start path does not import it (~3 ms).
 TYPE_CHECKING = False
@@ -40,17 +40,32 @@ class ServerUnreachable(GpuyardError):
     code = "unreachable"
 
 
-def find_token() -> str | None:
-    """GPUYARD_TOKEN, else the token file in the local server's state dir."""
-    return _find_token()[0]
+def find_token(url: str | None = None) -> str | None:
+    """GPUYARD_TOKEN, else `gpuyard login`'s token (for its server), else the token file in
+    the local server's state dir."""
+    return _find_token(url)[0]
 
 
-def _find_token() -> tuple[str | None, str]:
+def login_token_path() -> str:
+    """Where `gpuyard login` keeps its token (0600)."""
+    return os.path.join(config_dir_path(), TOKEN_FILE)
+
+
+def _find_token(url: str | None = None) -> tuple[str | None, str]:
     """The token and where it came from (`GPUYARD_TOKEN` or the file tried), so a 401 can say
-    which token was refused or which file was missing."""
+    which token was refused or which file was missing. `gpuyard login`'s token is sent only to
+    the server it was given for (`url`), never to another one the client is pointed at."""
     token = os.environ.get("GPUYARD_TOKEN")
     if token:
         return token.strip(), "GPUYARD_TOKEN"
+    logged_in = login_url()
+    if logged_in is not None and (url is None or _same_server(url, logged_in)):
+        path = login_token_path()
+        try:
+            with open(path) as f:
+                return f.read().strip(), path
+        except OSError:
+            pass
     path = os.path.join(state_dir_path(), TOKEN_FILE)
     try:
         with open(path) as f:
@@ -59,9 +74,24 @@ def _find_token() -> tuple[str | None, str]:
         return None, path
 
 
-def _unauthorized(token: str | None, source: str) -> Unauthorized:
-    """A 401 in one line naming the token's source and what to do."""
+def _same_server(url: str, other: str) -> bool:
+    try:
+        return split_url(url) == split_url(other)
+    except GpuyardError:
+        return False
+
+
+def _unauthorized(token: str | None, source: str, said: str = "") -> Unauthorized:
+    """A 401 in one line naming the token's source and what to do (`said`: the server's
+    reason, when it is more than "unknown": expired, revoked, account disabled)."""
     fix = "set GPUYARD_STATE_DIR to the server's --state-dir, or GPUYARD_TOKEN to its token"
+    if said and not said.startswith("missing or wrong"):
+        return Unauthorized(f"{said} (the token in {source})")
+    if source == login_token_path():
+        return Unauthorized(
+            f"the server refused the API token in {source} (`gpuyard login`'s): make a new "
+            "one (`gpuyard token create`) and run `gpuyard login URL` again"
+        )
     if source == "GPUYARD_TOKEN":
         return Unauthorized(
             "the server refused the API token in GPUYARD_TOKEN: set it to the one in the "
@@ -76,12 +106,12 @@ class Client:
     """Talks to one gpuyard server; errors come back as the server's exception classes."""
 
     def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 30):
-        self.url = (url or os.environ.get("GPUYARD_URL") or DEFAULT_URL).rstrip("/")
+        self.url = (url or os.environ.get("GPUYARD_URL") or login_url() or DEFAULT_URL).rstrip("/")
         self._https, self._host, self._port = split_url(self.url)
         # Where the token came from, for a 401's message; None: the caller gave it.
         self._token_source: str | None = None
         if token is None:
-            token, self._token_source = _find_token()
+            token, self._token_source = _find_token(self.url)
         self._token = token
         self._timeout_s = timeout_s
 
@@ -197,6 +227,52 @@ class Client:
         query = {k: v for k, v in (("older_than", older_than), ("user", user)) if v is not None}
         path = "/api/v1/jobs/clean" + (f"?{urlencode(query)}" if query else "")
         result: JobDict = self._json("POST", path)
+        return result
+
+    # -- tokens and accounts ---------------------------------------------------------------
+    def create_token(self, scope: str = "submit", expires: str = "90d") -> JobDict:
+        """A new token for yourself: {"token": the secret (shown this once), "id", "scope",
+        "expires_at", ...}; `expires`: 90d, 12h, ... or "never"."""
+        body = {"scope": scope, "expires": expires}
+        result: JobDict = self._json("POST", "/api/v1/tokens", body)
+        return result
+
+    def tokens(self) -> list[JobDict]:
+        """Your tokens not revoked: id, scope, created_at, expires_at, last_used_at."""
+        result: list[JobDict] = self._json("GET", "/api/v1/tokens")
+        return result
+
+    def revoke_token(self, token_id: int) -> JobDict:
+        result: JobDict = self._json("DELETE", f"/api/v1/tokens/{token_id}")
+        return result
+
+    def add_user(
+        self, name: str, *, team: str | None = None, role: str = "user",
+        unix_user: str | None = None,
+    ) -> JobDict:  # fmt: skip
+        """An admin adds an account (team: `default`; role: admin or user)."""
+        body = {k: v for k, v in (("name", name), ("team", team), ("role", role),
+                                  ("unix_user", unix_user)) if v is not None}  # fmt: skip
+        result: JobDict = self._json("POST", "/api/v1/admin/users", body)
+        return result
+
+    def users(self) -> list[JobDict]:
+        result: list[JobDict] = self._json("GET", "/api/v1/admin/users")
+        return result
+
+    def disable_user(self, name: str) -> JobDict:
+        """An admin refuses all of `name`'s tokens from now on."""
+        from urllib.parse import quote
+
+        result: JobDict = self._json("POST", f"/api/v1/admin/users/{quote(name)}/disable")
+        return result
+
+    def add_team(self, name: str) -> JobDict:
+        result: JobDict = self._json("POST", "/api/v1/admin/teams", {"name": name})
+        return result
+
+    def teams(self) -> list[JobDict]:
+        result: list[JobDict] = self._json("GET", "/api/v1/admin/teams")
         return result
 
     def gpus(self) -> list[JobDict]:
@@ -316,7 +392,7 @@ class Client:
         if resp.status >= 400:
             error = _error_from(resp)
             if isinstance(error, Unauthorized) and self._token_source is not None:
-                raise _unauthorized(self._token, self._token_source)
+                raise _unauthorized(self._token, self._token_source, error.message)
             raise error
         return resp
 

@@ -21,3 +21,21 @@ def state_dir_path() -> str:
         os.path.expanduser("~"), ".local", "share"
     )
     return os.path.join(data_home, "gpuyard")
+
+
+def config_dir_path() -> str:
+    """`$XDG_CONFIG_HOME/gpuyard`, else `~/.config/gpuyard`: where `gpuyard login` keeps the
+    token (`token`, 0600) and the server it is for (`url`)."""
+    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(
+        os.path.expanduser("~"), ".config"
+    )
+    return os.path.join(config_home, "gpuyard")
+
+
+def login_url() -> str | None:
+    """The server `gpuyard login` was last run for, if any."""
+    try:
+        with open(os.path.join(config_dir_path(), "url")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None

@@ -13,7 +13,7 @@ import click
 import typer
 from typer.core import TyperCommand
 
-from gpuyard.cli import commands
+from gpuyard.cli import commands, identity
 from gpuyard.domain.errors import GpuyardError
 
 if TYPE_CHECKING:
@@ -487,8 +487,9 @@ def server(
     run_server(settings)
 
 
-admin = typer.Typer(help="Administer the server's GPUs.", no_args_is_help=True)
+admin = typer.Typer(help="Administer the server: GPUs, users, teams.", no_args_is_help=True)
 app.add_typer(admin, name="admin")
+identity.register(app, admin)  # token, login, admin user|team (cli/identity.py)
 
 
 @admin.command("drain")
