@@ -20,6 +20,7 @@ from gpuyard.adapters.executor.local import LocalExecutor
 from gpuyard.adapters.gpus.nvml import NvmlTelemetry
 from gpuyard.adapters.gpus.processes import PsutilProcessOwners
 from gpuyard.adapters.gpus.select import choose_gpus
+from gpuyard.adapters.identity import unix_identity
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.accounts import DEFAULT_TEAM
 from gpuyard.domain.errors import Unavailable
@@ -50,9 +51,11 @@ from gpuyard.services.observers import (
 )
 from gpuyard.services.ports import Executor, ExitCallback, JobStore
 from gpuyard.services.rendezvous import RendezvousPorts
+from gpuyard.services.run_as import RunAsPolicy
 from gpuyard.services.server import Background, ServerFacade, ServerInfo
 from gpuyard.services.stops import StopRequests, StopSignals, signal_new_stops
 from gpuyard.services.telemetry import GpuMonitor
+from gpuyard.settings import TOKEN_FILE as TOKEN
 from gpuyard.settings import Settings
 
 if TYPE_CHECKING:
@@ -91,10 +94,12 @@ def build_core(
     base_env: Mapping[str, str] = os.environ,
     make_monitor: Callable[[JobBook], GpuMonitor] | None = None,
     settle: Callable[[Controller, DrainService], None] | None = None,
+    identities: RunAsPolicy | None = None,
 ) -> Core:
     """Wire one server's services over a store, an inventory and an executor (also what the
     tests' rigs run: the same wiring, other adapters). `settle` runs before the scheduler is
-    rebuilt (the Ray backend ends the jobs that cannot have survived)."""
+    rebuilt (the Ray backend ends the jobs that cannot have survived). `identities`: as whom
+    jobs run (None: as the server, whoever owns them: the tests' rigs)."""
     wakeup = Wakeup()
     exits = ExitInbox(wakeup)
     executor = make_executor(exits)
@@ -116,7 +121,7 @@ def build_core(
     controller = Controller(
         journal, executor, inventory, scheduler, ports, base_env=base_env, wakeup=wakeup,
         exits=exits, clock=clock, metrics=metrics,
-        gpu_peak_mib=lambda job_id: _peak_mib(monitor, job_id),
+        gpu_peak_mib=lambda job_id: _peak_mib(monitor, job_id), identities=identities,
     )  # fmt: skip
     drains = DrainService(
         store, journal, scheduler, inventory, binds_devices=executor.binds_devices, clock=clock,
@@ -134,7 +139,7 @@ def build_core(
         journal, store, scheduler, drains, stops, inventory, log_path=executor.log_path,
         remove_files=executor.remove_files,
         wake=wakeup, clock=clock, monitor=monitor, idle=idle, peaks=peaks,
-        preemptible_default=settings.preemptible_default,
+        preemptible_default=settings.preemptible_default, identities=identities,
     )  # fmt: skip
     if monitor is not None:
         _watch_samples(monitor, store, book, service, drains, stops, idle, scheduler, settings)
@@ -182,11 +187,17 @@ def _peak_mib(monitor: GpuMonitor | None, job_id: int) -> int | None:
     return stats.memory_peak_mib if stats is not None else None
 
 
-def build_server(settings: Settings) -> ServerFacade:
+def build_server(settings: Settings, job_umask: int | None = None) -> ServerFacade:
     """The whole server for `settings`: store (locked: one server per database), backend,
-    core, telemetry, the API's token."""
+    core, telemetry, the API's token. `job_umask`: the umask the server had before it closed
+    its own (`serve`), given to the jobs that run as the server's user."""
     state = settings.state_dir
     _writable_state_dir(state)
+    owner = getpass.getuser()
+    identities = RunAsPolicy(
+        unix_identity, os.geteuid(), owner, allow_root_jobs=settings.allow_root_jobs,
+        server_umask=_current_umask() if job_umask is None else job_umask,
+    )  # fmt: skip
     # Locked before its migrations run: a second server must not upgrade the schema under
     # a running one.
     store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"), exclusive=True)
@@ -209,7 +220,7 @@ def build_server(settings: Settings) -> ServerFacade:
                 NvmlTelemetry, PsutilProcessOwners(), book, inventory,
                 period_s=settings.telemetry_s,
             ),
-            settle=_settle_ray_restart if ray is not None else None,
+            settle=_settle_ray_restart if ray is not None else None, identities=identities,
         )  # fmt: skip
     except BaseException:
         for close in closers:
@@ -221,7 +232,6 @@ def build_server(settings: Settings) -> ServerFacade:
         ray.watch.on_lost = lambda name: _node_lost(core.drains, inventory, name)
         ray.watch.on_back = lambda name: _node_back(core.drains, inventory, name)
         background.append(ray.watch)
-    owner = getpass.getuser()
     # The state dir's token is the server's own user's, the first admin (an account made at
     # the first start); every other token is an account's, looked up in memory.
     auth = TokenAuth(ensure_token(settings.token_path), Principal(owner, "admin", DEFAULT_TEAM))
@@ -239,7 +249,8 @@ def build_server(settings: Settings) -> ServerFacade:
 
 def _writable_state_dir(state: Path) -> None:
     """Make the state dir and prove it takes a file, so that a read-only or full file system
-    is one line naming the path and a fix (a bare "Read-only file system" named nothing)."""
+    is one line naming the path and a fix (a bare "Read-only file system" named nothing);
+    then close it (`close_state_dir`)."""
     probe = state / f".write-test-{os.getpid()}"
     try:
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -251,13 +262,50 @@ def _writable_state_dir(state: Path) -> None:
             "writable one with --state-dir or GPUYARD_STATE_DIR (`gpuyard doctor --state-dir "
             "DIR` checks one)"
         ) from None
+    close_state_dir(state)
 
 
-def build_app(settings: Settings) -> tuple[ServerFacade, FastAPI]:
+def close_state_dir(state: Path) -> None:
+    """The state dir holds every job's command and `--env` secrets, the database and the
+    token: refused when another user owns it or may write in it (they could plant a token or
+    a database), else made 0700 (0711 on a root server: each job, run as its owner, reaches
+    its own folder by path; nobody lists it) and its files the server's alone (0600)."""
+    _refuse_foreign(state, "state dir")
+    os.chmod(state, 0o711 if os.geteuid() == 0 else 0o700)
+    for name in ("gpuyard.db", "gpuyard.db-wal", "gpuyard.db-shm", "gpuyard.db.lock", TOKEN):
+        path = state / name
+        if path.exists() and not path.is_symlink():
+            _refuse_foreign(path, "token file" if name == TOKEN else "database file")
+            os.chmod(path, 0o600)
+
+
+def _refuse_foreign(path: Path, what: str) -> None:
+    """One line with the fix when `path` is another user's or others may write to it."""
+    info = os.stat(path)
+    if info.st_uid != os.geteuid():
+        raise Unavailable(
+            f"the {what} {path} belongs to uid {info.st_uid}, not to the server's user "
+            f"(uid {os.geteuid()}): use one of your own (--state-dir) or `chown -R "
+            f"{os.geteuid()} {path}`"
+        )
+    if info.st_mode & 0o022:
+        raise Unavailable(
+            f"the {what} {path} may be written by other users (mode {info.st_mode & 0o777:o}): "
+            f"`chmod go-w {path}` after checking what is in it"
+        )
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def build_app(settings: Settings, job_umask: int | None = None) -> tuple[ServerFacade, FastAPI]:
     """The server and the HTTP API over it: the only place that calls `create_app`."""
     from gpuyard.api.app import create_app
 
-    server = build_server(settings)
+    server = build_server(settings, job_umask)
     return server, create_app(server)
 
 
@@ -352,10 +400,17 @@ def _node_back(drains: DrainService, inventory: Inventory, name: str) -> None:
 
 
 def ensure_token(path: Path) -> str:
-    """The API token, created on first start with mode 0600."""
+    """The API token, created on first start with mode 0600; one found there is used only if
+    it is the server's own and nobody else may write it (a planted token admits its planter)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
+        if path.is_symlink():
+            raise Unavailable(
+                f"the token file {path} is a symbolic link: remove it (the server makes a new one)"
+            ) from None
+        _refuse_foreign(path, "token file")
+        os.chmod(path, 0o600)
         return path.read_text().strip()
     token = secrets.token_urlsafe(32)
     with os.fdopen(fd, "w") as f:
@@ -369,9 +424,12 @@ def serve(settings: Settings) -> None:
     from gpuyard.api.http_server import serve as serve_http
 
     make_policy(settings.policy, for_server=True)  # a wrong name: one line, before binding
+    # Everything the server creates is its own alone (database, logs, launch files); jobs
+    # run as the server's user get back the umask it was started with.
+    job_umask = os.umask(0o077)
     sock = _bind(settings.host, settings.port)
     try:
-        server, app = build_app(settings)
+        server, app = build_app(settings, job_umask)
     except BaseException:
         sock.close()
         raise

@@ -62,6 +62,9 @@ class Settings:
     # would hold file descriptors for ever), and at most this many connections are open.
     header_timeout_s: float = 10.0
     max_connections: int = 2048
+    # A server run as root runs each job as its owner's Unix user; a job of an account that
+    # would run as root (other than the server's own user's, its admin) is refused unless this.
+    allow_root_jobs: bool = False
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -76,7 +79,7 @@ class Settings:
             ("backend", str), ("ray_address", str), ("ray_token_file", str),
             ("ray_local_nodes", str), ("ray_node_timeout_s", float),
             ("header_timeout_s", float), ("max_connections", int),
-            ("preemptible_default", _flag),
+            ("preemptible_default", _flag), ("allow_root_jobs", _flag),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:

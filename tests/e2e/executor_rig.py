@@ -48,13 +48,14 @@ class Rig:
         run_as: RunAs | None = None,
         workdir: Path | None = None,
     ) -> Job:
+        sent = {**(env or {}), "JOBDIR": str(self.executor.job_dir(job_id))}
         spec = JobSpec(
             argv=("sh", "-c", script), name="t", workdir=str(workdir or self.tmp),
-            time_limit_s=limit_s, env=tuple((env or {}).items()),
+            time_limit_s=limit_s, env=tuple(sent.items()),
         )  # fmt: skip
         job = Job(job_id, spec, "me", JobState.PENDING, time.time())
         job = job.transition(JobState.RUNNING, started_at=time.time())
-        base = {"PATH": os.environ["PATH"], "JOBDIR": str(self.executor.job_dir(job_id))}
+        base = {"PATH": os.environ["PATH"]}
         plan = launch_plan(job, base, None, None, self.executor.log_path(job_id), run_as)
         launched = self.executor.launch(job, plan)
         job = job.with_changes(pid=launched.pid, pid_started_at=launched.started_at)

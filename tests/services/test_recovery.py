@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +28,9 @@ def _seed_running(
     (tmp_path / "state").mkdir(parents=True, exist_ok=True)
     store = SqlJobStore(sqlite_url(tmp_path / "state" / "gpuyard.db"))
     spec = JobSpec(argv=argv, name="t", workdir=str(tmp_path), gpus=1)
-    job = Job(id=job_id, spec=spec, owner="me", state=JobState.PENDING, submitted_at=time.time())
+    # Owned by the server's own user: a root server runs any other owner's job as that Unix user.
+    owner = getpass.getuser()
+    job = Job(id=job_id, spec=spec, owner=owner, state=JobState.PENDING, submitted_at=time.time())
     running = job.transition(JobState.RUNNING, gpus=(1,), started_at=time.time(), pid=pid)
     store.write([job], [])
     store.write([], [running])

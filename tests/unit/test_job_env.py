@@ -35,3 +35,21 @@ def test_a_job_run_as_a_user_gets_their_home_not_the_servers() -> None:
         "ada",
         "/bin/sh",
     )
+
+
+def test_only_an_allowlist_of_the_servers_environment_reaches_a_job() -> None:
+    """The server's secrets (cloud credentials, a database password, whatever its admin's
+    shell held) never reach a job; what the submitter sent does."""
+    spec = JobSpec(argv=("x",), name="n", workdir="/", env=(("AWS_PROFILE", "mine"),))
+    job = Job(1, spec, "me", JobState.RUNNING, 0.0)
+    base = {
+        "PATH": "/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC", "TERM": "xterm",
+        "AWS_SECRET_ACCESS_KEY": "secret", "PGPASSWORD": "secret", "HOME": "/root",
+        "LD_PRELOAD": "/evil.so", "PYTHONPATH": "/server/only",
+    }  # fmt: skip
+    env = build_job_env(job, base)
+    assert "secret" not in env.values()
+    for allowed in ("PATH", "LANG", "LC_ALL", "TZ", "TERM"):
+        assert env[allowed] == base[allowed]
+    assert not {"HOME", "LD_PRELOAD", "PYTHONPATH"} & env.keys()  # HOME: the run-as user's
+    assert env["AWS_PROFILE"] == "mine"

@@ -24,6 +24,7 @@ from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.oom import oom_line
 from gpuyard.services.ports import Executor, ExitStatus, Launched, NodeLost
 from gpuyard.services.rendezvous import RendezvousPorts
+from gpuyard.services.run_as import RunAsPolicy
 
 log = logging.getLogger("gpuyard.controller")
 
@@ -80,6 +81,7 @@ class Controller:
         clock: Callable[[], float] = time.time,
         metrics: QueueMetrics | None = None,
         gpu_peak_mib: Callable[[int], int | None] = lambda job_id: None,
+        identities: RunAsPolicy | None = None,
     ) -> None:
         self.journal = journal
         self.book = journal.book
@@ -88,6 +90,7 @@ class Controller:
         self.scheduler = scheduler
         self._ports = ports
         self._gpu_peak_mib = gpu_peak_mib  # a job's peak GPU memory, when telemetry knows it
+        self._identities = identities  # as whom each job runs (None: as the server, as is)
         self._base_env = dict(base_env)
         self._clock = clock
         self.metrics = metrics or QueueMetrics()
@@ -175,9 +178,11 @@ class Controller:
         for job in started:
             try:
                 port = self._ports.take(job.id) if job.spec.distributed else None
+                # Looked up again at launch: a user removed since the submit fails the job here.
+                who = self._identities.for_owner(job.owner) if self._identities else None
                 plan = launch_plan(
                     job, self._base_env, self.inventory.gpu_mem_mib(), port,
-                    self.executor.log_path(job.id),
+                    self.executor.log_path(job.id), who,
                 )  # fmt: skip
                 launched.append((job, self.executor.launch(job, plan)))
             except NodeLost as exc:  # its machine is gone (Ray backend)

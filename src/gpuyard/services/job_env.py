@@ -8,13 +8,20 @@ from gpuyard.domain.job import Job
 from gpuyard.jobhooks import HOOK_DIR
 from gpuyard.services.ports import RunAs
 
-# The server's own settings (token, database URL with its password, the Ray cluster's token
-# and auth mode under --backend ray, ...) never reach a job.
-_SERVER_PREFIXES = ("GPUYARD_", "RAY_AUTH_")
+# What a job takes from the server's own environment: where programs are, the locale, the
+# time zone and the terminal. Nothing else of it (the server's token, a database password,
+# cloud credentials, whatever its admin's shell held) ever reaches a job; the submitter's own
+# variables come with the job (the CLI exports PATH, the virtualenv, ... and `--env`).
+_FROM_SERVER = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM"})
+_FROM_SERVER_PREFIXES = ("LC_",)
 # What a CUDA process holds outside its framework's allocator (context, kernels, library
 # handles): a job's allocator is capped this much below its --gpu-mem, so that what NVML
 # counts for the process (what the hard limit judges) stays within --gpu-mem.
 CUDA_CONTEXT_MIB = 1024
+
+
+def _from_server(name: str) -> bool:
+    return name in _FROM_SERVER or name.startswith(_FROM_SERVER_PREFIXES)
 
 
 def allocator_cap_mib(gpu_mem_mib: int) -> int:
@@ -29,11 +36,12 @@ def build_job_env(
     gpu_total_mib: int | None = None,
     run_as: RunAs | None = None,
 ) -> dict[str, str]:
-    """Server environment, then the identity of `run_as` (HOME, USER, LOGNAME, SHELL: a job
-    run as another user must not get the server's), then the job's own `--env`, then what
-    gpuyard guarantees. `gpu_total_mib`: memory of each of the job's GPUs, for frameworks
-    capped by a fraction."""
-    env = {k: v for k, v in base.items() if not k.startswith(_SERVER_PREFIXES)}
+    """The allowed part of the server's environment (`_FROM_SERVER`), then the identity of
+    `run_as` (HOME, USER, LOGNAME, SHELL: a job run as another user must not get the
+    server's), then what the submitter sent (the CLI's exported variables and `--env`), then
+    what gpuyard guarantees. `gpu_total_mib`: memory of each of the job's GPUs, for
+    frameworks capped by a fraction."""
+    env = {k: v for k, v in base.items() if _from_server(k)}
     if run_as is not None:
         env.update(HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user, SHELL=run_as.shell)
     env.update(dict(job.spec.env))

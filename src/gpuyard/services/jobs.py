@@ -25,6 +25,7 @@ from gpuyard.services.jobbook import jobs_by_gpu
 from gpuyard.services.journal import Journal
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import JobStore
+from gpuyard.services.run_as import RunAsPolicy
 from gpuyard.services.stops import StopRequests
 from gpuyard.services.telemetry import (
     EMPTY_SNAPSHOT,
@@ -109,8 +110,10 @@ class JobService:
         idle: IdleWatch | None = None,
         peaks: PeakHistory | None = None,
         preemptible_default: bool = False,
+        identities: RunAsPolicy | None = None,
     ) -> None:
         self.journal = journal
+        self._identities = identities  # refuses at submit an owner whose job could never run
         # Whether a submission that does not say may be preempted (`--preemptible-default`).
         self.preemptible_default = preemptible_default
         self.book = journal.book
@@ -134,6 +137,7 @@ class JobService:
         """Validate, store durably, then queue; returns only once the job cannot be lost.
         `restart_of`: the finished job this one runs again (`gpuyard restart`)."""
         self._check_fits(spec)
+        self._check_owner(actor)
         self._check_workdir(spec)
         job = self._new_job(spec, actor, restart_of)
         self.store.write([job], [])
@@ -143,11 +147,18 @@ class JobService:
         """`submit` for the event loop: waits for the group commit without holding a thread;
         the file system is looked at off the loop (a stalled mount must not stall the API)."""
         self._check_fits(spec)
+        self._check_owner(actor)
         if not self._workdir_seen_recently(spec.workdir):
             await asyncio.to_thread(self._check_workdir, spec)
         job = self._new_job(spec, actor)
         await self._inserts.insert(job)
         return self._queue(job)
+
+    def _check_owner(self, actor: Principal) -> None:
+        """A root server runs each job as its owner: an owner with no Unix user, or one that
+        would run as root when that is not allowed, is refused now rather than at launch."""
+        if self._identities is not None:
+            self._identities.check(actor.user)
 
     def _new_job(self, spec: JobSpec, actor: Principal, restart_of: int | None = None) -> Job:
         return Job(
@@ -172,6 +183,7 @@ class JobService:
     def dry_run(self, spec: JobSpec, actor: Principal) -> DryRun:
         """Whether `spec` can ever run here and when it would start, without queueing it."""
         self._check_fits(spec)
+        self._check_owner(actor)
         self._check_workdir(spec)
         probe_id = self.book.peek_next_id()
         projection = self.scheduler.dry_run(spec, actor.user, probe_id)

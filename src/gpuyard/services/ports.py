@@ -192,6 +192,19 @@ class RunAs:
     groups: tuple[int, ...]
     home: str
     shell: str = "/bin/sh"
+    # The job's file-creation mask: 077 for a user's job on a shared server (nobody else reads
+    # what it writes); the server's own mask from before it closed its own (077) when the
+    # job runs as the server's user, so a single-user box behaves as before.
+    umask: int = 0o077
+
+
+class IdentityResolver(Protocol):
+    """Which Unix user a job owner's processes run as (`adapters/identity.py`: the owner's
+    name is the Unix user's, today; accounts may map a name to another Unix user)."""
+
+    def __call__(self, owner: str) -> RunAs | None:
+        """The owner's Unix identity (uid, gid, every group, home, shell); None: no such user."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,6 @@ class _Forked:
     forks: ForkServer
 
 
-
 def write_script(plan: LaunchPlan) -> None:
     """The script copied at submit, where the plan's argv runs it: owner-only (it may hold
     secrets), executable (a `#!` script is run by the kernel), the job's user's own."""
@@ -90,6 +89,24 @@ def write_script(plan: LaunchPlan) -> None:
         if plan.run_as is not None:
             os.fchown(f.fileno(), plan.run_as.uid, plan.run_as.gid)
         f.write(text)
+
+
+def give_to_owner(jobdir: Path, plan: LaunchPlan) -> None:
+    """The job's log is its owner's own (0600), created before the supervisor appends to it.
+    The folder stays the server's, so the job can never write its supervisor's files
+    (`status.json`, `launch.json`, `supervisor.pid`); for a job run as another user it is 0711:
+    its owner reaches its log and script by path, nobody lists it."""
+    fd = os.open(plan.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        who = plan.run_as
+        if who is not None and who.uid != os.geteuid():
+            os.fchown(fd, who.uid, who.gid)
+            os.fchmod(fd, 0o600)
+            for folder in (jobdir, jobdir.parent):  # the job's folder, the jobs folder
+                os.chmod(folder, 0o711)
+    finally:
+        os.close(fd)
+
 
 class LocalExecutor:
     """Implements the Executor port with local supervised process trees."""
@@ -144,6 +161,7 @@ class LocalExecutor:
         jobdir.mkdir(parents=True, exist_ok=True)
         for stale in ("status.json", "supervisor.pid", STOP_SIGNAL_FILE):  # an earlier run's
             (jobdir / stale).unlink(missing_ok=True)
+        give_to_owner(jobdir, plan)
         if plan.script is not None:
             write_script(plan)
         write_launch_file(jobdir, launch_instructions(plan, jobdir, self._grace_s, new_marker()))

@@ -10,9 +10,10 @@ written by the executor; `launch_file.py` documents every field. It starts with 
 environment (the executor's choice), so nothing a submit sends (`LD_PRELOAD`, `PYTHON*`)
 touches the supervisor itself: the job's environment is applied at the job's `exec` only.
 
-The job's process: own process group; the privileges of `run_as` dropped (`setgroups`, `setgid`,
-`setuid`) before `chdir` and `exec`, so the working directory is checked with the user's
-rights; argv exec'ed as is (PATH looked up in the job's environment, never a shell).
+The job's process: own process group; the umask of `run_as` (077 for a user's job on a
+shared server), its privileges dropped (`setgroups`, `setgid`, `setuid`) before `chdir` and
+`exec`, so the working directory is checked with the user's rights; argv exec'ed as is
+(PATH looked up in the job's environment, never a shell).
 
 It becomes a child subreaper, so every orphan of the job is re-parented to it and can be
 stopped: when the job's main process ends, whatever it left behind is killed, as Slurm does.
@@ -220,6 +221,9 @@ def _run_child(plan: dict, own_fds: list[int]) -> None:  # type: ignore[type-arg
             os.dup2(devnull, 0)
             os.close(devnull)
         who = plan.get("run_as")
+        if who is not None:
+            # Its HOME, USER, LOGNAME and SHELL are already in the job's environment.
+            os.umask(who.get("umask", 0o077))
         if who is not None and (who["uid"] != os.getuid() or who["gid"] != os.getgid()):
             os.setgroups(who["groups"])  # first: only root may still change them
             os.setgid(who["gid"])
