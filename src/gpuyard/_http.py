@@ -111,7 +111,8 @@ def request(
             import ssl
 
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
+        name = f"[{host}]" if ":" in host else host  # an IPv6 address in brackets
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {name}:{port}", "Connection: close"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         if body is not None:
             lines.append(f"Content-Length: {len(body)}")

@@ -5,6 +5,7 @@ what the tests' rigs run), `build_server` (a whole server for its settings) and 
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import secrets
 import socket
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import psutil
 
@@ -29,6 +30,7 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.policy import Policy
+from gpuyard.services.access import AccessRules, HostRules
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import TokenAuth
 from gpuyard.services.controller import Controller, ExitInbox, Wakeup
@@ -56,11 +58,13 @@ from gpuyard.services.server import Background, ServerFacade, ServerInfo
 from gpuyard.services.stops import StopRequests, StopSignals, signal_new_stops
 from gpuyard.services.telemetry import GpuMonitor
 from gpuyard.settings import TOKEN_FILE as TOKEN
-from gpuyard.settings import Settings
+from gpuyard.settings import Settings, is_loopback
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+
+METRICS_TOKEN_FILE = "metrics-token"  # accepted for GET /metrics only (a Prometheus scraper's)
 
 # A restarted policy learns from this many finished runs (histories, decayed usage); the book
 # keeps fewer in memory (older jobs are paged from the store).
@@ -244,7 +248,21 @@ def build_server(settings: Settings, job_umask: int | None = None) -> ServerFaca
         closers=[core.executor.close, core.scheduler.close, *closers,
                  accounts.flush_last_used, store.close],
         accounts=accounts,
+        access=AccessRules(
+            HostRules(settings.host, settings.port, settings.public_names, _machine_names),
+            metrics_token=ensure_token(settings.state_dir / METRICS_TOKEN_FILE),
+        ),
     )  # fmt: skip
+
+
+def _machine_names() -> list[str]:
+    """This machine's addresses and name: what clients of a server bound to all interfaces
+    may put in Host (a rebinding attacker's name is none of them)."""
+    names = [socket.gethostname()]
+    for addresses in psutil.net_if_addrs().values():
+        names += [a.address.split("%")[0] for a in addresses
+                  if a.family in (socket.AF_INET, socket.AF_INET6)]  # fmt: skip
+    return names
 
 
 def _writable_state_dir(state: Path) -> None:
@@ -418,6 +436,27 @@ def ensure_token(path: Path) -> str:
     return token
 
 
+class OneLineFormatter(logging.Formatter):
+    """Every log record on one line: a newline or a control character in the message (a drain
+    reason, a job's name: text a user chose) is written as an escape (`\\n`, `\\x1b`), so it
+    cannot forge a line of the server's log nor move an admin's terminal. Tracebacks, appended
+    after the message, keep their lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        text = record.message
+        if not text.isprintable():
+            record.message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+        return super().formatMessage(record)
+
+
+def configure_logging(stream: TextIO) -> None:
+    """The server's log: INFO and up, one line per record (`OneLineFormatter`), to `stream`."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
 def serve(settings: Settings) -> None:
     """`gpuyard server`: bind first (a wrong name or a taken port is one line, before anything
     is built), build the server and its API, then listen and serve in the foreground."""
@@ -440,12 +479,25 @@ def serve(settings: Settings) -> None:
         f"  GPUs:      {server.service.inventory.source}",
         f"  policy:    {settings.policy}",
         f"  API token: {settings.token_path} (the CLI on this machine finds it)",
+        f"  metrics:   {settings.state_dir / METRICS_TOKEN_FILE} (GET /metrics only)",
+        *_remote_warning(settings),
     ):
         print(line, flush=True)
     serve_http(
         app, sock, header_timeout_s=settings.header_timeout_s,
         max_connections=settings.max_connections,
     )  # fmt: skip
+
+
+def _remote_warning(settings: Settings) -> list[str]:
+    """What a server reachable from other machines says first: its API is plain HTTP."""
+    if is_loopback(settings.host):
+        return []
+    return [
+        f"WARNING: listening on {settings.host} (--allow-remote): other machines can reach this "
+        "server over plain HTTP, so tokens cross the network readable; put TLS in front (a "
+        "reverse proxy such as Caddy or nginx on 127.0.0.1, clients on https://)",
+    ]
 
 
 def _bind(host: str, port: int) -> socket.socket:

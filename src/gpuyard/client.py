@@ -16,6 +16,7 @@ import os
 import time
 
 from gpuyard._http import HttpResponse, request
+from gpuyard.domain import hello
 from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError, Unauthorized, Unavailable
 from gpuyard.locations import DEFAULT_URL, TOKEN_FILE, config_dir_path, login_url, state_dir_path
 
@@ -38,6 +39,18 @@ class ServerUnreachable(GpuyardError):
     """No gpuyard server answers at the URL."""
 
     code = "unreachable"
+
+
+class ServerNotVerified(GpuyardError):
+    """What listens at the URL could not prove it holds the token: the token was not sent."""
+
+    code = "unverified_server"
+
+
+# (https, host, port, key id) of the servers that proved, in this process, that they hold the
+# token: one challenge per server per process. Dropped when a connection to it fails (a
+# restart is when another program could take the port).
+_VERIFIED: set[tuple[bool, str, int, str]] = set()
 
 
 def find_token(url: str | None = None) -> str | None:
@@ -114,6 +127,7 @@ class Client:
             token, self._token_source = _find_token(self.url)
         self._token = token
         self._timeout_s = timeout_s
+        self._verified_as: tuple[bool, str, int, str] | None = None
 
     def __enter__(self) -> Client:
         return self
@@ -307,8 +321,55 @@ class Client:
         except OSError:
             raise self._lost() from None
 
+    def _unreachable(self) -> ServerUnreachable:
+        if self._verified_as is not None:  # whoever answers next proves itself again
+            _VERIFIED.discard(self._verified_as)
+        return ServerUnreachable(
+            f"cannot reach gpuyard server at {self.url}: is `gpuyard server` running?"
+        )
+
+    def _verify_server(self) -> None:
+        """Before the token leaves this process: the server answers a fresh nonce with an
+        HMAC keyed by the token's hash (`gpuyard.domain.hello`), which only a server holding
+        the token can. Once per server per process."""
+        assert self._token is not None
+        key = hello.token_key(self._token)
+        self._verified_as = (self._https, self._host, self._port, hello.key_id(key))
+        if self._verified_as in _VERIFIED:
+            return
+        nonce = os.urandom(32)
+        path = f"{hello.PATH}?nonce={nonce.hex()}&key={self._verified_as[3]}"
+        try:
+            resp = request(
+                self._host, self._port, "GET", path, {"Accept": "application/json"}, None,
+                timeout_s=self._timeout_s, tls=self._https,
+            )  # fmt: skip
+            raw = resp.read()
+        except OSError:
+            raise self._unreachable() from None
+        if resp.status == 200:
+            try:
+                answer = json.loads(raw)["proof"]
+            except (ValueError, KeyError, TypeError):
+                answer = ""
+            if isinstance(answer, str) and hello.check(key, nonce, answer):
+                _VERIFIED.add(self._verified_as)
+                return
+        elif resp.status in (401, 429):
+            error = _error_from_body(resp, raw)
+            if isinstance(error, Unauthorized) and self._token_source is not None:
+                raise _unauthorized(self._token, self._token_source)
+            raise error
+        raise ServerNotVerified(
+            f"what listens at {self.url} could not prove it is the gpuyard server holding "
+            f"your token (HTTP {resp.status}), so the token was not sent: another program "
+            "may have taken the port; check `gpuyard server` is running there"
+        )
+
     def _lost(self, submit: bool = False) -> ServerUnreachable:
         check = "check `gpuyard queue` (a submit may have been accepted)" if submit else "try again"
+        if self._verified_as is not None:
+            _VERIFIED.discard(self._verified_as)
         return ServerUnreachable(
             f"lost the connection to the gpuyard server at {self.url} mid-answer; {check}"
         )
@@ -375,6 +436,7 @@ class Client:
     ) -> HttpResponse:
         headers = {"Accept": "application/json"}
         if self._token:
+            self._verify_server()
             headers["Authorization"] = f"Bearer {self._token}"
         payload = None
         if body is not None:
@@ -386,9 +448,7 @@ class Client:
                 timeout_s=self._timeout_s if timeout_s == -1.0 else timeout_s, tls=self._https,
             )  # fmt: skip
         except OSError:
-            raise ServerUnreachable(
-                f"cannot reach gpuyard server at {self.url}: is `gpuyard server` running?"
-            ) from None
+            raise self._unreachable() from None
         if resp.status >= 400:
             error = _error_from(resp)
             if isinstance(error, Unauthorized) and self._token_source is not None:
@@ -447,7 +507,10 @@ def _submission(command: Sequence[str], fields: dict[str, Any]) -> dict[str, Any
 
 
 def _error_from(resp: HttpResponse) -> GpuyardError:
-    raw = resp.read()
+    return _error_from_body(resp, resp.read())
+
+
+def _error_from_body(resp: HttpResponse, raw: bytes) -> GpuyardError:
     try:
         err = json.loads(raw)["error"]
         cls = ERRORS_BY_CODE.get(err["code"], GpuyardError)

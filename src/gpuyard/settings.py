@@ -62,6 +62,11 @@ class Settings:
     # would hold file descriptors for ever), and at most this many connections are open.
     header_timeout_s: float = 10.0
     max_connections: int = 2048
+    # A bind beyond loopback must be asked for (`--allow-remote`): the API is plain HTTP, and
+    # TLS belongs in front (a reverse proxy). public_names: the names clients reach the server
+    # by (a proxy's `gpu.lab.org`), accepted in Host and Origin besides its own address.
+    allow_remote: bool = False
+    public_names: tuple[str, ...] = ()
     # A server run as root runs each job as its owner's Unix user; a job of an account that
     # would run as root (other than the server's own user's, its admin) is refused unless this.
     allow_root_jobs: bool = False
@@ -79,6 +84,7 @@ class Settings:
             ("backend", str), ("ray_address", str), ("ray_token_file", str),
             ("ray_local_nodes", str), ("ray_node_timeout_s", float),
             ("header_timeout_s", float), ("max_connections", int),
+            ("allow_remote", _flag), ("public_names", _names),
             ("preemptible_default", _flag), ("allow_root_jobs", _flag),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
@@ -96,6 +102,12 @@ class Settings:
         settings = cls(**values)  # type: ignore[arg-type]
         if not 1 <= settings.port <= 65535:
             raise ValueError(f"port {settings.port} is out of range: use 1-65535")
+        if not settings.allow_remote and not is_loopback(settings.host):
+            raise ValueError(
+                f"--host {settings.host} would take requests from other machines over plain "
+                "HTTP: add --allow-remote (and put TLS in front, e.g. a reverse proxy), or keep "
+                "the default 127.0.0.1"
+            )
         if settings.backend not in ("local", "ray"):
             raise ValueError(f"backend {settings.backend!r}: use local or ray")
         if settings.tick_s < 0.05:
@@ -113,6 +125,23 @@ class Settings:
     @property
     def token_path(self) -> Path:
         return self.state_dir / TOKEN_FILE
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server on this machine (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names (GPUYARD_PUBLIC_NAMES=gpu.lab.org,gpu)."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def _flag(text: str) -> bool:

@@ -65,7 +65,10 @@ def clients(tmp_path: Path) -> Iterator[tuple[TestClient, TestClient]]:
     plain = create_app(server, manage_lifecycle=False)
     plain.user_middleware = [m for m in plain.user_middleware if not _is_fast_path(m)]
     auth = {"Authorization": f"Bearer {settings.token_path.read_text().strip()}"}
-    with TestClient(app, headers=auth) as fast, TestClient(plain, headers=auth) as slow:
+    with (
+        TestClient(app, headers=auth, base_url=settings.url) as fast,
+        TestClient(plain, headers=auth, base_url=settings.url) as slow,
+    ):
         yield fast, slow
         for job in server.service.list_jobs(server.auth.principal, include_finished=False):
             server.service.cancel(job.id, server.auth.principal)

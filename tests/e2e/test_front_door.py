@@ -63,7 +63,8 @@ def test_a_huge_body_without_a_token_is_refused_before_it_is_read(
     guarded: ServerProcess,
 ) -> None:
     head = (
-        "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{guarded.port}\r\n"
+        "Content-Type: application/json\r\n"
         f"Content-Length: {800 << 20}\r\n"
     )
     began = time.monotonic()
@@ -74,7 +75,8 @@ def test_a_huge_body_without_a_token_is_refused_before_it_is_read(
 
 def test_bad_json_without_a_token_is_401_not_422(guarded: ServerProcess) -> None:
     head = (
-        "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{guarded.port}\r\n"
+        "Content-Type: application/json\r\n"
         "Content-Length: 5\r\n"
     )
     status, _ = _request_head(guarded, head, b"{oops")
@@ -83,7 +85,8 @@ def test_bad_json_without_a_token_is_401_not_422(guarded: ServerProcess) -> None
 
 def test_a_body_over_the_limit_is_413_with_one_line(guarded: ServerProcess) -> None:
     head = (
-        "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{guarded.port}\r\n"
+        "Content-Type: application/json\r\n"
         f"Authorization: Bearer {_token(guarded)}\r\nContent-Length: {100 << 20}\r\n"
     )
     status, answer = _request_head(guarded, head, b"{")

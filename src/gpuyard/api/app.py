@@ -38,5 +38,5 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     for router in routers:
         app.include_router(router)
     app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door
-    app.add_middleware(FrontDoor, auth=server.auth)
+    app.add_middleware(FrontDoor, auth=server.auth, access=server.access)
     return app

@@ -9,18 +9,27 @@ too large Content-Length, and stops a body that grows past the limit while it st
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Collection
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpuyard.domain import hello
 from gpuyard.domain.errors import Forbidden, PayloadTooLarge, Unauthorized
+from gpuyard.domain.principal import Principal
+from gpuyard.services.access import AccessRules
 from gpuyard.services.auth import TokenAuth
 
 MAX_BODY_BYTES = 4 << 20  # a submit is a few KiB; spec rules cap argv and env well below this
 _READS = frozenset({"GET", "HEAD"})
 _READ_ONLY = "this token's scope is read: it may only read (GET); use one with scope submit"
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+# Methods a browser page may not send another site without its Origin being checked.
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Who a metrics-token request is: it reaches GET /metrics only, which reads nothing of a job's.
+METRICS_PRINCIPAL = Principal("metrics", role="user")
 
 
 class FrontDoor:
@@ -32,11 +41,15 @@ class FrontDoor:
         app: ASGIApp,
         auth: TokenAuth,
         *,
+        access: AccessRules | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         public: Collection[str] = PUBLIC_PATHS,
     ) -> None:
         self._app = app
         self._auth = auth
+        self._access = access or AccessRules()
+        metrics_token = self._access.metrics_token
+        self._metrics_header = f"Bearer {metrics_token}".encode() if metrics_token else None
         self._max = max_body_bytes
         self._public = public
 
@@ -45,11 +58,17 @@ class FrontDoor:
             await self._app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if scope["path"] not in self._public:
-            try:
-                principal = self._auth.authenticate(headers.get(b"authorization", b""))
-            except Unauthorized as exc:
-                await _answer(send, 401, exc.code, exc.message, {"WWW-Authenticate": "Bearer"})
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            await _answer(send, *refusal)
+            return
+        path = scope["path"]
+        if path == hello.PATH:
+            await self._hello(scope, send)
+            return
+        if path not in self._public:
+            principal = await self._authenticate(scope, headers, send)
+            if principal is None:
                 return
             if not principal.may_change and scope["method"] not in _READS:
                 await _answer(send, 403, Forbidden.code, _READ_ONLY)
@@ -60,6 +79,91 @@ class FrontDoor:
             await _answer(send, 413, PayloadTooLarge.code, self._too_large())
             return
         await self._app(scope, self._bounded(receive), send)
+
+    def _refusal(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, str] | None:
+        """421 for a Host that is not this server's, 403 for a cross-site state change."""
+        hosts = self._access.hosts
+        host = headers.get(b"host", b"")
+        if not hosts.allows(host):
+            return 421, "misdirected_request", hosts.refusal(host)
+        origin = headers.get(b"origin")
+        if (
+            origin is not None
+            and scope["method"] not in _SAFE_METHODS
+            and not hosts.allows_origin(origin)
+        ):
+            shown = origin.decode("latin-1")[:100]
+            message = (
+                f"a {scope['method']} from the web page at {shown!r} (another site) is refused "
+                "(CSRF): use the CLI or the SDK, or open the page from this server's own address"
+            )
+            return 403, Forbidden.code, message
+        return None
+
+    async def _authenticate(
+        self, scope: Scope, headers: dict[bytes, bytes], send: Send
+    ) -> Principal | None:
+        """The principal, or None once a 401/429 is sent; failures are charged per address."""
+        address = _address(scope)
+        throttle = self._access.throttle
+        if await self._throttled(address, send):
+            return None
+        authorization = headers.get(b"authorization", b"")
+        if (
+            self._metrics_header is not None
+            and scope["path"] == "/metrics"
+            and scope["method"] == "GET"
+            and hmac.compare_digest(authorization, self._metrics_header)
+        ):
+            return METRICS_PRINCIPAL
+        try:
+            return self._auth.authenticate(authorization)
+        except Unauthorized as exc:
+            throttle.failed(address)
+            await _answer(send, 401, exc.code, exc.message, {"WWW-Authenticate": "Bearer"})
+            return None
+
+    async def _throttled(self, address: str, send: Send) -> bool:
+        """Whether `address` must wait (429 sent): it failed to authenticate too often."""
+        wait_s = self._access.throttle.retry_after_s(address)
+        if wait_s:
+            message = (
+                f"too many failed authentications from {address}: wait {wait_s} s, then use "
+                "the right token (the CLI reads it from the server's state dir)"
+            )
+            await _answer(send, 429, "rate_limited", message, {"Retry-After": str(wait_s)})
+        return wait_s > 0
+
+    async def _hello(self, scope: Scope, send: Send) -> None:
+        """`GET /api/v1/hello?nonce=HEX&key=ID`: prove this server knows the token `key` names,
+        before the client sends it (domain/hello.py); no token needed, none revealed."""
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        nonce, key_id = query.get("nonce", [""])[0], query.get("key", [""])[0]
+        try:
+            raw = bytes.fromhex(nonce)
+        except ValueError:
+            raw = b""
+        if scope["method"] != "GET" or not 16 <= len(raw) <= 64:
+            message = "hello needs GET with nonce=HEX (16-64 random bytes) and key=ID"
+            await _answer(send, 422, "invalid_request", message)
+            return
+        address = _address(scope)
+        if await self._throttled(address, send):
+            return
+        key = self._auth.hello_key(key_id)
+        if key is None:
+            self._access.throttle.failed(address)  # a way to test guessed tokens, too
+            message = (
+                "this server knows no such token: use the token in the server's state dir "
+                "(or GPUYARD_TOKEN)"
+            )
+            await _answer(send, 401, Unauthorized.code, message)
+            return
+        body = json.dumps({"proof": hello.proof(key, raw)}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        ]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
 
     def _too_large(self) -> str:
         return f"the request body is larger than {self._max >> 20} MiB; send less"
@@ -78,6 +182,11 @@ class FrontDoor:
             return message
 
         return bounded
+
+
+def _address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "?"
 
 
 async def _answer(

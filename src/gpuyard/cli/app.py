@@ -467,6 +467,22 @@ def server(
             show_default=False,
         ),
     ] = None,
+    allow_remote: Annotated[
+        bool,
+        typer.Option(
+            "--allow-remote",
+            help="let a --host other than loopback take requests (plain HTTP: put TLS in "
+            "front, e.g. a reverse proxy)",
+        ),
+    ] = False,
+    public_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--public-name",
+            help="a name clients reach the server by (a reverse proxy's host[:port]), "
+            "accepted in Host/Origin; repeat for more",
+        ),
+    ] = None,
 ) -> None:
     """Run the server: HTTP API, scheduler and executor in one process."""
     from gpuyard.cli.serving import run_server
@@ -481,6 +497,8 @@ def server(
             host=host, port=port, state_dir=state_dir, gpus=gpus, cpus=cpus,
             kill_grace_s=kill_grace, policy=policy, declared_gpu_mem_mib=declared,
             backend=backend, ray_address=ray_address, preemptible_default=preemptible_default,
+            allow_remote=allow_remote or None,
+            public_names=tuple(public_name) if public_name else None,
         )  # fmt: skip
     except (ValueError, GpuyardError) as exc:
         fail(str(exc))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from gpuyard.domain.errors import GpuyardError
@@ -10,13 +9,9 @@ from gpuyard.settings import Settings
 
 
 def run_server(settings: Settings) -> None:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )  # fmt: skip
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    from gpuyard.bootstrap import serve
+    from gpuyard.bootstrap import configure_logging, serve
 
+    configure_logging(sys.stderr)
     serve(settings)
 
 

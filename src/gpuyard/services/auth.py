@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gpuyard.domain import hello
 from gpuyard.domain.errors import Unauthorized
 from gpuyard.domain.principal import Principal
 
@@ -53,6 +54,7 @@ class TokenAuth:
         self._clock = clock
         self._server = (token_hash(token.strip()), Credential(principal))
         self._by_hash: dict[str, Credential] = {}
+        self._hello_keys: dict[str, bytes] = {}
         self.replace({})
         # token id -> when it was last used, since `take_used` was last called.
         self._used: dict[int, float] = {}
@@ -61,7 +63,15 @@ class TokenAuth:
         """The stored tokens' credentials, by hash; the state dir's token always stays."""
         fresh = dict(credentials)
         fresh[self._server[0]] = self._server[1]
+        # Refused tokens too: the request that follows then hears why (revoked, disabled).
+        keys = [bytes.fromhex(h) for h in fresh]
+        self._hello_keys = {hello.key_id(key): key for key in keys}
         self._by_hash = fresh
+
+    def hello_key(self, key_id: str) -> bytes | None:
+        """The key (a token's SHA-256) that `key_id` names, for the server to prove it holds
+        the token before a client sends it (domain/hello.py); None: no token it knows."""
+        return self._hello_keys.get(key_id)
 
     def authenticate(self, authorization: bytes) -> Principal:
         """The principal behind an `Authorization` header value; Unauthorized otherwise.

@@ -21,6 +21,7 @@ from gpuyard.services.gpu_mem import PeakHistory
 from gpuyard.services.idle import IdleWatch
 from gpuyard.services.insert_batch import InsertBatcher
 from gpuyard.services.inventory import Inventory
+from gpuyard.services.job_files import open_job_file
 from gpuyard.services.jobbook import jobs_by_gpu
 from gpuyard.services.journal import Journal
 from gpuyard.services.live_scheduler import LiveScheduler
@@ -84,6 +85,7 @@ class Cleaned:
 
 # Listing history: a page is at most this many jobs (the store pages through the rest).
 MAX_PAGE = 10_000
+MAX_JOB_ID = 2**63 - 1  # the store's integers: a larger id in a request is no job's
 # A working directory seen to exist this recently is not looked at again by a submit.
 _SEEN_DIR_S = 5.0
 _SEEN_DIRS = 1_000
@@ -197,7 +199,10 @@ class JobService:
     # -- reads ----------------------------------------------------------------------------
     def get(self, job_id: int, actor: Principal) -> Job:
         """A job the actor may see (another user's job is 'not found', as if it did not exist)."""
-        job = self.book.get(job_id) or self.store.get_job(job_id)
+        # An id no job can have (past SQLite's 64-bit integers) is simply not found.
+        job = self.book.get(job_id) or (
+            self.store.get_job(job_id) if 0 < job_id <= MAX_JOB_ID else None
+        )
         if job is None or not actor.may_see(job.owner):
             raise NotFound(f"job {job_id} not found: `gpuyard queue --all` lists every job")
         return job
@@ -220,6 +225,8 @@ class JobService:
         if not include_finished:
             jobs = self.book.jobs(include_finished=False)
             return [j for j in jobs if _matches(j, since, states, owner, name)][:limit]
+        if before_id is not None:
+            before_id = min(max(before_id, 0), MAX_JOB_ID)
         page = self.store.page_jobs(
             limit=min(limit or MAX_PAGE, MAX_PAGE), before_id=before_id, since=since,
             states=states, owner=owner, name=name,
@@ -245,7 +252,7 @@ class JobService:
         job = self.get(job_id, actor)
         path = self._log_path(job_id)
         try:
-            f = open(path, "rb")  # noqa: SIM115 -- the LogReader owns it
+            f = open_job_file(path)  # never through a link the job planted; LogReader owns it
         except FileNotFoundError:
             # Created by the job's supervisor, first thing: until a launched job has ended it
             # may not be there yet.

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpuyard.services.access import AccessRules
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import TokenAuth
 from gpuyard.services.controller import Controller
@@ -49,6 +50,8 @@ class ServerFacade:
     closers: Sequence[Callable[[], object]] = field(default_factory=list)
     # Accounts, teams and tokens (None: a server built without them, e.g. by a test rig).
     accounts: AccountService | None = None
+    # Host/Origin rules, the failed-authentication throttle, the metrics token (front door).
+    access: AccessRules = field(default_factory=AccessRules)
 
     def start(self) -> None:
         self.controller.recover()
