@@ -5,6 +5,7 @@ what the tests' rigs run), `build_server` (a whole server for its settings) and 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import logging
 import os
 import secrets
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import psutil
 
+from gpuyard.adapters.executor.cgroups import JobCgroups
 from gpuyard.adapters.executor.local import LocalExecutor
 from gpuyard.adapters.gpus.nvml import NvmlTelemetry
 from gpuyard.adapters.gpus.processes import PsutilProcessOwners
@@ -208,14 +210,19 @@ def build_server(settings: Settings, job_umask: int | None = None) -> ServerFaca
     closers: list[Callable[[], object]] = []
     try:
         ray: RayParts | None = None
+        confinement = "none (--backend ray: Ray's workers run the jobs): limits are advisory"
         if settings.backend == "ray":
             inventory, make_executor, ray = _ray_backend(settings)
             closers.append(ray.connection.close)
         else:
             inventory = _local_inventory(settings)
+            cgroups = job_cgroups(state / "jobs", settings, inventory)
+            confinement = cgroups.describe()
 
             def make_executor(exits: ExitCallback) -> Executor:
-                return LocalExecutor(state / "jobs", exits, grace_s=settings.kill_grace_s)
+                return LocalExecutor(
+                    state / "jobs", exits, grace_s=settings.kill_grace_s, cgroups=cgroups
+                )
 
         core = build_core(
             store, inventory, make_policy(settings.policy, for_server=True), make_executor,
@@ -243,7 +250,7 @@ def build_server(settings: Settings, job_umask: int | None = None) -> ServerFaca
     accounts.start()
     return ServerFacade(
         core.service, core.controller, auth,
-        core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend),
+        core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend, confinement),
         tick_s=settings.tick_s, background=background,
         closers=[core.executor.close, core.scheduler.close, *closers,
                  accounts.flush_last_used, store.close],
@@ -263,6 +270,15 @@ def _machine_names() -> list[str]:
         names += [a.address.split("%")[0] for a in addresses
                   if a.family in (socket.AF_INET, socket.AF_INET6)]  # fmt: skip
     return names
+
+
+def job_cgroups(jobs_dir: Path, settings: Settings, inventory: Inventory) -> JobCgroups:
+    """Per-job control groups under this server's own (`adapters/executor/cgroups.py`), in a
+    folder named after its jobs folder (two servers on one machine both have a job 1)."""
+    scope = hashlib.sha256(str(jobs_dir.resolve()).encode()).hexdigest()[:12]
+    return JobCgroups(
+        scope, pids_max=settings.job_pids_max or None, all_gpus=tuple(inventory.gpu_indices()),
+    )  # fmt: skip
 
 
 def _writable_state_dir(state: Path) -> None:
@@ -478,6 +494,7 @@ def serve(settings: Settings) -> None:
         f"  state dir: {settings.state_dir}",
         f"  GPUs:      {server.service.inventory.source}",
         f"  policy:    {settings.policy}",
+        f"  job limits: {server.info.confinement}",
         f"  API token: {settings.token_path} (the CLI on this machine finds it)",
         f"  metrics:   {settings.state_dir / METRICS_TOKEN_FILE} (GET /metrics only)",
         *_remote_warning(settings),

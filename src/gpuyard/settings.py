@@ -70,6 +70,9 @@ class Settings:
     # A server run as root runs each job as its owner's Unix user; a job of an account that
     # would run as root (other than the server's own user's, its admin) is refused unless this.
     allow_root_jobs: bool = False
+    # Every job's process and thread limit (its cgroup's pids.max; 0: none): a fork bomb stops
+    # there, not at the machine's.
+    job_pids_max: int = 16384
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -85,7 +88,7 @@ class Settings:
             ("ray_local_nodes", str), ("ray_node_timeout_s", float),
             ("header_timeout_s", float), ("max_connections", int),
             ("allow_remote", _flag), ("public_names", _names),
-            ("preemptible_default", _flag), ("allow_root_jobs", _flag),
+            ("preemptible_default", _flag), ("allow_root_jobs", _flag), ("job_pids_max", int),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:

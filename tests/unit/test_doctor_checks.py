@@ -202,3 +202,12 @@ def test_version_parsing_and_formatting():
     assert compat.format_cudnn(8902) == "8.9.2"
     assert compat.format_cudnn(90100) == "9.1.0"
     assert compat.span(("sm_80", "sm_90", "compute_90")) == "sm_80..sm_90, compute_90"
+
+
+def test_job_limits_pass_with_cgroups_and_warn_when_advisory():
+    from gpuyard.doctor.checks import confinement_check
+
+    held = confinement_check("cgroup v1 (devices, memory, pids): --mem, ... enforced")
+    assert held.status is Status.PASS
+    advisory = confinement_check("none (no writable memory controller): ... are advisory")
+    assert advisory.status is Status.WARN and "run the server as root" in advisory.hint

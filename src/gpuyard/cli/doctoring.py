@@ -98,6 +98,7 @@ def server_facts() -> ServerFacts:
     return ServerFacts(
         client.url, True, gpus_source=str(info.get("gpus_source")),
         detected_gpus=detected, declared_gpus=len(gpus) - detected,
+        confinement=info.get("confinement"),
     )  # fmt: skip
 
 

@@ -40,6 +40,8 @@ def run_checks(facts: Facts) -> list[Check]:
         checks.append(disk_check(facts.disk))
     if facts.server is not None:
         checks.append(server_check(facts.server, facts.driver))
+        if facts.server.confinement:
+            checks.append(confinement_check(facts.server.confinement))
     checks.extend(facts.notes)
     if facts.python is not None:
         checks.extend(framework_checks(facts.python, facts.driver, facts.gpus_requested))
@@ -175,6 +177,15 @@ def server_check(server: ServerFacts, driver: DriverFacts) -> Check:
                      "restart the server with `--gpus auto` in an environment that sees the "
                      "driver (LD_LIBRARY_PATH, container GPU access)")  # fmt: skip
     return Check(name, Status.INFO, seen)
+
+
+def confinement_check(confinement: str) -> Check:
+    """Whether the server's jobs are held to their --mem, --cpus and GPUs by the kernel."""
+    if confinement.startswith("none"):
+        return Check("job limits", Status.WARN, f"not enforced: {confinement}",
+                     "run the server as root (a systemd unit) on a machine with cgroups, so "
+                     "that each job gets its own")  # fmt: skip
+    return Check("job limits", Status.PASS, confinement)
 
 
 def framework_checks(

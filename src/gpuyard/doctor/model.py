@@ -98,6 +98,7 @@ class ServerFacts:
     detected_gpus: int = 0
     declared_gpus: int = 0
     error: str | None = None
+    confinement: str | None = None  # the server's per-job cgroups, or why there are none
 
 
 @dataclass(frozen=True, slots=True)

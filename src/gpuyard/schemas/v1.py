@@ -262,6 +262,9 @@ class ServerInfoOut(BaseModel):
     mem_mib: int
     owner: str
     policy: str = Field(description="the scheduling policy (gpuyard server --policy)")
+    confinement: str | None = Field(
+        None, description="how jobs are held to --mem, --cpus and their GPUs (cgroups), or why not"
+    )
 
 
 class ErrorBody(BaseModel):

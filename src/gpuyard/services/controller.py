@@ -238,6 +238,8 @@ class Controller:
         )  # fmt: skip
         if status.node_lost and state is not JobState.CANCELLED:
             state, reason = JobState.NODE_FAIL, status.reason
+        elif status.out_of_memory and state is JobState.FAILED and not reason:
+            state, reason = JobState.OUT_OF_MEMORY, status.reason  # host RAM, not a GPU's
         if status.reason and state is JobState.FAILED and not reason:
             judged = status.reason
         if state is JobState.FAILED and not reason:

@@ -156,6 +156,9 @@ class ExitStatus:
     # the job's machine was lost (it ends NODE_FAIL with this reason).
     reason: str | None = None
     node_lost: bool = False
+    # The kernel killed a process of the job at its --mem (its cgroup's OOM killer): it ends
+    # OUT_OF_MEMORY for host RAM, with `reason`.
+    out_of_memory: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,8 @@ class ServerInfo:
     owner: str
     policy: str
     backend: str
+    # How jobs are held to their --mem, --cpus and GPUs (cgroups), or why they are not.
+    confinement: str = ""
 
 
 @dataclass

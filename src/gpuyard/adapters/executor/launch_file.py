@@ -12,6 +12,8 @@ Fields (`version` 1):
     grace_s, stop_signal      stop = `stop_signal` to the tree, `grace_s`, then SIGKILL
     run_as                    null, or {user, uid, gid, groups, home, shell}: the identity the
                               job takes before chdir and exec
+    cgroups                   the job's control groups (folders; `cgroups.py`): the job joins
+                              each before it drops its privileges; [] or absent: none
     log_path                  the file the supervisor and the job write to (appended)
     status_path               where the supervisor records the end
     marker                    a random token, also put in the job's environment as

@@ -26,12 +26,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
 
 from gpuyard.adapters.executor import tree
+from gpuyard.adapters.executor.cgroups import JobCgroups
 from gpuyard.adapters.executor.forkserver import ForkServer
 from gpuyard.adapters.executor.launch_file import (
     LAUNCH_FILE,
@@ -43,6 +44,7 @@ from gpuyard.adapters.executor.launch_file import (
 )
 from gpuyard.adapters.executor.status import parse_status
 from gpuyard.domain.job import Job
+from gpuyard.domain.units import format_size_mib
 from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, LaunchPlan, Recovered
 
 log = logging.getLogger("gpuyard.executor")
@@ -120,7 +122,11 @@ class LocalExecutor:
         *,
         grace_s: float = 10.0,
         guard_margin_s: float = 5.0,
+        cgroups: JobCgroups | None = None,
     ) -> None:
+        """`cgroups`: each job held to its --mem, --cpus, a pids limit and its own GPUs
+        (None, or none available: advisory)."""
+        self._cgroups = cgroups if cgroups is not None and cgroups.available else None
         self._jobs_dir = jobs_dir
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
         self._jobs_dir_str = str(jobs_dir)
@@ -164,7 +170,14 @@ class LocalExecutor:
         give_to_owner(jobdir, plan)
         if plan.script is not None:
             write_script(plan)
-        write_launch_file(jobdir, launch_instructions(plan, jobdir, self._grace_s, new_marker()))
+        groups: list[str] = []
+        if self._cgroups is not None:
+            limits = self._cgroups.limits(job.spec.mem_mib, job.spec.cpus, job.gpus)
+            groups = self._cgroups.create(job.id, limits)
+        marker = new_marker()
+        write_launch_file(
+            jobdir, launch_instructions(plan, jobdir, self._grace_s, marker, cgroups=groups)
+        )
         for attempt in range(_LAUNCH_TRIES):
             try:
                 child = self._spawn(jobdir, plan.log_path)
@@ -250,8 +263,9 @@ class LocalExecutor:
         # supervisor did not finish its work (a real status is written only once the whole
         # tree is gone): that status is not the supervisor's, the job was lost.
         if self._end_leftovers(job, pid, started_at):
-            return Recovered(ended=ExitStatus(None, lost=True))
-        return Recovered(ended=self._read_status(job) or ExitStatus(None, lost=True))
+            return Recovered(ended=self._release(job, ExitStatus(None, lost=True)))
+        ended = self._read_status(job) or ExitStatus(None, lost=True)
+        return Recovered(ended=self._release(job, ended))
 
     def _is_ours(self, pid: int, started_at: float | None, job_id: int) -> bool:
         """Same pid, same start time (or, unknown start time, our supervisor's command line)."""
@@ -348,7 +362,7 @@ class LocalExecutor:
         finished = code is None or code == 0
         status = self._read_status(job) if finished and not watched.forced else None
         if status is not None and code is not None:
-            self._tell(job.id, status)
+            self._tell(job, status)
             return
         # Lost, forced, or an adopted supervisor (not our child, its exit code out of reach:
         # processes of the job still running are what give a forged status away).
@@ -360,13 +374,33 @@ class LocalExecutor:
         assert job.pid is not None
         if self._end_leftovers(job, job.pid, job.pid_started_at):
             status = None
-        self._tell(job.id, status or forced or ExitStatus(None, lost=True))
+        self._tell(job, status or forced or ExitStatus(None, lost=True))
 
-    def _tell(self, job_id: int, status: ExitStatus) -> None:
+    def _tell(self, job: Job, status: ExitStatus) -> None:
         try:
-            self._on_exit(job_id, status)
+            self._on_exit(job.id, self._release(job, status))
         except Exception:
-            log.exception("recording the end of job %s failed", job_id)
+            log.exception("recording the end of job %s failed", job.id)
+
+    def _release(self, job: Job, status: ExitStatus) -> ExitStatus:
+        """The job's processes are gone: its cgroups go too, after reading whether the
+        kernel killed it at its --mem (a host-RAM OOM, which no exit code tells)."""
+        if self._cgroups is None:
+            return status
+        try:
+            oom = self._cgroups.out_of_memory(job.id)
+            self._cgroups.remove(job.id)
+        except OSError as exc:
+            log.warning("job %s: cannot release its cgroups (%s)", job.id, exc)
+            return status
+        if not oom or status.stop_requested or status.timed_out or status.exit_code == 0:
+            return status
+        asked = format_size_mib(job.spec.mem_mib)
+        return replace(
+            status, out_of_memory=True,
+            reason=f"OutOfMemory: the job used all its --mem {asked} of host RAM and the kernel "
+            "killed it (not GPU memory); ask for more --mem",
+        )  # fmt: skip
 
     def _end_leftovers(self, job: Job, pid: int, started_at: float | None) -> bool:
         """End whatever of the job still runs after its supervisor `pid` (`tree.py`); True
@@ -412,6 +446,8 @@ class LocalExecutor:
         with self._forks_lock:
             if self._forks is not None:
                 self._forks.close()  # the supervisors it forked run on
+        if self._cgroups is not None:
+            self._cgroups.close()
 
 
 def _exit_code(child: subprocess.Popen[bytes] | _Forked | None) -> int | None:

@@ -10,10 +10,11 @@ written by the executor; `launch_file.py` documents every field. It starts with 
 environment (the executor's choice), so nothing a submit sends (`LD_PRELOAD`, `PYTHON*`)
 touches the supervisor itself: the job's environment is applied at the job's `exec` only.
 
-The job's process: own process group; the umask of `run_as` (077 for a user's job on a
-shared server), its privileges dropped (`setgroups`, `setgid`, `setuid`) before `chdir` and
-`exec`, so the working directory is checked with the user's rights; argv exec'ed as is
-(PATH looked up in the job's environment, never a shell).
+The job's process: own process group; its control groups joined (`cgroups`, made by the
+executor: the kernel holds it to its --mem, --cpus, pids and GPUs); the umask of `run_as`
+(077 for a user's job on a shared server), its privileges dropped (`setgroups`, `setgid`,
+`setuid`) before `chdir` and `exec`, so the working directory is checked with the user's
+rights; argv exec'ed as is (PATH looked up in the job's environment, never a shell).
 
 It becomes a child subreaper, so every orphan of the job is re-parented to it and can be
 stopped: when the job's main process ends, whatever it left behind is killed, as Slurm does.
@@ -220,6 +221,8 @@ def _run_child(plan: dict, own_fds: list[int]) -> None:  # type: ignore[type-arg
             devnull = os.open("/dev/null", os.O_RDONLY)
             os.dup2(devnull, 0)
             os.close(devnull)
+        for group in plan.get("cgroups") or ():
+            _join(group, argv[0])  # as root still: its limits are set, not chosen by the job
         who = plan.get("run_as")
         if who is not None:
             # Its HOME, USER, LOGNAME and SHELL are already in the job's environment.
@@ -233,6 +236,18 @@ def _run_child(plan: dict, own_fds: list[int]) -> None:  # type: ignore[type-arg
     except OSError as exc:
         os.write(2, f"gpuyard: cannot run {argv[0]!r} in {workdir!r}: {exc.strerror}\n".encode())
     os._exit(127)
+
+
+def _join(group: str, program: str) -> None:
+    """Move this process (the job, before its exec) into its control group; a job that
+    cannot be held to its limits does not run."""
+    try:
+        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError as exc:
+        os.write(2, f"gpuyard: cannot run {program!r} in its cgroup {group}: {exc.strerror}\n"
+                 .encode())  # fmt: skip
+        os._exit(127)
 
 
 def _which(program: str, path: str | None) -> str:

@@ -32,4 +32,5 @@ def info(server: Server, actor: Actor) -> ServerInfoOut:
     return ServerInfoOut(
         version=__version__, gpus_source=inv.source, num_gpus=len(inv.gpus), cpus=inv.node.cpus,
         mem_mib=inv.node.mem_mib, owner=server.info.owner, policy=server.info.policy,
+        confinement=server.info.confinement or None,
     )  # fmt: skip

@@ -1,0 +1,279 @@
+"""Per-job control groups: the job's `--mem`, `--cpus`, a pids limit and its own GPUs only,
+held by the kernel rather than by the job's good will (CUDA_VISIBLE_DEVICES is advisory: a job
+can unset it).
+
+Where: under the server's own cgroup (a systemd unit's, or wherever it was started), in
+`gpuyard/job-<id>`, so the admin's limits on the server also bound its jobs. cgroup v2 when
+its `memory`, `cpu` and `pids` controllers can be enabled there, else the v1 hierarchies of
+those controllers and of `devices` (v1 alone confines devices here: v2 needs a BPF program).
+Without either (not root, no cgroup file system), the limits are advisory: `describe()` says
+so, and `gpuyard doctor` shows it.
+
+    memory  v2 memory.max (+ memory.swap.max 0) | v1 memory.limit_in_bytes (+ memsw)  = --mem
+    cpu     v2 cpu.max "Q 100000"               | v1 cpu.cfs_quota_us Q               = --cpus
+    pids    pids.max                                                              = pids_max
+    devices v1 devices.deny "c 195:N rwm" for every other GPU's /dev/nvidiaN (the control
+            devices, nvidiactl and nvidia-uvm, stay open: CUDA needs them)
+
+The executor makes the groups before the supervisor starts and names them in `launch.json`;
+the job's process joins them (writes itself to each `cgroup.procs`) before it drops its
+privileges, so the supervisor stays outside (an OOM kill never takes it). When the job has
+ended the executor reads whether the kernel killed it for memory (v2 memory.events
+`oom_kill`, v1 memory.oom_control `oom_kill`) and removes the groups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("gpuyard.cgroups")
+
+ROOT = Path("/sys/fs/cgroup")
+NVIDIA_MAJOR = 195  # /dev/nvidiaN is (195, N); nvidiactl is 195:255
+_PERIOD_US = 100_000
+_V1_CONTROLLERS = ("memory", "cpu", "pids", "devices")
+_V2_CONTROLLERS = ("memory", "cpu", "pids")
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    """What one job's groups hold it to (None: no limit of that kind)."""
+
+    mem_mib: int | None
+    cpus: int | None
+    pids_max: int | None
+    own_gpus: tuple[int, ...]
+    all_gpus: tuple[int, ...]
+
+
+class JobCgroups:
+    """Makes, reads and removes per-job groups on this machine's cgroup file system."""
+
+    def __init__(
+        self,
+        scope: str,
+        *,
+        pids_max: int | None = None,
+        all_gpus: tuple[int, ...] = (),
+        root: Path = ROOT,
+        self_cgroup: str = "/proc/self/cgroup",
+    ) -> None:
+        """`scope`: this server's own folder under `gpuyard/` (two servers on one machine
+        both have a job 1); `pids_max`: every job's limit; `all_gpus`: the server's GPUs."""
+        self._scope = scope
+        self.pids_max = pids_max
+        self.all_gpus = all_gpus
+        self._v2: Path | None = None
+        self._v1: dict[str, Path] = {}
+        self._why_not = ""
+        try:
+            self._find(root, Path(self_cgroup).read_text())
+        except OSError as exc:
+            self._why_not = f"no cgroup file system ({exc.strerror or exc})"
+
+    @property
+    def available(self) -> bool:
+        return self._v2 is not None or bool(self._v1)
+
+    def describe(self) -> str:
+        """One line for `gpuyard doctor` and the start banner."""
+        if self._v2 is not None:
+            return f"cgroup v2 ({', '.join(_V2_CONTROLLERS)}): --mem, --cpus and pids enforced"
+        if self._v1:
+            held = ", ".join(sorted(self._v1))
+            return f"cgroup v1 ({held}): --mem, --cpus, pids and GPU devices enforced"
+        return f"none ({self._why_not}): --mem, --cpus and GPU devices are advisory"
+
+    def _find(self, root: Path, own: str) -> None:
+        """The server's own groups, per hierarchy (`/proc/self/cgroup`), and which of them
+        take a child group of ours."""
+        v1_paths: dict[str, str] = {}
+        v2_path = None
+        for line in own.splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                v2_path = path
+            for name in controllers.split(","):
+                v1_paths[name] = path
+        v1 = {}
+        for name in _V1_CONTROLLERS:
+            mount = root / name
+            if name in v1_paths and (mount / "cgroup.procs").exists():
+                base = mount / v1_paths[name].lstrip("/") / "gpuyard"
+                if _make_dir(base) and _make_dir(base / self._scope):
+                    v1[name] = base / self._scope
+        if "memory" in v1:  # the one that matters most; without it, v2 may do better
+            self._v1 = v1
+            return
+        if v2_path is not None:
+            for mount in (root, root / "unified"):
+                base = mount / v2_path.lstrip("/") / "gpuyard"
+                ours = base / self._scope
+                if (mount / "cgroup.controllers").exists() and _enable_v2(base, ours):
+                    self._v2 = ours
+                    return
+        self._v1 = v1
+        self._why_not = "no writable memory controller (the server must run as root)"
+
+    # -- per job ------------------------------------------------------------------------
+    def limits(self, mem_mib: int, cpus: int, gpus: tuple[int, ...]) -> JobLimits:
+        """A job's limits from its request (0: none asked)."""
+        return JobLimits(mem_mib or None, cpus or None, self.pids_max, gpus, self.all_gpus)
+
+    def create(self, job_id: int, limits: JobLimits) -> list[str]:
+        """The job's groups, limits written (an earlier run's are replaced); their folders,
+        for the launch file. [] when there are none (advisory limits)."""
+        self.remove(job_id)
+        name = f"job-{job_id}"
+        if self._v2 is not None:
+            group = self._v2 / name
+            group.mkdir()
+            _write_v2(group, limits)
+            return [str(group)]
+        made = []
+        for controller, base in self._v1.items():
+            group = base / name
+            group.mkdir()
+            made.append(str(group))
+            _write_v1(controller, group, limits)
+        return made
+
+    def out_of_memory(self, job_id: int) -> bool:
+        """Whether the kernel killed a process of the job for its memory limit."""
+        name = f"job-{job_id}"
+        if self._v2 is not None:
+            return _counter(self._v2 / name / "memory.events", "oom_kill") > 0
+        base = self._v1.get("memory")
+        if base is None:
+            return False
+        return _counter(base / name / "memory.oom_control", "oom_kill") > 0
+
+    def close(self) -> None:
+        """Remove this server's folder once no job's group is left in it (a job still running
+        across a restart keeps it: rmdir of a folder with groups fails, and that is fine)."""
+        bases = [self._v2] if self._v2 is not None else list(self._v1.values())
+        for base in bases:
+            with contextlib.suppress(OSError):
+                if base is not None:
+                    base.rmdir()
+
+    def remove(self, job_id: int) -> None:
+        """Remove the job's groups (its processes are gone; a straggler is killed first)."""
+        name = f"job-{job_id}"
+        bases = [self._v2] if self._v2 is not None else list(self._v1.values())
+        for base in bases:
+            if base is not None:
+                _remove_group(base / name)
+
+
+def _make_dir(path: Path) -> bool:
+    try:
+        path.mkdir(exist_ok=True)
+        return os.access(path / "cgroup.procs", os.W_OK)
+    except OSError:
+        return False
+
+
+def _enable_v2(base: Path, ours: Path) -> bool:
+    """`gpuyard/<scope>` under the server's v2 group, memory, cpu and pids given to the
+    children of each level (the jobs' groups)."""
+    return _delegate(base) and _delegate(ours)
+
+
+def _delegate(base: Path) -> bool:
+    try:
+        parent = base.parent
+        offered = (parent / "cgroup.controllers").read_text().split()
+        if not set(_V2_CONTROLLERS) <= set(offered):
+            return False
+        enabled = (parent / "cgroup.subtree_control").read_text().split()
+        if not set(_V2_CONTROLLERS) <= set(enabled):
+            _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in _V2_CONTROLLERS))
+        base.mkdir(exist_ok=True)
+        _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in _V2_CONTROLLERS))
+        return True
+    except OSError:
+        return False
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _write_v2(group: Path, limits: JobLimits) -> None:
+    if limits.mem_mib:
+        _write(group / "memory.max", str(limits.mem_mib << 20))
+        with contextlib.suppress(OSError):  # no swap accounting: memory.max alone
+            _write(group / "memory.swap.max", "0")
+    if limits.cpus:
+        _write(group / "cpu.max", f"{limits.cpus * _PERIOD_US} {_PERIOD_US}")
+    if limits.pids_max:
+        _write(group / "pids.max", str(limits.pids_max))
+
+
+def _write_v1(controller: str, group: Path, limits: JobLimits) -> None:
+    if controller == "memory" and limits.mem_mib:
+        _write(group / "memory.limit_in_bytes", str(limits.mem_mib << 20))
+        with contextlib.suppress(OSError):  # no swap accounting: RAM limited, swap not
+            _write(group / "memory.memsw.limit_in_bytes", str(limits.mem_mib << 20))
+    elif controller == "cpu" and limits.cpus:
+        _write(group / "cpu.cfs_period_us", str(_PERIOD_US))
+        _write(group / "cpu.cfs_quota_us", str(limits.cpus * _PERIOD_US))
+    elif controller == "pids" and limits.pids_max:
+        _write(group / "pids.max", str(limits.pids_max))
+    elif controller == "devices":
+        for minor in other_gpu_minors(limits.own_gpus, limits.all_gpus):
+            _write(group / "devices.deny", f"c {NVIDIA_MAJOR}:{minor} rwm")
+
+
+def other_gpu_minors(own: tuple[int, ...], every: tuple[int, ...]) -> list[int]:
+    """The minors of the GPU device nodes the job must not open: every GPU of the server's
+    inventory and every /dev/nvidiaN present, but its own (the node's minor is the GPU's
+    index: NVML numbers GPUs in PCI bus order, as the driver numbers its nodes)."""
+    present = set()
+    for node in glob.glob("/dev/nvidia[0-9]*"):
+        tail = node.removeprefix("/dev/nvidia")
+        if tail.isdigit():
+            present.add(int(tail))
+    return sorted((present | set(every)) - set(own))
+
+
+def _counter(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _remove_group(group: Path) -> None:
+    """rmdir, once whatever is still in it is killed (a cgroup with processes is busy)."""
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            for pid in _pids(group):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+            time.sleep(0.02)
+    log.warning("cannot remove the cgroup %s: it still holds processes", group)
+
+
+def _pids(group: Path) -> list[int]:
+    try:
+        return [int(p) for p in (group / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
