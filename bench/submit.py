@@ -57,6 +57,20 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FA
 
 
 # -- small helpers ---------------------------------------------------------------------------
+def make_tokens(server: Any, count: int) -> str:
+    """`count` stored tokens of the server's user (scope submit); the last one's secret: the
+    requests then authenticate through the account tokens' map, not the state dir's token."""
+    api = server.api()
+    body = json.dumps({"scope": "submit", "expires": "1d"}).encode()
+    secret = ""
+    for _ in range(count):
+        status, raw = api.raw("POST", "/api/v1/tokens", body)
+        if status != 201:
+            raise RuntimeError(f"POST /api/v1/tokens answered {status}: {raw[:200]!r}")
+        secret = json.loads(raw)["token"]
+    return secret
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     return slurm_baseline.percentile(values, q)
 
@@ -547,6 +561,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         server.start()
         log(f"server up at {server.url} (state {server.state_dir})")
+        if args.user_tokens:
+            server.token = make_tokens(server, args.user_tokens)
+            result["user_tokens"] = args.user_tokens
 
         log(f"[1/4] submit-to-running over HTTP, {args.start_n} jobs one at a time ...")
         lat = measure_start_http(server, args.start_n)
@@ -675,6 +692,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--idle-gap", type=float, default=5.0, help="idle gap, s (default 5)")
     ap.add_argument("--no-slurm", action="store_true", help="skip the Slurm baseline")
+    ap.add_argument(
+        "--user-tokens", type=int, default=0,
+        help="make N stored tokens (POST /api/v1/tokens) and submit with the last, scope submit, "
+        "instead of the state dir's admin token (default 0: the state dir's)",
+    )  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep the temporary state dirs")
     args = ap.parse_args(argv)
     if args.n < args.clients or args.clients < 1:
