@@ -23,7 +23,7 @@ from gpuyard.adapters.executor.local import LocalExecutor
 from gpuyard.adapters.gpus.nvml import NvmlTelemetry
 from gpuyard.adapters.gpus.processes import PsutilProcessOwners
 from gpuyard.adapters.gpus.select import choose_gpus
-from gpuyard.adapters.identity import unix_identity
+from gpuyard.adapters.identity import mapped_identity
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.accounts import DEFAULT_TEAM
 from gpuyard.domain.errors import Unavailable
@@ -200,15 +200,21 @@ def build_server(settings: Settings, job_umask: int | None = None) -> ServerFaca
     state = settings.state_dir
     _writable_state_dir(state)
     owner = getpass.getuser()
-    identities = RunAsPolicy(
-        unix_identity, os.geteuid(), owner, allow_root_jobs=settings.allow_root_jobs,
-        server_umask=_current_umask() if job_umask is None else job_umask,
-    )  # fmt: skip
     # Locked before its migrations run: a second server must not upgrade the schema under
     # a running one.
     store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"), exclusive=True)
     closers: list[Callable[[], object]] = []
     try:
+        # The state dir's token is the server's own user's, the first admin (an account made
+        # at the first start); every other token is an account's, looked up in memory.
+        auth = TokenAuth(ensure_token(settings.token_path), Principal(owner, "admin", DEFAULT_TEAM))
+        accounts = AccountService(store, auth, server_user=owner)
+        accounts.start()
+        identities = RunAsPolicy(
+            mapped_identity(lambda name: _unix_user_of(accounts, name)), os.geteuid(), owner,
+            allow_root_jobs=settings.allow_root_jobs,
+            server_umask=_current_umask() if job_umask is None else job_umask,
+        )  # fmt: skip
         ray: RayParts | None = None
         confinement = "none (--backend ray: Ray's workers run the jobs): limits are advisory"
         if settings.backend == "ray":
@@ -243,11 +249,6 @@ def build_server(settings: Settings, job_umask: int | None = None) -> ServerFaca
         ray.watch.on_lost = lambda name: _node_lost(core.drains, inventory, name)
         ray.watch.on_back = lambda name: _node_back(core.drains, inventory, name)
         background.append(ray.watch)
-    # The state dir's token is the server's own user's, the first admin (an account made at
-    # the first start); every other token is an account's, looked up in memory.
-    auth = TokenAuth(ensure_token(settings.token_path), Principal(owner, "admin", DEFAULT_TEAM))
-    accounts = AccountService(store, auth, server_user=owner)
-    accounts.start()
     return ServerFacade(
         core.service, core.controller, auth,
         core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend, confinement),
@@ -260,6 +261,12 @@ def build_server(settings: Settings, job_umask: int | None = None) -> ServerFaca
             metrics_token=ensure_token(settings.state_dir / METRICS_TOKEN_FILE),
         ),
     )  # fmt: skip
+
+
+def _unix_user_of(accounts: AccountService, owner: str) -> str | None:
+    """The Unix user an account's jobs run as, when it names one (`--unix-user`)."""
+    account = accounts.account(owner)
+    return account.unix_user if account is not None else None
 
 
 def _machine_names() -> list[str]:

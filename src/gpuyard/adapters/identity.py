@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Callable
 
-from gpuyard.services.ports import RunAs
+from gpuyard.services.ports import IdentityResolver, RunAs
+
+
+def mapped_identity(unix_user_of: Callable[[str], str | None]) -> IdentityResolver:
+    """The identity of the Unix user an account maps its owner to (`admin user add
+    --unix-user U`), else of the Unix user of the owner's own name."""
+
+    def resolve(owner: str) -> RunAs | None:
+        return unix_identity(unix_user_of(owner) or owner)
+
+    return resolve
 
 
 def unix_identity(owner: str) -> RunAs | None:
-    """`owner`'s Unix user (the owner's name is the user's name: accounts with a `unix_user`
-    mapping extend this one function): uid, primary gid, every group it belongs to (as
+    """The Unix user named `owner`: uid, primary gid, every group it belongs to (as
     `initgroups` would give a login), home and shell; None when there is no such user."""
     try:
         entry = pwd.getpwnam(owner)

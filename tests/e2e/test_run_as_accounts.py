@@ -1,0 +1,80 @@
+"""Through the API of a root server (in-process, real supervisors): each account's job runs
+as its Unix user (its own name, or the `--unix-user` it maps to); an account with no Unix
+user, or one mapped to root, is refused at submit in one line (issue 11)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuyard.bootstrap import build_app
+from gpuyard.domain.principal import Principal
+from gpuyard.services.server import ServerFacade
+from gpuyard.settings import Settings
+from tests.e2e.unix_users import UnixUsers, unix_users
+
+_BASE = "http://127.0.0.1:8765"  # the Host the in-process server answers to
+
+
+@pytest.fixture(scope="module")
+def users() -> Iterator[UnixUsers]:
+    with unix_users() as made:
+        yield made
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[tuple[ServerFacade, TestClient]]:
+    settings = Settings(state_dir=tmp_path / "state", gpus="1", cpus=4, kill_grace_s=1)
+    server, app = build_app(settings)
+    with TestClient(app, base_url=_BASE) as client:
+        client.headers["Authorization"] = f"Bearer {settings.token_path.read_text().strip()}"
+        yield server, client
+
+
+def _as(server: ServerFacade, client: TestClient, name: str, **fields: object) -> dict[str, str]:
+    """An account made by the admin through the API, and a submit token of its own."""
+    made = client.post("/api/v1/admin/users", json={"name": name, **fields})
+    assert made.status_code == 201, made.text
+    assert server.accounts is not None
+    secret, _ = server.accounts.create_token(Principal(name, "user", None, "submit"))
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def _run(server: ServerFacade, client: TestClient, who: dict[str, str]) -> tuple[str, str]:
+    body = {"command": ["sh", "-c", "id -un; echo $HOME"], "workdir": "/"}
+    answer = client.post("/api/v1/jobs", json=body, headers=who)
+    assert answer.status_code == 201, answer.text
+    job_id = answer.json()["id"]
+    admin = server.auth.principal
+    deadline = time.monotonic() + 20
+    while server.service.get(job_id, admin).state.value in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.05)
+    user, home = Path(server.controller.executor.log_path(job_id)).read_text().split()
+    return user, home
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as other users needs root")
+def test_each_accounts_job_runs_as_its_unix_user(app, users: UnixUsers):  # type: ignore[no-untyped-def]
+    server, client = app
+    bob = _as(server, client, users.bob)
+    assert _run(server, client, bob) == (users.bob, pwd.getpwnam(users.bob).pw_dir)
+    mapped = _as(server, client, "ada", unix_user=users.alice)
+    assert _run(server, client, mapped) == (users.alice, pwd.getpwnam(users.alice).pw_dir)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root server is what refuses these")
+def test_accounts_without_a_unix_user_or_mapped_to_root_are_refused(app):  # type: ignore[no-untyped-def]
+    server, client = app
+    body = {"command": ["true"], "workdir": "/"}
+    ghost = client.post("/api/v1/jobs", json=body, headers=_as(server, client, "gyghost"))
+    assert ghost.status_code == 422 and "has no Unix user" in ghost.json()["error"]["message"]
+    root = client.post("/api/v1/jobs", json=body,
+                       headers=_as(server, client, "mallory", unix_user="root"))  # fmt: skip
+    assert root.status_code == 403 and "would run as root" in root.json()["error"]["message"]
