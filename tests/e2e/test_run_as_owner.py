@@ -89,3 +89,22 @@ def test_a_root_server_refuses_owners_that_cannot_run(users: UnixUsers):
         as_root.check("mallory")
     allowed = RunAsPolicy(lambda o: unix_identity("root"), 0, "admin", allow_root_jobs=True)
     assert allowed.for_owner("mallory").uid == 0
+
+
+def test_a_users_job_has_none_of_the_servers_powers(rig: Rig, users: UnixUsers):
+    """The audit's defect: a job run as the server's user read its token, killed it, and
+    replaced the supervisor's bytecode that later jobs run. As its owner, it can do none."""
+    token = rig.tmp / "token"
+    token.write_text("the-servers-token\n")
+    token.chmod(0o600)
+    pyc = rig.tmp / "jobs" / ".supervisor.pyc"
+    assert pyc.exists()
+    script = (
+        f"cat {token} 2>/dev/null || echo cannot-read-token; "
+        f"kill -0 {os.getpid()} 2>/dev/null || echo cannot-signal-server; "
+        f"printf x 2>/dev/null >> {pyc} || echo cannot-touch-supervisor"
+    )
+    rig.start(3, script, run_as=policy().for_owner(users.alice), workdir=Path("/"))
+    assert rig.wait_end(3).exit_code == 0
+    assert rig.log(3).split() == ["cannot-read-token", "cannot-signal-server",
+                                  "cannot-touch-supervisor"]  # fmt: skip
