@@ -281,6 +281,13 @@ class Client:
         result: JobDict = self._json("POST", f"/api/v1/admin/users/{quote(name)}/disable")
         return result
 
+    def enable_user(self, name: str) -> JobDict:
+        """An admin accepts a disabled user's tokens again."""
+        from urllib.parse import quote
+
+        result: JobDict = self._json("POST", f"/api/v1/admin/users/{quote(name)}/enable")
+        return result
+
     def add_team(self, name: str) -> JobDict:
         result: JobDict = self._json("POST", "/api/v1/admin/teams", {"name": name})
         return result

@@ -185,6 +185,9 @@ def test_a_disabled_users_tokens_are_refused(rig: Rig) -> None:
     assert refused.status_code == 401 and "disabled" in refused.json()["error"]["message"]
     me = rig.admin().get("/api/v1/whoami").json()["user"]
     assert rig.admin().post(f"/api/v1/admin/users/{me}/disable").status_code == 409
+    assert rig.admin().post("/api/v1/admin/users/nobody/enable").status_code == 200
+    assert rig.as_(bob).get("/api/v1/jobs").status_code == 200
+    assert rig.admin().post("/api/v1/admin/users/ghost/enable").status_code == 404
 
 
 def test_admin_adds_teams_and_users(rig: Rig) -> None:

@@ -79,5 +79,7 @@ def test_admins_add_teams_and_users_and_disable_them(server: ServerProcess) -> N
     assert any(line.split()[:3] == ["nobody", "user", "vision"] for line in users.splitlines())
     server.cli("admin", "user", "disable", "nobody")
     assert "disabled" in server.cli("admin", "user", "list").stdout
+    server.cli("admin", "user", "enable", "nobody")
+    assert "disabled" not in server.cli("admin", "user", "list").stdout
     taken = server.cli("admin", "user", "add", "nobody", check=False)
     assert taken.returncode == 1 and taken.stderr.startswith("gpuyard: user nobody already")

@@ -157,6 +157,13 @@ def user_disable(name: Annotated[str, typer.Argument(metavar="NAME")]) -> None:
     sys.stdout.write(f"user {name} disabled: none of their tokens is accepted\n")
 
 
+@user_app.command("enable")
+def user_enable(name: Annotated[str, typer.Argument(metavar="NAME")]) -> None:
+    """Accept a disabled user's tokens again (those not revoked or expired meanwhile)."""
+    commands.client().enable_user(name)
+    sys.stdout.write(f"user {name} enabled\n")
+
+
 @team_app.command("add")
 def team_add(name: Annotated[str, typer.Argument(metavar="TEAM")]) -> None:
     """Add a team (`admin user add NAME --team TEAM` puts users in it)."""

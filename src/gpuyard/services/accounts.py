@@ -123,15 +123,23 @@ class AccountService:
             raise Conflict(
                 f"{name} is the server's own user, the admin of last resort: it cannot be disabled"
             )
+        return self._set_disabled(name, True)
+
+    def enable_user(self, actor: Principal, name: str) -> Account:
+        """Accept a disabled user's tokens again (those not revoked or expired meanwhile)."""
+        _admin(actor, "enable a user")
+        return self._set_disabled(name, False)
+
+    def _set_disabled(self, name: str, disabled: bool) -> Account:
         with self._lock:
             account = self._accounts.get(name)
             if account is None:
                 raise NotFound(f"user {name} not found (`gpuyard admin user list`)")
-            disabled = replace(account, disabled=True)
-            self._store.save_account(disabled)
-            self._accounts[name] = disabled
+            changed = replace(account, disabled=disabled)
+            self._store.save_account(changed)
+            self._accounts[name] = changed
             self._refresh()
-            return disabled
+            return changed
 
     # -- tokens (one's own) ---------------------------------------------------------------
     def create_token(

@@ -58,6 +58,12 @@ def disable_user(name: str, accounts: Accounts, actor: Actor) -> UserOut:
     return _user_out(accounts.disable_user(actor, name))
 
 
+@accounts_router.post("/users/{name}/enable")
+def enable_user(name: str, accounts: Accounts, actor: Actor) -> UserOut:
+    """Accept a disabled user's tokens again (those not revoked or expired meanwhile)."""
+    return _user_out(accounts.enable_user(actor, name))
+
+
 @accounts_router.post("/teams", status_code=201)
 def add_team(body: TeamIn, accounts: Accounts, actor: Actor) -> TeamOut:
     team = accounts.add_team(actor, body.name)
