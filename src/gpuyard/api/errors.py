@@ -19,6 +19,7 @@ from gpuyard.domain.errors import (
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    QuotaExceeded,
     Unauthorized,
     Unavailable,
 )
@@ -32,6 +33,7 @@ STATUS_BY_ERROR: dict[type[GpuyardError], int] = {
     Unauthorized: 401,
     Forbidden: 403,
     PayloadTooLarge: 413,
+    QuotaExceeded: 429,
     Unavailable: 503,
 }
 _CODE_BY_HTTP = {400: "invalid_request", 401: "unauthorized", 403: "forbidden",

@@ -50,6 +50,13 @@ class PayloadTooLarge(GpuyardError):
     code = "payload_too_large"
 
 
+class QuotaExceeded(GpuyardError):
+    """A limit an admin set refuses this request now (HTTP 429): too many jobs pending, or a
+    job larger than a limit will ever allow."""
+
+    code = "quota_exceeded"
+
+
 class Unavailable(GpuyardError):
     """The server cannot serve the request right now (HTTP 503)."""
 
@@ -60,6 +67,6 @@ ERRORS_BY_CODE: dict[str, type[GpuyardError]] = {
     cls.code: cls
     for cls in (
         GpuyardError, InvalidRequest, NotFound, Conflict, Unauthorized, Forbidden,
-        PayloadTooLarge, Unavailable,
+        PayloadTooLarge, QuotaExceeded, Unavailable,
     )
 }

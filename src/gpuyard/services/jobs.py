@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound, QuotaExceeded
 from gpuyard.domain.job import Drain, Gpu, Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
@@ -140,6 +140,7 @@ class JobService:
         `restart_of`: the finished job this one runs again (`gpuyard restart`)."""
         self._check_fits(spec)
         self._check_owner(actor)
+        self._check_quota(spec, actor)
         self._check_workdir(spec)
         job = self._new_job(spec, actor, restart_of)
         self.store.write([job], [])
@@ -150,6 +151,7 @@ class JobService:
         the file system is looked at off the loop (a stalled mount must not stall the API)."""
         self._check_fits(spec)
         self._check_owner(actor)
+        self._check_quota(spec, actor)
         if not self._workdir_seen_recently(spec.workdir):
             await asyncio.to_thread(self._check_workdir, spec)
         job = self._new_job(spec, actor)
@@ -161,6 +163,23 @@ class JobService:
         would run as root when that is not allowed, is refused now rather than at launch."""
         if self._identities is not None:
             self._identities.check(actor.user)
+
+    def _check_quota(self, spec: JobSpec, actor: Principal) -> None:
+        """A job larger than a limit will ever let run, or one past the most jobs pending, is
+        refused now in one line (`scheduling/quotas.py`); one over a running limit is queued
+        and waits with the limit's reason. Costs nothing for users no limit applies to."""
+        rules = self.scheduler.quota_rules
+        if not rules.limited(actor.user):
+            return
+        team = rules.team_of.get(actor.user)
+        mine = theirs = 0
+        for job in self.book.jobs(include_finished=False):
+            if job.state is JobState.PENDING:
+                mine += job.owner == actor.user
+                theirs += team is not None and rules.team_of.get(job.owner) == team
+        why = rules.submit_refusal(actor.user, spec.gpus, spec.time_limit_s, mine, theirs)
+        if why is not None:
+            raise QuotaExceeded(why)
 
     def _new_job(self, spec: JobSpec, actor: Principal, restart_of: int | None = None) -> Job:
         return Job(
@@ -186,6 +205,7 @@ class JobService:
         """Whether `spec` can ever run here and when it would start, without queueing it."""
         self._check_fits(spec)
         self._check_owner(actor)
+        self._check_quota(spec, actor)
         self._check_workdir(spec)
         probe_id = self.book.peek_next_id()
         projection = self.scheduler.dry_run(spec, actor.user, probe_id)

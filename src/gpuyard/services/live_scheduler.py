@@ -26,6 +26,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import (
@@ -40,6 +41,7 @@ from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.policy import Policy
 from gpuyard.scheduling.projection import Projection, StartEstimates
+from gpuyard.scheduling.quotas import QuotaJob, QuotaLedger, QuotaRules, admission, next_recheck_at
 from gpuyard.services.estimates import Batch, Estimator, copy_world
 from gpuyard.services.gpu_binding import GpuBinding, Launch
 from gpuyard.services.inventory import Inventory
@@ -102,6 +104,13 @@ class LiveScheduler:
         self._unrecorded_stops: dict[int, None] = {}  # preempted, not yet recorded (ordered)
         self._wake_at: float | None = -math.inf  # the first pass runs whatever happened
         self._view = PassView()
+        # Quotas (scheduling/quotas.py): the rules are swapped in whole by `set_quotas` (any
+        # thread); the pass holds jobs over a limit out of the policy (parked, as the gate's
+        # holds are) and publishes why, read lock-free by `reason_for`.
+        self._quota_rules = QuotaRules()
+        self._rules_applied = self._quota_rules
+        self._quota_ledger = QuotaLedger()
+        self._quota_held: Mapping[int, str] = MappingProxyType({})
         self.estimator = Estimator(
             clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live,
             in_process=estimates_in_process,
@@ -141,6 +150,14 @@ class LiveScheduler:
         """A GPU was taken out of service (True) or put back (False)."""
         self._inbox.append(Drained(gpu_index, out_of_service, at))
 
+    def set_quotas(self, rules: QuotaRules) -> None:
+        """New limits (any thread): the next pass holds and releases jobs by them."""
+        self._quota_rules = rules
+
+    @property
+    def quota_rules(self) -> QuotaRules:
+        return self._quota_rules
+
     def set_hot(self, hot: dict[int, str]) -> None:
         """GPUs to hand out last (too hot, or throttled by heat or power), with why."""
         self.binding.hot = dict(hot)
@@ -168,14 +185,23 @@ class LiveScheduler:
             now = self._clock()
             fed = self._apply_inbox()
             due = self._wake_at is not None and self._wake_at <= now
+            rules = self._quota_rules
+            if (fed or due or rules is not self._rules_applied) and (
+                not rules.empty or self._quota_held
+            ):
+                fed = self._apply_quotas(rules, now) or fed
+            self._rules_applied = rules
             passed = fed or due
             generation = self._view.generation
             if passed:
                 # Else no pass, exactly as in the simulator (a pass at another instant could
                 # decide otherwise for time-dependent ranks).
                 self._apply_decisions(self._feed.schedule(now))
+                if not rules.empty:  # the runs it started count from now on
+                    self._sync_ledger(now)
                 generation += 1
-                self._wake_at = self.policy.next_decision_at(now)
+                wakes = (self.policy.next_decision_at(now), next_recheck_at(self._quota_held, now))
+                self._wake_at = min((w for w in wakes if w is not None), default=None)
             launches, waiting_busy = self.binding.launchable(self._assigned, self.cluster)
             ops = self._feed.take_ops()
             if ops:
@@ -191,6 +217,41 @@ class LiveScheduler:
             elif self._assigned.pop(job_id, None) is None:  # it has processes to stop
                 self._stopping.add(job_id)
                 self._unrecorded_stops[job_id] = None
+
+    def _apply_quotas(self, rules: QuotaRules, now: float) -> bool:
+        """Hold the pending jobs over a quota out of the policy and let back those under it
+        again (`quotas.admission`); True if the policy was told anything. Usage is what the
+        policy has running (the jobs it chose this pass included) and the runs the ledger kept."""
+        feed, gate, ledger = self._feed, self.gate, self._quota_ledger
+        self._sync_ledger(now)
+        ledger.prune(rules, now)
+        candidates = [
+            j for j in feed.jobs.values() if not j.running and rules.limited(j.user)
+        ] + [
+            feed.parked[i] for i in self._quota_held
+            if i in feed.parked and gate.reason(i) is None
+        ]  # fmt: skip
+        held = admission(
+            rules, ledger,
+            (QuotaJob(j.id, j.user, j.gpus, j.priority, j.submitted_at) for j in candidates),
+            now,
+        )  # fmt: skip
+        fed = False
+        for job_id in held:
+            if job_id in feed.jobs:
+                fed = feed.park(job_id, now) or fed
+        for job_id in self._quota_held:
+            if job_id not in held and gate.reason(job_id) is None:
+                fed = feed.unpark(job_id, now) or fed
+        self._quota_held = MappingProxyType(held)
+        return fed
+
+    def _sync_ledger(self, now: float) -> None:
+        self._quota_ledger.sync(
+            ((j.id, j.user, j.gpus, j.run_started_at) for j in self._feed.jobs.values()
+             if j.run_started_at is not None),
+            now,
+        )  # fmt: skip
 
     def stops_recorded(self, job_ids: list[int]) -> None:
         """The controller recorded these preemptions durably; until then `decide` repeats them
@@ -236,7 +297,7 @@ class LiveScheduler:
         for a held job; the job next in line waits for Resources, the ones behind it for
         Priority; a job already chosen waits for the jobs it preempted (Preempting). Reads
         only the last pass's snapshot: never waits for a pass (the event loop calls this)."""
-        held = self.gate.reason(job_id)
+        held = self.gate.reason(job_id) or self._quota_held.get(job_id)
         if held is not None:
             return held
         view = self._view
@@ -294,6 +355,7 @@ class LiveScheduler:
     def _on_end(self, record: Job, at: float) -> bool:
         job_id = record.id
         self.binding.holding.pop(job_id, None)
+        self._quota_ledger.end(job_id, at)  # its run counts for GPU-hours up to its end
         requeued = record.state is JobState.PENDING
         if not requeued:
             self.gate.forget(job_id)
@@ -348,6 +410,10 @@ class LiveScheduler:
         finished.sort(key=lambda j: j.ended_at or 0.0)
         for job in finished[-_REBUILD_HISTORY_JOBS:]:
             events += _life(job, (job.submitted_at, job.started_at, job.ended_at))
+            if job.started_at is not None and job.ended_at is not None:  # GPU-hours quotas
+                self._quota_ledger.past_run(
+                    job.owner, job.spec.gpus, job.started_at, job.ended_at
+                )  # fmt: skip
         for job in jobs:
             if job.state is JobState.PENDING:
                 events += _life(job, (job.submitted_at,))
