@@ -11,7 +11,10 @@ import socket
 
 TYPE_CHECKING = False  # typing stays unimported on the CLI's start path
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
+
+    # A request on a connection kept open: (method, path, headers) -> its response.
+    Exchange = Callable[[str, str, dict[str, str]], "HttpResponse"]
 
 
 # Bytes asked of the socket at once: big enough that a 200 MB body is ~800 calls.
@@ -22,12 +25,13 @@ class HttpResponse:
     """Status, lower-cased headers, and the body (read at once, or streamed by `chunks`)."""
 
     def __init__(self, sock: socket.socket, reader: _Reader, status: int,
-                 reason: str, headers: dict[str, str]) -> None:  # fmt: skip
+                 reason: str, headers: dict[str, str], *, keep: bool = False) -> None:  # fmt: skip
         self.status = status
         self.reason = reason
         self.headers = headers
         self._sock = sock
         self._reader = reader
+        self._keep = keep  # a response read before the connection's next request
 
     def chunks(self) -> Iterator[bytes]:
         """The body in pieces as they arrive (each at most `_RECV` bytes): nothing is
@@ -42,10 +46,13 @@ class HttpResponse:
                     self._reader.line()
             elif "content-length" in self.headers:
                 yield from self._reader.pieces(int(self.headers["content-length"]))
+            elif self._keep:  # its end is the connection's: nothing could follow it
+                raise ConnectionResetError("a response without a length on a kept connection")
             else:
                 yield from self._reader.rest()
         finally:
-            self._sock.close()
+            if not self._keep:
+                self._sock.close()
 
     def read(self) -> bytes:
         return b"".join(self.chunks())
@@ -99,8 +106,11 @@ class _Reader:
 def request(
     host: str, port: int, method: str, path: str, headers: dict[str, str],
     body: bytes | None, *, timeout_s: float | None, tls: bool = False,
+    before: Callable[[Exchange], None] | None = None,
 ) -> HttpResponse:  # fmt: skip
-    """Send one request; raises OSError (ConnectionRefusedError, ...) when unreachable."""
+    """Send one request; raises OSError (ConnectionRefusedError, ...) when unreachable.
+    `before` may first make requests of its own on the same connection (kept alive), e.g.
+    check that the server is who it should be before this request's secrets are sent."""
     # An ASCII host as bytes (getaddrinfo takes both; typeshed says str): a str would be
     # IDNA-encoded, which imports `encodings.idna` (~1 ms).
     address = host.encode() if host.isascii() else host
@@ -111,20 +121,29 @@ def request(
             import ssl
 
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-        name = f"[{host}]" if ":" in host else host  # an IPv6 address in brackets
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {name}:{port}", "Connection: close"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        if body is not None:
-            lines.append(f"Content-Length: {len(body)}")
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b""))
         reader = _Reader(sock)
-        _version, status, *reason = reader.line().decode("latin-1").split(" ", 2)
-        response_headers: dict[str, str] = {}
-        while line := reader.line():
-            key, _, value = line.decode("latin-1").partition(":")
-            response_headers[key.strip().lower()] = value.strip()
-        return HttpResponse(sock, reader, int(status), reason[0] if reason else "",
-                            response_headers)  # fmt: skip
+        name = f"[{host}]" if ":" in host else host  # an IPv6 address in brackets
+
+        def exchange(
+            method: str, path: str, headers: dict[str, str], body: bytes | None, keep: bool
+        ) -> HttpResponse:
+            lines = [f"{method} {path} HTTP/1.1", f"Host: {name}:{port}"]
+            lines += [f"{k}: {v}" for k, v in headers.items()]
+            lines.append("Connection: keep-alive" if keep else "Connection: close")
+            if body is not None:
+                lines.append(f"Content-Length: {len(body)}")
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b""))
+            _version, status, *reason = reader.line().decode("latin-1").split(" ", 2)
+            response_headers: dict[str, str] = {}
+            while line := reader.line():
+                key, _, value = line.decode("latin-1").partition(":")
+                response_headers[key.strip().lower()] = value.strip()
+            return HttpResponse(sock, reader, int(status), reason[0] if reason else "",
+                                response_headers, keep=keep)  # fmt: skip
+
+        if before is not None:
+            before(lambda method, path, headers: exchange(method, path, headers, None, True))
+        return exchange(method, path, headers, body, False)
     except BaseException:
         sock.close()
         raise

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Any, TypeAlias
 
+    from gpuyard._http import Exchange
+
     JobDict: TypeAlias = dict[str, Any]
 else:
     JobDict = dict
@@ -45,12 +47,6 @@ class ServerNotVerified(GpuyardError):
     """What listens at the URL could not prove it holds the token: the token was not sent."""
 
     code = "unverified_server"
-
-
-# (https, host, port, key id) of the servers that proved, in this process, that they hold the
-# token: one challenge per server per process. Dropped when a connection to it fails (a
-# restart is when another program could take the port).
-_VERIFIED: set[tuple[bool, str, int, str]] = set()
 
 
 def find_token(url: str | None = None) -> str | None:
@@ -127,7 +123,6 @@ class Client:
             token, self._token_source = _find_token(self.url)
         self._token = token
         self._timeout_s = timeout_s
-        self._verified_as: tuple[bool, str, int, str] | None = None
 
     def __enter__(self) -> Client:
         return self
@@ -329,54 +324,47 @@ class Client:
             raise self._lost() from None
 
     def _unreachable(self) -> ServerUnreachable:
-        if self._verified_as is not None:  # whoever answers next proves itself again
-            _VERIFIED.discard(self._verified_as)
         return ServerUnreachable(
             f"cannot reach gpuyard server at {self.url}: is `gpuyard server` running?"
         )
 
-    def _verify_server(self) -> None:
-        """Before the token leaves this process: the server answers a fresh nonce with an
-        HMAC keyed by the token's hash (`gpuyard.domain.hello`), which only a server holding
-        the token can. Once per server per process."""
+    def _verify_server(self, exchange: Exchange) -> None:
+        """Before the token leaves this process, on the connection it will be sent on: the
+        server answers a fresh nonce with an HMAC keyed by the token's hash
+        (`gpuyard.domain.hello`), which only a server holding the token can compute. Bound to
+        the connection, not remembered: a server restarted between two requests (when another
+        program could take its port) proves itself again; it costs one round trip."""
         assert self._token is not None
         key = hello.token_key(self._token)
-        self._verified_as = (self._https, self._host, self._port, hello.key_id(key))
-        if self._verified_as in _VERIFIED:
-            return
         nonce = os.urandom(32)
-        path = f"{hello.PATH}?nonce={nonce.hex()}&key={self._verified_as[3]}"
-        try:
-            resp = request(
-                self._host, self._port, "GET", path, {"Accept": "application/json"}, None,
-                timeout_s=self._timeout_s, tls=self._https,
-            )  # fmt: skip
-            raw = resp.read()
-        except OSError:
-            raise self._unreachable() from None
+        path = f"{hello.PATH}?nonce={nonce.hex()}&key={hello.key_id(key)}"
+        resp = exchange("GET", path, {"Accept": "application/json"})
+        if int(resp.headers.get("content-length") or 0) > 4096:
+            raise self._not_verified(resp.status)  # not our server's answer: do not read it
+        raw = resp.read()
         if resp.status == 200:
             try:
                 answer = json.loads(raw)["proof"]
             except (ValueError, KeyError, TypeError):
                 answer = ""
             if isinstance(answer, str) and hello.check(key, nonce, answer):
-                _VERIFIED.add(self._verified_as)
                 return
         elif resp.status in (401, 429):
             error = _error_from_body(resp, raw)
             if isinstance(error, Unauthorized) and self._token_source is not None:
-                raise _unauthorized(self._token, self._token_source)
+                raise _unauthorized(self._token, self._token_source, error.message)
             raise error
-        raise ServerNotVerified(
+        raise self._not_verified(resp.status)
+
+    def _not_verified(self, status: int) -> ServerNotVerified:
+        return ServerNotVerified(
             f"what listens at {self.url} could not prove it is the gpuyard server holding "
-            f"your token (HTTP {resp.status}), so the token was not sent: another program "
-            "may have taken the port; check `gpuyard server` is running there"
+            f"your token (HTTP {status}), so the token was not sent: another program may "
+            "have taken the port; check `gpuyard server` is running there"
         )
 
     def _lost(self, submit: bool = False) -> ServerUnreachable:
         check = "check `gpuyard queue` (a submit may have been accepted)" if submit else "try again"
-        if self._verified_as is not None:
-            _VERIFIED.discard(self._verified_as)
         return ServerUnreachable(
             f"lost the connection to the gpuyard server at {self.url} mid-answer; {check}"
         )
@@ -443,7 +431,6 @@ class Client:
     ) -> HttpResponse:
         headers = {"Accept": "application/json"}
         if self._token:
-            self._verify_server()
             headers["Authorization"] = f"Bearer {self._token}"
         payload = None
         if body is not None:
@@ -453,6 +440,7 @@ class Client:
             resp = request(
                 self._host, self._port, method, path, headers, payload,
                 timeout_s=self._timeout_s if timeout_s == -1.0 else timeout_s, tls=self._https,
+                before=self._verify_server if self._token else None,
             )  # fmt: skip
         except OSError:
             raise self._unreachable() from None

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuyard.client import ServerNotVerified
 from gpuyard.domain.errors import Conflict
 from tests.e2e.server import GPUYARD, ServerProcess, free_port, wait_for
 
@@ -251,9 +252,10 @@ class FakeListener:
     """What another local user could run on the configured port: it records every byte and
     answers every request 200 with a made-up proof."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
         self.received = b""
@@ -306,3 +308,21 @@ def test_the_cli_never_sends_its_token_to_a_listener_that_is_not_the_server(
     assert urllib.parse.quote(token).encode() not in fake.received
     # The real server proves itself: the same CLI works against it.
     assert server.cli("queue").returncode == 0
+
+
+def test_a_server_replaced_between_two_requests_never_gets_the_token(
+    server: ServerProcess,
+) -> None:
+    """The SDK proves the server on every connection: a program that takes the port while the
+    server restarts gets nothing, though this client spoke to the real server a moment ago."""
+    client = server.client()
+    assert client.jobs() == []
+    server.stop()
+    fake = FakeListener(server.port)
+    try:
+        with pytest.raises(ServerNotVerified, match="could not prove"):
+            client.jobs()
+    finally:
+        fake.close()
+    assert fake.received.startswith(b"GET /api/v1/hello?")
+    assert _token(server).encode() not in fake.received

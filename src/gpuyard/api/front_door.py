@@ -154,8 +154,8 @@ class FrontDoor:
         if key is None:
             self._access.throttle.failed(address)  # a way to test guessed tokens, too
             message = (
-                "this server knows no such token: use the token in the server's state dir "
-                "(or GPUYARD_TOKEN)"
+                "missing or wrong API token: this server holds no such token (the CLI reads "
+                "it from GPUYARD_TOKEN, `gpuyard login`'s file or the server's state dir)"
             )
             await _answer(send, 401, Unauthorized.code, message)
             return
