@@ -462,14 +462,26 @@ def ensure_token(path: Path) -> str:
 class OneLineFormatter(logging.Formatter):
     """Every log record on one line: a newline or a control character in the message (a drain
     reason, a job's name: text a user chose) is written as an escape (`\\n`, `\\x1b`), so it
-    cannot forge a line of the server's log nor move an admin's terminal. Tracebacks, appended
-    after the message, keep their lines."""
+    cannot forge a line of the server's log nor move an admin's terminal. A traceback keeps its
+    lines, each marked `  | ` (an exception's text may hold a user's newline too): no line
+    after a record's first can pass for a record of its own."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         text = record.message
         if not text.isprintable():
-            record.message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+            record.message = _escaped(text)
         return super().formatMessage(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        first, newline, rest = super().format(record).partition("\n")
+        if not newline:
+            return first
+        lines = (_escaped(line) for line in rest.split("\n"))
+        return first + "".join(f"\n  | {line}" for line in lines)
+
+
+def _escaped(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def configure_logging(stream: TextIO) -> None:
