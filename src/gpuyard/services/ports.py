@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from gpuyard.domain.accounts import Account, ApiToken, Team
 from gpuyard.domain.job import Drain, Gpu, Job
+from gpuyard.domain.limits import AccountLimits, LimitKind
 from gpuyard.domain.principal import Scope
 from gpuyard.domain.states import JobState
 
@@ -139,6 +140,23 @@ class AccountStore(Protocol):
 
     def touch_tokens(self, last_used: Mapping[int, float]) -> None:
         """Record when tokens were last used (`{token id: time}`; unknown ids are ignored)."""
+        ...
+
+
+class LimitStore(Protocol):
+    """Quotas and fair-share weights per user and team (`domain/limits.py`), as admins set them.
+    The stores that implement JobStore implement this too; `tests/contract/` covers both."""
+
+    def load_limits(self) -> list[AccountLimits]:
+        """Every entry, by kind then name."""
+        ...
+
+    def save_limits(self, entry: AccountLimits) -> None:
+        """Create or replace the entry of (kind, name)."""
+        ...
+
+    def clear_limits(self, kind: LimitKind, name: str) -> None:
+        """Remove the entry of (kind, name); NotFound if there is none."""
         ...
 
 

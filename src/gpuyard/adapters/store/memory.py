@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuyard.adapters.store.accounts_memory import MemoryAccounts, MemoryAccountStore
+from gpuyard.adapters.store.limits_memory import MemoryLimits, MemoryLimitStore
 from gpuyard.domain.errors import Conflict, Unavailable
 from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
@@ -35,17 +36,19 @@ class MemoryDatabase:
     gpu_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
     max_deleted_id: int = 0  # the highest id `delete_finished` removed: never given again
     accounts: MemoryAccounts = field(default_factory=MemoryAccounts)
+    limits: MemoryLimits = field(default_factory=MemoryLimits)
     lock_holder: object | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class MemoryJobStore(MemoryAccountStore):
+class MemoryJobStore(MemoryAccountStore, MemoryLimitStore):
     """Implements the JobStore and AccountStore ports over a MemoryDatabase (a new, empty one
     by default)."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
         self.database = database if database is not None else MemoryDatabase()
         self._accounts = self.database.accounts
+        self._limits = self.database.limits
         self._closed = False
 
     def lock_exclusive(self) -> None:

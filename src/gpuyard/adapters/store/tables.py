@@ -118,3 +118,16 @@ api_tokens = Table(
     Column("revoked_at", Float),
     sqlite_autoincrement=True,
 )
+# Limits (migration 0009): quotas and fair-share weights per user ("user") or team ("team").
+limits = Table(
+    "limits",
+    metadata,
+    Column("kind", String(8), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("max_gpus", Integer),
+    Column("max_pending", Integer),
+    Column("max_gpu_hours", Float),
+    Column("window_s", Float, nullable=False),
+    Column("shares", Float),
+    Column("updated_at", Float, nullable=False),
+)
