@@ -246,9 +246,10 @@ class Client:
         result: JobDict = self._json("POST", "/api/v1/tokens", body)
         return result
 
-    def tokens(self) -> list[JobDict]:
-        """Your tokens not revoked: id, scope, created_at, expires_at, last_used_at."""
-        result: list[JobDict] = self._json("GET", "/api/v1/tokens")
+    def tokens(self, all: bool = False) -> list[JobDict]:
+        """Your tokens not revoked: id, user, scope, created_at, expires_at, last_used_at;
+        `all`: every user's (admins only)."""
+        result: list[JobDict] = self._json("GET", "/api/v1/tokens" + ("?all=true" if all else ""))
         return result
 
     def revoke_token(self, token_id: int) -> JobDict:

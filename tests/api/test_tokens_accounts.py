@@ -204,6 +204,16 @@ def test_admin_adds_teams_and_users(rig: Rig) -> None:
     assert [t["name"] for t in teams] == ["default", "vision"]
     carol = rig.token_of("carol", scope="admin")
     assert rig.as_(carol).get("/api/v1/admin/users").status_code == 200
+    everyone = rig.as_(carol).get("/api/v1/tokens?all=true").json()
+    assert {t["user"] for t in everyone} == {"carol"}  # the admin's own so far
+    _add_user(rig, "nobody")
+    bob = rig.token_of("nobody")
+    everyone = rig.as_(carol).get("/api/v1/tokens?all=true").json()
+    assert {t["user"] for t in everyone} == {"carol", "nobody"}
+    assert rig.as_(bob).get("/api/v1/tokens?all=true").status_code == 403
+    bobs = [t["id"] for t in everyone if t["user"] == "nobody"]
+    assert rig.as_(carol).delete(f"/api/v1/tokens/{bobs[-1]}").status_code == 200
+    assert rig.as_(bob).get("/api/v1/jobs").status_code == 401
 
 
 def test_tokens_and_accounts_survive_a_restart(tmp_path: Path) -> None:

@@ -46,6 +46,8 @@ def test_a_created_token_works_from_gpuyard_token_until_revoked(
     assert header.split()[:3] == ["ID", "SCOPE", "CREATED"]
     token_id, scope = row.split()[:2]
     assert scope == "submit" and not row.endswith(" -")  # last used: just now
+    everyone = server.cli("token", "list", "--all").stdout.splitlines()
+    assert everyone[0].split()[:2] == ["ID", "USER"] and everyone[1].split()[0] == token_id
     server.cli("token", "revoke", token_id)
     refused = _run(env, "queue")
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1

@@ -58,9 +58,14 @@ def token_create(
 
 
 @token_app.command("list")
-def token_list(json_out: JsonOpt = False) -> None:
+def token_list(
+    json_out: JsonOpt = False,
+    all_users: Annotated[
+        bool, typer.Option("--all", help="every user's tokens (admins), with a USER column")
+    ] = False,
+) -> None:
     """Your tokens (never their secrets): id, scope, created, expires, last used."""
-    tokens = commands.client().tokens()
+    tokens = commands.client().tokens(all=all_users)
     if json_out:
         commands.print_json(tokens)
         return
@@ -69,6 +74,9 @@ def token_list(json_out: JsonOpt = False) -> None:
         expires = "expired" if t["expired"] else _when(t["expires_at"])
         rows.append((str(t["id"]), t["scope"], _when(t["created_at"]), expires,
                      _when(t["last_used_at"], "-")))  # fmt: skip
+    if all_users:
+        rows = [(row[0], user, *row[1:]) for row, user in zip(
+            rows, ["USER", *(t["user"] for t in tokens)], strict=True)]  # fmt: skip
     _table(rows)
 
 

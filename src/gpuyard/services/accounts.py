@@ -166,12 +166,18 @@ class AccountService:
             self._refresh()
         return secret, token
 
-    def tokens(self, actor: Principal) -> list[ApiToken]:
+    def tokens(self, actor: Principal, *, everyone: bool = False) -> list[ApiToken]:
         """The actor's tokens not revoked, by id (expired ones too: `token list` marks them),
-        with when each was last used."""
+        with when each was last used; `everyone`: every user's (admins only, to find the one
+        to revoke)."""
+        if everyone:
+            _admin(actor, "list everyone's tokens")
         self.flush_last_used()
         with self._lock:
-            return [t for t in self._tokens.values() if t.user == actor.user and not t.revoked_at]
+            return [
+                t for t in self._tokens.values()
+                if (everyone or t.user == actor.user) and not t.revoked_at
+            ]  # fmt: skip
 
     def revoke_token(self, actor: Principal, token_id: int) -> ApiToken:
         """Refuse a token from now on: one's own; an admin, anyone's (another user's is 'not

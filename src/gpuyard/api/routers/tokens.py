@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from gpuyard.api.deps import Accounts, Actor
 from gpuyard.domain.accounts import ApiToken
@@ -33,9 +34,13 @@ def create_token(body: TokenCreateIn, accounts: Accounts, actor: Actor) -> Token
 
 
 @router.get("")
-def list_tokens(accounts: Accounts, actor: Actor) -> list[TokenOut]:
-    """Your tokens that are not revoked (never their secrets)."""
-    return [token_out(t) for t in accounts.tokens(actor)]
+def list_tokens(
+    accounts: Accounts,
+    actor: Actor,
+    all: Annotated[bool, Query(description="every user's (admins only)")] = False,
+) -> list[TokenOut]:
+    """Your tokens that are not revoked (never their secrets); `all`: everyone's."""
+    return [token_out(t) for t in accounts.tokens(actor, everyone=all)]
 
 
 @router.delete("/{token_id}")
