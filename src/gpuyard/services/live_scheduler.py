@@ -39,6 +39,7 @@ from gpuyard.domain.job import (
 )
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
+from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policy import Policy
 from gpuyard.scheduling.projection import Projection, StartEstimates
 from gpuyard.scheduling.quotas import QuotaJob, QuotaLedger, QuotaRules, admission, next_recheck_at
@@ -111,6 +112,7 @@ class LiveScheduler:
         self._rules_applied = self._quota_rules
         self._quota_ledger = QuotaLedger()
         self._quota_held: Mapping[int, str] = MappingProxyType({})
+        self._shares = self._shares_applied = Shares()
         self.estimator = Estimator(
             clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live,
             in_process=estimates_in_process,
@@ -150,6 +152,10 @@ class LiveScheduler:
         """A GPU was taken out of service (True) or put back (False)."""
         self._inbox.append(Drained(gpu_index, out_of_service, at))
 
+    def set_shares(self, shares: Shares) -> None:
+        """New fair-share weights (any thread): the next pass gives them to the policy."""
+        self._shares = shares
+
     def set_quotas(self, rules: QuotaRules) -> None:
         """New limits (any thread): the next pass holds and releases jobs by them."""
         self._quota_rules = rules
@@ -184,6 +190,10 @@ class LiveScheduler:
         with self._lock:
             now = self._clock()
             fed = self._apply_inbox()
+            if self._shares is not self._shares_applied:
+                self._shares_applied = self._shares
+                self._feed.set_shares(self._shares_applied)
+                fed = True
             due = self._wake_at is not None and self._wake_at <= now
             rules = self._quota_rules
             if (fed or due or rules is not self._rules_applied) and (

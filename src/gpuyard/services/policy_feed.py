@@ -16,6 +16,7 @@ from typing import cast
 
 from gpuyard.domain.job import Job
 from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policy import (
     Policy,
     SchedJob,
@@ -138,6 +139,13 @@ class PolicyFeed:
         self.jobs[job_id] = job
         self.policy.submit(job, at)
         return True
+
+    def set_shares(self, shares: Shares) -> None:
+        """New fair-share weights for a policy that uses them (`fairshare`, `default`)."""
+        self._op("set_shares", shares)
+        set_shares = getattr(self.policy, "set_shares", None)
+        if set_shares is not None:
+            set_shares(shares)
 
     def charge(self, node: int) -> None:
         """One GPU of `node` is out of service: the policy sees it busy."""

@@ -69,6 +69,12 @@ Parameters, and why:
   served among such jobs) and may preempt any job that is not starved itself, has run
   `min_run_s` and is not held by the restart backoff. This bounds how long a mis-predicted job
   (a short 16-GPU job of a user whose 16-GPU jobs run for hours) or a preempted one can wait.
+- Shares (`set_shares`): a user's expected GPU-time is divided by their weight (their share
+  times their team's, each 1 unless an admin set it) when ranked and when it is weighed against
+  a victim: a user with share 2 counts their jobs as half as long. Past usage is not counted
+  again: ranking by attained service already charges whoever holds GPUs longest. With every
+  share 1 (a trace's users, a server where no one set any) every weight is 1 and nothing
+  changes. A new weight applies to jobs queued from then on.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Sequence
 
+from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
 
@@ -187,6 +194,19 @@ class DefaultPolicy(RankedPolicy):
         # Jobs that started and have not finished, per history key: censored run times.
         self._unfinished: dict[object, dict[int, SchedJob]] = {}
         self._censored_at: tuple[float, dict[object, list[float]]] = (-1.0, {})
+        self._shares = Shares()
+
+    def set_shares(self, shares: Shares) -> None:
+        """New fair-share weights (jobs queued from now on are ranked by them)."""
+        self._shares = shares
+
+    def _weight(self, user: str) -> float:
+        shares = self._shares
+        if shares.uniform:
+            return 1.0
+        team = shares.team_of.get(user)
+        team_w = shares.teams.get(team, 1.0) if team is not None else 1.0
+        return max(shares.users.get(user, 1.0) * team_w, 1e-9)
 
     # -- prediction -------------------------------------------------------------------------
     def _sample(self, job: SchedJob) -> tuple[object, list[float]]:
@@ -311,7 +331,7 @@ class DefaultPolicy(RankedPolicy):
         elif self._outlived(job, now):
             key = (2, job.submitted_at, 0.0)
         else:
-            key = (1, work, job.submitted_at)
+            key = (1, work / self._weight(job.user), job.submitted_at)
         self._pending.add(job, key)
         self._pending_added(job)
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
@@ -338,7 +358,7 @@ class DefaultPolicy(RankedPolicy):
             return False
         if a.id in self._starved:
             return True
-        return self._ratio * self._rank[a.id] < self._estimate_now(b, now)[0]
+        return self._ratio * self._rank[a.id] / self._weight(a.user) < self._estimate_now(b, now)[0]
 
     def _shielded(self, victim: SchedJob, now: float) -> bool:
         """Restart backoff: a job restarted k times keeps its GPUs until its current run reaches

@@ -7,10 +7,15 @@ submits a 1-GPU job at the same moment. b's fair-share factor is 2^(-0.1/0.5) = 
 to `weight_age` over `max_age_s` (7 days), so a's job still starts eventually. No preemption:
 jobs start greedily in priority order, smaller ones using GPUs a bigger one cannot. A job's own
 `--priority` (like Slurm's QOS priority) ranks before the multifactor score.
+
+Shares (`set_shares`, `scheduling/fair_share.py`): an admin may give users and teams other
+weights than 1; a user's share is then their team's part times their part of the team, instead
+of 1/users. With every share equal and no teams (a trace's users) nothing changes.
 """
 
 from __future__ import annotations
 
+from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
 from gpuyard.scheduling.policy import Context, SchedJob, place_job, whole_gpus
 
@@ -41,14 +46,27 @@ class FairsharePolicy:
         self._total_gpus = 1
         self._next_recalc = 0.0
         self._sizes = RequestSizes()
+        self._shares = Shares()
+        self._norm: dict[str, float] | None = None  # normalised shares of the users seen
+
+    def set_shares(self, shares: Shares) -> None:
+        """New weights; they count from the next recalculation (as Slurm's do)."""
+        self._shares = shares
+        self._norm = None
+
+    def _share(self, user: str) -> float:
+        if self._shares.uniform:
+            return 1.0 / max(len(self._usage), 1)
+        if self._norm is None:
+            self._norm = self._shares.normalised(self._usage)
+        return self._norm.get(user, 0.0)
 
     # -- priority ---------------------------------------------------------------------------
     def priority(self, job: SchedJob, now: float) -> float:
         total = sum(self._usage.values()) or 1.0
-        users = max(len(self._usage), 1)
-        share = 1.0 / users
+        share = self._share(job.user)
         usage = self._usage.get(job.user, 0.0) / total
-        fairshare = 2.0 ** (-usage / share)
+        fairshare = 2.0 ** (-usage / share) if share > 0 else 0.0
         age = min((now - job.submitted_at) / self._max_age_s, 1.0)
         size = 1.0 - min(job.gpus / self._total_gpus, 1.0)
         score = self._w_fs * fairshare + self._w_age * age + self._w_size * size
@@ -77,7 +95,9 @@ class FairsharePolicy:
 
     # -- events -----------------------------------------------------------------------------
     def submit(self, job: SchedJob, now: float) -> None:
-        self._usage.setdefault(job.user, 0.0)
+        if job.user not in self._usage:
+            self._usage[job.user] = 0.0
+            self._norm = None
         self._pending.add(job, (-job.priority, -self.priority(job, now), job.submitted_at))
         self._sizes.add(whole_gpus(job))
 
