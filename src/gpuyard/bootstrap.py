@@ -304,6 +304,22 @@ def _writable_state_dir(state: Path) -> None:
             "DIR` checks one)"
         ) from None
     close_state_dir(state)
+    if os.geteuid() == 0:
+        _warn_unreachable(state)
+
+
+def _warn_unreachable(state: Path) -> None:
+    """A root server runs jobs as their owners, who must cross every folder above their own
+    job's folder to run the script copied at submit: say which one shuts them out (the
+    default state dir under /root does)."""
+    for folder in (state.resolve(), *state.resolve().parents):
+        if not os.stat(folder).st_mode & 0o001:
+            logging.getLogger("gpuyard.server").warning(
+                "jobs run as their owners cannot reach their folders under %s (%s is not "
+                "searchable by others): submitted scripts will not run; use a state dir such "
+                "as /var/lib/gpuyard (--state-dir)", state, folder,
+            )  # fmt: skip
+            return
 
 
 def close_state_dir(state: Path) -> None:
