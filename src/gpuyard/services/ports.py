@@ -160,6 +160,18 @@ class LimitStore(Protocol):
         ...
 
 
+class UsageStore(Protocol):
+    """What `gpuyard usage` reads: the stores that implement JobStore implement this too."""
+
+    def usage_jobs(
+        self, since: float, owner: str | None = None
+    ) -> list[tuple[Job, dict[str, Any] | None]]:
+        """Every job that held GPUs at or after `since` (started, or preempted before; running
+        or ended since), of `owner` (None: anyone's), by id, each with its saved GPU stats
+        (None: none saved)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ExitStatus:
     """How a job's process ended, as its supervisor recorded it."""

@@ -163,6 +163,23 @@ class MemoryJobStore(MemoryAccountStore, MemoryLimitStore):
             last = sorted(self.database.gpu_stats)[-limit:] if limit > 0 else []
             return {job_id: copy.deepcopy(self.database.gpu_stats[job_id]) for job_id in last}
 
+    def usage_jobs(
+        self, since: float, owner: str | None = None
+    ) -> list[tuple[Job, dict[str, Any] | None]]:
+        """The UsageStore port: jobs that held GPUs since `since`, with their saved stats."""
+        out: list[tuple[Job, dict[str, Any] | None]] = []
+        for job in self.load_jobs():
+            ran = job.started_at is not None or job.attained_gpu_s > 0
+            if (
+                ran
+                and (job.ended_at is None or job.ended_at >= since)
+                and (owner is None or job.owner == owner)
+            ):
+                with self.database.lock:
+                    stats = copy.deepcopy(self.database.gpu_stats.get(job.id))
+                out.append((job, stats))
+        return out
+
     def save_gpu_stats(self, job_id: int, stats: dict[str, Any]) -> None:
         self._check_open()
         with self.database.lock:

@@ -27,6 +27,7 @@ from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
 from gpuyard.adapters.store.limits_sql import SqlLimits
 from gpuyard.adapters.store.tables import counters, gpu_drains, job_gpu_stats, jobs
+from gpuyard.adapters.store.usage_sql import SqlUsage
 from gpuyard.domain.errors import Conflict
 from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import TERMINAL_STATES, JobState
@@ -39,7 +40,7 @@ _MAX_JOB_ID = "max_job_id"
 _DELETE_CHUNK = 500  # ids per DELETE (SQLite's default limit on bound parameters is 32,766)
 
 
-class SqlJobStore(SqlAccounts, SqlLimits):
+class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
     """Implements the JobStore and AccountStore ports (accounts: `accounts_sql.py`). One
     server process per database (`lock_exclusive`).
 

@@ -1,0 +1,36 @@
+"""The UsageStore port in SQL (`SqlJobStore` inherits it): the jobs that held GPUs since a
+time, each with its saved GPU stats, in one query."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Engine, or_, select
+
+from gpuyard.adapters.store.codec import row_to_job
+from gpuyard.adapters.store.tables import job_gpu_stats, jobs
+from gpuyard.domain.job import Job
+
+
+class SqlUsage:
+    _engine: Engine
+
+    def usage_jobs(
+        self, since: float, owner: str | None = None
+    ) -> list[tuple[Job, dict[str, Any] | None]]:
+        query = (
+            select(jobs, job_gpu_stats.c.stats.label("gpu_stats"))
+            .outerjoin(job_gpu_stats, job_gpu_stats.c.job_id == jobs.c.id)
+            .where(or_(jobs.c.started_at.is_not(None), jobs.c.attained_gpu_s > 0))
+            .where(or_(jobs.c.ended_at.is_(None), jobs.c.ended_at >= since))
+            .order_by(jobs.c.id)
+        )
+        if owner is not None:
+            query = query.where(jobs.c.owner == owner)
+        with self._engine.connect() as conn:
+            rows = list(conn.execute(query))
+        return [
+            (row_to_job(r), json.loads(r.gpu_stats) if r.gpu_stats is not None else None)
+            for r in rows
+        ]
