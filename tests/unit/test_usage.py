@@ -20,25 +20,14 @@ def _job(job_id: int, owner: str, gpus: int, start: float, end: float | None,
 
 
 def test_worked_example_and_teams() -> None:
+    carol: dict[str, Any] = {"sub": -3600.0, "attained_gpu_s": 600.0}
     half = {"samples": 10, "util_sum_pct": 500.0, "gpu_s": 7200.0}  # 50% mean over 2 GPU-h
     records = [
         (_job(1, "alice", 2, 0.0, 3600.0, JobState.COMPLETED), half),
         (_job(2, "alice", 1, 0.0, 1800.0, JobState.FAILED), None),
         (_job(3, "bob", 4, 1800.0, None, JobState.RUNNING), None),  # running: up to now
         # Preempted once for 600 GPU-s before its last run; ran before `since` partly.
-        (
-            _job(
-                4,
-                "carol",
-                1,
-                -1800.0,
-                1800.0,
-                JobState.COMPLETED,
-                sub=-3600.0,
-                attained_gpu_s=600.0,
-            ),
-            None,
-        ),  # fmt: skip
+        (_job(4, "carol", 1, -1800.0, 1800.0, JobState.COMPLETED, **carol), None),
     ]
     rows = {r.key: r for r in summarise(records, since=0.0, now=3600.0)}
     alice = rows["alice"]
