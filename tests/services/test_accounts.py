@@ -95,6 +95,8 @@ def test_revoke_disable_and_enable_reach_the_map_at_once(
     accounts.disable_user(ROOT, "bob")
     with pytest.raises(Unauthorized, match="disabled"):
         auth.authenticate(bearer(secret))
+    with pytest.raises(Forbidden, match="disabled"):  # nor makes new ones another way
+        accounts.create_token(Principal("bob", "user", "default", "admin"))
     accounts.enable_user(ROOT, "bob")
     assert auth.authenticate(bearer(secret)) == bob
     accounts.revoke_token(bob, token.id)

@@ -217,6 +217,8 @@ class AccountService:
                 f"{actor.user} has no account here: an admin adds it with "
                 f"`gpuyard admin user add {actor.user}`"
             )
+        if account.disabled:  # e.g. a local user on the Unix socket, which needs no token
+            raise Forbidden(f"the account {actor.user} is disabled: ask an admin")
         return account
 
     def _refresh(self) -> None:
