@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound, QuotaExceeded
 from gpuyard.domain.job import Drain, Gpu, Job, JobSpec
@@ -24,6 +24,7 @@ from gpuyard.services.inventory import Inventory
 from gpuyard.services.job_files import open_job_file
 from gpuyard.services.jobbook import jobs_by_gpu
 from gpuyard.services.journal import Journal
+from gpuyard.services.limits import LimitService, LimitStores
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import JobStore
 from gpuyard.services.run_as import RunAsPolicy
@@ -133,6 +134,12 @@ class JobService:
         self.idle = idle
         self.peaks = peaks or PeakHistory()  # earlier runs' GPU memory, for --gpu-mem advice
         self._seen_dirs: dict[str, float] = {}  # workdir -> when it last existed (monotonic)
+        # Quotas, shares and usage (`limits.py`): the server's stores implement its ports; a
+        # store that does not (a test's) runs without limits.
+        self.limits: LimitService | None = None
+        if all(hasattr(store, m) for m in ("load_limits", "load_accounts", "usage_jobs")):
+            self.limits = LimitService(cast(LimitStores, store), scheduler, clock)
+            self.limits.load()
 
     # -- submit ---------------------------------------------------------------------------
     def submit(self, spec: JobSpec, actor: Principal, *, restart_of: int | None = None) -> Job:
@@ -168,6 +175,8 @@ class JobService:
         """A job larger than a limit will ever let run, or one past the most jobs pending, is
         refused now in one line (`scheduling/quotas.py`); one over a running limit is queued
         and waits with the limit's reason. Costs nothing for users no limit applies to."""
+        if self.limits is not None:
+            self.limits.note_team(actor.user, actor.team)
         rules = self.scheduler.quota_rules
         if not rules.limited(actor.user):
             return

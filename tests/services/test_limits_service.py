@@ -1,0 +1,116 @@
+"""LimitService through the live decision path (LiveRig): an admin sets limits and shares that
+the scheduler applies at once; `share` and `usage` give known numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuyard.domain.accounts import Account, Team
+from gpuyard.domain.errors import Forbidden, InvalidRequest, NotFound, QuotaExceeded
+from gpuyard.domain.job import JobSpec
+from gpuyard.domain.principal import Principal
+from gpuyard.domain.states import JobState
+from gpuyard.scheduling.policies import make_policy
+from gpuyard.scheduling.quotas import REASON_TEAM_GPUS
+from gpuyard.services.limits import LimitService
+from tests.services.live_harness import LiveRig
+
+ADMIN = Principal("ada", role="admin")
+ALICE = Principal("alice", team="vision")
+BOB = Principal("bob", team="vision")
+CAROL = Principal("carol", team="nlp")
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[LiveRig]:
+    live = LiveRig(tmp_path, make_policy("fairshare", for_server=True), gpus=4)
+    for team in ("default", "vision", "nlp"):
+        live.store.add_team(Team(team, 0.0))
+    for name, team in (("ada", "default"), ("alice", "vision"), ("bob", "vision"),
+                       ("carol", "nlp")):  # fmt: skip
+        live.store.add_account(Account(name, "user", team, 0.0))
+    _limits(live).load()
+    yield live
+    live.close()
+
+
+def _limits(rig: LiveRig) -> LimitService:
+    assert rig.service.limits is not None
+    return rig.service.limits
+
+
+def test_a_team_limit_set_by_an_admin_holds_and_releases(rig: LiveRig) -> None:
+    limits = _limits(rig)
+    entry = limits.set_limits(ADMIN, "team", "vision", max_gpus=2)
+    assert (entry.max_gpus, entry.max_pending) == (2, None)
+    limits.set_limits(ADMIN, "team", "vision", max_pending=5)  # the other limit stays
+    assert [(e.name, e.max_gpus, e.max_pending) for e in limits.limits(ADMIN)] == [("vision", 2, 5)]
+    a = rig.service.submit(rig_spec(gpus=2), ALICE).id
+    b = rig.service.submit(rig_spec(gpus=1), BOB).id
+    c = rig.service.submit(rig_spec(gpus=2), CAROL).id
+    rig.processes.work_s.update({a: 100.0, b: 100.0, c: 100.0})
+    rig.settle()
+    assert rig.state(a) is JobState.RUNNING and rig.state(c) is JobState.RUNNING
+    assert rig.scheduler.reason_for(b) == REASON_TEAM_GPUS
+    with pytest.raises(QuotaExceeded, match="job asks 3 GPUs; team vision may hold at most 2"):
+        rig.service.submit(rig_spec(gpus=3), BOB)
+    rig.advance(100)
+    assert rig.state(b) is JobState.RUNNING
+    limits.clear(ADMIN, "team", "vision")
+    assert limits.limits(ADMIN) == []
+    rig.service.submit(rig_spec(gpus=3), BOB)  # no limit any more
+
+
+def test_only_admins_set_limits_on_what_exists(rig: LiveRig) -> None:
+    limits = _limits(rig)
+    with pytest.raises(Forbidden):
+        limits.set_limits(ALICE, "user", "alice", max_gpus=99)
+    with pytest.raises(NotFound, match="no team robots; add it first"):
+        limits.set_limits(ADMIN, "team", "robots", max_gpus=1)
+    with pytest.raises(NotFound, match="no user zed"):
+        limits.set_limits(ADMIN, "user", "zed", max_gpus=1)
+    with pytest.raises(InvalidRequest, match="--shares must be more than 0"):
+        limits.set_limits(ADMIN, "user", "alice", shares=0)
+    with pytest.raises(NotFound, match="user bob has no limits set"):
+        limits.clear(ADMIN, "user", "bob")
+    limits.set_limits(ADMIN, "user", "alice", max_gpus=1)
+    assert [e.name for e in limits.limits(ALICE)] == ["alice"]
+    assert limits.limits(CAROL) == []
+
+
+def test_share_and_usage_numbers(rig: LiveRig) -> None:
+    limits = _limits(rig)
+    limits.half_life_s = 1e12  # no decay within the test: usage is plain GPU-hours
+    limits.set_limits(ADMIN, "team", "vision", shares=3.0)
+    a = rig.service.submit(rig_spec(gpus=2), ALICE).id
+    c = rig.service.submit(rig_spec(gpus=1), CAROL).id
+    rig.processes.work_s.update({a: 3600.0, c: 1800.0})
+    rig.settle()
+    rig.advance(1800)
+    rig.advance(3600)
+    assert rig.state(a) is JobState.COMPLETED
+    rows = {r.user: r for r in limits.share(ADMIN)}
+    assert set(rows) == {"ada", "alice", "bob", "carol"}
+    # Teams default 1, vision 3, nlp 1: vision 3/5 split by alice and bob.
+    assert rows["alice"].norm_shares == pytest.approx(0.3)
+    assert rows["carol"].norm_shares == pytest.approx(0.2)
+    assert rows["alice"].raw_usage_gpu_h == pytest.approx(2.0)
+    assert rows["alice"].norm_usage == pytest.approx(0.8)
+    assert rows["alice"].factor == pytest.approx(2 ** (-0.8 / 0.3))
+    assert [r.user for r in limits.share(CAROL)] == ["carol"]
+    usage = {r.key: r for r in limits.usage(ADMIN, since=0.0)}
+    assert usage["alice"].allocated_gpu_h == pytest.approx(2.0)
+    assert usage["carol"].allocated_gpu_h == pytest.approx(0.5)
+    assert usage["alice"].states == {"COMPLETED": 1}
+    assert usage["alice"].used_gpu_h is None  # no telemetry in the rig
+    teams = {r.key: r.allocated_gpu_h for r in limits.usage(ADMIN, by="team", since=0.0)}
+    assert teams == pytest.approx({"vision": 2.0, "nlp": 0.5})
+    assert [r.key for r in limits.usage(CAROL, since=0.0)] == ["carol"]
+
+
+def rig_spec(**kw: Any) -> JobSpec:
+    return JobSpec(**{"argv": ("train",), "name": "t", "workdir": "/", **kw})
