@@ -263,3 +263,29 @@ def test_losing_a_node_is_reported_and_stops_the_rest(
         time.sleep(0.1)
     # The lost node's own process is stopped by its supervisor once its Ray worker is gone.
     assert_clean(marker, handle.placement_group_id)
+
+
+def test_the_session_folder_is_the_servers_alone(ray_cluster: RayConnection) -> None:
+    """Not Ray's world-writable /tmp/ray: a 0700 folder of the server's holds the session
+    (sockets, logs) of every local node, the extra raylet's too (issue 11)."""
+    import stat
+
+    import psutil
+
+    root = ray_cluster.temp_root
+    assert root is not None and stat.S_IMODE(root.stat().st_mode) == 0o700
+    session = Path(ray._private.worker.global_worker.node.get_session_dir_path())
+    assert root in session.parents
+    token_path = os.environ["RAY_AUTH_TOKEN_PATH"]
+    raylets = []
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            if (proc.info["environ"] or {}).get("RAY_AUTH_TOKEN_PATH") != token_path:
+                continue
+        except psutil.Error:
+            continue
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        assert "/tmp/ray/" not in cmdline, cmdline
+        if "raylet" in (proc.info["cmdline"] or [""])[0]:
+            raylets.append(cmdline)
+    assert len(raylets) == 2 and all(str(root) in line for line in raylets), raylets

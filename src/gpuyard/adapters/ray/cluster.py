@@ -54,7 +54,9 @@ from __future__ import annotations
 import importlib
 import os
 import secrets
+import shutil
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -68,6 +70,15 @@ TOKEN_FILE = "ray_auth_token"
 # Small: gpuyard's calls move only output lines; Ray's default is 30% of the machine's RAM.
 _OBJECT_STORE_BYTES = 128 << 20
 _connected = threading.Lock()  # held while a RayConnection is open: Ray allows one per process
+# Ray's session folder (sockets, logs, the runtime env) goes in a 0700 folder of the server's:
+# Ray's default, /tmp/ray, is world-writable (0777) with world-readable logs, and Ray makes
+# every folder it creates 0777. Under the state dir (`ray/`), unless that path would make its
+# sockets' paths longer than AF_UNIX allows (107 bytes): then a 0700 folder in the system's
+# temporary directory.
+_TEMP_FOLDER = "ray"
+# What Ray puts below its temp dir for its longest socket: "/session_<date>_<time>_<us>_<pid>"
+# (at most 43) + "/sockets/plasma_store" (21), and a margin.
+_MAX_TEMP_CHARS = 107 - 43 - 21 - 4
 
 
 @dataclass(frozen=True)
@@ -97,10 +108,14 @@ class LocalNodeSpec:
 class RayConnection:
     """The server's connection to a Ray cluster (the driver), and the local nodes it started."""
 
-    def __init__(self, address: str, local_nodes: Sequence[Any] = ()) -> None:
+    def __init__(
+        self, address: str, local_nodes: Sequence[Any] = (), temp_root: Path | None = None
+    ) -> None:
         self.address = address  # GCS host:port
         self._local_nodes = list(local_nodes)  # ray._private.node.Node of extra local raylets
         self._closed = False
+        # The private folder holding a local cluster's session (removed at close).
+        self.temp_root = temp_root
 
     # ---- connecting ---------------------------------------------------------------------
 
@@ -124,8 +139,13 @@ class RayConnection:
         if not nodes:
             raise ValueError("start_local needs at least one node")
         token_path = write_token(Path(state_dir), token or secrets.token_hex(32))
-        with _keep_sigterm():  # ray.init and each extra Node install their own handlers
-            return cls._start_local(ray, token_path, nodes, node_timeout_s)
+        temp_root = private_temp_root(Path(state_dir))
+        try:
+            with _keep_sigterm():  # ray.init and each extra Node install their own handlers
+                return cls._start_local(ray, token_path, nodes, node_timeout_s, temp_root)
+        except BaseException:
+            shutil.rmtree(temp_root, ignore_errors=True)
+            raise
 
     @classmethod
     def _start_local(
@@ -134,8 +154,10 @@ class RayConnection:
         token_path: Path,
         nodes: Sequence[LocalNodeSpec],
         node_timeout_s: float | None,
+        temp_root: Path,
     ) -> RayConnection:
         _take_process_slot()
+        temp_dir = str(temp_root / "t")
         local: list[Any] = []
         try:
             _use_token(token_path=token_path)
@@ -151,12 +173,13 @@ class RayConnection:
                     log_to_driver=False,
                     configure_logging=False,
                     _node_name="gpuyard-local-0",
+                    _temp_dir=temp_dir,
                     _system_config=_health_check_config(node_timeout_s),
                 )
             address = str(ctx.address_info["gcs_address"])
             for index, spec in enumerate(nodes[1:], start=1):
-                local.append(_start_local_node(address, spec, index))
-            return cls(address, local)
+                local.append(_start_local_node(address, spec, index, temp_dir))
+            return cls(address, local, temp_root)
         except BaseException:
             _shutdown_quietly()
             _kill_local_nodes(local)
@@ -211,6 +234,8 @@ class RayConnection:
             self._local_nodes.clear()
             _shutdown_quietly()  # also stops the head if this process started it
         finally:
+            if self.temp_root is not None:
+                shutil.rmtree(self.temp_root, ignore_errors=True)
             _connected.release()
 
     def __enter__(self) -> RayConnection:
@@ -322,7 +347,25 @@ def _health_check_config(node_timeout_s: float | None) -> dict[str, Any]:
     }
 
 
-def _start_local_node(gcs_address: str, spec: LocalNodeSpec, index: int) -> Any:
+def private_temp_root(state_dir: Path) -> Path:
+    """A new, empty folder only the server may enter (0700) for Ray's session: `ray/` under
+    the state dir (what an earlier run left there is removed: one server per state dir), or
+    one in the system's temporary directory when the state dir's path is too long for Ray's
+    sockets. Ray's own folders go inside it, in `t/` (Ray makes those 0777: harmless behind
+    a 0700 parent)."""
+    root = state_dir / _TEMP_FOLDER
+    if len(str(root.absolute() / "t")) > _MAX_TEMP_CHARS:
+        return Path(tempfile.mkdtemp(prefix="gpuyard-ray-"))
+    if root.is_symlink():
+        root.unlink()
+    elif root.exists():
+        shutil.rmtree(root)
+    root.mkdir(mode=0o700)
+    os.chmod(root, 0o700)  # whatever the umask
+    return root
+
+
+def _start_local_node(gcs_address: str, spec: LocalNodeSpec, index: int, temp_dir: str) -> Any:
     """One more raylet on this machine, on loopback (what `ray.cluster_utils` does)."""
     from ray._private.node import Node
     from ray._private.parameter import RayParams
@@ -331,6 +374,7 @@ def _start_local_node(gcs_address: str, spec: LocalNodeSpec, index: int) -> Any:
         gcs_address=gcs_address,
         node_ip_address=LOOPBACK,
         node_name=f"gpuyard-local-{index}",
+        temp_dir=temp_dir,
         num_cpus=spec.cpus,
         num_gpus=spec.gpus,
         memory=None if spec.mem_mib is None else spec.mem_mib << 20,
