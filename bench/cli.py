@@ -19,6 +19,7 @@ Reports p50/p90 wall milliseconds of each.  The server and its jobs are killed a
 
     .venv/bin/python bench/cli.py            # human-readable
     .venv/bin/python bench/cli.py --json     # one JSON line
+    sudo .venv/bin/python bench/cli.py --socket /tmp/gy-bench.sock   # over a root server's socket
 
 Standard library + gpuyard only.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import sys
 import time
@@ -82,6 +84,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cancel": [*cli, "cancel", "{submitted}"],
     }
     walls: dict[str, list[float]] = {name: [] for name in commands}
+    if args.socket:  # the server inherits it
+        os.environ["GPUYARD_SOCKET"] = args.socket
     server = LocalServer(gpus=2, cpus=4, keep=args.keep)
     try:
         server.start()
@@ -89,6 +93,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log(f"server up at {server.url}; {result['queue_jobs']} jobs queued; "
             f"{args.warmup} warm-up + {args.n} rounds ...")  # fmt: skip
         env = server.cli_env()
+        if args.socket:  # found, not pointed at: the socket the CLI prefers, no token
+            env = {k: v for k, v in env.items() if k not in ("GPUYARD_URL", "GPUYARD_TOKEN")}
+            result["transport"] = f"unix socket {args.socket}"
         api = server.api()
         try:
             ids = {"shown": str(api.json("GET", "/api/v1/jobs")[-1]["id"]), "submitted": ""}
@@ -154,6 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     ap.add_argument("--queue-jobs", type=int, default=50, help="jobs in the queue (default 50)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary state dir")
+    ap.add_argument(
+        "--socket", metavar="PATH",
+        help="a root server also listens on this Unix socket; the CLI talks over it, no token",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     with _signals_raise():
         result = run(args)

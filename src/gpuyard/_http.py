@@ -7,7 +7,9 @@ headers, and a Content-Length or chunked body. One request per connection.
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 
 TYPE_CHECKING = False  # typing stays unimported on the CLI's start path
 if TYPE_CHECKING:
@@ -106,28 +108,35 @@ class _Reader:
 def request(
     host: str, port: int, method: str, path: str, headers: dict[str, str],
     body: bytes | None, *, timeout_s: float | None, tls: bool = False,
-    before: Callable[[Exchange], None] | None = None,
+    before: Callable[[Exchange], None] | None = None, unix: str | None = None,
 ) -> HttpResponse:  # fmt: skip
     """Send one request; raises OSError (ConnectionRefusedError, ...) when unreachable.
+    `unix`: over that Unix socket instead of TCP to `host`/`port` (a root server's, for
+    local users: no token, the kernel tells the server who connects).
     `before` may first make requests of its own on the same connection (kept alive), e.g.
     check that the server is who it should be before this request's secrets are sent."""
-    # An ASCII host as bytes (getaddrinfo takes both; typeshed says str): a str would be
-    # IDNA-encoded, which imports `encodings.idna` (~1 ms).
-    address = host.encode() if host.isascii() else host
-    sock = socket.create_connection((address, port), timeout=timeout_s)  # type: ignore[arg-type]
+    if unix is not None:
+        sock = _connect_unix(unix, timeout_s)
+    else:
+        # An ASCII host as bytes (getaddrinfo takes both; typeshed says str): a str would be
+        # IDNA-encoded, which imports `encodings.idna` (~1 ms).
+        address = host.encode() if host.isascii() else host
+        sock = socket.create_connection((address, port), timeout=timeout_s)  # type: ignore[arg-type]
     try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if unix is None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls:
             import ssl
 
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         reader = _Reader(sock)
         name = f"[{host}]" if ":" in host else host  # an IPv6 address in brackets
+        authority = "localhost" if unix is not None else f"{name}:{port}"
 
         def exchange(
             method: str, path: str, headers: dict[str, str], body: bytes | None, keep: bool
         ) -> HttpResponse:
-            lines = [f"{method} {path} HTTP/1.1", f"Host: {name}:{port}"]
+            lines = [f"{method} {path} HTTP/1.1", f"Host: {authority}"]
             lines += [f"{k}: {v}" for k, v in headers.items()]
             lines.append("Connection: keep-alive" if keep else "Connection: close")
             if body is not None:
@@ -144,6 +153,33 @@ def request(
         if before is not None:
             before(lambda method, path, headers: exchange(method, path, headers, None, True))
         return exchange(method, path, headers, body, False)
+    except BaseException:
+        sock.close()
+        raise
+
+
+class UntrustedSocket(ConnectionError):
+    """What listens on the Unix socket is neither root nor this user: not a gpuyard server
+    anyone installed, so nothing is sent to it."""
+
+
+def _connect_unix(path: str, timeout_s: float | None) -> socket.socket:
+    """A connection to the server's Unix socket, whose listener the kernel says is root or
+    this very user (SO_PEERCRED): a socket put where the CLI looks (GPUYARD_SOCKET in a
+    folder others may write) by another user never gets a request."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout_s)
+        sock.connect(path)
+        # struct ucred {pid_t pid; uid_t uid; gid_t gid;}: the uid is the second int.
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        uid = int.from_bytes(raw[4:8], sys.byteorder)
+        if uid not in (0, os.getuid()):
+            raise UntrustedSocket(
+                f"what listens on {path} runs as uid {uid}, neither root nor you: nothing was "
+                "sent to it (set GPUYARD_SOCKET to the gpuyard server's socket, or off)"
+            )
+        return sock
     except BaseException:
         sock.close()
         raise

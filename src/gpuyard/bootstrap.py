@@ -8,8 +8,10 @@ import getpass
 import hashlib
 import logging
 import os
+import pwd
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -53,6 +55,7 @@ from gpuyard.services.observers import (
     release_ports,
     scheduler_events,
 )
+from gpuyard.services.peers import PeerAuth
 from gpuyard.services.ports import Executor, ExitCallback, JobStore
 from gpuyard.services.rendezvous import RendezvousPorts
 from gpuyard.services.run_as import RunAsPolicy
@@ -260,7 +263,19 @@ def build_server(settings: Settings, job_umask: int | None = None) -> ServerFaca
             HostRules(settings.host, settings.port, settings.public_names, _machine_names),
             metrics_token=ensure_token(settings.state_dir / METRICS_TOKEN_FILE),
         ),
+        peers=PeerAuth(
+            accounts, auth.principal, os.geteuid(), _unix_name,
+            register=settings.register_local_users,
+        ) if settings.socket_path is not None else None,
     )  # fmt: skip
+
+
+def _unix_name(uid: int) -> str | None:
+    """The Unix user name of a uid (a Unix socket caller's), None when it has none."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
 
 
 def _unix_user_of(accounts: AccountService, owner: str) -> str | None:
@@ -518,12 +533,24 @@ def serve(settings: Settings) -> None:
     # run as the server's user get back the umask it was started with.
     job_umask = os.umask(0o077)
     sock = _bind(settings.host, settings.port)
+    path = settings.socket_path
     try:
-        server, app = build_app(settings, job_umask)
+        local = bind_unix(path, explicit=settings.socket is not None) if path else None
     except BaseException:
         sock.close()
         raise
-    sock.listen(1024)  # only now: a client that connects finds the token and a ready server
+    socks = [sock] if local is None else [sock, local]
+    inode = os.lstat(path).st_ino if local is not None and path is not None else None
+    try:
+        server, app = build_app(settings, job_umask)
+    except BaseException:
+        for each in socks:
+            each.close()
+        if inode is not None and path is not None:
+            _unlink_own_socket(path, inode)
+        raise
+    for each in socks:  # only now: a client that connects finds the token and a ready server
+        each.listen(1024)
     for line in (
         f"gpuyard server listening on {settings.url}",
         f"  state dir: {settings.state_dir}",
@@ -532,13 +559,82 @@ def serve(settings: Settings) -> None:
         f"  job limits: {server.info.confinement}",
         f"  API token: {settings.token_path} (the CLI on this machine finds it)",
         f"  metrics:   {settings.state_dir / METRICS_TOKEN_FILE} (GET /metrics only)",
+        *_local_line(settings, local),
         *_remote_warning(settings),
     ):
         print(line, flush=True)
-    serve_http(
-        app, sock, header_timeout_s=settings.header_timeout_s,
-        max_connections=settings.max_connections,
-    )  # fmt: skip
+    try:
+        serve_http(
+            app, socks, header_timeout_s=settings.header_timeout_s,
+            max_connections=settings.max_connections,
+        )  # fmt: skip
+    finally:
+        if inode is not None and path is not None:
+            _unlink_own_socket(path, inode)
+
+
+def _local_line(settings: Settings, local: socket.socket | None) -> list[str]:
+    """The start banner's line on the Unix socket: where local users reach the server."""
+    if local is None:
+        return []
+    who = (
+        "a new local user gets an account on first use"
+        if settings.register_local_users
+        else "local users need an account (`gpuyard admin user add`)"
+    )
+    return [f"  local users: {settings.socket_path} (no token: the kernel says who; {who})"]
+
+
+def bind_unix(path: str, *, explicit: bool) -> socket.socket | None:
+    """The root server's Unix socket for local users, bound (not yet listening): mode 0666
+    (anyone may connect: the kernel says who they are) in a folder only root may write (0755:
+    nobody can put another socket in its place). A stale socket (nobody listening) is
+    replaced; one a running server holds is an error when asked for (`--socket`), a warning
+    for the default (the server then serves TCP only)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        os.makedirs(folder, mode=0o755)
+        os.chmod(folder, 0o755)  # the server's umask is 077: made 0700 otherwise
+    _refuse_foreign(Path(folder), "socket folder")
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise Unavailable(f"{path} exists and is not a socket: remove it, or pick --socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            os.unlink(path)  # stale: its server is gone
+        else:
+            if explicit:
+                raise Unavailable(
+                    f"another server listens on {path}: stop it, or pick another --socket"
+                )
+            logging.getLogger("gpuyard.server").warning(
+                "another server listens on %s: local users reach that one", path
+            )
+            return None
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o666)
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(
+            f"cannot listen on {path} ({exc.strerror}): pick another --socket, or --socket off"
+        ) from None
+    sock.set_inheritable(False)
+    return sock
+
+
+def _unlink_own_socket(path: str, inode: int) -> None:
+    """Remove the socket file at close if it is still this server's (not a newer one's)."""
+    try:
+        if os.lstat(path).st_ino == inode:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def _remote_warning(settings: Settings) -> list[str]:

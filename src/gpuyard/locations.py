@@ -10,6 +10,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 TOKEN_FILE = "token"
+# Where a server run as root also listens, for local users: the kernel says who connects
+# (SO_PEERCRED), so they need no token. Outside the state dir, which stays closed.
+DEFAULT_SOCKET = "/run/gpuyard/gpuyard.sock"
+SOCKET_OFF = ("off", "none", "0", "no", "false")
 
 
 def state_dir_path() -> str:
@@ -21,6 +25,14 @@ def state_dir_path() -> str:
         os.path.expanduser("~"), ".local", "share"
     )
     return os.path.join(data_home, "gpuyard")
+
+
+def socket_path() -> str | None:
+    """`GPUYARD_SOCKET` (`off`: none), else the root server's default socket."""
+    explicit = os.environ.get("GPUYARD_SOCKET")
+    if explicit:
+        return None if explicit.strip().lower() in SOCKET_OFF else os.path.expanduser(explicit)
+    return DEFAULT_SOCKET
 
 
 def config_dir_path() -> str:

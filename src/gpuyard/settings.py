@@ -10,7 +10,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuyard.locations import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_URL, TOKEN_FILE, state_dir_path
+from gpuyard.locations import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_SOCKET,
+    DEFAULT_URL,
+    SOCKET_OFF,
+    TOKEN_FILE,
+    state_dir_path,
+)
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_URL", "TOKEN_FILE", "Settings",
            "default_state_dir"]  # fmt: skip
@@ -73,6 +81,13 @@ class Settings:
     # Every job's process and thread limit (its cgroup's pids.max; 0: none): a fork bomb stops
     # there, not at the machine's.
     job_pids_max: int = 16384
+    # A server run as root also listens on this Unix socket (world-connectable, in a 0755
+    # folder outside the state dir) and takes each caller's identity from the kernel: local
+    # users need no token. None: the default (DEFAULT_SOCKET) when root, none otherwise; "off":
+    # none. register_local_users: a local user without an account gets one on first use (role
+    # user, default team); off, an admin adds each (`gpuyard admin user add`).
+    socket: str | None = None
+    register_local_users: bool = True
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -89,6 +104,7 @@ class Settings:
             ("header_timeout_s", float), ("max_connections", int),
             ("allow_remote", _flag), ("public_names", _names),
             ("preemptible_default", _flag), ("allow_root_jobs", _flag), ("job_pids_max", int),
+            ("socket", str), ("register_local_users", _flag),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:
@@ -120,6 +136,16 @@ class Settings:
                 f"GPU telemetry every {settings.telemetry_s} s: use 0.1-3600 s, or 0 for off"
             )
         return settings
+
+    @property
+    def socket_path(self) -> str | None:
+        """Where this server listens for local users: only a root server (a socket of a
+        server run by a normal user would give its callers that user's powers); None: none."""
+        if self.socket is not None and self.socket.strip().lower() in SOCKET_OFF:
+            return None
+        if os.geteuid() != 0:
+            return None
+        return os.path.expanduser(self.socket) if self.socket else DEFAULT_SOCKET
 
     @property
     def url(self) -> str:

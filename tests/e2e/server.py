@@ -34,6 +34,9 @@ class ServerProcess:
         self.args = list(args)
         self.env = dict(env or os.environ)
         self.env.pop("GPUYARD_TOKEN", None)
+        # A root test server stays off the machine's default Unix socket (tests run side by
+        # side; a CLI finding it would talk to whichever server holds it): `--socket` wins.
+        self.env.setdefault("GPUYARD_SOCKET", "off")
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = state_dir.parent / f"server-{self.port}.log"
 

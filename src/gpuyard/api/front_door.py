@@ -5,10 +5,16 @@ FastAPI reads and parses a route's body before its dependencies run, so a bearer
 dependency alone lets anyone make the server parse (and hold) any body; an 800 MiB body without
 a token once took 600 MiB and 8 s. This ASGI middleware answers 401 from the headers, 413 from a
 too large Content-Length, and stops a body that grows past the limit while it streams.
+
+A request on the root server's Unix socket carries its caller's credentials from the kernel
+(`PEER`, put in the scope by `http_server`); the caller is who the kernel says
+(`services/peers.py`), with no token, whatever Authorization it sends. Its Host is not
+checked (DNS rebinding needs TCP: a browser cannot reach a Unix socket).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from collections.abc import Collection
@@ -21,6 +27,7 @@ from gpuyard.domain.errors import Forbidden, PayloadTooLarge, Unauthorized
 from gpuyard.domain.principal import Principal
 from gpuyard.services.access import AccessRules
 from gpuyard.services.auth import TokenAuth
+from gpuyard.services.peers import PeerAuth
 
 MAX_BODY_BYTES = 4 << 20  # a submit is a few KiB; spec rules cap argv and env well below this
 _READS = frozenset({"GET", "HEAD"})
@@ -30,6 +37,9 @@ PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-re
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Who a metrics-token request is: it reaches GET /metrics only, which reads nothing of a job's.
 METRICS_PRINCIPAL = Principal("metrics", role="user")
+# scope["extensions"] key of a Unix socket connection's peer credentials ({"pid", "uid",
+# "gid"}), set by the HTTP server from SO_PEERCRED, never from what the client sends.
+PEER = "gpuyard.peer"
 
 
 class FrontDoor:
@@ -44,9 +54,11 @@ class FrontDoor:
         access: AccessRules | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         public: Collection[str] = PUBLIC_PATHS,
+        peers: PeerAuth | None = None,
     ) -> None:
         self._app = app
         self._auth = auth
+        self._peers = peers
         self._access = access or AccessRules()
         metrics_token = self._access.metrics_token
         self._metrics_header = f"Bearer {metrics_token}".encode() if metrics_token else None
@@ -58,7 +70,8 @@ class FrontDoor:
             await self._app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        refusal = self._refusal(scope, headers)
+        peer = _peer_uid(scope)
+        refusal = self._refusal(scope, headers, local=peer is not None)
         if refusal is not None:
             await _answer(send, *refusal)
             return
@@ -67,7 +80,10 @@ class FrontDoor:
             await self._hello(scope, send)
             return
         if path not in self._public:
-            principal = await self._authenticate(scope, headers, send)
+            if peer is not None:
+                principal = await self._local(peer, send)
+            else:
+                principal = await self._authenticate(scope, headers, send)
             if principal is None:
                 return
             if not principal.may_change and scope["method"] not in _READS:
@@ -80,11 +96,14 @@ class FrontDoor:
             return
         await self._app(scope, self._bounded(receive), send)
 
-    def _refusal(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, str] | None:
-        """421 for a Host that is not this server's, 403 for a cross-site state change."""
+    def _refusal(
+        self, scope: Scope, headers: dict[bytes, bytes], *, local: bool = False
+    ) -> tuple[int, str, str] | None:
+        """421 for a Host that is not this server's (not asked of a `local` caller, on the
+        Unix socket), 403 for a cross-site state change."""
         hosts = self._access.hosts
         host = headers.get(b"host", b"")
-        if not hosts.allows(host):
+        if not local and not hosts.allows(host):
             return 421, "misdirected_request", hosts.refusal(host)
         origin = headers.get(b"origin")
         if (
@@ -122,6 +141,24 @@ class FrontDoor:
             throttle.failed(address)
             await _answer(send, 401, exc.code, exc.message, {"WWW-Authenticate": "Bearer"})
             return None
+
+    async def _local(self, uid: int, send: Send) -> Principal | None:
+        """The principal of a caller on the Unix socket, by the uid the kernel gave; None
+        once a 401/403 is sent. A first request may register the user (a store write: off
+        the event loop)."""
+        if self._peers is None:
+            message = "this server takes no callers on a Unix socket: use its URL and a token"
+            await _answer(send, 401, Unauthorized.code, message)
+            return None
+        try:
+            principal = self._peers.lookup(uid)
+            if principal is None:
+                principal = await asyncio.to_thread(self._peers.register, uid)
+        except (Unauthorized, Forbidden) as exc:
+            status = 401 if isinstance(exc, Unauthorized) else 403
+            await _answer(send, status, exc.code, exc.message)
+            return None
+        return principal
 
     async def _throttled(self, address: str, send: Send) -> bool:
         """Whether `address` must wait (429 sent): it failed to authenticate too often."""
@@ -182,6 +219,12 @@ class FrontDoor:
             return message
 
         return bounded
+
+
+def _peer_uid(scope: Scope) -> int | None:
+    """The uid the kernel gave for a Unix socket caller; None for TCP."""
+    peer = (scope.get("extensions") or {}).get(PEER)
+    return int(peer["uid"]) if peer else None
 
 
 def _address(scope: Scope) -> str:

@@ -5,6 +5,11 @@ uvicorn arms no timer on a fresh connection, nor while a request's headers trick
 job launches failed with "Too many open files"). Here every connection must finish its headers
 within `header_timeout_s`, at most `max_connections` are open (more are closed at once), and
 the descriptor limit is raised to what the system allows.
+
+On the Unix socket (a root server's, for local users) each connection's peer credentials
+are read from the kernel once (SO_PEERCRED) and put in every request's scope
+(`scope["extensions"]["gpuyard.peer"]`), where the front door takes the caller's identity
+from them: nothing a client sends can set them.
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ import asyncio
 import logging
 import resource
 import socket
+import struct
+from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gpuyard.api.front_door import PEER
 
 log = logging.getLogger("gpuyard.http")
 
@@ -32,6 +41,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._peer = peer_credentials(transport)
         if len(self.connections) > self.max_connections:
             log.warning("more than %s connections open: closing a new one", self.max_connections)
             transport.close()
@@ -40,6 +50,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._peer is not None:
+            extensions: dict[str, dict[object, object]] = dict(
+                self.scope.get("extensions") or {}
+            )
+            extensions[PEER] = {key: value for key, value in self._peer.items()}
+            self.scope["extensions"] = extensions
         self._arm_header_timer()
 
     def on_headers_complete(self) -> None:
@@ -66,6 +82,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
+def peer_credentials(transport: asyncio.BaseTransport) -> dict[str, int] | None:
+    """The kernel's word on who is at the other end of a Unix socket connection (pid, uid,
+    gid as of connect); None for TCP, where only a token says who it is."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid, uid, gid = struct.unpack("3i", raw)
+    return {"pid": pid, "uid": uid, "gid": gid}
+
+
 def raise_fd_limit(wanted: int = _WANTED_FDS) -> int:
     """Raise the soft limit on open files towards the hard one; returns the new soft limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -79,8 +109,10 @@ def raise_fd_limit(wanted: int = _WANTED_FDS) -> int:
     return soft
 
 
-def serve(app: Any, sock: socket.socket, *, header_timeout_s: float, max_connections: int) -> None:
-    """Serve `app` on a bound, listening socket until SIGINT/SIGTERM."""
+def serve(
+    app: Any, socks: Sequence[socket.socket], *, header_timeout_s: float, max_connections: int
+) -> None:
+    """Serve `app` on bound, listening sockets (TCP, and the Unix one) until SIGINT/SIGTERM."""
     raise_fd_limit()
     protocol = type(
         "ServerHttpProtocol", (GuardedHttpProtocol,),
@@ -93,4 +125,4 @@ def serve(app: Any, sock: socket.socket, *, header_timeout_s: float, max_connect
         # a stopping server waiting for ever.
         timeout_graceful_shutdown=5,
     )  # fmt: skip
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(config).run(sockets=list(socks))

@@ -483,6 +483,22 @@ def server(
             "accepted in Host/Origin; repeat for more",
         ),
     ] = None,
+    socket_path: Annotated[
+        str | None,
+        typer.Option(
+            "--socket",
+            help="a root server's Unix socket for local users, who need no token (the kernel "
+            "says who they are); off: none [/run/gpuyard/gpuyard.sock]",
+        ),
+    ] = None,
+    register_local_users: Annotated[
+        bool | None,
+        typer.Option(
+            "--register-local-users/--no-register-local-users",
+            help="a local user on the socket without an account gets one (role user) [yes]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the server: HTTP API, scheduler and executor in one process."""
     from gpuyard.cli.serving import run_server
@@ -499,6 +515,7 @@ def server(
             backend=backend, ray_address=ray_address, preemptible_default=preemptible_default,
             allow_remote=allow_remote or None,
             public_names=tuple(public_name) if public_name else None,
+            socket=socket_path, register_local_users=register_local_users,
         )  # fmt: skip
     except (ValueError, GpuyardError) as exc:
         fail(str(exc))

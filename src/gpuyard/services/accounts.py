@@ -116,6 +116,20 @@ class AccountService:
         """The account of that name, if any (for the other front doors: the Unix socket)."""
         return self._accounts.get(name)
 
+    def register_local(self, name: str) -> Account:
+        """A local Unix user's account, made on their first request on the Unix socket (the
+        kernel vouched for the name): role user, the default team. The existing one if two
+        first requests race."""
+        _check_name("user", name)
+        with self._lock:
+            account = self._accounts.get(name)
+            if account is None:
+                account = Account(name, "user", DEFAULT_TEAM, self._clock())
+                self._store.add_account(account)
+                self._accounts[name] = account
+                self._refresh()
+            return account
+
     def disable_user(self, actor: Principal, name: str) -> Account:
         """Refuse every token of `name` from now on; its jobs and history stay."""
         _admin(actor, "disable a user")

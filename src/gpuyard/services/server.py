@@ -14,6 +14,7 @@ from gpuyard.services.controller import Controller
 from gpuyard.services.feed import ChangeFeed
 from gpuyard.services.jobs import JobService
 from gpuyard.services.metrics import QueueMetrics
+from gpuyard.services.peers import PeerAuth
 
 
 class Background(Protocol):
@@ -54,6 +55,8 @@ class ServerFacade:
     accounts: AccountService | None = None
     # Host/Origin rules, the failed-authentication throttle, the metrics token (front door).
     access: AccessRules = field(default_factory=AccessRules)
+    # Who a caller on the root server's Unix socket is, from the kernel (None: no socket).
+    peers: PeerAuth | None = None
 
     def start(self) -> None:
         self.controller.recover()
