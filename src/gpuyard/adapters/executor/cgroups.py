@@ -138,6 +138,8 @@ class JobCgroups:
             return [str(group)]
         made = []
         for controller, base in self._v1.items():
+            if not _limits_in(controller, limits):
+                continue  # each group the job joins costs its start ~1 ms (v1 migration)
             group = base / name
             group.mkdir()
             made.append(str(group))
@@ -216,6 +218,14 @@ def _write_v2(group: Path, limits: JobLimits) -> None:
         _write(group / "cpu.max", f"{limits.cpus * _PERIOD_US} {_PERIOD_US}")
     if limits.pids_max:
         _write(group / "pids.max", str(limits.pids_max))
+
+
+def _limits_in(controller: str, limits: JobLimits) -> bool:
+    """Whether a v1 group of this controller would hold the job to anything."""
+    if controller == "devices":
+        return bool(other_gpu_minors(limits.own_gpus, limits.all_gpus))
+    wanted = {"memory": limits.mem_mib, "cpu": limits.cpus, "pids": limits.pids_max}
+    return bool(wanted.get(controller))
 
 
 def _write_v1(controller: str, group: Path, limits: JobLimits) -> None:
