@@ -312,6 +312,37 @@ class Client:
         result: list[JobDict] = self._json("GET", "/api/v1/admin/teams")
         return result
 
+    def set_limits(self, kind: str, name: str, **limits: float | int | None) -> JobDict:
+        """An admin sets some of a user's or team's limits (`kind` "user" or "team"):
+        max_gpus, max_pending, max_gpu_hours, window_s, shares; None fields stay as they were."""
+        from urllib.parse import quote
+
+        body = {k: v for k, v in limits.items() if v is not None}
+        path = f"/api/v1/admin/limits/{quote(kind)}/{quote(name)}"
+        result: JobDict = self._json("PUT", path, body)
+        return result
+
+    def limits(self) -> list[JobDict]:
+        """Every limit (admins); a user's own and their team's."""
+        result: list[JobDict] = self._json("GET", "/api/v1/admin/limits")
+        return result
+
+    def clear_limits(self, kind: str, name: str) -> None:
+        from urllib.parse import quote
+
+        self._request("DELETE", f"/api/v1/admin/limits/{quote(kind)}/{quote(name)}").read()
+
+    def share(self) -> list[JobDict]:
+        """Fair share per user (as `sshare`): shares, decayed usage, factor."""
+        result: list[JobDict] = self._json("GET", "/api/v1/share")
+        return result
+
+    def usage(self, by: str = "user", since: float | None = None) -> list[JobDict]:
+        """GPU-hours allocated and used, jobs by state, utilisation (as `sreport`)."""
+        query = f"by={by}" + ("" if since is None else f"&since={since}")
+        result: list[JobDict] = self._json("GET", f"/api/v1/usage?{query}")
+        return result
+
     def gpus(self) -> list[JobDict]:
         result: list[JobDict] = self._json("GET", "/api/v1/gpus")
         return result

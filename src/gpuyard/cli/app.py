@@ -13,7 +13,7 @@ import click
 import typer
 from typer.core import TyperCommand
 
-from gpuyard.cli import commands, identity
+from gpuyard.cli import commands, identity, limits
 from gpuyard.domain.errors import GpuyardError
 
 if TYPE_CHECKING:
@@ -525,6 +525,7 @@ def server(
 admin = typer.Typer(help="Administer the server: GPUs, users, teams.", no_args_is_help=True)
 app.add_typer(admin, name="admin")
 identity.register(app, admin)  # token, login, admin user|team (cli/identity.py)
+limits.register(app, admin)  # admin limit, share, usage (cli/limits.py)
 
 
 @admin.command("drain")
