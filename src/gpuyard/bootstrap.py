@@ -149,6 +149,7 @@ def build_core(
         remove_files=executor.remove_files,
         wake=wakeup, clock=clock, monitor=monitor, idle=idle, peaks=peaks,
         preemptible_default=settings.preemptible_default, identities=identities,
+        fair_share_half_life_s=settings.fair_share_half_life_s,
     )  # fmt: skip
     if monitor is not None:
         _watch_samples(monitor, store, book, service, drains, stops, idle, scheduler, settings)

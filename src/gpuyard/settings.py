@@ -48,6 +48,9 @@ class Settings:
     # a job that does not checkpoint would lose its work (an admin whose users' jobs all
     # checkpoint turns it on; the scheduler then shortens queues by preempting long jobs).
     preemptible_default: bool = False
+    # Fair share: past GPU usage counts half after this long (Slurm's PriorityDecayHalfLife);
+    # `fairshare` ranks by it and `gpuyard share` shows it.
+    fair_share_half_life_s: float = 7 * 86400.0
     telemetry_s: float = 1.0  # GPU sampling interval; 0 turns telemetry off
     # A free GPU with more than this many MiB used by processes no job owns gets no new job.
     foreign_mem_mib: int = 256
@@ -104,6 +107,7 @@ class Settings:
             ("header_timeout_s", float), ("max_connections", int),
             ("allow_remote", _flag), ("public_names", _names),
             ("preemptible_default", _flag), ("allow_root_jobs", _flag), ("job_pids_max", int),
+            ("fair_share_half_life_s", float),
             ("socket", str), ("register_local_users", _flag),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")

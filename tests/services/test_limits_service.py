@@ -114,3 +114,14 @@ def test_share_and_usage_numbers(rig: LiveRig) -> None:
 
 def rig_spec(**kw: Any) -> JobSpec:
     return JobSpec(**{"argv": ("train",), "name": "t", "workdir": "/", **kw})
+
+
+def test_the_half_life_reaches_fairshare_and_share(tmp_path: Path) -> None:
+    live = LiveRig(tmp_path, make_policy("fairshare", for_server=True), gpus=1)
+    limits = live.service.limits
+    assert limits is not None and limits.half_life_s == 7 * 86400.0
+    limits.half_life_s = 3600.0
+    limits.load()
+    live.settle()  # the pass gives the shares (and the half-life) to the policy
+    assert live.policy._half_life_s == 3600.0  # type: ignore[attr-defined]
+    live.close()

@@ -499,10 +499,17 @@ def server(
             show_default=False,
         ),
     ] = None,
+    fair_share_half_life: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="past GPU usage counts half after this long (fairshare, gpuyard share) [7d]",
+        ),
+    ] = None,
 ) -> None:
     """Run the server: HTTP API, scheduler and executor in one process."""
     from gpuyard.cli.serving import run_server
-    from gpuyard.domain.units import parse_size_mib
+    from gpuyard.domain.units import parse_duration_s, parse_size_mib
     from gpuyard.settings import Settings
 
     try:
@@ -516,6 +523,9 @@ def server(
             allow_remote=allow_remote or None,
             public_names=tuple(public_name) if public_name else None,
             socket=socket_path, register_local_users=register_local_users,
+            fair_share_half_life_s=parse_duration_s(
+                fair_share_half_life, field="fair_share_half_life"
+            ) if fair_share_half_life else None,
         )  # fmt: skip
     except (ValueError, GpuyardError) as exc:
         fail(str(exc))

@@ -30,6 +30,7 @@ class Shares:
     users: Mapping[str, float] = field(default_factory=dict)
     teams: Mapping[str, float] = field(default_factory=dict)
     team_of: Mapping[str, str] = field(default_factory=dict)
+    half_life_s: float | None = None  # usage decay for `fairshare` (None: the policy's own)
 
     @property
     def uniform(self) -> bool:

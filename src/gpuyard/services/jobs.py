@@ -24,7 +24,7 @@ from gpuyard.services.inventory import Inventory
 from gpuyard.services.job_files import open_job_file
 from gpuyard.services.jobbook import jobs_by_gpu
 from gpuyard.services.journal import Journal
-from gpuyard.services.limits import LimitService, LimitStores
+from gpuyard.services.limits import DEFAULT_HALF_LIFE_S, LimitService, LimitStores
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import JobStore
 from gpuyard.services.run_as import RunAsPolicy
@@ -114,6 +114,7 @@ class JobService:
         peaks: PeakHistory | None = None,
         preemptible_default: bool = False,
         identities: RunAsPolicy | None = None,
+        fair_share_half_life_s: float = DEFAULT_HALF_LIFE_S,
     ) -> None:
         self.journal = journal
         self._identities = identities  # refuses at submit an owner whose job could never run
@@ -138,7 +139,9 @@ class JobService:
         # store that does not (a test's) runs without limits.
         self.limits: LimitService | None = None
         if all(hasattr(store, m) for m in ("load_limits", "load_accounts", "usage_jobs")):
-            self.limits = LimitService(cast(LimitStores, store), scheduler, clock)
+            self.limits = LimitService(
+                cast(LimitStores, store), scheduler, clock, half_life_s=fair_share_half_life_s
+            )
             self.limits.load()
 
     # -- submit ---------------------------------------------------------------------------

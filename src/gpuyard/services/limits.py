@@ -71,7 +71,7 @@ class LimitService:
                 (user_shares if e.kind == "user" else team_shares)[e.name] = e.shares
         team_of = dict(self._team_of)
         self._scheduler.set_quotas(QuotaRules(users, teams, team_of))
-        self._scheduler.set_shares(Shares(user_shares, team_shares, team_of))
+        self._scheduler.set_shares(Shares(user_shares, team_shares, team_of, self.half_life_s))
 
     def note_team(self, user: str, team: str | None) -> None:
         """A submitter's team (from their account): counted in it from now on."""

@@ -53,6 +53,8 @@ class FairsharePolicy:
         """New weights; they count from the next recalculation (as Slurm's do)."""
         self._shares = shares
         self._norm = None
+        if shares.half_life_s is not None:
+            self._half_life_s = shares.half_life_s
 
     def _share(self, user: str) -> float:
         if self._shares.uniform:
