@@ -227,7 +227,10 @@ def build_server(settings: Settings, job_umask: int | None = None) -> ServerFaca
         else:
             inventory = _local_inventory(settings)
             cgroups = job_cgroups(state / "jobs", settings, inventory)
-            confinement = cgroups.describe()
+            confinement = (
+                cgroups.describe() if cgroups is not None
+                else "none (GPUYARD_JOB_CGROUPS=0): --mem, --cpus and GPU devices are advisory"
+            )  # fmt: skip
 
             def make_executor(exits: ExitCallback) -> Executor:
                 return LocalExecutor(
@@ -295,9 +298,12 @@ def _machine_names() -> list[str]:
     return names
 
 
-def job_cgroups(jobs_dir: Path, settings: Settings, inventory: Inventory) -> JobCgroups:
+def job_cgroups(jobs_dir: Path, settings: Settings, inventory: Inventory) -> JobCgroups | None:
     """Per-job control groups under this server's own (`adapters/executor/cgroups.py`), in a
-    folder named after its jobs folder (two servers on one machine both have a job 1)."""
+    folder named after its jobs folder (two servers on one machine both have a job 1); None
+    when the admin turned them off."""
+    if not settings.job_cgroups:
+        return None
     scope = hashlib.sha256(str(jobs_dir.resolve()).encode()).hexdigest()[:12]
     return JobCgroups(
         scope, pids_max=settings.job_pids_max or None, all_gpus=tuple(inventory.gpu_indices()),

@@ -84,6 +84,10 @@ class Settings:
     # Every job's process and thread limit (its cgroup's pids.max; 0: none): a fork bomb stops
     # there, not at the machine's.
     job_pids_max: int = 16384
+    # Per-job cgroups where the kernel allows them (--mem, --cpus, pids, GPU devices held by
+    # the kernel). Off: limits advisory, and no cgroup migration in a job's start (on v1, the
+    # first start after an idle spell waits for an RCU grace period: ~4-13 ms here).
+    job_cgroups: bool = True
     # A server run as root also listens on this Unix socket (world-connectable, in a 0755
     # folder outside the state dir) and takes each caller's identity from the kernel: local
     # users need no token. None: the default (DEFAULT_SOCKET) when root, none otherwise; "off":
@@ -107,6 +111,7 @@ class Settings:
             ("header_timeout_s", float), ("max_connections", int),
             ("allow_remote", _flag), ("public_names", _names),
             ("preemptible_default", _flag), ("allow_root_jobs", _flag), ("job_pids_max", int),
+            ("job_cgroups", _flag),
             ("fair_share_half_life_s", float),
             ("socket", str), ("register_local_users", _flag),
         ):  # fmt: skip

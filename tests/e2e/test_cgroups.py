@@ -134,3 +134,20 @@ def test_a_server_job_over_its_mem_ends_out_of_memory_for_host_ram(server: Serve
     job = wait_for(lambda: (j := server.client().job(job_id))["state"] != "RUNNING" and j)
     assert job["state"] == "OUT_OF_MEMORY", job
     assert "--mem 64M of host RAM" in job["reason"] and "not GPU memory" in job["reason"]
+
+
+def test_the_server_says_how_jobs_are_held_and_an_admin_may_turn_cgroups_off(
+    server: ServerProcess, tmp_path: Path
+):
+    assert server.client().info()["confinement"].startswith("cgroup v")
+    env = {**os.environ, "GPUYARD_JOB_CGROUPS": "0"}
+    off = ServerProcess(tmp_path / "off", "--gpus", "1", "--kill-grace", "1", env=env).start()
+    try:
+        assert off.client().info()["confinement"].startswith("none (GPUYARD_JOB_CGROUPS=0)")
+        hog = "b = b'x' * (200 << 20)"
+        job_id = int(off.cli("submit", "--mem", "64M", "--", "/usr/bin/python3", "-c", hog).stdout)
+        job = wait_for(lambda: (j := off.client().job(job_id))["state"] != "RUNNING" and j)
+        assert job["state"] == "COMPLETED"  # advisory: nothing held it to --mem
+    finally:
+        off.stop()
+        off.kill_jobs()

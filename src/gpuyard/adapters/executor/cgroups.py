@@ -39,6 +39,7 @@ NVIDIA_MAJOR = 195  # /dev/nvidiaN is (195, N); nvidiactl is 195:255
 _PERIOD_US = 100_000
 _V1_CONTROLLERS = ("memory", "cpu", "pids", "devices")
 _V2_CONTROLLERS = ("memory", "cpu", "pids")
+_STALE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +107,7 @@ class JobCgroups:
             mount = root / name
             if name in v1_paths and (mount / "cgroup.procs").exists():
                 base = mount / v1_paths[name].lstrip("/") / "gpuyard"
-                if _make_dir(base) and _make_dir(base / self._scope):
+                if _make_dir(base) and _sweep(base) and _make_dir(base / self._scope):
                     v1[name] = base / self._scope
         if "memory" in v1:  # the one that matters most; without it, v2 may do better
             self._v1 = v1
@@ -116,6 +117,7 @@ class JobCgroups:
                 base = mount / v2_path.lstrip("/") / "gpuyard"
                 ours = base / self._scope
                 if (mount / "cgroup.controllers").exists() and _enable_v2(base, ours):
+                    _sweep(base, keep=ours)
                     self._v2 = ours
                     return
         self._v1 = v1
@@ -132,6 +134,8 @@ class JobCgroups:
         self.remove(job_id)
         name = f"job-{job_id}"
         if self._v2 is not None:
+            if not self._v2.exists():  # swept by another server's start while we had no job
+                _delegate(self._v2)
             group = self._v2 / name
             group.mkdir()
             _write_v2(group, limits)
@@ -141,6 +145,7 @@ class JobCgroups:
             if not _limits_in(controller, limits):
                 continue  # each group the job joins costs its start ~1 ms (v1 migration)
             group = base / name
+            base.mkdir(exist_ok=True)  # swept by another server's start while we had no job
             group.mkdir()
             made.append(str(group))
             _write_v1(controller, group, limits)
@@ -180,6 +185,26 @@ def _make_dir(path: Path) -> bool:
         return os.access(path / "cgroup.procs", os.W_OK)
     except OSError:
         return False
+
+
+def _sweep(base: Path, keep: Path | None = None) -> bool:
+    """Remove what servers killed with running jobs left: their jobs' groups once empty and
+    older than a minute (a job joins its group within milliseconds of its making; a live
+    server removes an ended job's group within seconds), then their empty folders (a live
+    server whose folder this removes makes it again at its next job)."""
+    stale = time.time() - _STALE_S
+    with contextlib.suppress(OSError):
+        for folder in base.iterdir():
+            if not folder.is_dir():
+                continue
+            for group in folder.glob("job-*"):
+                with contextlib.suppress(OSError):
+                    if group.stat().st_mtime < stale and not _pids(group):
+                        group.rmdir()
+            if folder != keep:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+    return True
 
 
 def _enable_v2(base: Path, ours: Path) -> bool:
