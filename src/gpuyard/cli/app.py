@@ -592,9 +592,17 @@ def simulate_cmd(
             "same jobs every run), as on a server where jobs opt in [every job]"
         ),
     ] = None,
+    max_gpus_per_user: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="every user may hold at most N GPUs at once: the live quota gate "
+            "(QOSMaxGpuPerUser) replayed [no limit]",
+        ),
+    ] = None,
 ) -> None:
     """Replay a job trace in simulated time under scheduling policies and compare them."""
     from gpuyard.cli.simulating import run_simulation
 
     run_simulation(trace, gpus, gpus_per_node, policy, compare, restart_penalty, json_out,
-                   preemptible_fraction)  # fmt: skip
+                   preemptible_fraction, max_gpus_per_user)  # fmt: skip

@@ -32,12 +32,13 @@ def run_simulation(
     restart_penalty_s: float,
     json_out: bool,
     preemptible_fraction: float | None = None,
+    max_gpus_per_user: int | None = None,
 ) -> None:
     """Replay, then print a table (or JSON Lines with `json_out`) on stdout."""
     names = policy_list(policy, compare)
     with progress_bar() as progress:
         reports = simulate(Path(trace), gpus, gpus_per_node, names, restart_penalty_s, progress,
-                           preemptible_fraction)  # fmt: skip
+                           preemptible_fraction, max_gpus_per_user)  # fmt: skip
     if json_out:
         sys.stdout.write(json_lines(reports))
     else:

@@ -4,6 +4,10 @@ After every batch of events at one instant the policy's `schedule` runs, exactly
 server's controller calls it after a submit, an exit or a policy wake-up, and at no other
 time: passes follow the events, so live and simulated decisions are the same. A preempted job
 pays the restart penalty (default 60 s, Tiresias' measurement) before it makes progress again.
+
+With `quotas`, the replay runs the live server's quota gate (`scheduling/quotas.py`, the same
+`admission`) before each pass: a job over its user's or team's limit leaves the policy (as
+`cancel`) and comes back (`submit`) when usage drops, exactly as the live pass parks it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
+from gpuyard.scheduling.quotas import QuotaJob, QuotaLedger, QuotaRules, admission, next_recheck_at
 from gpuyard.simulation.trace import TraceJob
 
 _ARRIVE, _FINISH, _WAKE = 0, 1, 2
@@ -66,6 +71,7 @@ class Replay:
         restart_penalty_s: float = 60.0,
         expose_durations: bool = False,
         exact_time_limits: bool = False,
+        quotas: QuotaRules | None = None,
     ) -> None:
         """`expose_durations` lets oracle policies read true durations; `exact_time_limits`
         gives jobs without a time limit one equal to their duration (users who estimate
@@ -95,6 +101,11 @@ class Replay:
         self._busy_in_window = 0.0
         self._busy_since = first
         self._next_wake: float | None = None
+        self._quotas = quotas if quotas is not None and not quotas.empty else None
+        self._ledger = QuotaLedger()
+        self._waiting: dict[int, SchedJob] = {}  # pending in the policy (quotas only)
+        self._parked: dict[int, SchedJob] = {}  # held by the quota gate
+        self._held: dict[int, str] = {}  # the last gate's holds, in its order (as the live one)
 
     def _push(self, at: float, kind: int, run: _Run | None, version: int = 0) -> None:
         self._seq += 1
@@ -105,6 +116,9 @@ class Replay:
         run = self._runs[job.id]
         self._account()
         apply_start(self.policy, job, self.cluster, placement, self.now)
+        if self._quotas is not None:
+            self._waiting.pop(job.id, None)
+            self._ledger.start(job.id, job.user, job.gpus, self.now)
         run.penalty_s = self.penalty_s if job.restarts else 0.0
         run.version += 1
         finish = self.now + run.penalty_s + (run.trace.duration_s - run.done_s)
@@ -114,6 +128,9 @@ class Replay:
         run = self._runs[job.id]
         self._account()
         held = apply_preempt(self.policy, job, self.cluster, self.now)
+        if self._quotas is not None:
+            self._waiting[job.id] = job
+            self._ledger.end(job.id, self.now)
         run.done_s += max(0.0, held - run.penalty_s)
         run.version += 1  # its completion event is void now
 
@@ -128,6 +145,8 @@ class Replay:
                 _, _, kind, run, version = heapq.heappop(events)
                 if kind == _ARRIVE and run is not None:
                     policy.submit(run.job, self.now)
+                    if self._quotas is not None:
+                        self._waiting[run.job.id] = run.job
                 elif kind == _FINISH and run is not None and version == run.version:
                     self._finish(run)
                     finished += 1
@@ -135,14 +154,21 @@ class Replay:
                         progress(finished)
                 elif kind == _FINISH:
                     continue  # the end of a run that was preempted: nothing happened
+                elif self._quotas is not None and self.now != self._next_wake:
+                    continue  # a wake-up the policy no longer asks for (the live pass's rule)
                 happened = True
             if not happened:
                 continue
+            recheck = self._gate() if self._quotas is not None else None
             policy.schedule(self)
             wake = policy.next_decision_at(self.now)
+            if recheck is not None and (wake is None or recheck < wake):
+                wake = recheck
             if wake is not None and wake > self.now and wake != self._next_wake:
                 self._next_wake = wake
                 self._push(wake, _WAKE, None)
+            elif wake is None and self._quotas is not None:
+                self._next_wake = None
         self._account()
         return self._result()
 
@@ -150,8 +176,36 @@ class Replay:
         job = run.job
         self._account()
         apply_finish(self.policy, job, self.cluster, self.now)
+        if self._quotas is not None:
+            self._ledger.end(job.id, self.now)
         run.done_s = run.trace.duration_s
         run.finished_at = self.now
+
+    def _gate(self) -> float | None:
+        """The live pass's quota gate: park the jobs over a limit, let back those under it;
+        returns when to look again without an event (GPU-hours fall with time)."""
+        rules, policy, now = self._quotas, self.policy, self.now
+        assert rules is not None
+        candidates = [j for j in (*self._waiting.values(), *self._parked.values())
+                      if rules.limited(j.user)]  # fmt: skip
+        held = admission(
+            rules, self._ledger,
+            (QuotaJob(j.id, j.user, j.gpus, j.priority, j.submitted_at) for j in candidates),
+            now,
+        )  # fmt: skip
+        for job_id in held:  # the live pass's order: parks, then releases
+            job = self._waiting.pop(job_id, None)
+            if job is not None:
+                policy.cancel(job, now)
+                self._parked[job_id] = job
+        for job_id in self._held:
+            if job_id not in held:
+                job = self._parked.pop(job_id)
+                policy.submit(job, now)
+                self._waiting[job_id] = job
+        self._held = held
+        self._ledger.prune(rules, now)
+        return next_recheck_at(held, now)
 
     def _account(self) -> None:
         """Integrate busy GPUs over the submission window up to now."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.scheduling.cluster import ClusterState
 from gpuyard.scheduling.policies import ORACLES, make_policy, policy_names
+from gpuyard.scheduling.quotas import Limits, QuotaRules
 from gpuyard.simulation.engine import Replay
 from gpuyard.simulation.metrics import PolicyReport, report
 from gpuyard.simulation.trace import TraceJob, load_trace, with_preemptible_fraction
@@ -36,16 +37,21 @@ def simulate(
     restart_penalty_s: float = 60.0,
     progress: Progress | None = None,
     preemptible_fraction: float | None = None,
+    max_gpus_per_user: int | None = None,
 ) -> list[PolicyReport]:
     """Replay the trace under each policy (default: `default_policy()`), in the given order.
     `preemptible_fraction`: only about this share of the jobs may be preempted (None: every
-    job the trace does not mark `no_preempt`)."""
+    job the trace does not mark `no_preempt`). `max_gpus_per_user`: every user of the trace
+    may hold at most this many GPUs at once (the live quota gate, QOSMaxGpuPerUser)."""
     names = list(policies) if policies is not None else [default_policy()]
     _check_request(gpus, gpus_per_node, names, restart_penalty_s)
     trace = load_trace(Path(trace_path))
     if preemptible_fraction is not None:
         trace = with_preemptible_fraction(trace, preemptible_fraction)
     _check_trace(trace, ClusterState.uniform(gpus, gpus_per_node), gpus, gpus_per_node)
+    quotas = None
+    if max_gpus_per_user is not None:
+        quotas = _per_user_quota(trace, max_gpus_per_user)
     reports = []
     trace_has_limits = any(t.time_limit_s for t in trace)
     for name in names:
@@ -58,6 +64,7 @@ def simulate(
             restart_penalty_s=restart_penalty_s,
             expose_durations=name in ORACLES,
             exact_time_limits=exact,
+            quotas=quotas,
         )
         if progress is None:
             result = replay.run()
@@ -73,6 +80,21 @@ def simulate(
             )
         )
     return reports
+
+
+def _per_user_quota(trace: Sequence[TraceJob], max_gpus: int) -> QuotaRules:
+    """Every trace user limited to `max_gpus` GPUs at once; a job larger than that could never
+    run (a live server refuses it at submit), so such a trace is refused."""
+    if max_gpus < 1:
+        raise InvalidRequest("--max-gpus-per-user must be 1 or more", field="max_gpus_per_user")
+    too_big = [t for t in trace if t.gpus > max_gpus]
+    if too_big:
+        raise InvalidRequest(
+            f"{len(too_big)} jobs of the trace ask more than {max_gpus} GPUs (job {too_big[0].id}:"
+            f" {too_big[0].gpus}); they could never run under --max-gpus-per-user {max_gpus}",
+            field="max_gpus_per_user",
+        )
+    return QuotaRules(users={t.user: Limits(max_gpus=max_gpus) for t in trace})
 
 
 def _bind(progress: Progress, name: str, total: int) -> Callable[[int], None]:
