@@ -288,4 +288,7 @@ def test_the_session_folder_is_the_servers_alone(ray_cluster: RayConnection) -> 
         assert "/tmp/ray/" not in cmdline, cmdline
         if "raylet" in (proc.info["cmdline"] or [""])[0]:
             raylets.append(cmdline)
-    assert len(raylets) == 2 and all(str(root) in line for line in raylets), raylets
+    # The head's raylet at least (a test before may have killed the extra one).
+    assert raylets and all(str(root) in line for line in raylets), raylets
+    for node in ray_cluster._local_nodes:  # the extra raylets' sessions: the same folder
+        assert root in Path(node.get_session_dir_path()).parents
