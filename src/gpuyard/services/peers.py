@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from gpuyard.domain.accounts import name_problem
 from gpuyard.domain.errors import Forbidden, Unauthorized
 from gpuyard.domain.principal import Principal
 from gpuyard.services.accounts import AccountService
@@ -68,6 +69,9 @@ class PeerAuth:
     def _principal(self, uid: int, name: str | None, *, create: bool) -> Principal | None:
         if name is None:
             raise Forbidden(f"uid {uid} has no user name on this machine: ask an admin")
+        problem = name_problem("user", name)
+        if problem is not None:  # a Unix name no account may have (tables, paths, filters)
+            raise Forbidden(f"the Unix user {name!r} cannot have an account here: {problem}")
         account = self._accounts.account(name)
         if account is None:
             if not self._register:
