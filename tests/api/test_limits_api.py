@@ -67,3 +67,5 @@ def test_share_and_usage_rows(rig: Rig) -> None:
     assert [r["user"] for r in mine] == ["nobody"]
     assert rig.admin().get("/api/v1/usage?by=team&since=0").json() == []
     assert rig.admin().get("/api/v1/usage?by=machine").status_code == 422
+    for since in ("nan", "inf", "-inf", "1e300"):
+        assert rig.admin().get(f"/api/v1/usage?since={since}").status_code == 422

@@ -11,6 +11,7 @@ rules were built is counted in it from their next job on.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -184,6 +185,8 @@ class LimitService:
         otherwise."""
         now = self._clock()
         since = now - DEFAULT_WINDOW_S if since is None else since
+        if not math.isfinite(since):
+            raise InvalidRequest("--since must be a time (Unix seconds)", field="since")
         if since > now:
             raise InvalidRequest("--since is in the future")
         owner = None if actor.is_admin else actor.user
