@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -84,8 +85,9 @@ def main() -> None:
         began = time.perf_counter()
         groups.remove(job_id)
         removes.append(time.perf_counter() - began)
-    plain.executor.close()
-    held.executor.close()
+    for bench in (plain, held):
+        bench.executor.close()
+        shutil.rmtree(bench.tmp, ignore_errors=True)
     ms = {
         "start_p50_ms_without": statistics.median(without[5:]) * 1e3,
         "start_p50_ms_with": statistics.median(with_[5:]) * 1e3,
