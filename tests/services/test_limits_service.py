@@ -125,3 +125,29 @@ def test_the_half_life_reaches_fairshare_and_share(tmp_path: Path) -> None:
     live.settle()  # the pass gives the shares (and the half-life) to the policy
     assert live.policy._half_life_s == 3600.0  # type: ignore[attr-defined]
     live.close()
+
+
+def test_limits_and_past_gpu_hours_survive_a_restart(tmp_path: Path) -> None:
+    day = 86400.0
+    first = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=4)
+    try:
+        first.store.add_team(Team("nlp", 0.0))
+        first.store.add_account(Account("dave", "user", "nlp", 0.0))
+        _limits(first).load()
+        _limits(first).set_limits(ADMIN, "user", "dave", max_gpu_hours=2.0, window_s=day)
+        ran = first.service.submit(rig_spec(gpus=2), Principal("dave", team="nlp")).id
+        first.processes.work_s[ran] = 3600.0
+        first.settle()
+        first.advance(3600)
+        assert first.state(ran) is JobState.COMPLETED
+    finally:
+        first.close()
+    again = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=4)
+    try:
+        again.now = 3700.0
+        waiting = again.service.submit(rig_spec(gpus=1), Principal("dave", team="nlp"))
+        again.processes.work_s[waiting.id] = 10.0
+        again.settle()
+        assert again.service.reason(again.job(waiting.id)) == "QOSMaxGpuHoursPerUser"
+    finally:
+        again.close()
