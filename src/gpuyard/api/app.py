@@ -16,7 +16,7 @@ from gpuyard.api.submit_route import SubmitFastPath
 from gpuyard.schemas.v1 import ErrorOut
 from gpuyard.services.server import ServerFacade
 
-_ERRORS = {code: {"model": ErrorOut} for code in (401, 403, 404, 409, 413, 422)}
+_ERRORS = {code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422)}
 
 
 def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAPI:
