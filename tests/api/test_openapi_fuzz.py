@@ -7,7 +7,8 @@ status the operation declares, the declared content type and a body of the decla
 Two passes: a user's submit token on every operation (the job verbs most times aimed at one
 of the user's own pending jobs, else at a generated id), then the admin's on every operation
 that names no job (an admin's cancel, requeue or restart could free the CPUs below and let a
-generated command run). A job of the admin's holds every CPU, so no generated job ever runs.
+generated command run). A job of the admin's holds every CPU, so no generated job ever runs;
+the user's pending quota is what the user's jobs reach, so the quota's refusal is fuzzed too.
 Streams that end only with their job (the change feed, a followed log) are not fuzzed.
 
 `GPUYARD_FUZZ_EXAMPLES` (default 12) sets the examples per operation and mode; the examples
@@ -129,6 +130,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
                                      json={"command": ["true"], "workdir": "/"})  # fmt: skip
             assert mine.status_code == 201, mine.text
             live.jobs.append(mine.json()["id"])
+        # A quota the user's generated submits reach: its refusal must be a declared answer too.
+        limit = live.session.put(f"{live.url}/api/v1/admin/limits/user/{FUZZER}",
+                                 json={"max_pending": 4}, headers=admin)  # fmt: skip
+        assert limit.status_code == 200, limit.text
         yield live
     finally:
         admin_principal = server.auth.principal
@@ -217,6 +222,26 @@ def test_a_body_that_cannot_be_decoded_is_a_400_every_body_route_declares(
     )  # fmt: skip
     assert answer.status_code == 400
     assert "could not be decoded as JSON" in answer.json()["error"]["message"]
+
+
+def test_a_quota_refusal_is_a_429_every_route_declares(live: LiveServer) -> None:
+    """The second find: a submit past the user's pending quota is 429, which OpenAPI did not
+    declare; now every route declares it (the failure throttle can answer it anywhere), with
+    421 (a Host not this server's) and 503."""
+    spec = live.session.get(f"{live.url}/openapi.json").json()
+    for path, item in spec["paths"].items():
+        for method, operation in item.items():
+            for status in ("421", "429", "503"):
+                assert "ErrorOut" in str(operation["responses"].get(status, {})), (
+                    f"{method.upper()} {path} does not declare {status}"
+                )
+    user = {"Authorization": f"Bearer {live.user_token}"}
+    body = {"command": ["true"], "workdir": "/"}
+    answers = [live.session.post(f"{live.url}/api/v1/jobs", json=body, headers=user)
+               for _ in range(len(live.jobs) + 1)]  # fmt: skip
+    refused = answers[-1]
+    assert refused.status_code == 429, refused.text
+    assert "the most allowed is 4" in refused.json()["error"]["message"]
 
 
 def test_fuzzing_every_operation_as_a_user_gets_no_5xx_and_only_declared_answers(
