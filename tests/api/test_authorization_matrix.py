@@ -4,10 +4,10 @@ and `RULES` does not is a failure, so a new route must say who may call it.
 
 Callers: no token, a malformed token, an expired one, the metrics token, another user's token
 (a second real account made through the admin API), the owner's read-scope token, the owner's
-own token, the admin's; and, once the server takes callers on a Unix socket, the owner as a
-socket peer (the kernel's uid, no token). Job routes act on a job of the owner's: another user
-gets 404 (it does not exist for them), the owner and an admin reach the use case (2xx, or 409
-when the job's state does not allow the verb).
+own token, the admin's; and, on a root server, the owner as a Unix socket peer (the kernel's
+uid, no token, as uvicorn's protocol puts it in the scope). Job routes act on a job of the
+owner's: another user gets 404 (it does not exist for them), the owner and an admin reach the
+use case (2xx, or 409 when the job's state does not allow the verb).
 
 In-process (the ASGI app over a real SQLite store and real supervisors), the Host the server's
 own address; each request comes from its own client address, so the failed-authentication
@@ -29,7 +29,7 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gpuyard.api import front_door
+from gpuyard.api.front_door import PEER
 from gpuyard.bootstrap import METRICS_TOKEN_FILE, build_app
 from gpuyard.domain.errors import GpuyardError
 from gpuyard.domain.principal import Principal
@@ -38,9 +38,7 @@ from gpuyard.settings import Settings
 
 OWNER, OTHER, VICTIM = "nobody", "daemon", "gyvictim"  # Unix users every Linux has (root runs
 # a job as its owner's Unix user); the victim is only disabled and enabled again.
-# The socket's peer credentials key, once the Unix socket has landed (None before).
-PEER: str | None = getattr(front_door, "PEER", None)
-SOCKET = PEER is not None and os.geteuid() == 0
+SOCKET = os.geteuid() == 0  # only a root server takes callers on its Unix socket
 
 NONE, BAD, EXPIRED, METRICS, OTHER_USER, READ, USER, ADMIN, SOCKET_PEER = (
     "no token", "bad token", "expired token", "metrics token", "another user", "read scope",
@@ -143,7 +141,7 @@ class ClientPerRequest:
         if scope["type"] == "http":
             n = next(self._addresses)
             scope = {**scope, "client": (f"10.9.{n // 250}.{n % 250 + 1}", 40000)}
-            if self.uid is not None and PEER is not None:
+            if self.uid is not None:
                 scope["extensions"] = {PEER: {"pid": 1, "uid": self.uid, "gid": 0}}
         await self.app(scope, receive, send)
 
