@@ -43,6 +43,19 @@ def _out(service: JobService, job: Job, estimates: StartEstimates | None) -> Job
     )  # fmt: skip
 
 
+def _listed(
+    service: JobService, actor: Principal, job: Job, estimates: StartEstimates | None
+) -> JobOut:
+    """A job in the queue as the actor may see it: everyone sees who, what size, which state
+    and why (as `squeue`); the command, working directory, log and GPU stats are the owner's and
+    the admins' only."""
+    if actor.may_see(job.owner):
+        return _out(service, job, estimates)
+    start = estimates.starts.get(job.id) if estimates else None
+    out = job_to_wire(job, service.reason(job), "", start)
+    return out.model_copy(update={"command": [], "workdir": ""})
+
+
 async def _estimates(service: JobService, jobs: list[Job]) -> StartEstimates | None:
     """Projected starts, only when a pending job is listed (a projection costs a copy of the
     scheduler's state), off the event loop."""
@@ -89,7 +102,7 @@ async def list_jobs(
     # Off the event loop: 10,000 jobs are ~150 ms of Python (their reasons read the last pass's
     # snapshot, no lock), during which submits would wait.
     body = await asyncio.to_thread(
-        lambda: _JOB_LIST.dump_json([_out(service, job, estimates) for job in jobs])
+        lambda: _JOB_LIST.dump_json([_listed(service, actor, job, estimates) for job in jobs])
     )
     headers = {}
     if all and jobs and len(jobs) == min(limit or MAX_PAGE, MAX_PAGE):

@@ -1,0 +1,25 @@
+"""Everyone sees the queue (who, what size, which state, why: as `squeue`); a job's command,
+working directory, log and GPU stats are its owner's and the admins' only."""
+
+from __future__ import annotations
+
+from tests.api.test_tokens_accounts import Rig, _add_user
+from tests.api.test_tokens_accounts import rig as rig  # the fixture
+
+
+def test_the_queue_shows_others_jobs_without_their_details(rig: Rig) -> None:
+    command = ["sh", "-c", "sleep 30", "secret-arg"]
+    body = {"command": command, "workdir": rig.workdir, "name": "exp"}
+    job = rig.admin().post("/api/v1/jobs", json=body).json()
+    assert _add_user(rig, "nobody").status_code == 201
+    other = rig.as_(rig.token_of("nobody"))
+
+    seen = {j["id"]: j for j in other.get("/api/v1/jobs").json()}[job["id"]]
+    assert (seen["owner"], seen["name"], seen["num_gpus"]) == (job["owner"], "exp", 0)
+    assert seen["state"] in ("PENDING", "RUNNING") and seen["reason"]
+    assert seen["command"] == [] and seen["workdir"] == "" and seen["log_path"] == ""
+    assert seen["gpu_stats"] is None
+    assert other.get(f"/api/v1/jobs/{job['id']}").status_code == 404  # details: not theirs
+
+    mine = {j["id"]: j for j in rig.admin().get("/api/v1/jobs").json()}[job["id"]]
+    assert mine["command"] == body["command"] and mine["workdir"] == rig.workdir
