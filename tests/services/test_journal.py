@@ -158,3 +158,18 @@ def test_a_single_gpu_drain_is_refused_where_the_backend_picks_devices(
         assert rig.service.drains() == {}
     finally:
         rig.close()
+
+
+def test_an_admin_cancelling_another_users_job_is_on_the_record(
+    rig: LiveRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = rig.submit(100, gpus=1, user="bob")
+    rig.settle()
+    with caplog.at_level("WARNING", logger="gpuyard.audit"):
+        rig.service.cancel(job.id, Principal("bob"))  # the owner: not an audit event
+        assert not [r for r in caplog.records if r.name == "gpuyard.audit"]
+    again = rig.submit(100, gpus=1, user="bob")
+    with caplog.at_level("WARNING", logger="gpuyard.audit"):
+        rig.service.cancel(again.id, Principal("root", role="admin"))
+    audited = [r.getMessage() for r in caplog.records if r.name == "gpuyard.audit"]
+    assert audited == [f"admin root cancelled job {again.id} of bob"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable, Collection
@@ -36,6 +37,9 @@ from gpuyard.services.telemetry import (
     JobGpuStats,
     TelemetrySnapshot,
 )
+
+# What admins do to other users' jobs, kept apart in the server log.
+audit = logging.getLogger("gpuyard.audit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +358,8 @@ class JobService:
         if current.state is JobState.RUNNING:
             asked = self._stops.request(job_id, JobState.CANCELLED, stop_signal=stop_signal)
             current = asked or current
+        if job.owner != actor.user:  # an admin acting on someone's job: on the record
+            audit.warning("admin %s cancelled job %s of %s", actor.user, job_id, job.owner)
         self._wake()
         return current
 
