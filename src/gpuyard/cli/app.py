@@ -6,7 +6,6 @@ bodies are `cli/commands.py`'s, shared by both paths.
 """
 
 import sys
-import time
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import click
@@ -14,6 +13,7 @@ import typer
 from typer.core import TyperCommand
 
 from gpuyard.cli import commands, identity, limits
+from gpuyard.cli.when import since_timestamp
 from gpuyard.domain.errors import GpuyardError
 
 if TYPE_CHECKING:
@@ -193,31 +193,13 @@ def queue_cmd(
     """Pending and running jobs, with the reason a pending job waits; with --all, history too
     (newest first pages: --limit, then --before the oldest id shown). Filters apply to both."""
     page = commands.HistoryPage(
-        limit, before, _since(since) if since else None,
+        limit, before, since_timestamp(since) if since else None,
         tuple(s.upper() for s in state or ()), user, name, me,
     )  # fmt: skip
     _exit(commands.queue(all, json_out, page, fmt, sort))
 
 
 app.command("ps", hidden=True, help="Alias of `queue`.")(queue_cmd)
-
-
-def _since(text: str) -> float:
-    """`2h`/`3d` ago, or a date (and time) in the local time zone, as Unix time."""
-    import datetime
-
-    from gpuyard.domain.units import parse_duration_s
-
-    try:
-        return datetime.datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        pass
-    try:
-        return time.time() - parse_duration_s(text, field="since")
-    except GpuyardError:
-        raise typer.BadParameter(
-            f"{text!r}: use a duration ago (30m, 2h, 3d) or a date (2026-11-30[T12:00])"
-        ) from None
 
 
 @app.command()

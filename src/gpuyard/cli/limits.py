@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import csv
 import sys
-import time
 from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
 
 from gpuyard.cli import commands
+from gpuyard.cli.when import since_timestamp
 
 limit_app = typer.Typer(
     help="Quotas and fair-share weights per user or team (admins only).", no_args_is_help=True
@@ -131,7 +131,7 @@ def usage(
     as `sreport` (default: the last 7 days). Admins see everyone; users themselves."""
     if by not in ("user", "team"):
         raise typer.BadParameter(f"--by {by!r}: use user or team")
-    rows = commands.client().usage(by=by, since=_since(since) if since else None)
+    rows = commands.client().usage(by=by, since=since_timestamp(since) if since else None)
     if json_out:
         commands.print_json(rows)
         return
@@ -154,25 +154,6 @@ def usage(
         writer.writerows(lines)
         return
     _table([header, *lines])
-
-
-def _since(text: str) -> float:
-    """`2h`/`3d` ago, or a date (and time) in the local time zone, as Unix time."""
-    import datetime
-
-    from gpuyard.domain.errors import GpuyardError
-    from gpuyard.domain.units import parse_duration_s
-
-    try:
-        return datetime.datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        pass
-    try:
-        return time.time() - parse_duration_s(text, field="since")
-    except GpuyardError:
-        raise typer.BadParameter(
-            f"{text!r}: use a duration ago (30m, 2h, 3d) or a date (2026-11-30[T12:00])"
-        ) from None
 
 
 def _opt(value: float | None, none: str = "-", digits: int | None = None) -> str:
