@@ -64,13 +64,18 @@ def error_response(
     field: str | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    body: dict[str, Any] = {"code": code, "message": message}
-    if field is not None:
-        body["field"] = field
     extra = dict(headers or {})
     if status == 401:
         extra["WWW-Authenticate"] = "Bearer"
-    return JSONResponse({"error": body}, status_code=status, headers=extra or None)
+    return JSONResponse(error_body(code, message, field), status_code=status, headers=extra or None)
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """The one shape of every error the API answers: `{"error": {"code", "message"[, "field"]}}`."""
+    body: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        body["field"] = field
+    return {"error": body}
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpuyard.api.errors import error_body
 from gpuyard.domain import hello
 from gpuyard.domain.errors import Forbidden, PayloadTooLarge, Unauthorized
 from gpuyard.domain.principal import Principal
@@ -235,7 +236,7 @@ def _address(scope: Scope) -> str:
 async def _answer(
     send: Send, status: int, code: str, message: str, extra: dict[str, str] | None = None
 ) -> None:
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    body = json.dumps(error_body(code, message)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
     # The body was not read: the connection cannot be reused for a next request.
