@@ -86,7 +86,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        return error_response(422, "invalid_request", *_describe(first))
+        return error_response(422, "invalid_request", *describe_invalid(first))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -118,7 +118,7 @@ def _allowed_methods(request: Request) -> str:
     return ", ".join(allowed)
 
 
-def _describe(error: Any) -> tuple[str, str | None]:
+def describe_invalid(error: Any) -> tuple[str, str | None]:
     """A one-line message naming the field and the problem."""
     loc = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path")]
     field = ".".join(loc) or None

@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpuyard.api.convert import job_to_wire, spec_from_wire
-from gpuyard.api.errors import BAD_BODY, _describe, error_response, status_of
+from gpuyard.api.errors import BAD_BODY, describe_invalid, error_response, status_of
 from gpuyard.domain.errors import GpuyardError, Unauthorized
 from gpuyard.domain.principal import Principal
 from gpuyard.schemas.v1 import JobSubmitIn
@@ -75,7 +75,7 @@ class SubmitFastPath:
             await error_response(400, "invalid_request", BAD_BODY)(scope, receive, send)
             return
         except _Invalid as exc:
-            message, field = _describe(exc.error)
+            message, field = describe_invalid(exc.error)
             await error_response(422, "invalid_request", message, field)(scope, receive, send)
             return
         headers = [(b"content-length", b"%d" % len(answer)), (b"content-type", _JSON)]
