@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpuyard.adapters.store.memory import MemoryDatabase, MemoryJobStore
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
-from gpuyard.domain.job import Job, JobSpec
+from gpuyard.domain.job import Attempt, Job, JobSpec
 from gpuyard.domain.states import JobState
 from gpuyard.services.ports import JobStore
 
@@ -91,6 +91,10 @@ EVERY_SPEC_FIELD: dict[str, object] = {
     "stop_signal": 10,  # SIGUSR1
     "script": "#!/bin/sh\n# naïve ü 日本 'quoted'\ntorchrun \"$@\"\n",
     "script_index": 2,
+    "retries": 4,
+    "retry_on": ("failed", "launch"),
+    "warn_signal": 10,
+    "warn_before_s": 90,
 }
 
 
@@ -115,4 +119,19 @@ def finished_job_with_every_field_set() -> Job:
         restarts=3,
         held=True,
         restart_of=12,
+        attempts=(
+            Attempt(
+                1,
+                1_699_999_000.5,
+                1_699_999_100.25,
+                JobState.FAILED,
+                3,
+                "NonZeroExit",
+                "b1",
+                (0, 2),
+            ),
+            Attempt(2, 1_699_999_200.0, 1_699_999_300.0, JobState.NODE_FAIL, None, "GPU 2 lost"),
+        ),
+        idempotency_key="7f0c2a9e-retry ü",
+        not_before=1_700_000_005.5,
     )

@@ -76,8 +76,12 @@ def test_a_refused_or_missing_token_names_the_file_it_tried(tmp_path: Path) -> N
                                env=new_terminal(home, server.url))  # fmt: skip
         assert stale.returncode == 1 and stale.stderr.count("\n") == 1
         assert f"the server refused the API token in {default_token}" in stale.stderr
-        found = subprocess.run(queue, capture_output=True, text=True,
-                               env=new_terminal(home, server.url, GPUYARD_STATE_DIR=str(custom)))
+        found = subprocess.run(
+            queue,
+            capture_output=True,
+            text=True,
+            env=new_terminal(home, server.url, GPUYARD_STATE_DIR=str(custom)),
+        )
         assert found.returncode == 0 and found.stdout.startswith("JOBID"), found.stderr
     finally:
         server.stop()

@@ -47,8 +47,10 @@ def test_options_after_the_command_or_after_dashes_are_the_commands(server: Serv
     ("args", "message"),
     [
         (["-", "x"], "`-` (a script on standard input, as sbatch reads it) is not supported"),
-        (["--gpus", "2", "--gpus-per-node", "1", "x"],
-         "--gpus 2 and --gpus-per-node 1 x --nodes 1"),
+        (
+            ["--gpus", "2", "--gpus-per-node", "1", "x"],
+            "--gpus 2 and --gpus-per-node 1 x --nodes 1",
+        ),
     ],
 )
 def test_a_line_that_cannot_mean_what_was_typed_is_a_usage_error(

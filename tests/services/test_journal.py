@@ -120,7 +120,10 @@ def test_a_subscriber_hears_every_change_in_commit_order(rig: LiveRig) -> None:
         return seen
 
     assert asyncio.run(collect()) == [
-        (None, "PENDING"), ("PENDING", "RUNNING"), ("RUNNING", "RUNNING"), ("RUNNING", "COMPLETED")
+        (None, "PENDING"),
+        ("PENDING", "RUNNING"),
+        ("RUNNING", "RUNNING"),
+        ("RUNNING", "COMPLETED"),
     ]
     assert rig.feed.subscribers == 0  # gone with the subscriber's block
 

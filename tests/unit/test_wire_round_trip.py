@@ -23,7 +23,8 @@ SUBMISSIONS: list[dict[str, Any]] = [
         "command": ["python", "train.py", "--lr", "0.1"], "name": "exp-1", "gpus": 4, "cpus": 8,
         "mem": "16G", "time_limit": "2h", "priority": 5, "workdir": "/data/run",
         "env": {"B": "2", "A": "1"}, "preemptible": True, "distributed": "torchrun", "nodes": 2,
-        "stop_signal": "USR1",
+        "stop_signal": "USR1", "retries": 3, "retry_on": ["oom", "failed"],
+        "warn_signal": "USR2", "warn_before_s": 300,
     },
     {"command": ["python", "/home/a/t.py"], "workdir": "/data", "gpu_mem": "8G", "gpus": 2,
      "name": "t.py", "script": "print('hi')\n", "script_index": 1},
@@ -31,7 +32,8 @@ SUBMISSIONS: list[dict[str, Any]] = [
 EXPECTED = [
     JobSpec(argv=("python", "train.py", "--lr", "0.1"), name="exp-1", workdir="/data/run", gpus=4,
             cpus=8, mem_mib=16384, time_limit_s=7200, priority=5, env=(("A", "1"), ("B", "2")),
-            preemptible=True, distributed="torchrun", nodes=2, stop_signal=10),
+            preemptible=True, distributed="torchrun", nodes=2, stop_signal=10, retries=3,
+            retry_on=("failed", "oom"), warn_signal=12, warn_before_s=300),
     JobSpec(argv=("python", "/home/a/t.py"), name="t.py", workdir="/data", gpus=2,
             gpu_mem_mib=8192, script="print('hi')\n", script_index=1),
 ]  # fmt: skip

@@ -44,6 +44,11 @@ _FROM_WIRE: dict[str, tuple[str, Callable[[Any], Any]]] = {
         lambda text: 0 if text is None else parse_size_mib(text, field="gpu_mem"),
     ),
     "stop_signal": ("stop_signal", lambda sig: SIGTERM if sig is None else parse_signal(sig)),
+    "retry_on": ("retry_on", tuple),
+    "warn_signal": (
+        "warn_signal",
+        lambda sig: 0 if sig is None else parse_signal(sig, field="warn_signal"),
+    ),
 }
 _DRAFT_FIELDS: tuple[tuple[str, str, Callable[[Any], Any] | None], ...] = tuple(
     (f.name, *_FROM_WIRE.get(f.name, (f.name, None))) for f in fields(SpecDraft)

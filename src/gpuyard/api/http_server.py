@@ -51,9 +51,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if self._peer is not None:
-            extensions: dict[str, dict[object, object]] = dict(
-                self.scope.get("extensions") or {}
-            )
+            extensions: dict[str, dict[object, object]] = dict(self.scope.get("extensions") or {})
             extensions[PEER] = {key: value for key, value in self._peer.items()}
             self.scope["extensions"] = extensions
         self._arm_header_timer()

@@ -329,7 +329,8 @@ def clean(
     older_than: Annotated[
         str | None,
         typer.Option(
-            "--older-than", metavar="DURATION",
+            "--older-than",
+            metavar="DURATION",
             help="only jobs that ended longer ago than this (7d, 12h, 30m) [any]",
         ),
     ] = None,

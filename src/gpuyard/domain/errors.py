@@ -66,7 +66,14 @@ class Unavailable(GpuyardError):
 ERRORS_BY_CODE: dict[str, type[GpuyardError]] = {
     cls.code: cls
     for cls in (
-        GpuyardError, InvalidRequest, NotFound, Conflict, Unauthorized, Forbidden,
-        PayloadTooLarge, QuotaExceeded, Unavailable,
+        GpuyardError,
+        InvalidRequest,
+        NotFound,
+        Conflict,
+        Unauthorized,
+        Forbidden,
+        PayloadTooLarge,
+        QuotaExceeded,
+        Unavailable,
     )
 }

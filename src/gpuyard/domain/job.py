@@ -52,10 +52,33 @@ class JobSpec:
     # argv[script_index] (the path it was read from), so editing the file later changes nothing.
     script: str | None = None
     script_index: int = 0
+    # `--retries N`: a failed job is requeued (with backoff) up to N times; `retry_on`: the
+    # classes of failure that count (RETRY_CLASSES); empty: the default classes.
+    retries: int = 0
+    retry_on: tuple[str, ...] = ()
+    # `--signal SIG@SECONDS` (Slurm's meaning): `warn_signal` is sent `warn_before_s` seconds
+    # before the time limit so the job can checkpoint; 0: no such warning.
+    warn_signal: int = 0
+    warn_before_s: int = 0
 
     @property
     def gpus_per_node(self) -> int:
         return self.gpus // self.nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One finished run of a job that was run again (a retry, a NODE_FAIL requeue, a
+    preemption): kept so that `gpuyard show` lists every attempt, as sacct lists requeues."""
+
+    number: int  # 1 for the first run
+    started_at: float
+    ended_at: float
+    state: JobState  # how this run ended (FAILED, NODE_FAIL, PENDING for a preemption...)
+    exit_code: int | None = None
+    reason: str = REASON_NONE
+    node: str = "local"
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +110,13 @@ class Job:
     held: bool = False
     # `gpuyard restart`: the finished job this one runs again (same spec, new id).
     restart_of: int | None = None
+    # Earlier runs of this job (retries, requeues, preemptions), oldest first.
+    attempts: tuple[Attempt, ...] = ()
+    # The `Idempotency-Key` its submit carried: a retried submit with the same key (same
+    # owner) returns this job instead of making another.
+    idempotency_key: str | None = None
+    # Not started before this time (epoch seconds): a retry's backoff; None: as soon as it fits.
+    not_before: float | None = None
 
     def transition(self, target: JobState, **changes: object) -> Job:
         """Return this job moved to `target` (checked against the transition table)."""

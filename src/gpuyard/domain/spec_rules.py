@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import DISTRIBUTED_MODES, JobSpec
+from gpuyard.domain.retry import MAX_RETRIES, check_retry_on
 from gpuyard.domain.signals import SIGTERM, parse_signal
 
 KIB = 1024
@@ -58,6 +59,10 @@ class SpecDraft:
     stop_signal: int = SIGTERM
     script: str | None = None
     script_index: int = 0
+    retries: int = 0
+    retry_on: tuple[str, ...] = ()
+    warn_signal: int = 0  # 0: none
+    warn_before_s: int = 0
 
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
@@ -77,7 +82,9 @@ def decide_spec(
     check_script(draft)
     check_resources(draft)
     parse_signal(draft.stop_signal)
+    check_warning(draft)
     decided = {
+        "retry_on": check_retry_on(draft.retry_on, draft.retries),
         "name": draft.name or default_name(draft.argv),
         "workdir": draft.workdir or default_workdir,
         "gpus": default_gpus(draft),
@@ -86,6 +93,32 @@ def decide_spec(
     spec = JobSpec(**{f: decided.get(f, getattr(draft, f)) for f in _SPEC_FIELDS})  # type: ignore[arg-type]
     check_shape(spec)
     return spec
+
+
+def check_warning(draft: SpecDraft) -> None:
+    """`--signal SIG@SECONDS`: a signal that can stop a job, sent before a time limit the job
+    has, early enough to mean something."""
+    if not draft.warn_signal and not draft.warn_before_s:
+        return
+    if not draft.warn_signal or draft.warn_before_s <= 0:
+        raise InvalidRequest(
+            "warn_signal and warn_before_s go together: e.g. --signal USR1@120 sends USR1 "
+            "120 s before the time limit",
+            field="warn_signal",
+        )
+    parse_signal(draft.warn_signal, field="warn_signal")
+    if draft.time_limit_s is None:
+        raise InvalidRequest(
+            "--signal SIG@SECONDS warns before the time limit, and this job has none: "
+            "give --time too",
+            field="warn_signal",
+        )
+    if draft.warn_before_s >= draft.time_limit_s:
+        raise InvalidRequest(
+            f"warn_before_s {draft.warn_before_s} is not shorter than the time limit "
+            f"({draft.time_limit_s} s): the warning would come at the start",
+            field="warn_before_s",
+        )
 
 
 def default_name(argv: tuple[str, ...] | list[str]) -> str:
@@ -207,6 +240,10 @@ def check_resources(draft: SpecDraft) -> None:
             raise InvalidRequest(f"{name} must be at least {low}, not {value}", field=name)
     if draft.time_limit_s is not None and draft.time_limit_s <= 0:
         raise InvalidRequest("time_limit must be positive", field="time_limit")
+    if not 0 <= draft.retries <= MAX_RETRIES:
+        raise InvalidRequest(
+            f"retries must be from 0 to {MAX_RETRIES}, not {draft.retries}", field="retries"
+        )
     if draft.distributed is not None and draft.distributed not in DISTRIBUTED_MODES:
         raise InvalidRequest(
             f"distributed {draft.distributed!r}: use one of {', '.join(DISTRIBUTED_MODES)}",

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from gpuyard.domain.retry import MAX_RETRIES
 from gpuyard.domain.spec_rules import MAX_NAME_CHARS
 
 
@@ -78,6 +79,24 @@ class JobSubmitIn(_Strict):
     script_index: Annotated[
         StrictInt, Field(ge=0, description="which argument of command is the script's path")
     ] = 0
+    retries: Annotated[
+        StrictInt,
+        Field(ge=0, le=MAX_RETRIES, description="times a failed job is requeued (with backoff)"),
+    ] = 0
+    retry_on: Annotated[
+        list[Literal["failed", "timeout", "oom", "launch"]],
+        Field(description="failures retries apply to; empty: failed (a non-zero exit)"),
+    ] = Field(default_factory=list)
+    warn_signal: Annotated[
+        StrictStr | StrictInt | None,
+        Field(
+            description="a signal sent warn_before_s seconds before the time limit, so the "
+            "job can checkpoint (Slurm's --signal SIG@SECONDS); null: none"
+        ),
+    ] = None
+    warn_before_s: Annotated[
+        StrictInt, Field(ge=0, description="how long before the time limit warn_signal comes")
+    ] = 0
 
 
 class JobGpuStatsOut(BaseModel):
@@ -142,6 +161,12 @@ class JobOut(BaseModel):
     stop_signal: int = Field(
         15, description="signal its processes get when it is stopped (then SIGKILL)"
     )
+    retries: int = Field(0, description="times a failed run is requeued (--retries)")
+    retry_on: list[str] = Field(
+        default_factory=list, description="failure classes retried; empty: failed"
+    )
+    warn_signal: int = Field(0, description="signal sent warn_before_s before the limit; 0: none")
+    warn_before_s: int = Field(0, description="how long before the time limit warn_signal comes")
     idle_since: str | None = Field(
         None, description="running jobs flagged idle: since when their GPUs stayed unused"
     )

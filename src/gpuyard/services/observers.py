@@ -54,9 +54,7 @@ def queue_metrics(metrics: QueueMetrics) -> Callable[[JobChange], None]:
         if before is None:
             metrics.submitted()
         elif (
-            before.state is JobState.PENDING
-            and job.state is JobState.RUNNING
-            and job.restarts == 0
+            before.state is JobState.PENDING and job.state is JobState.RUNNING and job.restarts == 0
         ):
             metrics.submit_to_start_s.observe(max(0.0, change.at - job.submitted_at))
 

@@ -45,6 +45,9 @@ jobs = Table(
     Column("restarts", Integer, nullable=False, server_default="0"),
     Column("held", Boolean, nullable=False, server_default="0"),  # gpuyard hold
     Column("restart_of", Integer),  # gpuyard restart: the job this one runs again
+    Column("attempts", Text, nullable=False, server_default="[]"),  # JSON of earlier runs
+    Column("idempotency_key", Text),  # the submit's Idempotency-Key header
+    Column("not_before", Float),  # a retry's backoff: not started before this time
 )
 # History pages are newest first by id (keyset): each filter has an index ending in id, so a
 # page reads `limit` index entries, however long the history.
@@ -54,6 +57,9 @@ Index("ix_jobs_owner_state_id", jobs.c.owner, jobs.c.state, jobs.c.id)  # "my fa
 Index("ix_jobs_owner_name_id", jobs.c.owner, jobs.c.name, jobs.c.id)  # "my runs of train"
 Index("ix_jobs_name_id", jobs.c.name, jobs.c.id)
 Index("ix_jobs_submitted_at", jobs.c.submitted_at)
+# A retried submit finds the job its key made (the service keeps keys unique per owner; the
+# index is not UNIQUE so that one bad row can never fail a whole group commit).
+Index("ix_jobs_owner_idempotency_key", jobs.c.owner, jobs.c.idempotency_key)
 # The server's start loads the most recently ended jobs, not all of them.
 Index("ix_jobs_ended_at_id", jobs.c.ended_at, jobs.c.id)
 

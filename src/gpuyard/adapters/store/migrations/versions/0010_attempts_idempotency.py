@@ -1,0 +1,32 @@
+"""Recovery: every earlier run of a job (retries, requeues, preemptions), the Idempotency-Key
+of its submit (a retried submit returns the same job), and a retry's backoff time.
+
+Revision ID: 0010
+Revises: 0009
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0010"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("attempts", sa.Text, nullable=False, server_default="[]"))
+        batch.add_column(sa.Column("idempotency_key", sa.Text))
+        batch.add_column(sa.Column("not_before", sa.Float))
+    op.create_index("ix_jobs_owner_idempotency_key", "jobs", ["owner", "idempotency_key"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_jobs_owner_idempotency_key", table_name="jobs")
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("not_before")
+        batch.drop_column("idempotency_key")
+        batch.drop_column("attempts")
