@@ -134,4 +134,5 @@ def finished_job_with_every_field_set() -> Job:
         ),
         idempotency_key="7f0c2a9e-retry ü",
         not_before=1_700_000_005.5,
+        log_dropped_bytes=65_536,
     )

@@ -117,6 +117,9 @@ class Job:
     idempotency_key: str | None = None
     # Not started before this time (epoch seconds): a retry's backoff; None: as soon as it fits.
     not_before: float | None = None
+    # Bytes of output its log lost because the log's disk was full (the job ran on; the log
+    # is marked truncated where the bytes are missing).
+    log_dropped_bytes: int = 0
 
     def transition(self, target: JobState, **changes: object) -> Job:
         """Return this job moved to `target` (checked against the transition table)."""

@@ -48,6 +48,7 @@ jobs = Table(
     Column("attempts", Text, nullable=False, server_default="[]"),  # JSON of earlier runs
     Column("idempotency_key", Text),  # the submit's Idempotency-Key header
     Column("not_before", Float),  # a retry's backoff: not started before this time
+    Column("log_dropped_bytes", Integer, nullable=False, server_default="0"),  # log disk full
 )
 # History pages are newest first by id (keyset): each filter has an index ending in id, so a
 # page reads `limit` index entries, however long the history.
