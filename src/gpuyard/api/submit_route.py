@@ -23,6 +23,7 @@ from gpuyard.api.errors import BAD_BODY, describe_invalid, error_response, statu
 from gpuyard.domain.errors import GpuyardError, Unauthorized
 from gpuyard.domain.principal import Principal
 from gpuyard.schemas.v1 import JobSubmitIn
+from gpuyard.services.crashpoints import crash_point
 from gpuyard.services.jobs import JobService
 
 SUBMIT_PATH = "/api/v1/jobs"
@@ -66,6 +67,7 @@ class SubmitFastPath:
             return
         try:
             answer = await self._submit(scope, receive)
+            crash_point("submit_reply")
         except GpuyardError as exc:
             await error_response(status_of(exc), exc.code, exc.message, exc.field)(
                 scope, receive, send

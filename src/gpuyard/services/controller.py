@@ -16,6 +16,7 @@ from gpuyard.domain.job import REASON_NONE, Job
 from gpuyard.domain.outcome import judge_exit
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
+from gpuyard.services.crashpoints import crash_point
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.journal import Journal, Transaction
 from gpuyard.services.launch import launch_plan, rank_failure
@@ -136,6 +137,7 @@ class Controller:
         self.journal.retry_unwritten()
         with self.journal.transaction() as tx:
             decided = self.scheduler.decide()
+            crash_point("pass_decided")
             started = self._record_starts(tx, decided.launches)
             self._record_preemptions(tx, decided.preempt)
         if started:
@@ -171,6 +173,7 @@ class Controller:
             stopping.append(job.with_changes(stop_intent=JobState.PENDING))
             log.info("job %s preempted: it will be requeued once stopped", job_id)
         tx.commit(stopping, self._clock())
+        crash_point("preempt_recorded")
         self.scheduler.stops_recorded(job_ids)
 
     def _launch(self, started: list[Job]) -> None:
@@ -192,6 +195,7 @@ class Controller:
             except Exception as exc:  # the job cannot start; it must not stay RUNNING
                 log.warning("job %s could not start: %s", job.id, exc)
                 self._finish(job.id, ExitStatus(exit_code=None, lost=True), f"LaunchFailed: {exc}")
+        crash_point("launched")
         now = self._clock()
         for job, proc in launched:
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from gpuyard.domain.errors import Conflict, NotFound
 from gpuyard.domain.job import Drain, Gpu, Job
 from gpuyard.domain.states import JobState
+from gpuyard.services.crashpoints import crash_point
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.journal import Journal
 from gpuyard.services.live_scheduler import LiveScheduler
@@ -83,6 +84,7 @@ class DrainService:
         with self._lock:
             self._store.save_drain(gpu.uuid, drain)
             self._by_index[gpu_index] = drain
+        crash_point("drain_saved")
         self._scheduler.drained(gpu_index, True, at)
         if source == "admin" and not now:
             stopping: list[Job] = []  # DRAIN: what runs there finishes

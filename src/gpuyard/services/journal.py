@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from gpuyard.domain.job import Job
+from gpuyard.services.crashpoints import crash_point
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.ports import JobStore
 
@@ -158,6 +159,7 @@ class Journal:
                 for job in news:
                     self._unwritten[job.id] = (job, at)
             return []
+        crash_point("journal_written")
         for job in news:
             self._unwritten.pop(job.id, None)
             change = JobChange(self.book.get(job.id), job, at)
