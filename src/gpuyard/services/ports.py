@@ -189,6 +189,8 @@ class ExitStatus:
     # The kernel killed a process of the job at its --mem (its cgroup's OOM killer): it ends
     # OUT_OF_MEMORY for host RAM, with `reason`.
     out_of_memory: bool = False
+    # Bytes of the job's output its log lost because the log's disk was full (the job ran on).
+    log_dropped_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +260,13 @@ class LaunchPlan:
     # (path in the job's folder, text): the script copied at submit, which `argv` runs; the
     # executor writes it (owner-only, executable) before the job starts.
     script: tuple[str, str] | None = None
+    # `--signal SIG@SECONDS`: `warn_signal` to every process of the job `warn_before_s` before
+    # its time limit, once (0: none).
+    warn_signal: int = 0
+    warn_before_s: int = 0
+    # GPUYARD_CHECKPOINT_DIR: the job's folder for checkpoints, kept across its runs; the
+    # executor makes it (the job's user's, 0700) when it is missing. None: none.
+    checkpoint_dir: str | None = None
 
 
 class Executor(Protocol):
