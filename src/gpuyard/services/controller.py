@@ -6,6 +6,7 @@ tests call it directly.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -226,7 +227,11 @@ class Controller:
         def end(current: Job) -> Job | None:
             if current.state is not JobState.RUNNING:
                 return None
-            return self._ended(current, status, reason, tail, ended_at)
+            ended = self._ended(current, status, reason, tail, ended_at)
+            if status.log_dropped_bytes:  # the log's disk was full: what this run's log lost
+                lost = current.log_dropped_bytes + status.log_dropped_bytes
+                ended = dataclasses.replace(ended, log_dropped_bytes=lost)
+            return ended
 
         ended = self.journal.change(job_id, end, ended_at)
         if ended is not None and ended.state is not JobState.RUNNING:
