@@ -18,8 +18,11 @@ from gpuyard.services.server import ServerFacade
 
 # Every route may answer these (the front door's 421 and 429 come before any route is chosen:
 # a Host not this server's, too many failed authentications; 429 is also a quota; 503 a
-# service this server does not keep), all as {"error": {...}}.
-_ERRORS = {code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 421, 422, 429, 503)}
+# service this server does not keep; 507 the state disk full, for any write), all as
+# {"error": {...}}.
+_ERRORS = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 421, 422, 429, 503, 507)
+}
 
 
 def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAPI:

@@ -20,6 +20,7 @@ from gpuyard.domain.errors import (
     NotFound,
     PayloadTooLarge,
     QuotaExceeded,
+    StateDiskFull,
     Unauthorized,
     Unavailable,
 )
@@ -35,6 +36,7 @@ STATUS_BY_ERROR: dict[type[GpuyardError], int] = {
     PayloadTooLarge: 413,
     QuotaExceeded: 429,
     Unavailable: 503,
+    StateDiskFull: 507,  # WebDAV's Insufficient Storage: the one status that says it
 }
 _CODE_BY_HTTP = {400: "invalid_request", 401: "unauthorized", 403: "forbidden",
                  404: "not_found", 405: "method_not_allowed", 409: "conflict",

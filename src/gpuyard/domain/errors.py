@@ -63,6 +63,14 @@ class Unavailable(GpuyardError):
     code = "unavailable"
 
 
+class StateDiskFull(GpuyardError):
+    """The disk holding the server's state (its database, job folders) has no room left, so
+    nothing of the request was saved (HTTP 507). The server keeps serving reads and takes
+    writes again by itself once space is freed: nothing to restart."""
+
+    code = "state_disk_full"
+
+
 ERRORS_BY_CODE: dict[str, type[GpuyardError]] = {
     cls.code: cls
     for cls in (
@@ -75,5 +83,6 @@ ERRORS_BY_CODE: dict[str, type[GpuyardError]] = {
         PayloadTooLarge,
         QuotaExceeded,
         Unavailable,
+        StateDiskFull,
     )
 }

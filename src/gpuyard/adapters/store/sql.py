@@ -21,6 +21,7 @@ from sqlalchemy import (
     select,
 )
 
+from gpuyard.adapters.disk_full import translate_disk_full
 from gpuyard.adapters.store.accounts_sql import SqlAccounts
 from gpuyard.adapters.store.codec import job_to_row, row_to_job
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
@@ -57,7 +58,8 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
         self._conn: Connection | None = None  # used by the writer thread only
         self._insert_sql = _compiled_insert(self._engine)
         self._update_sql = _compiled_update(self._engine)
-        self._writer: GroupCommitWriter[_Batch] = GroupCommitWriter(self._commit_batch)
+        commit = translate_disk_full(self._engine, self._commit_batch)  # StateDiskFull: 507
+        self._writer: GroupCommitWriter[_Batch] = GroupCommitWriter(commit)
 
     def lock_exclusive(self) -> None:
         """Claim the database for this server until `close()`; Unavailable if another has it.
