@@ -13,11 +13,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 
+from gpuyard.domain.errors import StateDiskFull
 from gpuyard.domain.job import REASON_NONE, Job
 from gpuyard.domain.outcome import judge_exit
+from gpuyard.domain.retry import REASON_LAUNCH_FAILED, RetryRules, attempt_of, requeue, settle_end
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.crashpoints import crash_point
+from gpuyard.services.disk_waits import DiskFullWaits
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.journal import Journal, Transaction
 from gpuyard.services.launch import launch_plan, rank_failure
@@ -29,6 +32,8 @@ from gpuyard.services.rendezvous import RendezvousPorts
 from gpuyard.services.run_as import RunAsPolicy
 
 log = logging.getLogger("gpuyard.controller")
+
+_MIN_WAIT_S = 0.02  # the shortest sleep between ticks when a pass is due (no busy loop)
 
 
 class Wakeup:
@@ -84,6 +89,7 @@ class Controller:
         metrics: QueueMetrics | None = None,
         gpu_peak_mib: Callable[[int], int | None] = lambda job_id: None,
         identities: RunAsPolicy | None = None,
+        retry_rules: RetryRules | None = None,
     ) -> None:
         self.journal = journal
         self.book = journal.book
@@ -93,11 +99,13 @@ class Controller:
         self._ports = ports
         self._gpu_peak_mib = gpu_peak_mib  # a job's peak GPU memory, when telemetry knows it
         self._identities = identities  # as whom each job runs (None: as the server, as is)
+        self._retry_rules = retry_rules or RetryRules()  # backoff, NODE_FAIL requeue limit
         self._base_env = dict(base_env)
         self._clock = clock
         self.metrics = metrics or QueueMetrics()
         self._wakeup = wakeup
         self._exits = exits
+        self._disk_waits = DiskFullWaits(journal, scheduler.gate, clock=clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -119,13 +127,21 @@ class Controller:
 
     def _run(self, period_s: float) -> None:
         while not self._stop.is_set():
-            self._wakeup.wait(period_s)
+            self._wakeup.wait(self._wait_s(period_s))
             if self._stop.is_set():
                 return
             try:
                 self.tick()
             except Exception:  # the loop must outlive one bad pass; the next retries
                 log.exception("scheduling pass failed")
+
+    def _wait_s(self, period_s: float) -> float:
+        """Until the next tick: the period, or sooner when the scheduler asked for a pass
+        then (a retry's backoff ending, a policy's timer); never a busy loop."""
+        due = self.scheduler.next_pass_at
+        if due is None:
+            return period_s
+        return min(period_s, max(_MIN_WAIT_S, due - self._clock()))
 
     # -- one pass -------------------------------------------------------------------------
     def tick(self) -> Decisions:
@@ -136,6 +152,7 @@ class Controller:
         for job_id, status in self._exits.take():
             self._finish(job_id, status, None)
         self.journal.retry_unwritten()
+        self._disk_waits.release_due()
         with self.journal.transaction() as tx:
             decided = self.scheduler.decide()
             crash_point("pass_decided")
@@ -189,13 +206,16 @@ class Controller:
                     self.executor.log_path(job.id), who,
                 )  # fmt: skip
                 launched.append((job, self.executor.launch(job, plan)))
+            except StateDiskFull as exc:  # nothing started: it waits for space, never fails
+                self._disk_waits.not_launched(job, exc)
             except NodeLost as exc:  # its machine is gone (Ray backend)
                 log.warning("job %s could not start: %s", job.id, exc)
                 lost = ExitStatus(exit_code=None, node_lost=True, reason=f"NodeLost: {exc}")
                 self._finish(job.id, lost, None)
             except Exception as exc:  # the job cannot start; it must not stay RUNNING
                 log.warning("job %s could not start: %s", job.id, exc)
-                self._finish(job.id, ExitStatus(exit_code=None, lost=True), f"LaunchFailed: {exc}")
+                failed = ExitStatus(exit_code=None, lost=True)
+                self._finish(job.id, failed, f"{REASON_LAUNCH_FAILED}: {exc}")
         crash_point("launched")
         now = self._clock()
         for job, proc in launched:
@@ -229,7 +249,7 @@ class Controller:
                 return None
             ended = self._ended(current, status, reason, tail, ended_at)
             if status.log_dropped_bytes:  # the log's disk was full: what this run's log lost
-                lost = current.log_dropped_bytes + status.log_dropped_bytes
+                lost = min(current.log_dropped_bytes + status.log_dropped_bytes, 2**31 - 1)
                 ended = dataclasses.replace(ended, log_dropped_bytes=lost)
             return ended
 
@@ -252,16 +272,22 @@ class Controller:
         if status.reason and state is JobState.FAILED and not reason:
             judged = status.reason
         if state is JobState.FAILED and not reason:
-            state, reason = self._diagnose(job, judged, tail)
-        if state is JobState.PENDING:
-            return _requeued(job, ended_at, judged)
-        return job.transition(
-            state, exit_code=exit_code, ended_at=ended_at, reason=reason or judged
-        )
+            state, reason = self._diagnose(job, judged, tail, exit_code)
+        if state is JobState.PENDING:  # preempted or requeued: the run is kept as an attempt
+            why = job.reason if job.reason != REASON_NONE else judged
+            run = attempt_of(job, state, None, why, ended_at)
+            return requeue(job, run, ended_at, judged)
+        return settle_end(job, state, exit_code, reason or judged, ended_at, self._retry_rules)
 
-    def _diagnose(self, job: Job, judged: str, tail: str) -> tuple[JobState, str | None]:
-        """A failed job's log tail says more than its exit code: GPU out-of-memory (its own
-        state), or which torchrun rank failed."""
+    def _diagnose(
+        self, job: Job, judged: str, tail: str, exit_code: int | None
+    ) -> tuple[JobState, str | None]:
+        """A failed job's log tail says more than its exit code: a command that could not
+        start (retried only when asked), GPU out-of-memory (its own state), or which torchrun
+        rank failed."""
+        cannot = _cannot_run(tail) if exit_code == _EXIT_CANNOT_RUN else None
+        if cannot is not None:
+            return JobState.FAILED, f"{REASON_LAUNCH_FAILED}: {cannot}"
         rank = rank_failure(tail) if job.spec.distributed == "torchrun" else None
         oom = oom_line(tail)
         if oom is None:
@@ -316,15 +342,16 @@ class Controller:
         log.info("job %s requeued: it had not started when the server stopped", job.id)
 
 
-def _requeued(job: Job, stopped_at: float, reason: str) -> Job:
-    """A preempted job back in the queue, keeping the GPU service it attained."""
-    started = stopped_at if job.started_at is None else job.started_at
-    ran_s = max(0.0, stopped_at - started)
-    return job.transition(
-        JobState.PENDING, gpus=(), started_at=None, pid=None, pid_started_at=None,
-        stop_intent=None, exit_code=None, reason=reason, restarts=job.restarts + 1,
-        attained_gpu_s=job.attained_gpu_s + len(job.gpus) * ran_s,
-    )  # fmt: skip
+_EXIT_CANNOT_RUN = 127  # the supervisor's exit when the job's exec (or cgroup join) fails
+_CANNOT_RUN = "gpuyard: cannot run "  # the line it writes to the job's log then
+
+
+def _cannot_run(tail: str) -> str | None:
+    """What the supervisor said when the job's command could not be started, if it did."""
+    for line in reversed(tail.splitlines()):
+        if line.startswith(_CANNOT_RUN):
+            return line.removeprefix("gpuyard: ").strip()
+    return None
 
 
 def _log_tail(path: str, size: int = 16_384) -> str:
