@@ -31,6 +31,7 @@ from pathlib import Path
 
 import psutil
 
+from gpuyard.adapters.disk_full import raise_if_disk_full
 from gpuyard.adapters.executor import tree
 from gpuyard.adapters.executor.cgroups import JobCgroups
 from gpuyard.adapters.executor.forkserver import ForkServer
@@ -164,20 +165,27 @@ class LocalExecutor:
     # -- start / stop ---------------------------------------------------------------------
     def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         jobdir = self.job_dir(job.id)
-        jobdir.mkdir(parents=True, exist_ok=True)
-        for stale in ("status.json", "supervisor.pid", STOP_SIGNAL_FILE):  # an earlier run's
-            (jobdir / stale).unlink(missing_ok=True)
-        give_to_owner(jobdir, plan)
-        if plan.script is not None:
-            write_script(plan)
-        groups: list[str] = []
-        if self._cgroups is not None:
-            limits = self._cgroups.limits(job.spec.mem_mib, job.spec.cpus, job.gpus)
-            groups = self._cgroups.create(job.id, limits)
-        marker = new_marker()
-        write_launch_file(
-            jobdir, launch_instructions(plan, jobdir, self._grace_s, marker, cgroups=groups)
-        )
+        try:
+            jobdir.mkdir(parents=True, exist_ok=True)
+            for stale in ("status.json", "supervisor.pid", STOP_SIGNAL_FILE):  # an earlier run's
+                (jobdir / stale).unlink(missing_ok=True)
+            give_to_owner(jobdir, plan)
+            if plan.script is not None:
+                write_script(plan)
+            groups: list[str] = []
+            if self._cgroups is not None:
+                limits = self._cgroups.limits(job.spec.mem_mib, job.spec.cpus, job.gpus)
+                groups = self._cgroups.create(job.id, limits)
+            marker = new_marker()
+            write_launch_file(
+                jobdir, launch_instructions(plan, jobdir, self._grace_s, marker, cgroups=groups)
+            )
+        except OSError as exc:  # nothing started yet: a full disk is StateDiskFull (stays pending)
+            if self._cgroups is not None:
+                with contextlib.suppress(OSError):
+                    self._cgroups.remove(job.id)
+            raise_if_disk_full(exc, jobdir)
+            raise
         for attempt in range(_LAUNCH_TRIES):
             try:
                 child = self._spawn(jobdir, plan.log_path)
