@@ -14,14 +14,12 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from gpuyard.domain.errors import StateDiskFull
-from gpuyard.domain.errors import StateDiskFull
 from gpuyard.domain.job import REASON_NONE, Job
 from gpuyard.domain.outcome import judge_exit
 from gpuyard.domain.retry import REASON_LAUNCH_FAILED, RetryRules, attempt_of, requeue, settle_end
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.crashpoints import crash_point
-from gpuyard.services.disk_waits import DiskFullWaits
 from gpuyard.services.disk_waits import DiskFullWaits
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.journal import Journal, Transaction
@@ -108,7 +106,6 @@ class Controller:
         self._wakeup = wakeup
         self._exits = exits
         self._disk_waits = DiskFullWaits(journal, scheduler.gate, clock=clock)
-        self._disk_waits = DiskFullWaits(journal, scheduler.gate, clock=clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -155,7 +152,6 @@ class Controller:
         for job_id, status in self._exits.take():
             self._finish(job_id, status, None)
         self.journal.retry_unwritten()
-        self._disk_waits.release_due()
         self._disk_waits.release_due()
         with self.journal.transaction() as tx:
             decided = self.scheduler.decide()
@@ -210,8 +206,6 @@ class Controller:
                     self.executor.log_path(job.id), who,
                 )  # fmt: skip
                 launched.append((job, self.executor.launch(job, plan)))
-            except StateDiskFull as exc:  # nothing started: it waits for space, never fails
-                self._disk_waits.not_launched(job, exc)
             except StateDiskFull as exc:  # nothing started: it waits for space, never fails
                 self._disk_waits.not_launched(job, exc)
             except NodeLost as exc:  # its machine is gone (Ray backend)
