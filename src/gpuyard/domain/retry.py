@@ -8,16 +8,32 @@
                not fix itself, so only when asked
 
 A job whose GPU or machine failed (NODE_FAIL) is requeued without `--retries`, up to the
-server's limit, as Slurm requeues on a node failure.
+server's limit, as Slurm requeues on a node failure; past it the job is held with the reason
+(`gpuyard release` runs it again). Every run that ended is kept on the job (`Job.attempts`).
+
+    settle_end(job, JobState.FAILED, 1, "NonZeroExitCode: ...", now, RetryRules())
+        -> PENDING, attempts + (run 1,), not_before = now + 10 s   (with --retries 1)
+        -> FAILED                                                     (without)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpuyard.domain.errors import InvalidRequest
+from gpuyard.domain.job import REASON_HELD, Attempt, Job, JobSpec
+from gpuyard.domain.states import JobState
 
 RETRY_CLASSES = ("failed", "timeout", "oom", "launch")
 DEFAULT_RETRY_ON = ("failed",)
 MAX_RETRIES = 100
+# Runs kept on a job (`Job.attempts`): beyond it the oldest preemptions are dropped.
+MAX_ATTEMPTS_KEPT = 200
+# Reasons that name why a run was retried or a job held (`gpuyard show`, `queue`).
+REASON_LAUNCH_FAILED = "LaunchFailed"  # the command could not be started
+REASON_NODE_FAIL_LIMIT = "NodeFailLimit"  # held: its node failed more often than the limit
+REASON_BEGIN_TIME = "BeginTime"  # waiting out a retry's backoff (Slurm's word)
+_CLASS_OF_STATE = {JobState.TIMEOUT: "timeout", JobState.OUT_OF_MEMORY: "oom"}
 
 
 def check_retry_on(classes: tuple[str, ...], retries: int) -> tuple[str, ...]:
@@ -35,3 +51,128 @@ def check_retry_on(classes: tuple[str, ...], retries: int) -> tuple[str, ...]:
             field="retry_on",
         )
     return tuple(sorted(set(classes), key=RETRY_CLASSES.index))
+
+
+@dataclass(frozen=True, slots=True)
+class RetryRules:
+    """The server's side of retries (its settings): the backoff before each retry,
+    `backoff_s` · 2^(n-1) for retry n capped at `backoff_max_s`, and how many times a job is
+    requeued after node failures before it is held (0: never requeued, it ends NODE_FAIL)."""
+
+    backoff_s: float = 10.0
+    backoff_max_s: float = 600.0
+    node_fail_requeues: int = 3
+
+    def backoff_for(self, retry: int) -> float:
+        """Seconds to wait before retry number `retry` (1 for the first)."""
+        return min(self.backoff_max_s, self.backoff_s * 2.0 ** min(max(retry - 1, 0), 60))
+
+
+def failure_class(state: JobState, reason: str) -> str | None:
+    """The retry class of a run that ended in `state` with `reason` (the controller's
+    verdict); None for an end no `--retry-on` names (completed, cancelled, NODE_FAIL)."""
+    if state is JobState.FAILED:
+        return "launch" if reason.startswith(REASON_LAUNCH_FAILED) else "failed"
+    return _CLASS_OF_STATE.get(state)
+
+
+def retried_classes(spec: JobSpec) -> tuple[str, ...]:
+    return spec.retry_on or DEFAULT_RETRY_ON
+
+
+def retries_used(job: Job) -> int:
+    """Retries spent so far: the earlier runs that ended in a retried failure."""
+    return sum(1 for a in job.attempts if a.state in _CLASS_OF_STATE or a.state is JobState.FAILED)
+
+
+def node_failures(job: Job) -> int:
+    """Earlier runs that ended NODE_FAIL (each was requeued or held)."""
+    return sum(1 for a in job.attempts if a.state is JobState.NODE_FAIL)
+
+
+def settle_end(
+    job: Job,
+    state: JobState,
+    exit_code: int | None,
+    reason: str,
+    ended_at: float,
+    rules: RetryRules,
+) -> Job:
+    """The record of a RUNNING job whose run ended in the terminal `state`: requeued (PENDING,
+    the run kept as an Attempt, its GPUs freed) when `--retries` covers the failure, with
+    `not_before` its backoff; requeued at once after a node failure, or held past the
+    server's limit; otherwise ended as judged."""
+    if state is JobState.NODE_FAIL and rules.node_fail_requeues > 0:
+        run = attempt_of(job, state, exit_code, reason, ended_at)
+        failures = node_failures(job) + 1
+        if failures <= rules.node_fail_requeues:
+            why = f"NodeFailRequeue: requeued after node failure {failures} ({reason})"
+            return requeue(job, run, ended_at, why)
+        why = (
+            f"{REASON_NODE_FAIL_LIMIT}: {failures} node failures, more than the "
+            f"{rules.node_fail_requeues} requeues allowed (last: {reason}); "
+            f"`gpuyard release {job.id}` runs it again"
+        )
+        return requeue(job, run, ended_at, why, held=True)
+    kind = failure_class(state, reason)
+    used = retries_used(job)
+    if kind is not None and kind in retried_classes(job.spec) and used < job.spec.retries:
+        run = attempt_of(job, state, exit_code, reason, ended_at)
+        wait_s = rules.backoff_for(used + 1)
+        why = f"Retry {used + 1} of {job.spec.retries} after {state.value} ({reason})"
+        return requeue(job, run, ended_at, why, not_before=ended_at + wait_s)
+    return job.transition(state, exit_code=exit_code, ended_at=ended_at, reason=reason)
+
+
+def attempt_of(
+    job: Job, state: JobState, exit_code: int | None, reason: str, ended_at: float
+) -> Attempt:
+    """The run of `job` that just ended, as `gpuyard show` lists it."""
+    number = job.attempts[-1].number + 1 if job.attempts else 1
+    started = job.started_at if job.started_at is not None else ended_at
+    return Attempt(number, started, ended_at, state, exit_code, reason, job.node, job.gpus)
+
+
+def requeue(
+    job: Job,
+    run: Attempt,
+    stopped_at: float,
+    reason: str,
+    *,
+    not_before: float | None = None,
+    held: bool = False,
+) -> Job:
+    """`job` back in the queue after `run`: its GPUs freed, the run kept (the oldest
+    preemptions dropped past MAX_ATTEMPTS_KEPT), `restarts` + 1 (GPUYARD_RESTART_COUNT, as
+    SLURM_RESTART_COUNT counts every requeue) and the GPU service it attained kept (what LAS
+    ranks by)."""
+    started = stopped_at if job.started_at is None else job.started_at
+    ran_s = max(0.0, stopped_at - started)
+    return job.transition(
+        JobState.PENDING, gpus=(), started_at=None, pid=None, pid_started_at=None,
+        stop_intent=None, exit_code=None, reason=reason, restarts=job.restarts + 1,
+        attained_gpu_s=job.attained_gpu_s + len(job.gpus) * ran_s,
+        attempts=_kept((*job.attempts, run)), not_before=not_before, held=job.held or held,
+    )  # fmt: skip
+
+
+def _kept(attempts: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
+    """At most MAX_ATTEMPTS_KEPT runs: the oldest preemptions go first (a preemptible job may
+    be preempted without end; retries and node failures are bounded and counted)."""
+    extra = len(attempts) - MAX_ATTEMPTS_KEPT
+    if extra <= 0:
+        return attempts
+    kept: list[Attempt] = []
+    for attempt in attempts:
+        if extra > 0 and attempt.state is JobState.PENDING:
+            extra -= 1
+            continue
+        kept.append(attempt)
+    return tuple(kept)
+
+
+def hold_reason(job: Job) -> str:
+    """The pending reason of a held job: the server's own (NodeFailLimit) or the user's."""
+    if job.reason.startswith(REASON_NODE_FAIL_LIMIT):
+        return job.reason
+    return REASON_HELD

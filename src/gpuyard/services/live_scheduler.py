@@ -30,13 +30,13 @@ from types import MappingProxyType
 
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import (
-    REASON_HELD,
     REASON_PREEMPTING,
     REASON_PRIORITY,
     REASON_RESOURCES,
     Job,
     JobSpec,
 )
+from gpuyard.domain.retry import REASON_BEGIN_TIME, hold_reason
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.fair_share import Shares
@@ -113,6 +113,11 @@ class LiveScheduler:
         self._quota_ledger = QuotaLedger()
         self._quota_held: Mapping[int, str] = MappingProxyType({})
         self._shares = self._shares_applied = Shares()
+        # Retries' backoff (`Job.not_before`): a job waiting it out is parked out of the policy,
+        # as a held one is, and let in by the first pass at or after its time (the pass asks
+        # to be woken then). `_begin_at` is the copy `reason_for` reads (BeginTime), swapped.
+        self._backoff: dict[int, float] = {}
+        self._begin_at: Mapping[int, float] = MappingProxyType({})
         self.estimator = Estimator(
             clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live,
             in_process=estimates_in_process,
@@ -190,6 +195,7 @@ class LiveScheduler:
         with self._lock:
             now = self._clock()
             fed = self._apply_inbox()
+            fed = self._release_due(now) or fed
             if self._shares is not self._shares_applied:
                 self._shares_applied = self._shares
                 self._feed.set_shares(self._shares_applied)
@@ -210,7 +216,11 @@ class LiveScheduler:
                 if not rules.empty:  # the runs it started count from now on
                     self._sync_ledger(now)
                 generation += 1
-                wakes = (self.policy.next_decision_at(now), next_recheck_at(self._quota_held, now))
+                wakes = (
+                    self.policy.next_decision_at(now),
+                    next_recheck_at(self._quota_held, now),
+                    min(self._backoff.values(), default=None),
+                )
                 self._wake_at = min((w for w in wakes if w is not None), default=None)
             launches, waiting_busy = self.binding.launchable(self._assigned, self.cluster)
             ops = self._feed.take_ops()
@@ -239,7 +249,7 @@ class LiveScheduler:
             j for j in feed.jobs.values() if not j.running and rules.limited(j.user)
         ] + [
             feed.parked[i] for i in self._quota_held
-            if i in feed.parked and gate.reason(i) is None
+            if i in feed.parked and gate.reason(i) is None and i not in self._backoff
         ]  # fmt: skip
         held = admission(
             rules, ledger,
@@ -251,7 +261,7 @@ class LiveScheduler:
             if job_id in feed.jobs:
                 fed = feed.park(job_id, now) or fed
         for job_id in self._quota_held:
-            if job_id not in held and gate.reason(job_id) is None:
+            if job_id not in held and not self._kept_out(job_id):
                 fed = feed.unpark(job_id, now) or fed
         self._quota_held = MappingProxyType(held)
         return fed
@@ -310,6 +320,8 @@ class LiveScheduler:
         held = self.gate.reason(job_id) or self._quota_held.get(job_id)
         if held is not None:
             return held
+        if job_id in self._begin_at:
+            return REASON_BEGIN_TIME
         view = self._view
         if job_id in view.waiting_busy:
             return f"GpuMemoryBusy: {view.waiting_busy[job_id]}"
@@ -336,11 +348,13 @@ class LiveScheduler:
             event = inbox.popleft()
             match event:
                 case Submitted(job, at):
-                    parked = gate.reason(job.id) is not None
+                    self._note_backoff(job)
+                    parked = self._kept_out(job.id)
                     feed.submit(job, at, parked)
                     fed = fed or not parked
                 case Cancelled(job_id, at):
                     gate.forget(job_id)
+                    self._end_backoff(job_id)
                     fed = self._forget(job_id, at) or fed
                 case Drained(gpu, out_of_service, _):
                     drained = self.binding.drained
@@ -353,8 +367,8 @@ class LiveScheduler:
                 case Held(job_id, _, at):
                     held = gate.reason(job_id) is not None and job_id not in self._assigned
                     fed = (held and feed.park(job_id, at)) or fed
-                case Released(job_id, at):
-                    fed = feed.unpark(job_id, at) or fed
+                case Released(job_id, at):  # a job still in its backoff stays out
+                    fed = (job_id not in self._backoff and feed.unpark(job_id, at)) or fed
         self.binding.charge_drained(feed)
         return fed
 
@@ -369,6 +383,11 @@ class LiveScheduler:
         requeued = record.state is JobState.PENDING
         if not requeued:
             self.gate.forget(job_id)
+            self._end_backoff(job_id)
+        else:  # a retry waits out its backoff; a job held by the server (NodeFailLimit) waits
+            self._note_backoff(record)
+            if record.held and self.gate.reason(job_id) is None:
+                self.gate.hold(job_id, hold_reason(record))
         if job_id in self._stopping:
             self._stopping.discard(job_id)
             if not requeued:  # it ended for good before the stop reached it
@@ -399,13 +418,39 @@ class LiveScheduler:
         if known is None and record.id not in self._feed.parked:
             return False  # cancelled meanwhile
         self._forget(record.id, at)
-        parked = self.gate.reason(record.id) is not None
+        parked = self._kept_out(record.id)
         self._feed.submit(record, at, parked)
         return not parked
 
     def _park_if_held(self, job_id: int, at: float) -> bool:
-        """A requeued job the gate holds leaves the policy again."""
-        return self.gate.reason(job_id) is not None and self._feed.park(job_id, at)
+        """A requeued job the gate holds, or one waiting out a retry's backoff, leaves the
+        policy again."""
+        return self._kept_out(job_id) and self._feed.park(job_id, at)
+
+    def _kept_out(self, job_id: int) -> bool:
+        """Held by the gate, or not to start before its backoff ends."""
+        return self.gate.reason(job_id) is not None or job_id in self._backoff
+
+    def _note_backoff(self, record: Job) -> None:
+        """A pending job whose `not_before` is still ahead waits for it (BeginTime)."""
+        if record.not_before is not None and record.not_before > self._clock():
+            self._backoff[record.id] = record.not_before
+            self._begin_at = MappingProxyType(dict(self._backoff))
+
+    def _end_backoff(self, job_id: int) -> None:
+        if self._backoff.pop(job_id, None) is not None:
+            self._begin_at = MappingProxyType(dict(self._backoff))
+
+    def _release_due(self, now: float) -> bool:
+        """Jobs whose backoff has ended go back to the policy (unless the gate holds them:
+        they come back at its release); True if the policy was told anything."""
+        due = [job_id for job_id, at in self._backoff.items() if at <= now]
+        fed = False
+        for job_id in due:
+            self._end_backoff(job_id)
+            if self.gate.reason(job_id) is None:
+                fed = self._feed.unpark(job_id, now) or fed
+        return fed
 
     # -- restart ------------------------------------------------------------------------------
     def rebuild(self, jobs: Iterable[Job]) -> None:
@@ -430,9 +475,11 @@ class LiveScheduler:
             elif job.state is JobState.RUNNING:
                 events += _life(job, (job.submitted_at, job.started_at))
         events.sort(key=lambda e: e[:3])
-        for job in jobs:  # holds are stored on the job: the gate holds them again
+        for job in jobs:  # holds and backoffs are stored on the job: they hold again
             if job.held and job.state is JobState.PENDING:
-                self.gate.hold(job.id, REASON_HELD)
+                self.gate.hold(job.id, hold_reason(job))
+            if job.state is JobState.PENDING:
+                self._note_backoff(job)
         with self._lock:
             for at, kind, _, record in events:
                 self._replay(kind, at, record)
@@ -442,7 +489,7 @@ class LiveScheduler:
     def _replay(self, kind: int, at: float, record: Job) -> None:
         feed = self._feed
         if kind == 0:
-            feed.submit(record, at, self.gate.reason(record.id) is not None)
+            feed.submit(record, at, self._kept_out(record.id))
         elif kind == 2:
             feed.finish(record.id, at)  # placement () for a finished run: frees nothing
         elif record.state is not JobState.RUNNING:
