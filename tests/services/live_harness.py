@@ -129,7 +129,12 @@ class LiveRig:
     wiring (`bootstrap.build_core`), with simulated processes for an executor."""
 
     def __init__(
-        self, tmp_path: Path, policy: Policy, gpus: int, work_s: dict[int, float] | None = None
+        self,
+        tmp_path: Path,
+        policy: Policy,
+        gpus: int,
+        work_s: dict[int, float] | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.now = 0.0
         tmp_path.mkdir(parents=True, exist_ok=True)
@@ -145,8 +150,8 @@ class LiveRig:
             return self.processes
 
         core = build_core(
-            self.store, self.inventory, policy, executor, settings=Settings(), clock=self.clock,
-            base_env={},
+            self.store, self.inventory, policy, executor, settings=settings or Settings(),
+            clock=self.clock, base_env={},
         )  # fmt: skip
         self.book, self.scheduler = core.book, core.scheduler
         self.controller, self.service, self.journal = core.controller, core.service, core.journal
