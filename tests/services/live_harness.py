@@ -155,7 +155,7 @@ class LiveRig:
         )  # fmt: skip
         self.book, self.scheduler = core.book, core.scheduler
         self.controller, self.service, self.journal = core.controller, core.service, core.journal
-        self.feed = core.feed
+        self.feed, self.drains = core.feed, core.drains
         self.actor = Principal("ada", role="admin")
 
     def clock(self) -> float:
