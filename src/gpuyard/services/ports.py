@@ -57,6 +57,12 @@ class JobStore(Protocol):
         """Every job ever, by id: for tests and tools only (the server uses `load_active`)."""
         ...
 
+    def find_by_idempotency_key(self, owner: str, key: str) -> Job | None:
+        """The job `owner` submitted with this `Idempotency-Key` (the lowest id if, against
+        the service's rule, there were several); None: none. Another owner's key never
+        matches. Asked for a key the server no longer keeps in memory (a finished job)."""
+        ...
+
     def delete_finished(
         self, *, ended_before: float | None = None, owner: str | None = None
     ) -> list[int]:

@@ -81,6 +81,15 @@ class MemoryJobStore(MemoryAccountStore, MemoryLimitStore):
         with self.database.lock:
             return self.database.jobs.get(job_id)
 
+    def find_by_idempotency_key(self, owner: str, key: str) -> Job | None:
+        with self.database.lock:
+            found = [
+                job
+                for job in self.database.jobs.values()
+                if job.owner == owner and job.idempotency_key == key
+            ]
+        return min(found, key=lambda j: j.id, default=None)
+
     def max_job_id(self) -> int:
         with self.database.lock:
             return max(max(self.database.jobs, default=0), self.database.max_deleted_id)

@@ -91,6 +91,17 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
         found = self._select(select(jobs).where(jobs.c.id == job_id))
         return found[0] if found else None
 
+    def find_by_idempotency_key(self, owner: str, key: str) -> Job | None:
+        """The job `owner` submitted with `key` (index ix_jobs_owner_idempotency_key)."""
+        query = (
+            select(jobs)
+            .where(jobs.c.owner == owner, jobs.c.idempotency_key == key)
+            .order_by(jobs.c.id)
+            .limit(1)
+        )
+        found = self._select(query)
+        return found[0] if found else None
+
     def max_job_id(self) -> int:
         """The highest id ever given (0 for none), deleted jobs' included: new ids start above."""
         with self._engine.connect() as conn:
