@@ -1,0 +1,193 @@
+"""A full state disk, for real: a size-limited tmpfs is the server's state dir (its database,
+job folders, token), filled to the last page by a filler file.
+
+What a user notices: a submit is refused in one line (507 over HTTP, the same line from the
+CLI), nothing of it saved; `queue` and `show` still answer; a job that ends meanwhile is
+recorded once there is room again, with its true exit; a job chosen to start waits PENDING
+(reason StateDiskFull), never FAILED; once the filler is gone the next submit works and the
+waiting job runs, with no restart. The database passes SQLite's integrity check afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.server import ServerProcess, wait_for
+
+DISK_MIB = 8
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of DISK_MIB MiB (0700: a state dir others may write is refused), unmounted at
+    the end whatever happened."""
+    mount = tmp_path / "state"
+    mount.mkdir()
+    why = None
+    if os.geteuid() != 0:
+        why = "mounting a small filesystem needs root"
+    else:
+        made = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={DISK_MIB}m,mode=0700", "tmpfs", str(mount)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if made.returncode != 0:
+            why = f"cannot mount a tmpfs: {made.stderr.strip()}"
+    if why is not None:
+        if _ci():
+            pytest.fail(f"{why}; CI is set, so the disk-full tests must run")
+        pytest.skip(why)
+    try:
+        yield mount
+    finally:
+        _unmount(mount)
+
+
+def _unmount(mount: Path) -> None:
+    for _ in range(50):  # a supervisor being killed may still hold its folder for a moment
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.1)
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def _fill(disk: Path) -> Path:
+    """Write a file until the disk has not one byte left for it."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    block = b"\0" * (1 << 20)
+    try:
+        for size in (1 << 20, 4096, 1):
+            chunk = memoryview(block)[:size]
+            with contextlib.suppress(OSError):
+                while os.write(fd, chunk):
+                    pass
+    finally:
+        os.close(fd)
+    assert os.statvfs(disk).f_bavail == 0
+    return filler
+
+
+def _full_line(disk: Path) -> str:
+    return (
+        f"the server's state disk is full: nothing was saved; free space on {disk}, then try "
+        "again (the server takes work again by itself, no restart needed)"
+    )
+
+
+def _post_job(server: ServerProcess, command: list[str]) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(
+        f"{server.url}/api/v1/jobs",
+        data=json.dumps({"command": command}).encode(),
+        headers={"Content-Type": "application/json",
+                 "Authorization": f"Bearer {(server.state_dir / 'token').read_text().strip()}"},
+        method="POST",
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _state(server: ServerProcess, job_id: str) -> dict[str, object]:
+    return json.loads(server.cli("show", job_id, "--json").stdout)
+
+
+def _integrity(database: Path) -> str:
+    with contextlib.closing(sqlite3.connect(database)) as conn:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
+    small_disk: Path, tmp_path: Path
+):
+    go = tmp_path / "go"  # off the small disk: the running job ends when this appears
+    server = ServerProcess(small_disk, "--gpus", "1", "--cpus", "8", "--kill-grace", "1")
+    try:
+        server.start()
+        waiter = ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"]
+        running = server.cli("submit", "--gpus", "1", "--", *waiter).stdout.strip()
+        wait_for(lambda: _state(server, running)["state"] == "RUNNING")
+        queued = server.cli("submit", "--gpus", "1", "--", "true").stdout.strip()
+
+        filler = _fill(small_disk)
+        refused = server.cli("submit", "--", "true", check=False)
+        assert refused.returncode != 0
+        assert refused.stderr == f"gpuyard: {_full_line(small_disk)}\n"
+        status, body = _post_job(server, ["true"])
+        assert status == 507
+        assert body == {"error": {"code": "state_disk_full", "message": _full_line(small_disk)}}
+
+        listed = server.cli("queue").stdout.split()
+        assert running in listed and queued in listed
+        assert _state(server, queued)["state"] == "PENDING"
+
+        go.touch()  # the running job ends while nothing can be recorded
+        wait_for(lambda: f"recording job(s) {running} failed" in server.log.read_text())
+        assert _state(server, running)["state"] == "RUNNING"  # its end waits for the disk
+
+        filler.unlink()
+        ended = wait_for(lambda: (j := _state(server, running))["state"] != "RUNNING" and j)
+        assert (ended["state"], ended["exit_code"]) == ("COMPLETED", 0)
+        later = wait_for(lambda: (j := _state(server, queued))["state"] == "COMPLETED" and j)
+        assert later["exit_code"] == 0
+        status, body = _post_job(server, ["true"])
+        assert status == 201
+        assert server.cli("submit", "--", "true").returncode == 0
+    finally:
+        server.stop()
+        server.kill_jobs()
+    assert _integrity(small_disk / "gpuyard.db") == "ok"
+    ids = {int(running), int(queued)}
+    with contextlib.closing(sqlite3.connect(small_disk / "gpuyard.db")) as conn:
+        rows = conn.execute("SELECT id, state, exit_code FROM jobs ORDER BY id").fetchall()
+    assert [(i, s, c) for i, s, c in rows if i in ids] == [
+        (int(running), "COMPLETED", 0), (int(queued), "COMPLETED", 0),
+    ]  # fmt: skip
+    assert len(rows) == 4  # the two refused submits left nothing behind
+
+
+def test_a_launch_that_finds_the_disk_full_waits_pending_and_runs_once_there_is_room(
+    small_disk: Path, tmp_path: Path
+):
+    """The database elsewhere (GPUYARD_DATABASE_URL), so the start is recorded and only the
+    job's folder cannot be written: the case where a launch, not a submit, meets the full disk."""
+    database = tmp_path / "db" / "gpuyard.db"
+    database.parent.mkdir()
+    env = {**os.environ, "GPUYARD_DATABASE_URL": f"sqlite:///{database}"}
+    server = ServerProcess(small_disk, "--gpus", "1", "--cpus", "8", env=env)
+    try:
+        server.start()
+        filler = _fill(small_disk)
+        job = server.cli("submit", "--", "echo", "ran").stdout.strip()
+        waiting = wait_for(lambda: str((j := _state(server, job))["reason"]).startswith(
+            "StateDiskFull") and j)  # fmt: skip
+        assert waiting["state"] == "PENDING"
+        assert waiting["reason"] == f"StateDiskFull: {_full_line(small_disk)}"
+        assert not (small_disk / "jobs" / job / "supervisor.pid").exists()  # nothing started
+
+        filler.unlink()
+        done = wait_for(lambda: (j := _state(server, job))["state"] not in ("PENDING", "RUNNING")
+                        and j)  # fmt: skip
+        assert (done["state"], done["exit_code"]) == ("COMPLETED", 0)
+        assert (small_disk / "jobs" / job / "output.log").read_text() == "ran\n"
+    finally:
+        server.stop()
+        server.kill_jobs()
+    assert _integrity(database) == "ok"
