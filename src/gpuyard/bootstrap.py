@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import psutil
+from sqlalchemy import make_url
+from sqlalchemy.exc import DBAPIError
 
 from gpuyard.adapters.executor.cgroups import JobCgroups
 from gpuyard.adapters.executor.local import LocalExecutor
@@ -63,7 +65,7 @@ from gpuyard.services.server import Background, ServerFacade, ServerInfo
 from gpuyard.services.stops import StopRequests, StopSignals, signal_new_stops
 from gpuyard.services.telemetry import GpuMonitor
 from gpuyard.settings import TOKEN_FILE as TOKEN
-from gpuyard.settings import Settings, is_loopback
+from gpuyard.settings import Settings, is_loopback, masked_url
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -197,16 +199,18 @@ def _peak_mib(monitor: GpuMonitor | None, job_id: int) -> int | None:
     return stats.memory_peak_mib if stats is not None else None
 
 
-def build_server(settings: Settings, job_umask: int | None = None) -> ServerFacade:
+def build_server(
+    settings: Settings, job_umask: int | None = None, store: SqlJobStore | None = None
+) -> ServerFacade:
     """The whole server for `settings`: store (locked: one server per database), backend,
     core, telemetry, the API's token. `job_umask`: the umask the server had before it closed
-    its own (`serve`), given to the jobs that run as the server's user."""
+    its own (`serve`), given to the jobs that run as the server's user. `store`: one already
+    opened for it (`open_store`: a standby's, which waited for the lock); closed with it."""
     state = settings.state_dir
-    _writable_state_dir(state)
+    if store is None:
+        _writable_state_dir(state)
+        store = open_store(settings)
     owner = getpass.getuser()
-    # Locked before its migrations run: a second server must not upgrade the schema under
-    # a running one.
-    store = SqlJobStore(settings.database_url or sqlite_url(state / "gpuyard.db"), exclusive=True)
     closers: list[Callable[[], object]] = []
     try:
         # The state dir's token is the server's own user's, the first admin (an account made
@@ -272,6 +276,69 @@ def build_server(settings: Settings, job_umask: int | None = None) -> ServerFaca
             register=settings.register_local_users,
         ) if settings.socket_path is not None else None,
     )  # fmt: skip
+
+
+STANDBY_POLL_S = 1.0  # how often a standby asks for the database's lock
+
+
+def database_of(settings: Settings) -> str:
+    """The URL of the server's database: `--db`, else `gpuyard.db` in the state dir."""
+    return settings.database_url or sqlite_url(settings.state_dir / "gpuyard.db")
+
+
+def describe_database(url: str) -> str:
+    """The database as the start banner names it; a password never shown."""
+    if url.startswith("sqlite"):
+        return f"SQLite {url.partition(':///')[2] or url}"
+    return f"PostgreSQL {masked_url(url)}"
+
+
+def open_store(settings: Settings, say: Callable[[str], object] | None = None) -> SqlJobStore:
+    """The server's store, locked for it before its migrations run (a second server must
+    neither upgrade the schema under a running one nor run its jobs twice): one line and no
+    server when another holds it. A standby (`--standby`) waits instead: it asks again every
+    `STANDBY_POLL_S` (the lock goes with the active server's process or database session)
+    and says once that it waits. A database it cannot reach is one line naming it, its
+    password masked."""
+    url = database_of(settings)
+    say = say or _say
+    waiting = False
+    while True:
+        try:
+            store = SqlJobStore(url, exclusive=True)
+        except Unavailable as exc:
+            if not settings.standby:
+                raise Unavailable(
+                    f"{exc.message} (or start this one with --standby: it waits, then takes "
+                    "over when that server stops)"
+                ) from None
+            if not waiting:
+                say(
+                    f"standby: another gpuyard server holds {describe_database(url)}; waiting "
+                    f"for it to stop (asking every {STANDBY_POLL_S:g} s), then taking over"
+                )
+                waiting = True
+            time.sleep(STANDBY_POLL_S)
+            continue
+        except DBAPIError as exc:
+            raise Unavailable(
+                f"cannot use the database {describe_database(url)}: {_db_reason(exc, url)}; "
+                "check --db (or GPUYARD_DATABASE_URL) and that the database server is up"
+            ) from None
+        if waiting:
+            say("standby: the database is free (its server is gone); taking over")
+        return store
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _db_reason(exc: DBAPIError, url: str) -> str:
+    """The driver's own reason, on one line, any password in the URL scrubbed from it."""
+    reason = " ".join(str(exc.orig or exc).split()) or type(exc).__name__
+    password = make_url(url).password
+    return reason.replace(str(password), "***") if password else reason
 
 
 def _unix_name(uid: int) -> str | None:
@@ -380,11 +447,13 @@ def _current_umask() -> int:
     return mask
 
 
-def build_app(settings: Settings, job_umask: int | None = None) -> tuple[ServerFacade, FastAPI]:
+def build_app(
+    settings: Settings, job_umask: int | None = None, store: SqlJobStore | None = None
+) -> tuple[ServerFacade, FastAPI]:
     """The server and the HTTP API over it: the only place that calls `create_app`."""
     from gpuyard.api.app import create_app
 
-    server = build_server(settings, job_umask)
+    server = build_server(settings, job_umask, store)
     return server, create_app(server)
 
 
@@ -539,17 +608,30 @@ def serve(settings: Settings) -> None:
     # Everything the server creates is its own alone (database, logs, launch files); jobs
     # run as the server's user get back the umask it was started with.
     job_umask = os.umask(0o077)
-    sock = _bind(settings.host, settings.port)
+    store: SqlJobStore | None = None
+    if settings.standby:
+        # A standby binds only once it holds the database: the server it replaces may be
+        # on this machine, on the same port and socket, until it dies.
+        _writable_state_dir(settings.state_dir)
+        store = open_store(settings)
+    try:
+        sock = _bind(settings.host, settings.port)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
     path = settings.socket_path
     try:
         local = bind_unix(path, explicit=settings.socket is not None) if path else None
     except BaseException:
         sock.close()
+        if store is not None:
+            store.close()
         raise
     socks = [sock] if local is None else [sock, local]
     inode = os.lstat(path).st_ino if local is not None and path is not None else None
     try:
-        server, app = build_app(settings, job_umask)
+        server, app = build_app(settings, job_umask, store)
     except BaseException:
         for each in socks:
             each.close()
@@ -561,6 +643,7 @@ def serve(settings: Settings) -> None:
     for line in (
         f"gpuyard server listening on {settings.url}",
         f"  state dir: {settings.state_dir}",
+        f"  database:  {describe_database(database_of(settings))}",
         f"  GPUs:      {server.service.inventory.source}",
         f"  policy:    {settings.policy}",
         f"  job limits: {server.info.confinement}",

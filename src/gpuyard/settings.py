@@ -21,7 +21,7 @@ from gpuyard.locations import (
 )
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_URL", "TOKEN_FILE", "Settings",
-           "default_state_dir"]  # fmt: skip
+           "database_url", "default_state_dir", "masked_url"]  # fmt: skip
 
 
 def default_state_dir() -> Path:
@@ -40,7 +40,12 @@ class Settings:
     cpus: int | None = None  # None: this machine's CPU count
     mem_mib: int | None = None  # None: this machine's memory
     declared_gpu_mem_mib: int | None = None
-    database_url: str | None = None  # None: SQLite in the state dir
+    # `--db`: a SQLite file's path or URL, or postgresql://user@host:port/db (None: SQLite
+    # in the state dir). Kept out of repr: a URL may carry a password (`masked_url`).
+    database_url: str | None = field(default=None, repr=False)
+    # `--standby`: when another server holds the database, wait for it to go (polling every
+    # second) and then take over, instead of refusing to start.
+    standby: bool = False
     kill_grace_s: float = 10.0
     tick_s: float = 1.0
     policy: str = "default"  # a name from gpuyard.scheduling.policies (oracles refused)
@@ -113,7 +118,7 @@ class Settings:
             ("preemptible_default", _flag), ("allow_root_jobs", _flag), ("job_pids_max", int),
             ("job_cgroups", _flag),
             ("fair_share_half_life_s", float),
-            ("socket", str), ("register_local_users", _flag),
+            ("socket", str), ("register_local_users", _flag), ("standby", _flag),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
             if raw:
@@ -127,6 +132,8 @@ class Settings:
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "state_dir" in values:
             values["state_dir"] = Path(str(values["state_dir"])).expanduser()
+        if values.get("database_url"):
+            values["database_url"] = database_url(str(values["database_url"]))
         settings = cls(**values)  # type: ignore[arg-type]
         if not 1 <= settings.port <= 65535:
             raise ValueError(f"port {settings.port} is out of range: use 1-65535")
@@ -163,6 +170,43 @@ class Settings:
     @property
     def token_path(self) -> Path:
         return self.state_dir / TOKEN_FILE
+
+
+_DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres")
+
+
+def database_url(text: str) -> str:
+    """`--db` as a URL SQLAlchemy takes: a URL as given (sqlite:///..., postgresql://...;
+    `postgres://`, as libpq and many hosting services write it, is postgresql://), or the
+    path of a SQLite file (relative to where the server starts)."""
+    text = text.strip()
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return f"sqlite:///{Path(text).expanduser().absolute()}"
+    family = scheme.lower().partition("+")[0]
+    if family not in _DATABASE_SCHEMES:
+        raise ValueError(
+            f"--db {masked_url(text)}: use a SQLite file's path or "
+            "postgresql://USER@HOST:PORT/DATABASE"
+        )
+    if family == "postgres":
+        return f"postgresql{scheme[len(family) :]}://{rest}"
+    return text
+
+
+def masked_url(url: str) -> str:
+    """`url` with its password as `***` (in the user part or a `password=` parameter): what
+    logs, banners and errors may show."""
+    import re
+
+    url = re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.IGNORECASE)
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, tail = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    user = userinfo.partition(":")[0]
+    return f"{scheme}://{user}:***@{host}{slash}{tail}"
 
 
 def is_loopback(host: str) -> bool:

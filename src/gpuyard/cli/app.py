@@ -489,6 +489,23 @@ def server(
             help="past GPU usage counts half after this long (fairshare, gpuyard share) [7d]",
         ),
     ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            metavar="URL",
+            help="the database: a SQLite file's path, or postgresql://USER@HOST:PORT/DB "
+            "(password from ~/.pgpass or PGPASSWORD) [gpuyard.db in the state dir]",
+        ),
+    ] = None,
+    standby: Annotated[
+        bool,
+        typer.Option(
+            "--standby",
+            help="if another server holds the database, wait for it to stop, then take over "
+            "(instead of refusing to start)",
+        ),
+    ] = False,
 ) -> None:
     """Run the server: HTTP API, scheduler and executor in one process."""
     from gpuyard.cli.serving import run_server
@@ -509,6 +526,7 @@ def server(
             fair_share_half_life_s=parse_duration_s(
                 fair_share_half_life, field="fair_share_half_life"
             ) if fair_share_half_life else None,
+            database_url=db, standby=standby or None,
         )  # fmt: skip
     except (ValueError, GpuyardError) as exc:
         fail(str(exc))
