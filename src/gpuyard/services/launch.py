@@ -40,7 +40,8 @@ def launch_plan(
     """The whole recipe an executor carries out for `job`: the one-machine command and
     environment (`build_job_env` + `job_process`), and `argv_for`, the command of each node
     when a backend spreads the job over machines (`node_argv`), so no adapter rebuilds it."""
-    env = build_job_env(job, base_env, gpu_total_mib, run_as)
+    checkpoints = checkpoint_dir(log_path)
+    env = build_job_env(job, base_env, gpu_total_mib, run_as, checkpoints)
     script = script_copy(job, log_path)
     argv, env = job_process(job, env, port, script[0] if script else None)
     return LaunchPlan(
@@ -53,10 +54,22 @@ def launch_plan(
         run_as=run_as,
         stop_signal=job.spec.stop_signal,
         script=script,
+        warn_signal=job.spec.warn_signal,
+        warn_before_s=job.spec.warn_before_s,
+        checkpoint_dir=checkpoints,
     )
 
 
 SCRIPT_FILE = "script"
+CHECKPOINT_DIR = "checkpoint"
+
+
+def checkpoint_dir(log_path: str) -> str:
+    """GPUYARD_CHECKPOINT_DIR: `checkpoint/` in the job's folder, beside its log. The same for
+    every run of the job (retries, requeues, preemptions, a restart of the server), so a run
+    resumes from what the one before saved; `gpuyard clean` removes it with the folder. A
+    `gpuyard restart` is a new job: a folder of its own, starting empty."""
+    return os.path.join(os.path.dirname(log_path), CHECKPOINT_DIR)
 
 
 def script_copy(job: Job, log_path: str) -> tuple[str, str] | None:

@@ -9,12 +9,17 @@ the supervisor's own environment (which would load an `LD_PRELOAD` into the supe
 Fields (`version` 1):
     argv, env, workdir        the job's command, its whole environment, where it runs
     time_limit_s              0: none; else the supervisor stops the job at this age
+    warn_signal, warn_before_s  `--signal SIG@SECONDS`: `warn_signal` once to every process of
+                              the job `warn_before_s` before the time limit (0: none); both
+                              on the supervisor's monotonic interval timer
     grace_s, stop_signal      stop = `stop_signal` to the tree, `grace_s`, then SIGKILL
     run_as                    null, or {user, uid, gid, groups, home, shell}: the identity the
                               job takes before chdir and exec
     cgroups                   the job's control groups (folders; `cgroups.py`): the job joins
                               each before it drops its privileges; [] or absent: none
-    log_path                  the file the supervisor and the job write to (appended)
+    log_path                  the job's log (appended): the supervisor copies the job's
+                              stdout and stderr (one pipe) there, dropping and counting what a
+                              full disk refuses; null (node mode): the output stays as it is
     status_path               where the supervisor records the end
     marker                    a random token, also put in the job's environment as
                               GPUYARD_LAUNCH_ID: how the executor finds the job's processes
@@ -71,6 +76,8 @@ def launch_instructions(
         "time_limit_s": plan.time_limit_s or 0,
         "grace_s": grace_s,
         "stop_signal": plan.stop_signal,
+        "warn_signal": plan.warn_signal,
+        "warn_before_s": plan.warn_before_s,
         "run_as": None if plan.run_as is None else asdict(plan.run_as),
         "log_path": plan.log_path,
         "status_path": str(jobdir / "status.json"),
@@ -85,13 +92,15 @@ class NodePlan:
 
     def __init__(
         self, argv: list[str], env: dict[str, str], workdir: str, time_limit_s: float | None,
-        stop_signal: int,
+        stop_signal: int, warn_signal: int = 0, warn_before_s: int = 0,
     ) -> None:  # fmt: skip
         self.argv = tuple(argv)
         self.env = env
         self.workdir = workdir
         self.time_limit_s = time_limit_s
         self.stop_signal = stop_signal
+        self.warn_signal = warn_signal
+        self.warn_before_s = warn_before_s
         self.run_as = None
         self.log_path: str | None = None  # the output goes to the actor, through a pipe
 

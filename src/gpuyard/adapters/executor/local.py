@@ -10,6 +10,10 @@ never handed on while it still runs. Deadlines the executor keeps itself:
 - the time limit: at `limit + grace + guard margin` after the supervisor started, a supervisor
   still there (a stopped one cannot act) is killed with its job, which ends TIMEOUT;
 - a stop: `grace + guard margin` after `stop()` (which also sends SIGCONT), likewise.
+
+Both are kept on the monotonic clock (a wall-clock step neither kills nor extends a job); the
+time limit's counts from the supervisor's start as the kernel dated it (`_age_s`, boot-time
+clock ticks), so it holds for a supervisor adopted after a server restart too.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import py_compile
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -67,7 +72,7 @@ class _Watched:
 
     job: Job
     pidfd: int
-    deadline: float | None = None  # time.time(); None: none
+    deadline: float | None = None  # time.monotonic(); None: none
     at_deadline: ExitStatus | None = None  # the end reported if the deadline forces it
     forced: ExitStatus | None = field(default=None)  # set once the executor killed it
 
@@ -92,6 +97,26 @@ def write_script(plan: LaunchPlan) -> None:
         if plan.run_as is not None:
             os.fchown(f.fileno(), plan.run_as.uid, plan.run_as.gid)
         f.write(text)
+
+
+def make_checkpoint_dir(plan: LaunchPlan) -> None:
+    """GPUYARD_CHECKPOINT_DIR, made at the job's first launch and kept for every later run:
+    the job's user's own, 0700 (on a root server the job's folder is 0711, so its owner
+    reaches it by path). One already there is left as it is (it holds the last checkpoint);
+    anything else in its place (a link the job planted) is refused, never followed."""
+    if plan.checkpoint_dir is None:
+        return
+    try:
+        os.mkdir(plan.checkpoint_dir, 0o700)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(plan.checkpoint_dir).st_mode):
+            raise NotADirectoryError(
+                errno.ENOTDIR, "the job's checkpoint folder is not a folder", plan.checkpoint_dir
+            ) from None
+        return
+    who = plan.run_as
+    if who is not None and who.uid != os.geteuid():
+        os.chown(plan.checkpoint_dir, who.uid, who.gid, follow_symlinks=False)
 
 
 def give_to_owner(jobdir: Path, plan: LaunchPlan) -> None:
@@ -170,6 +195,7 @@ class LocalExecutor:
             for stale in ("status.json", "supervisor.pid", STOP_SIGNAL_FILE):  # an earlier run's
                 (jobdir / stale).unlink(missing_ok=True)
             give_to_owner(jobdir, plan)
+            make_checkpoint_dir(plan)
             if plan.script is not None:
                 write_script(plan)
             groups: list[str] = []
@@ -243,7 +269,7 @@ class LocalExecutor:
         if job.pid is None or not self._is_ours(job.pid, job.pid_started_at, job.id):
             return
         with self._lock:
-            self._stops.setdefault(job.id, time.time())
+            self._stops.setdefault(job.id, time.monotonic())
         if stop_signal is not None:
             path = self.job_dir(job.id) / STOP_SIGNAL_FILE
             tmp = path.with_name(f"{STOP_SIGNAL_FILE}.tmp")
@@ -301,8 +327,11 @@ class LocalExecutor:
         watched = _Watched(job, pidfd)
         limit = job.spec.time_limit_s
         if limit:
-            begun = job.pid_started_at or job.started_at or time.time()
-            watched.deadline = begun + limit + self._grace_s + self._margin_s
+            age = _age_s(job.pid)
+            if age is None:  # gone meanwhile (its pidfd tells), or /proc unreadable: wall clock
+                age = max(0.0, time.time() - (job.pid_started_at or job.started_at or time.time()))
+            left = limit + self._grace_s + self._margin_s - age
+            watched.deadline = time.monotonic() + left
             watched.at_deadline = ExitStatus(None, timed_out=True)
         with self._lock:
             self._pending_watch.append(watched)
@@ -338,12 +367,13 @@ class LocalExecutor:
 
     def _next_deadline_in(self) -> float:
         deadlines = [w.deadline for w in self._watched.values() if w.deadline and not w.forced]
-        return max(0.0, min([1.0, *(d - time.time() for d in deadlines)]))
+        now = time.monotonic()
+        return max(0.0, min([1.0, *(d - now for d in deadlines)]))
 
     def _enforce_deadlines(self) -> None:
         """A supervisor past its deadline cannot act (stopped, stuck): kill it; its job's
         processes are ended once its pidfd reports it gone (`_report`)."""
-        now = time.time()
+        now = time.monotonic()
         for watched in self._watched.values():
             if watched.forced or watched.deadline is None or now < watched.deadline:
                 continue
@@ -496,6 +526,22 @@ def _running(pid: int) -> bool:
         return False
     except psutil.Error:
         return True  # there, but not ours to look at
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _age_s(pid: int) -> float | None:
+    """How long process `pid` has existed, on the boot-time clock (monotonic, suspend
+    included; no wall-clock step moves it): its start in clock ticks since boot (field 22 of
+    /proc/PID/stat) against CLOCK_BOOTTIME. None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+        ticks = int(stat_line[stat_line.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / _CLOCK_TICKS)
 
 
 def _start_time(pid: int) -> float | None:

@@ -5,7 +5,8 @@ While a job runs as the server's Unix user it can write anything its supervisor 
 So what the file says is checked before it counts:
 
 - every field has its type (an exit code is an int in 0..255 or null, a signal an int in
-  1..64 or null, the flags booleans, the end time a finite number), or the whole status is
+  1..64 or null, the flags booleans, the end time a finite number, the bytes the log lost to
+  a full disk a non-negative int), or the whole status is
   garbage and the job counts as lost (FAILED SupervisorLost), never COMPLETED;
 - the end time is clamped to [the job's start, now]: a forged 1970, or a clock stepped back,
   can never put an end before a start (the scheduler's restart replay depends on that order);
@@ -29,6 +30,8 @@ from typing import Any
 from gpuyard.services.ports import ExitStatus
 
 _MAX_SIGNAL = 64
+# The store's column is a 32-bit INTEGER (PostgreSQL's int4): a count past it is clamped.
+MAX_DROPPED_BYTES = 2**31 - 1
 
 
 def parse_status(text: str, started_at: float | None, now: float) -> ExitStatus | None:
@@ -51,6 +54,9 @@ def parse_status(text: str, started_at: float | None, now: float) -> ExitStatus 
         return None
     if not math.isfinite(ended_at):
         return None
+    dropped = data.get("log_dropped_bytes", 0)  # bytes a full log disk lost (older: none)
+    if dropped is None or not _int_in(dropped, 0, 2**63):
+        return None
     low = started_at if started_at is not None else -math.inf
     return ExitStatus(
         exit_code=code,
@@ -58,6 +64,7 @@ def parse_status(text: str, started_at: float | None, now: float) -> ExitStatus 
         timed_out=flags[0],
         ended_at=min(max(float(ended_at), low), now),
         stop_requested=flags[1],
+        log_dropped_bytes=min(dropped, MAX_DROPPED_BYTES),
     )
 
 

@@ -16,6 +16,22 @@ executor: the kernel holds it to its --mem, --cpus, pids and GPUs); the umask of
 `setuid`) before `chdir` and `exec`, so the working directory is checked with the user's
 rights; argv exec'ed as is (PATH looked up in the job's environment, never a shell).
 
+The job's stdout and stderr are one pipe, not the log file: the supervisor copies what comes
+out of it to the log (`_pump`, in the same poll loop that waits for the job's end, so no
+thread and no extra process). A log whose disk is full therefore never makes the job's own
+writes fail: the bytes that cannot be written are dropped and counted, and once a write
+succeeds again the log gets one line `gpuyard: *** log truncated: N bytes lost, the disk was
+full ***` where they are missing; the total is in the status (`log_dropped_bytes`). The read end
+is the supervisor's alone: if it dies, the job's next write gets SIGPIPE (EPIPE where it ignores
+the signal), never a pipe that stays full forever, and the executor ends what is left of the
+tree (`tree.py`). The status file is made (and 4 KiB of it reserved) when the job starts, so
+that a full disk cannot keep the end from being recorded.
+
+Time: the time limit and the warning before it (`--signal SIG@SECONDS`: `warn_signal` once to
+every process of the job, `warn_before_s` before the limit) are one interval timer
+(ITIMER_REAL, which Linux runs on the monotonic clock: a wall-clock step neither kills nor
+extends a job), armed before the job is forked, in this process, which outlives the server.
+
 It becomes a child subreaper, so every orphan of the job is re-parented to it and can be
 stopped: when the job's main process ends, whatever it left behind is killed, as Slurm does.
 Stop (SIGTERM to the supervisor, the time limit, and in node mode the end of its watched fd or
@@ -52,14 +68,64 @@ _grace_s = 10.0
 _limit_s = 0.0
 _stop_signal = 15
 _jobdir = "."
+_warn_signal = 0  # `--signal SIG@SECONDS`: sent once, `_warn_before_s` before the time limit
+_warn_before_s = 0.0
+_warned = False
+_log_fd = -1  # the job's log; -1: none (node mode: the output goes to the actor as it is)
+_dropped = 0  # bytes of output the log lost (its disk was full), in all
+_unreported = 0  # of those, not yet marked in the log
+_line_start = True  # the last byte written to the log ended a line
+_status_fd = -1  # the status file's .tmp, opened (and space reserved) at the start
+_LOG_FULL_LINE = "gpuyard: *** log truncated: {} bytes lost, the disk was full ***\n"
 
 
 def _say(message: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    line = f"gpuyard: *** {stamp} {message} ***\n".encode()
+    if _log_fd >= 0:
+        _log_write(line)
+        return
     try:
-        os.write(2, f"gpuyard: *** {stamp} {message} ***\n".encode())
+        os.write(2, line)
     except OSError:
         pass  # nobody reads our output any more (a Ray actor gone): go on stopping
+
+
+def _log_write(data: bytes) -> None:
+    """Append `data` to the log; what the disk has no room for is dropped and counted, and
+    the first write that succeeds afterwards is preceded by one line saying how much."""
+    global _unreported
+    if _unreported:
+        note = ("" if _line_start else "\n") + _LOG_FULL_LINE.format(_unreported)
+        if not _write_all(note.encode()):
+            _lost(len(data))
+            return
+        _unreported = 0
+    rest = _write_all(data)
+    if rest is not True:
+        _lost(rest)
+
+
+def _lost(count: int) -> None:
+    global _dropped, _unreported
+    _dropped += count
+    _unreported += count
+
+
+def _write_all(data: bytes) -> int | bool:
+    """True once all of `data` is in the log; else how many bytes could not be written (a
+    full disk, or any other error: the job must run on whatever becomes of its log)."""
+    global _line_start
+    view = memoryview(data)
+    while view:
+        try:
+            done = os.write(_log_fd, view)
+        except OSError:
+            return len(view)
+        if done:
+            _line_start = view[done - 1] == 10  # b"\n"
+        view = view[done:]
+    return True
 
 
 def _read_launch(path: str) -> dict:  # type: ignore[type-arg]
@@ -163,8 +229,13 @@ def _asked_signal() -> int:
 
 
 def _on_alarm(signum: int, frame: object) -> None:
-    global _stage, _timed_out
-    if _stage == 0:
+    global _stage, _timed_out, _warned
+    if _stage == 0 and _warn_signal and not _warned:
+        _warned = True
+        _say(f"time limit in {_warn_before_s:g}s: sending warning signal {_warn_signal}")
+        _signal_tree(_warn_signal)
+        signal.setitimer(signal.ITIMER_REAL, _warn_before_s)  # then the limit itself
+    elif _stage == 0:
         _timed_out = True
         _begin_stop(f"time limit of {_limit_s:g}s reached", "timeout")
     elif _stage == 1:
@@ -191,11 +262,30 @@ def _write_pid(path: str) -> None:
     os.rename(tmp, path)
 
 
-def _write_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _reserve_status(path: str) -> None:
+    """Make the status file's .tmp now, with room for the status, so that a disk the job (or
+    anything else) fills meanwhile cannot keep its end from being recorded."""
+    global _status_fd
     try:
-        os.write(fd, text.encode())
+        _status_fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        return  # the disk is full already: tried again at the end
+    try:
+        os.posix_fallocate(_status_fd, 0, 4096)
+    except OSError:
+        pass  # a filesystem without it: the usual write at the end
+
+
+def _write_atomic(path: str, text: str) -> None:
+    global _status_fd
+    tmp = path + ".tmp"
+    fd, _status_fd = _status_fd, -1
+    if fd < 0:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        data = text.encode()
+        os.pwrite(fd, data, 0)  # into the space reserved at the start
+        os.ftruncate(fd, len(data))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -207,15 +297,19 @@ def _write_atomic(path: str, text: str) -> None:
         os.close(dfd)
 
 
-def _run_child(plan: dict, own_fds: list[int]) -> None:  # type: ignore[type-arg]
+def _run_child(plan: dict, own_fds: list[int], output: int) -> None:  # type: ignore[type-arg]
     """In the forked child: own group, default signals (Python ignores SIGPIPE, and an
-    ignored signal stays ignored across exec), the user's identity, then exec."""
+    ignored signal stays ignored across exec), stdout and stderr the pump's pipe (`output`;
+    -1: as inherited), the user's identity, then exec."""
     os.setpgid(0, 0)
     for sig in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     argv, workdir, env = plan["argv"], plan["workdir"], plan["env"]
     try:
-        for fd in own_fds:  # the supervisor's own pipes: the job must not hold them open
+        if output >= 0:
+            os.dup2(output, 1)
+            os.dup2(output, 2)
+        for fd in own_fds:  # the supervisor's own pipes and files: not the job's to hold
             os.close(fd)
         if plan.get("watch_fd") == 0:  # stdin is the actor's pipe: the job reads nothing
             devnull = os.open("/dev/null", os.O_RDONLY)
@@ -276,20 +370,42 @@ def _reap_leftovers() -> None:
         time.sleep(0.01)
 
 
-def _wait_watching(child: int, watched: dict[int, tuple[str, str]]) -> None:
-    """Node mode: until the job ends, stop it if a watched fd ends (the actor is gone) or a
-    watched pidfd fires (the raylet exited)."""
+def _wait(child: int, watched: dict[int, tuple[str, str]], output: int) -> None:
+    """Until the job's main process ends: copy its output (`output`, the pump's read end; -1:
+    none) to the log, and in node mode stop it if a watched fd ends (the actor is gone) or a
+    watched pidfd fires (the raylet exited). Signals (stop, time limit) are handled by their
+    handlers meanwhile; the poll resumes after each."""
     import select
 
     done = os.pidfd_open(child)
+    poller = select.poll()
+    for fd in (done, *watched, *([output] if output >= 0 else [])):
+        poller.register(fd, select.POLLIN)
     while True:
-        ready = select.select([done, *watched], [], [])[0]
+        ready = [fd for fd, _ in poller.poll()]
+        if output in ready and not _pump(output):
+            poller.unregister(output)  # every writer closed it (the job may run on silently)
         if done in ready:
+            os.close(done)
             return
         for fd in ready:
+            if fd in (done, output) or fd not in watched:
+                continue
             if fd == 0 and os.read(0, 4096):
                 continue  # the actor never writes; data is not an end
+            poller.unregister(fd)
             _begin_stop(*watched.pop(fd))
+
+
+def _pump(output: int) -> bool:
+    """What the job wrote, to the log; False at the end of the pipe (nothing left, no writer)."""
+    try:
+        data = os.read(output, 65536)
+    except BlockingIOError:
+        return True
+    if data:
+        _log_write(data)
+    return bool(data)
 
 
 def _watched(plan: dict) -> dict[int, tuple[str, str]]:  # type: ignore[type-arg]
@@ -315,12 +431,14 @@ def _report(fd: int | None, line: str) -> None:
 
 def _supervise(plan: dict) -> int:  # type: ignore[type-arg]
     """Run the job to its end; its exit code (negative: the signal that killed it)."""
-    global _job_pgid
+    global _job_pgid, _log_fd
+    output = pipe_w = -1
     if plan.get("log_path"):
         log = os.open(plan["log_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.dup2(log, 1)
+        os.dup2(log, 1)  # our own last words (a traceback) too
         os.dup2(log, 2)
-        os.close(log)
+        _log_fd = log
+        output, pipe_w = os.pipe()
     _become_subreaper()  # before the fork: an orphan made in the job's first ms must reach us
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
@@ -328,13 +446,18 @@ def _supervise(plan: dict) -> int:  # type: ignore[type-arg]
     signal.signal(signal.SIGALRM, _on_alarm)
     if _limit_s > 0:
         # Before the fork: interval timers are not inherited, and a failure here must happen
-        # before the job exists, never leave it running unsupervised.
-        signal.setitimer(signal.ITIMER_REAL, _limit_s)
+        # before the job exists, never leave it running unsupervised. With a warning, the
+        # timer first fires at the warning, then is armed again for the rest (`_on_alarm`).
+        first = _limit_s - _warn_before_s if 0 < _warn_before_s < _limit_s else _limit_s
+        signal.setitimer(signal.ITIMER_REAL, first)
     watched = _watched(plan)
-    own_fds = [fd for fd in (plan.get("report_fd"), *watched) if fd is not None and fd != 0]
+    mine = (plan.get("report_fd"), *watched, output, pipe_w, _log_fd, _status_fd)
+    own_fds = [fd for fd in mine if fd is not None and fd > 2]
     child = os.fork()
     if child == 0:
-        _run_child(plan, own_fds)
+        _run_child(plan, own_fds, pipe_w)
+    if pipe_w >= 0:
+        os.close(pipe_w)  # the job's alone: its end is the pipe's end
     try:
         os.setpgid(child, child)
     except OSError:
@@ -342,22 +465,33 @@ def _supervise(plan: dict) -> int:  # type: ignore[type-arg]
     _job_pgid = child
     if _stage:
         _signal_tree(_stop_signal)  # a stop that arrived before the job existed
-    if watched:
-        _wait_watching(child, watched)
+    if watched or output >= 0:
+        _wait(child, watched, output)
     _, status = os.waitpid(child, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _reap_leftovers()
+    if output >= 0:  # every writer is gone now: what they left in the pipe, then its end
+        os.set_blocking(output, False)
+        while _pump(output):
+            pass
+        os.close(output)
+    if _unreported:  # the disk may have room again by now
+        _log_write(b"")
     return os.waitstatus_to_exitcode(status)
 
 
 def main(jobdir: str) -> None:
-    global _grace_s, _limit_s, _stop_signal, _jobdir
+    global _grace_s, _limit_s, _stop_signal, _jobdir, _warn_signal, _warn_before_s
     _jobdir = jobdir
     plan = _read_launch(os.path.join(jobdir, "launch.json"))
     _grace_s = float(plan.get("grace_s", 10.0))
     _limit_s = float(plan.get("time_limit_s") or 0)
     _stop_signal = int(plan.get("stop_signal", 15))
+    _warn_signal = int(plan.get("warn_signal") or 0)
+    _warn_before_s = float(plan.get("warn_before_s") or 0)
+    if not 0 < _warn_before_s < _limit_s:
+        _warn_signal = 0  # no limit to warn before (spec_rules refuses such a submit)
     report_fd = plan.get("report_fd")
     if plan.get("detach"):
         # A Ray worker SIGKILLs its direct children when it exits: a detached supervisor
@@ -366,6 +500,8 @@ def main(jobdir: str) -> None:
             os._exit(0)
         os.setsid()
     _write_pid(os.path.join(jobdir, "supervisor.pid"))
+    status_path = plan.get("status_path") or os.path.join(jobdir, "status.json")
+    _reserve_status(status_path)
     _report(report_fd, f"pid {os.getpid()}")
     try:
         code = _supervise(plan)
@@ -374,11 +510,12 @@ def main(jobdir: str) -> None:
         raise
     exit_code, sig = (str(code), "null") if code >= 0 else ("null", str(-code))
     _write_atomic(
-        plan.get("status_path") or os.path.join(jobdir, "status.json"),
+        status_path,
         f'{{"exit_code": {exit_code}, "signal": {sig}, '
         f'"timed_out": {"true" if _timed_out else "false"}, '
         f'"stop_requested": {"true" if _stop_requested else "false"}, '
-        f'"cause": "{_cause}", "ended_at": {time.time()!r}}}\n',
+        f'"cause": "{_cause}", "log_dropped_bytes": {_dropped}, '
+        f'"ended_at": {time.time()!r}}}\n',
     )
     _report(report_fd, f"exit {code} {_cause}")
 
