@@ -124,6 +124,7 @@ def job_to_wire(
         runtime_s=round(end - job.started_at, 3) if job.started_at is not None else None,
         log_path=log_path,
         restarts=job.restarts,
+        log_dropped_bytes=job.log_dropped_bytes,
         held=job.held,
         restart_of=job.restart_of,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),

@@ -156,10 +156,15 @@ def job_record(job: dict[str, Any]) -> str:
         ),
         ("EndTime", _local(job["ended_at"])),
         ("RunTime", format_duration(job["runtime_s"])),
-        ("Log", job["log_path"]),
+        ("Log", job["log_path"] + _log_lost(job.get("log_dropped_bytes") or 0)),
     ]
     width = max(len(k) for k, _ in fields)
     return "\n".join(f"{k.rjust(width)}: {printable(str(v))}" for k, v in fields)
+
+
+def _log_lost(dropped: int) -> str:
+    """What a full log disk cost the log (the job ran on; the log says where)."""
+    return f", log truncated ({dropped} bytes lost: disk full)" if dropped else ""
 
 
 NA = "n/a"

@@ -167,6 +167,9 @@ class JobOut(BaseModel):
     )
     warn_signal: int = Field(0, description="signal sent warn_before_s before the limit; 0: none")
     warn_before_s: int = Field(0, description="how long before the time limit warn_signal comes")
+    log_dropped_bytes: int = Field(
+        0, description="bytes of output the log lost because its disk was full (the job ran on)"
+    )
     idle_since: str | None = Field(
         None, description="running jobs flagged idle: since when their GPUs stayed unused"
     )
