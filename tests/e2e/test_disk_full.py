@@ -14,8 +14,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,70 +22,13 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.server import ServerProcess, wait_for
-
-DISK_MIB = 8
-
-
-def _ci() -> bool:
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+from tests.small_disk import fill, full_line, small_disk
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of DISK_MIB MiB (0700: a state dir others may write is refused), unmounted at
-    the end whatever happened."""
-    mount = tmp_path / "state"
-    mount.mkdir()
-    why = None
-    if os.geteuid() != 0:
-        why = "mounting a small filesystem needs root"
-    else:
-        made = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={DISK_MIB}m,mode=0700", "tmpfs", str(mount)],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        if made.returncode != 0:
-            why = f"cannot mount a tmpfs: {made.stderr.strip()}"
-    if why is not None:
-        if _ci():
-            pytest.fail(f"{why}; CI is set, so the disk-full tests must run")
-        pytest.skip(why)
-    try:
+def disk(tmp_path: Path) -> Iterator[Path]:
+    with small_disk(tmp_path / "state") as mount:
         yield mount
-    finally:
-        _unmount(mount)
-
-
-def _unmount(mount: Path) -> None:
-    for _ in range(50):  # a supervisor being killed may still hold its folder for a moment
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.1)
-    subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def _fill(disk: Path) -> Path:
-    """Write a file until the disk has not one byte left for it."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    block = b"\0" * (1 << 20)
-    try:
-        for size in (1 << 20, 4096, 1):
-            chunk = memoryview(block)[:size]
-            with contextlib.suppress(OSError):
-                while os.write(fd, chunk):
-                    pass
-    finally:
-        os.close(fd)
-    assert os.statvfs(disk).f_bavail == 0
-    return filler
-
-
-def _full_line(disk: Path) -> str:
-    return (
-        f"the server's state disk is full: nothing was saved; free space on {disk}, then try "
-        "again (the server takes work again by itself, no restart needed)"
-    )
 
 
 def _post_job(server: ServerProcess, command: list[str]) -> tuple[int, dict[str, object]]:
@@ -115,10 +56,10 @@ def _integrity(database: Path) -> str:
 
 
 def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
-    small_disk: Path, tmp_path: Path
+    disk: Path, tmp_path: Path
 ):
     go = tmp_path / "go"  # off the small disk: the running job ends when this appears
-    server = ServerProcess(small_disk, "--gpus", "1", "--cpus", "8", "--kill-grace", "1")
+    server = ServerProcess(disk, "--gpus", "1", "--cpus", "8", "--kill-grace", "1")
     try:
         server.start()
         waiter = ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"]
@@ -126,13 +67,13 @@ def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
         wait_for(lambda: _state(server, running)["state"] == "RUNNING")
         queued = server.cli("submit", "--gpus", "1", "--", "true").stdout.strip()
 
-        filler = _fill(small_disk)
+        filler = fill(disk)
         refused = server.cli("submit", "--", "true", check=False)
         assert refused.returncode != 0
-        assert refused.stderr == f"gpuyard: {_full_line(small_disk)}\n"
+        assert refused.stderr == f"gpuyard: {full_line(disk)}\n"
         status, body = _post_job(server, ["true"])
         assert status == 507
-        assert body == {"error": {"code": "state_disk_full", "message": _full_line(small_disk)}}
+        assert body == {"error": {"code": "state_disk_full", "message": full_line(disk)}}
 
         listed = server.cli("queue").stdout.split()
         assert running in listed and queued in listed
@@ -153,9 +94,9 @@ def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
     finally:
         server.stop()
         server.kill_jobs()
-    assert _integrity(small_disk / "gpuyard.db") == "ok"
+    assert _integrity(disk / "gpuyard.db") == "ok"
     ids = {int(running), int(queued)}
-    with contextlib.closing(sqlite3.connect(small_disk / "gpuyard.db")) as conn:
+    with contextlib.closing(sqlite3.connect(disk / "gpuyard.db")) as conn:
         rows = conn.execute("SELECT id, state, exit_code FROM jobs ORDER BY id").fetchall()
     assert [(i, s, c) for i, s, c in rows if i in ids] == [
         (int(running), "COMPLETED", 0), (int(queued), "COMPLETED", 0),
@@ -164,29 +105,29 @@ def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
 
 
 def test_a_launch_that_finds_the_disk_full_waits_pending_and_runs_once_there_is_room(
-    small_disk: Path, tmp_path: Path
+    disk: Path, tmp_path: Path
 ):
     """The database elsewhere (GPUYARD_DATABASE_URL), so the start is recorded and only the
     job's folder cannot be written: the case where a launch, not a submit, meets the full disk."""
     database = tmp_path / "db" / "gpuyard.db"
     database.parent.mkdir()
     env = {**os.environ, "GPUYARD_DATABASE_URL": f"sqlite:///{database}"}
-    server = ServerProcess(small_disk, "--gpus", "1", "--cpus", "8", env=env)
+    server = ServerProcess(disk, "--gpus", "1", "--cpus", "8", env=env)
     try:
         server.start()
-        filler = _fill(small_disk)
+        filler = fill(disk)
         job = server.cli("submit", "--", "echo", "ran").stdout.strip()
         waiting = wait_for(lambda: str((j := _state(server, job))["reason"]).startswith(
             "StateDiskFull") and j)  # fmt: skip
         assert waiting["state"] == "PENDING"
-        assert waiting["reason"] == f"StateDiskFull: {_full_line(small_disk)}"
-        assert not (small_disk / "jobs" / job / "supervisor.pid").exists()  # nothing started
+        assert waiting["reason"] == f"StateDiskFull: {full_line(disk)}"
+        assert not (disk / "jobs" / job / "supervisor.pid").exists()  # nothing started
 
         filler.unlink()
         done = wait_for(lambda: (j := _state(server, job))["state"] not in ("PENDING", "RUNNING")
                         and j)  # fmt: skip
         assert (done["state"], done["exit_code"]) == ("COMPLETED", 0)
-        assert (small_disk / "jobs" / job / "output.log").read_text() == "ran\n"
+        assert (disk / "jobs" / job / "output.log").read_text() == "ran\n"
     finally:
         server.stop()
         server.kill_jobs()
