@@ -33,6 +33,7 @@ from gpuyard.domain.accounts import DEFAULT_TEAM
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import NodeCapacity
 from gpuyard.domain.principal import Principal
+from gpuyard.domain.retry import RetryRules
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.policy import Policy
@@ -133,6 +134,9 @@ def build_core(
         journal, executor, inventory, scheduler, ports, base_env=base_env, wakeup=wakeup,
         exits=exits, clock=clock, metrics=metrics,
         gpu_peak_mib=lambda job_id: _peak_mib(monitor, job_id), identities=identities,
+        retry_rules=RetryRules(
+            settings.retry_backoff_s, settings.retry_backoff_max_s, settings.node_fail_requeues
+        ),
     )  # fmt: skip
     drains = DrainService(
         store, journal, scheduler, inventory, binds_devices=executor.binds_devices, clock=clock,

@@ -100,6 +100,12 @@ class Settings:
     # user, default team); off, an admin adds each (`gpuyard admin user add`).
     socket: str | None = None
     register_local_users: bool = True
+    # `submit --retries N`: retry n waits retry_backoff_s * 2^(n-1), at most
+    # retry_backoff_max_s. A job whose GPU or machine failed (NODE_FAIL) is requeued up to
+    # node_fail_requeues times, then held with the reason (0: it ends NODE_FAIL at once).
+    retry_backoff_s: float = 10.0
+    retry_backoff_max_s: float = 600.0
+    node_fail_requeues: int = 3
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -118,6 +124,8 @@ class Settings:
             ("preemptible_default", _flag), ("allow_root_jobs", _flag), ("job_pids_max", int),
             ("job_cgroups", _flag),
             ("fair_share_half_life_s", float),
+            ("retry_backoff_s", float), ("retry_backoff_max_s", float),
+            ("node_fail_requeues", int),
             ("socket", str), ("register_local_users", _flag), ("standby", _flag),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")
@@ -147,6 +155,15 @@ class Settings:
             raise ValueError(f"backend {settings.backend!r}: use local or ray")
         if settings.tick_s < 0.05:
             raise ValueError(f"tick of {settings.tick_s} s is too short: use at least 0.05")
+        if not 0 <= settings.retry_backoff_s <= settings.retry_backoff_max_s:
+            raise ValueError(
+                f"retry backoff {settings.retry_backoff_s} s (at most "
+                f"{settings.retry_backoff_max_s} s): give 0 or more, and a maximum not below it"
+            )
+        if settings.node_fail_requeues < 0:
+            raise ValueError(
+                f"node_fail_requeues {settings.node_fail_requeues}: give 0 (never) or more"
+            )
         if settings.telemetry_s != 0 and not 0.1 <= settings.telemetry_s <= 3600:
             raise ValueError(
                 f"GPU telemetry every {settings.telemetry_s} s: use 0.1-3600 s, or 0 for off"
