@@ -13,11 +13,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuyard.domain.job import Drain, Job, JobSpec, display_state
+from gpuyard.domain.job import Attempt, Drain, Job, JobSpec, display_state
 from gpuyard.domain.signals import SIGTERM, parse_signal
 from gpuyard.domain.spec_rules import SpecDraft, decide_spec
+from gpuyard.domain.states import JobState
 from gpuyard.domain.units import parse_duration_s, parse_size_mib
 from gpuyard.schemas.v1 import (
+    AttemptOut,
     DryRunOut,
     GpuOut,
     GpuProcessOut,
@@ -130,8 +132,23 @@ def job_to_wire(
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),
         estimate_assumes=estimate_assumes,
+        attempts=[attempt_to_wire(a) for a in job.attempts],
+        not_before=_iso(job.not_before) if job.state is JobState.PENDING else None,
         idle_since=_iso(idle_since),
         gpu_stats=None if gpu_stats is None else gpu_stats_to_wire(gpu_stats),
+    )
+
+
+def attempt_to_wire(attempt: Attempt) -> AttemptOut:
+    return AttemptOut.model_construct(
+        number=attempt.number,
+        started_at=_iso(attempt.started_at),
+        ended_at=_iso(attempt.ended_at),
+        state=attempt.state.value,
+        exit_code=attempt.exit_code,
+        reason=attempt.reason,
+        node=attempt.node,
+        gpus=list(attempt.gpus),
     )
 
 

@@ -99,6 +99,23 @@ class JobSubmitIn(_Strict):
     ] = 0
 
 
+class AttemptOut(BaseModel):
+    """One earlier run of a job that was run again (a retry, a requeue after a node failure,
+    a preemption), as sacct lists a requeued job's runs. Times are ISO 8601 in UTC."""
+
+    number: int = Field(description="1 for the first run")
+    started_at: str | None
+    ended_at: str | None
+    state: str = Field(
+        description="how this run ended: FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL; PENDING "
+        "for a run stopped to be requeued (preempted, requeued by its user or a drain)"
+    )
+    exit_code: int | None
+    reason: str
+    node: str
+    gpus: list[int] = Field(description="indices of the GPUs this run held")
+
+
 class JobGpuStatsOut(BaseModel):
     """What a job did with its GPUs while the server sampled them (1 Hz)."""
 
@@ -144,7 +161,9 @@ class JobOut(BaseModel):
     distributed: str | None
     gpu_mem_mib: int = Field(0, description="GPU memory per GPU asked for; 0: whole GPUs")
     nodes: int = Field(1, description="machines the job spans (its GPUs split evenly)")
-    restarts: int = Field(description="times it was preempted and requeued")
+    restarts: int = Field(
+        description="times it was requeued: preempted, retried (--retries), after a node failure"
+    )
     held: bool = Field(False, description="held (gpuyard hold): not started until released")
     restart_of: int | None = Field(
         None, description="gpuyard restart: the finished job this one runs again"
@@ -169,6 +188,14 @@ class JobOut(BaseModel):
     warn_before_s: int = Field(0, description="how long before the time limit warn_signal comes")
     log_dropped_bytes: int = Field(
         0, description="bytes of output the log lost because its disk was full (the job ran on)"
+    )
+    attempts: list[AttemptOut] = Field(
+        default_factory=list,
+        description="its earlier runs, oldest first (the current or last run is the job's own "
+        "started_at, ended_at, state)",
+    )
+    not_before: str | None = Field(
+        None, description="not started before this time: a retry's backoff (reason BeginTime)"
     )
     idle_since: str | None = Field(
         None, description="running jobs flagged idle: since when their GPUs stayed unused"
