@@ -103,8 +103,8 @@ class Job:
     stop_intent: JobState | None = None
     version: int = 1
     node: str = "local"
-    attained_gpu_s: float = 0.0  # GPU-seconds held in earlier runs (before preemptions)
-    restarts: int = 0  # times it was preempted and requeued
+    attained_gpu_s: float = 0.0  # GPU-seconds held in earlier runs (before each requeue)
+    restarts: int = 0  # times it was requeued (preempted, retried, after a node failure)
     # Held (`gpuyard hold`): a pending job the scheduler's gate keeps out of the policy until
     # `release`; stored so that a restarted server holds it again.
     held: bool = False
