@@ -3,16 +3,57 @@
 Uses the GPU gpuyard gave the job (CUDA_VISIBLE_DEVICES) when there is one, the CPU otherwise,
 and prints its step, loss and throughput so `gpuyard logs -f` shows progress. No downloads: the
 data is a fixed random regression problem the MLP can learn.
+
+Checkpoint and resume, as a preemptible job should: the model, the optimizer and the step are
+saved to GPUYARD_CHECKPOINT_DIR (the job's folder, kept across its runs) every
+`--checkpoint-every` steps and when a signal comes: SIGTERM (gpuyard's stop signal: a
+preemption, a cancel, the time limit) saves and exits 0, SIGUSR1 (`--signal USR1@120`: the time
+limit is near) saves and goes on. At start it loads the last checkpoint there and says
+"resumed from step N". Each step's batch is drawn from a generator seeded by the step, so a
+resumed run sees the data an uninterrupted one would have.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
 
-import torch
-from torch import nn
+_signals = {"SIGTERM": False, "SIGUSR1": False}  # came, not handled yet (the loop saves)
+
+
+def _note(signum: int, frame: object) -> None:
+    _signals[signal.Signals(signum).name] = True
+
+
+# Before torch's import (a second or two): a stop that comes meanwhile is heard, not fatal.
+signal.signal(signal.SIGTERM, _note)
+signal.signal(signal.SIGUSR1, _note)
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+CHECKPOINT = "train_mlp.pt"
+
+
+def save(folder: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Atomically: a checkpoint cut short by SIGKILL never replaces a whole one."""
+    path = os.path.join(folder, CHECKPOINT)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def load(folder: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """The step of the last checkpoint in `folder`, its model and optimizer loaded; 0: none."""
+    path = os.path.join(folder, CHECKPOINT)
+    if not os.path.exists(path):
+        return 0
+    state = torch.load(path, map_location="cpu")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["step"])
 
 
 def main() -> None:
@@ -23,6 +64,14 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--log-every", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint-every", type=int, default=100, help="0: only on signals")
+    parser.add_argument(
+        "--checkpoint-dir", default=os.environ.get("GPUYARD_CHECKPOINT_DIR"),
+        help="default: GPUYARD_CHECKPOINT_DIR; none: no checkpoints",
+    )  # fmt: skip
+    parser.add_argument(
+        "--step-delay", type=float, default=0.0, help="seconds of extra work per step (tests)"
+    )
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -40,23 +89,50 @@ def main() -> None:
     ).to(device)  # fmt: skip
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
+    folder = args.checkpoint_dir
+    first = 1
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        done = load(folder, model, optimizer)
+        if done:
+            print(f"resumed from step {done}", flush=True)
+        first = done + 1
+
+    def checkpoint(step: int, why: str) -> None:
+        if folder:
+            save(folder, model, optimizer, step)
+            print(f"checkpoint saved at step {step} ({why})", flush=True)
 
     start = time.perf_counter()
-    for step in range(1, args.steps + 1):
-        x = torch.randn(args.batch_size, features, device=device)
+    loss = torch.zeros(())
+    step = first - 1  # the last step done
+    while step < args.steps and not _signals["SIGTERM"]:
+        step += 1
+        data = torch.Generator(device=device).manual_seed(args.seed * 1_000_003 + step)
+        x = torch.randn(args.batch_size, features, device=device, generator=data)
         with torch.no_grad():
             y = teacher(x)
         loss = loss_fn(model(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if args.step_delay:
+            time.sleep(args.step_delay)
         if step % args.log_every == 0 or step == args.steps:
-            elapsed = time.perf_counter() - start
-            rate = step * args.batch_size / elapsed
+            rate = (step - first + 1) * args.batch_size / (time.perf_counter() - start)
             print(
                 f"step {step}/{args.steps} loss {loss.item():.5f} ({rate:,.0f} samples/s)",
                 flush=True,
             )
+        if _signals["SIGUSR1"]:  # the time limit is near: save now, go on
+            _signals["SIGUSR1"] = False
+            checkpoint(step, "SIGUSR1: the time limit is near")
+        elif args.checkpoint_every and step % args.checkpoint_every == 0:
+            checkpoint(step, f"every {args.checkpoint_every} steps")
+    if _signals["SIGTERM"]:  # stopped (preempted, cancelled, the limit): save and leave
+        if step >= first:
+            checkpoint(step, "SIGTERM: stopping")
+        return
     print(f"done: final loss {loss.item():.5f} in {time.perf_counter() - start:.1f}s", flush=True)
 
 
