@@ -5,6 +5,10 @@ Worked example (util 5%, after 30 min, cancel 15 min later). Job 4 holds GPUs 2 
 idle (`queue` and `show` say since when); if it is still idle at 10:45 it is cancelled with
 reason `Idle: ...`. One sample at 40% on either GPU resets the clock. A GPU whose utilisation
 cannot be read (declared GPUs, an old driver) never makes a job idle.
+
+How long a job has been idle is measured on the monotonic clock (`TelemetrySnapshot.
+elapsed_at`): a wall clock set forward a day must not cancel a job idle for a minute, nor one
+set back spare it. The wall time it went idle is kept beside, for `queue` and `show`.
 """
 
 from __future__ import annotations
@@ -29,16 +33,20 @@ class IdleWatch:
         self.after_s = after_s
         self.cancel_after_s = cancel_after_s  # 0: only flag
         self._cancel = cancel
-        self._since: dict[int, float] = {}
+        self._since: dict[int, tuple[float, float]] = {}  # job id -> (wall, elapsed) idle since
         self._cancelled: set[int] = set()
+        self._last = 0.0  # the latest sample's elapsed_at
 
-    def idle_since(self, job_id: int, now: float) -> float | None:
-        """When the job's GPUs went idle, if they have been for `after_s` by `now`."""
+    def idle_since(self, job_id: int) -> float | None:
+        """When the job's GPUs went idle (wall clock), if they had been for `after_s` at the
+        latest sample."""
         since = self._since.get(job_id)
-        return since if since is not None and now - since >= self.after_s else None
+        if since is None or self._last - since[1] < self.after_s:
+            return None
+        return since[0]
 
     def update(self, snapshot: TelemetrySnapshot, running: list[Job]) -> None:
-        now = snapshot.taken_at
+        now = self._last = snapshot.elapsed_at
         alive = {job.id for job in running}
         for job_id in [j for j in self._since if j not in alive]:
             del self._since[job_id]
@@ -50,7 +58,7 @@ class IdleWatch:
             if max(u for u in utils if u is not None) >= self.util_pct:
                 self._since.pop(job.id, None)
                 continue
-            since = self._since.setdefault(job.id, now)
+            since = self._since.setdefault(job.id, (snapshot.taken_at, now))[1]
             limit = self.after_s + self.cancel_after_s
             if self.cancel_after_s and now - since >= limit and job.id not in self._cancelled:
                 self._cancelled.add(job.id)

@@ -477,7 +477,7 @@ class JobService:
         """When a running job's GPUs went idle, once it has been flagged (None: not idle)."""
         if self.idle is None or job.state is not JobState.RUNNING:
             return None
-        return self.idle.idle_since(job.id, self._clock())
+        return self.idle.idle_since(job.id)
 
     def gpu_stats(self, job_id: int) -> JobGpuStats | None:
         """What the job did with its GPUs while sampled; None if it never was."""

@@ -48,10 +48,19 @@ class GpuTelemetry:
 
 @dataclass(frozen=True, slots=True)
 class TelemetrySnapshot:
-    """Every sampled GPU at `taken_at` (0: nothing sampled yet)."""
+    """Every sampled GPU at `taken_at` (wall clock, shown to users; 0: nothing sampled yet).
+    `monotonic_at` is the same instant on the monotonic clock, which durations are measured on
+    (idle time, sample gaps), so a wall-clock step neither cancels an idle job early nor spares
+    it; None (a snapshot made by hand) means `taken_at` serves for both."""
 
     taken_at: float
     gpus: Mapping[int, GpuTelemetry]
+    monotonic_at: float | None = None
+
+    @property
+    def elapsed_at(self) -> float:
+        """The instant to measure durations from: monotonic when known."""
+        return self.taken_at if self.monotonic_at is None else self.monotonic_at
 
 
 EMPTY_SNAPSHOT = TelemetrySnapshot(0.0, MappingProxyType({}))
@@ -128,6 +137,7 @@ class GpuMonitor:
         *,
         period_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._open_source = open_source
         self._owners = owners
@@ -135,7 +145,8 @@ class GpuMonitor:
         self._indices = [gpu.index for gpu in inventory.gpus if gpu.detected]
         self.period_s = period_s
         self._process_every = max(1, round(PROCESS_PERIOD_S / period_s)) if period_s > 0 else 1
-        self._clock = clock
+        self._clock = clock  # wall: when a sample was taken, as users see it
+        self._monotonic = monotonic  # durations between samples
         self._source: GpuTelemetrySource | None = None
         self._ticks = 0
         self._stats: dict[int, JobGpuStats] = {}
@@ -202,7 +213,7 @@ class GpuMonitor:
         """Read every GPU once, attribute processes, grow running jobs' stats, publish."""
         assert self._source is not None, "open() first"
         started = time.thread_time()
-        now = self._clock()
+        now, elapsed = self._clock(), self._monotonic()
         with_processes = self._ticks % self._process_every == 0
         self._ticks += 1
         readings = self._source.read(self._indices, processes=with_processes)
@@ -221,8 +232,8 @@ class GpuMonitor:
             else:
                 processes = None
             gpus[reading.index] = GpuTelemetry(reading, processes)
-        snapshot = TelemetrySnapshot(now, MappingProxyType(gpus))
-        gap = now - previous.taken_at if previous.taken_at else self.period_s
+        snapshot = TelemetrySnapshot(now, MappingProxyType(gpus), elapsed)
+        gap = elapsed - previous.elapsed_at if previous.taken_at else self.period_s
         self._grow_stats(running, snapshot, min(max(gap, 0.0), _MAX_GAP_INTERVALS * self.period_s))
         self.snapshot = snapshot
         self.sample_cost_s += time.thread_time() - started
