@@ -22,7 +22,7 @@ from gpuyard.cli.fast import parse_fast
 CLICK_APP = typer.main.get_command(app)
 SUBMIT_FIELDS = ("command", "gpus", "cpus", "mem", "time", "name", "priority", "workdir", "env",
                  "export_env", "preemptible", "stop_signal", "distributed", "gpu_mem", "nodes",
-                 "gpus_per_node", "dry_run", "check")  # fmt: skip
+                 "gpus_per_node", "dry_run", "check", "retries", "retry_on")  # fmt: skip
 
 
 def typer_reads(args: list[str]) -> dict[str, Any] | None:
@@ -68,6 +68,8 @@ USUAL = [
     ["submit", "--dry-run", "--gpus", "1", "--", "true"],
     ["submit", "--preemptible", "--signal", "USR1", "--", "python", "t.py"],
     ["submit", "--signal=10", "--no-preempt", "--preemptible", "t.py"],
+    ["submit", "--retries", "3", "--retry-on", "failed,timeout", "--signal", "USR1@120", "t.py"],
+    ["submit", "--retries=2", "--", "python", "t.py"],
     ["submit", "--workdir", "/tmp", "--cpus", "4", "--", "python", "--", "--gpus", "3"],
     ["queue"], ["queue", "--all"], ["queue", "-a", "--json"], ["ps", "--json"],
     ["show", "12"], ["show", "--json", "12"], ["show", "12", "--json"],
@@ -76,6 +78,7 @@ USUAL = [
 LEFT_TO_TYPER = [
     ["submit"], ["submit", "--help"], ["submit", "--gpus"], ["submit", "--gpus", "two", "x"],
     ["submit", "--frobnicate", "x"], ["submit", "--nodes", "0", "x"], ["submit", "--check=1", "x"],
+    ["submit", "--retries=-1", "x"],
     ["queue", "extra"], ["queue", "-ab"], ["queue", "--help"], ["show"], ["show", "x"],
     ["show", "1", "2"], ["cancel"], ["cancel", "-3"], ["gpus"], ["logs", "1"], ["--help"], [],
 ]  # fmt: skip
@@ -122,7 +125,7 @@ WORDS = ["--gpus", "--cpus", "--mem", "--time", "-t", "-t2h", "--time=1h", "-J",
          "--nodes", "--gpus-per-node", "--dry-run", "--check", "--", "-", "--help", "-h",
          "--frob", "--gpus=", "--gpus=3", "--json", "--all", "-a", "-ab", "0", "1", "2", "-5",
          " 7 ", "K=V", "x", "python", "16G", "torchrun", "--gpu", "-o", "--array=1-3",
-         "--dependency"]  # fmt: skip
+         "--dependency", "--retries", "--retry-on", "oom,launch", "USR1@60"]  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)

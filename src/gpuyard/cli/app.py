@@ -105,7 +105,23 @@ def submit(
         typer.Option(
             "--signal",
             help="what its processes get when it is cancelled, preempted or reaches its time "
-            "limit, SIGKILL after the grace period (USR1, INT, 10, ...; default TERM)",
+            "limit, SIGKILL after the grace period (USR1, INT, 10, ...; default TERM); "
+            "SIG@SECONDS: send SIG that long before the time limit (to checkpoint)",
+        ),
+    ] = None,
+    retries: Annotated[
+        int,
+        typer.Option(
+            help="requeue a failed run up to N times, waiting longer each time (10 s, 20 s, ...)",
+            min=0,
+        ),
+    ] = 0,
+    retry_on: Annotated[
+        str | None,
+        typer.Option(
+            help="failures --retries covers, comma-separated: failed (non-zero exit or signal; "
+            "the default), timeout, oom, launch (the command could not start)",
+            metavar="CLASS[,CLASS]",
         ),
     ] = None,
     distributed: Annotated[
@@ -140,6 +156,7 @@ def submit(
         priority=priority, workdir=workdir, env=env or [], export_env=export_env,
         preemptible=preemptible, stop_signal=stop_signal, distributed=distributed,
         gpu_mem=gpu_mem, nodes=nodes, gpus_per_node=gpus_per_node, dry_run=dry_run, check=check,
+        retries=retries, retry_on=retry_on,
     )  # fmt: skip
     _exit(commands.submit(options))
 

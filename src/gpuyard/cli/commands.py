@@ -25,7 +25,8 @@ class SubmitOptions:
         export_env: bool = True, preemptible: bool | None = None,
         stop_signal: str | None = None, distributed: str | None = None,
         gpu_mem: str | None = None, nodes: int = 1, gpus_per_node: int | None = None,
-        dry_run: bool = False, check: bool = False,
+        dry_run: bool = False, check: bool = False, retries: int = 0,
+        retry_on: str | None = None,
     ) -> None:  # fmt: skip
         self.command = command or []
         self.gpus, self.cpus, self.mem, self.time, self.name = gpus, cpus, mem, time, name
@@ -34,6 +35,7 @@ class SubmitOptions:
         self.stop_signal = stop_signal
         self.gpu_mem, self.nodes, self.gpus_per_node = gpu_mem, nodes, gpus_per_node
         self.dry_run, self.check = dry_run, check
+        self.retries, self.retry_on = retries, retry_on
 
 
 def client() -> Client:
@@ -50,7 +52,7 @@ def print_json(data: object) -> None:
 
 def submit(opts: SubmitOptions) -> int:
     """Queue a job and print its id alone (or, with --dry-run, when it would start)."""
-    from gpuyard.cli.submitting import build_submission
+    from gpuyard.cli.submitting import build_submission, retry_fields, signal_fields
 
     problem = usage_problem(opts)
     if problem:
@@ -64,8 +66,9 @@ def submit(opts: SubmitOptions) -> int:
                   priority=opts.priority)  # fmt: skip
     if opts.preemptible is not None:  # else the server's default decides
         fields["preemptible"] = opts.preemptible
-    if opts.stop_signal is not None:
-        fields["stop_signal"] = opts.stop_signal
+    if opts.stop_signal is not None:  # SIG: the stop signal; SIG@SECONDS: a warning before
+        fields.update(signal_fields(opts.stop_signal))  # the time limit
+    fields.update(retry_fields(opts.retries, opts.retry_on))
     if opts.distributed:
         fields["distributed"] = opts.distributed
     if opts.gpu_mem is not None:

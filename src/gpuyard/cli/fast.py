@@ -42,6 +42,8 @@ _SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
     "--no-preempt": ("preemptible", False),
     "--preemptible": ("preemptible", True),
     "--signal": ("stop_signal", "str"),
+    "--retries": ("retries", "int"),
+    "--retry-on": ("retry_on", "str"),
     "--distributed": ("distributed", "str"),
     "--gpu-mem": ("gpu_mem", "str"),
     "--nodes": ("nodes", "int"),
@@ -50,7 +52,7 @@ _SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
     "--check": ("check", True),
 }
 # Lower bounds typer enforces (IntRange): below them typer gives the usage error.
-_SUBMIT_MIN = {"nodes": 1, "gpus_per_node": 0}
+_SUBMIT_MIN = {"nodes": 1, "gpus_per_node": 0, "retries": 0}
 
 
 class _Unsure(Exception):

@@ -98,10 +98,64 @@ def _stop_signal(job: dict[str, Any]) -> str:
     return f"{signal_name(int(job.get('stop_signal') or 15))}, SIGKILL after the grace period"
 
 
-def _restarts(count: int) -> str:
+# How an earlier run ended -> what its requeue was, for `show`'s Restarts line.
+_REQUEUED_AS = {"PENDING": "preempted and requeued", "NODE_FAIL": "requeued after a node failure"}
+
+
+def _restarts(job: dict[str, Any]) -> str:
+    """`2 (retried 1 time, preempted and requeued 1 time)`, from the attempts it kept."""
+    count = job["restarts"]
     if not count:
         return "0"
-    return f"{count} (preempted and requeued {count} time{'s' if count > 1 else ''})"
+    kinds: dict[str, int] = {}
+    for attempt in job.get("attempts") or []:
+        kind = _REQUEUED_AS.get(attempt["state"], "retried")
+        kinds[kind] = kinds.get(kind, 0) + 1
+    if sum(kinds.values()) != count:  # runs from before attempts were kept
+        kinds = {"requeued": count}
+    parts = [f"{kind} {n} time{'s' if n > 1 else ''}" for kind, n in kinds.items()]
+    return f"{count} ({', '.join(parts)})"
+
+
+def _retries(job: dict[str, Any]) -> str:
+    retries = job.get("retries") or 0
+    if not retries:
+        return "no (--retries N requeues a failed run)"
+    on = ",".join(job.get("retry_on") or []) or "failed"
+    used = sum(1 for a in job.get("attempts") or [] if a["state"] not in _REQUEUED_AS)
+    return f"{retries} on {on}, {used} used"
+
+
+def _begin(job: dict[str, Any]) -> str:
+    """A pending retry's backoff: when it may start again."""
+    return _local(job.get("not_before")) if job["state"] == "PENDING" else "-"
+
+
+def attempt_rows(job: dict[str, Any]) -> str:
+    """`show`'s runs of a job that was run again: its earlier runs (retries, node failures,
+    preemptions) and the current or last one, as sacct lists a requeued job's runs."""
+    attempts = job.get("attempts") or []
+    if not attempts:
+        return ""
+    rows = [_attempt_row(a) for a in attempts]
+    if job.get("started_at"):
+        current = {
+            "number": attempts[-1]["number"] + 1, "started_at": job["started_at"],
+            "ended_at": job["ended_at"], "state": shown_state(job),
+            "exit_code": job["exit_code"], "node": job["node"], "gpus": job["gpus"],
+            "reason": job["reason"] if job["state"] != "RUNNING" else "None",
+        }  # fmt: skip
+        rows.append(_attempt_row(current))
+    headers = ["RUN", "START", "END", "STATE", "EXIT", "NODE", "GPU_IDS", "REASON"]
+    return "Attempts:\n" + "\n".join(f"  {line}" for line in table(headers, rows).split("\n"))
+
+
+def _attempt_row(a: dict[str, Any]) -> list[str]:
+    return [
+        str(a["number"]), _local(a["started_at"]), _local(a["ended_at"]), a["state"],
+        "-" if a["exit_code"] is None else str(a["exit_code"]), a["node"] or "-",
+        gpu_list(a["gpus"]), "" if a["reason"] == "None" else a["reason"],
+    ]  # fmt: skip
 
 
 def dry_run_answer(answer: dict[str, Any]) -> str:
@@ -135,7 +189,9 @@ def job_record(job: dict[str, Any]) -> str:
         ("Preemptible", _preemptible(job)),
         ("StopSignal", _stop_signal(job)),
         ("Distributed", job.get("distributed") or "no"),
-        ("Restarts", _restarts(job["restarts"])),
+        ("Restarts", _restarts(job)),
+        ("Retries", _retries(job)),
+        ("BeginTime", _begin(job)),  # a retry's backoff (reason BeginTime)
         ("RestartOf", job.get("restart_of") or "-"),  # gpuyard restart: the job it reruns
         ("GpuTime", f"{job['attained_gpu_s'] / 3600:.2f} GPU-hours, all runs"),
         *gpu_stats_fields(job),
@@ -159,7 +215,9 @@ def job_record(job: dict[str, Any]) -> str:
         ("Log", job["log_path"] + _log_lost(job.get("log_dropped_bytes") or 0)),
     ]
     width = max(len(k) for k, _ in fields)
-    return "\n".join(f"{k.rjust(width)}: {printable(str(v))}" for k, v in fields)
+    record = "\n".join(f"{k.rjust(width)}: {printable(str(v))}" for k, v in fields)
+    runs = attempt_rows(job)
+    return f"{record}\n{runs}" if runs else record
 
 
 def _log_lost(dropped: int) -> str:

@@ -53,6 +53,25 @@ def build_submission(
     return argv, fields
 
 
+def signal_fields(text: str) -> dict[str, Any]:
+    """`--signal`: `SIG` is the stop signal (cancel, preemption, time limit); `SIG@SECONDS`
+    (Slurm's meaning) is sent that long before the time limit, so the job can checkpoint."""
+    if "@" not in text:
+        return {"stop_signal": text}
+    from gpuyard.domain.signals import parse_warning
+
+    number, seconds = parse_warning(text)
+    return {"warn_signal": str(number), "warn_before_s": seconds}
+
+
+def retry_fields(retries: int, retry_on: str | None) -> dict[str, Any]:
+    """`--retries N` and `--retry-on CLASS[,CLASS]` (the server checks the classes)."""
+    fields: dict[str, Any] = {"retries": retries} if retries else {}
+    if retry_on is not None:
+        fields["retry_on"] = [c.strip() for c in retry_on.split(",") if c.strip()]
+    return fields
+
+
 def _keep_imports(path: str, interpreter: list[str], env: dict[str, str]) -> None:
     """A Python script runs from its copy: its own folder stays first on the import path
     (PYTHONPATH), so `import helpers` beside it still works as before the copy."""

@@ -6,8 +6,12 @@ convention, e.g. PyTorch Lightning's SLURMEnvironment) choose it instead of SIGT
 
     parse_signal("USR1") == parse_signal("SIGUSR1") == parse_signal("10") == 10
 
-Slurm's `--signal=[{R|B}:]SIG[@TIME]` also sends a signal some time before the limit; that
-part is refused in one line rather than silently dropped.
+Slurm's `--signal=[{R|B}:]SIG[@TIME]` also sends a signal TIME seconds before the limit: the
+CLI's `--signal SIG@SECONDS` is that warning (`parse_warning`; the job's `warn_signal` and
+`warn_before_s`), while a plain `--signal SIG` stays the stop signal. The B:/R: prefixes are
+refused in one line rather than silently dropped.
+
+    parse_warning("USR1@120") == (10, 120)
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ def parse_signal(text: str | int, *, field: str = "stop_signal") -> int:
     raw = str(text).strip()
     if "@" in raw or ":" in raw:
         raise InvalidRequest(
-            f"{field} {raw!r}: only the signal is supported (no B:/R: prefix or @time): "
-            "it is sent when the job is stopped, e.g. --signal USR1",
+            f"{field} {raw!r}: only the signal is taken here (no B:/R: prefix or @time); a "
+            "signal before the time limit is warn_signal with warn_before_s (the CLI's "
+            "--signal USR1@120)",
             field=field,
         )
     if raw.lstrip("-").isdigit():
@@ -50,6 +55,20 @@ def parse_signal(text: str | int, *, field: str = "stop_signal") -> int:
             field=field,
         )
     return number
+
+
+def parse_warning(text: str, *, field: str = "signal") -> tuple[int, int]:
+    """`SIG@SECONDS` (Slurm's `--signal USR1@120`) -> (signal number, seconds before the time
+    limit); raises InvalidRequest (one line) for a bad signal or time."""
+    raw = text.strip()
+    name, _, seconds = raw.partition("@")
+    if not seconds.strip().isdigit() or int(seconds) < 1:
+        raise InvalidRequest(
+            f"{field} {raw!r}: after @ give whole seconds before the time limit, e.g. "
+            "--signal USR1@120",
+            field=field,
+        )
+    return parse_signal(name, field=field), int(seconds)
 
 
 def signal_name(number: int) -> str:
