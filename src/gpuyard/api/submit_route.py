@@ -6,6 +6,12 @@ ASGI middleware sits inside the front door (the principal is in the scope, the b
 and answers the submit itself, with exactly the FastAPI route's parse (JSON chosen by content
 type, then `JobSubmitIn`), use case, response and error bodies. The FastAPI route stays
 registered: it documents the route in OpenAPI, and the tests hold this path to its answers.
+
+An `Idempotency-Key` header (1 to 255 printable ASCII characters; the CLI and the SDK send a
+fresh uuid4 with every submit) makes a retried submit safe: the first request with a key is
+answered 201 with its new job; any later one with the same key from the same user is answered
+200, `Idempotent-Replayed: true`, with the same job as it is now (`services/submit_keys.py`).
+A malformed key is 400; the key reused for a different job is 422.
 """
 
 from __future__ import annotations
@@ -29,6 +35,38 @@ from gpuyard.services.jobs import JobService
 SUBMIT_PATH = "/api/v1/jobs"
 _SUBMIT_IN: TypeAdapter[JobSubmitIn] = TypeAdapter(JobSubmitIn)
 _JSON = b"application/json"
+IDEMPOTENCY_KEY = "Idempotency-Key"
+MAX_KEY_CHARS = 255
+# On a 200 that answers a retried submit with the job an earlier request made (Stripe's name).
+REPLAYED_HEADER = "Idempotent-Replayed"
+_KEY_HEADER = IDEMPOTENCY_KEY.lower().encode()
+_REPLAYED = [(REPLAYED_HEADER.lower().encode(), b"true")]
+
+
+class BadIdempotencyKey(GpuyardError):
+    """The Idempotency-Key header is not one key of 1 to 255 printable characters (HTTP 400:
+    the error table has no status for it, so the base class's)."""
+
+    code = "invalid_request"
+
+
+def idempotency_key_of(values: list[str]) -> str | None:
+    """The request's key from its `Idempotency-Key` header values (latin-1 text); None: none
+    sent. BadIdempotencyKey for several, an empty one, a longer one or other characters."""
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadIdempotencyKey(
+            f"send one {IDEMPOTENCY_KEY} header, not {len(values)}", field=IDEMPOTENCY_KEY
+        )
+    key = values[0]
+    if not 0 < len(key) <= MAX_KEY_CHARS or not (key.isascii() and key.isprintable()):
+        raise BadIdempotencyKey(
+            f"the {IDEMPOTENCY_KEY} header must be 1 to {MAX_KEY_CHARS} printable ASCII "
+            "characters (a fresh uuid4 per job is a good key)",
+            field=IDEMPOTENCY_KEY,
+        )
+    return key
 
 
 class _BadBody(Exception):
@@ -43,14 +81,25 @@ class _Invalid(Exception):
         self.error = error
 
 
-async def submit(service: JobService, body: JobSubmitIn, actor: Principal, home: str) -> bytes:
-    """Queue the job durably; the answer is the job as JSON. No pass has seen it yet: its
+async def submit(
+    service: JobService,
+    body: JobSubmitIn,
+    actor: Principal,
+    home: str,
+    idempotency_key: str | None = None,
+) -> tuple[bytes, bool]:
+    """Queue the job durably; the answer is the job as JSON, and whether it is a replay (an
+    earlier request with `idempotency_key` made the job). No pass has seen a new job yet: its
     reason is the record's ("None"); asking the scheduler would make the hottest route wait."""
     spec = spec_from_wire(body, home, service.preemptible_default)
-    job = await service.submit_async(spec, actor)
-    fresh = job_to_wire(job, job.reason, service.log_path(job.id))
-    fresh.hint = service.hint(job.spec, actor)
-    return fresh.model_dump_json().encode()
+    if idempotency_key is None:
+        job, replayed = await service.submit_async(spec, actor), False
+    else:
+        job, replayed = await service.submit_once_async(spec, actor, idempotency_key)
+    reason = service.reason(job) if replayed else job.reason
+    out = job_to_wire(job, reason, service.log_path(job.id))
+    out.hint = service.hint(job.spec, actor)
+    return out.model_dump_json().encode(), replayed
 
 
 class SubmitFastPath:
@@ -66,7 +115,7 @@ class SubmitFastPath:
             await self._app(scope, receive, send)
             return
         try:
-            answer = await self._submit(scope, receive)
+            answer, replayed = await self._submit(scope, receive)
             crash_point("submit_reply")
         except GpuyardError as exc:
             await error_response(status_of(exc), exc.code, exc.message, exc.field)(
@@ -81,15 +130,20 @@ class SubmitFastPath:
             await error_response(422, "invalid_request", message, field)(scope, receive, send)
             return
         headers = [(b"content-length", b"%d" % len(answer)), (b"content-type", _JSON)]
-        await send({"type": "http.response.start", "status": 201, "headers": headers})
+        if replayed:
+            headers += _REPLAYED
+        status = 200 if replayed else 201
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
 
-    async def _submit(self, scope: Scope, receive: Receive) -> bytes:
-        body = _parse(await _read_body(receive), _content_type(scope))
+    async def _submit(self, scope: Scope, receive: Receive) -> tuple[bytes, bool]:
+        content_type, keys = _headers(scope)
+        body = _parse(await _read_body(receive), content_type)
         principal = scope.get("state", {}).get("principal")
         if not isinstance(principal, Principal):  # only if the front door left it public
             raise Unauthorized("this route needs the API token")
-        return await submit(self._service, body, principal, self._home)
+        key = idempotency_key_of(keys) if keys else None
+        return await submit(self._service, body, principal, self._home, key)
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -103,11 +157,17 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-def _content_type(scope: Scope) -> bytes | None:
+def _headers(scope: Scope) -> tuple[bytes | None, list[str]]:
+    """The content type (the first), and every Idempotency-Key value, in one pass."""
+    content_type = None
+    keys: list[str] = []
     for name, value in scope["headers"]:
         if name == b"content-type":
-            return bytes(value)
-    return None
+            if content_type is None:
+                content_type = bytes(value)
+        elif name == _KEY_HEADER:
+            keys.append(bytes(value).decode("latin-1"))
+    return content_type, keys
 
 
 def _parse(body: bytes, content_type: bytes | None) -> JobSubmitIn:

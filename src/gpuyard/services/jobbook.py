@@ -8,6 +8,10 @@ lock (nobody else knows its id yet).
 Bounded: every pending and running job stays, but only the `keep_finished` jobs that finished
 last; an older finished job is evicted (`get` answers None) and is read from the store's
 history instead, so a server with a million past jobs does not hold them all.
+
+The jobs it holds are also found by their owner and `Idempotency-Key` (`by_idempotency_key`):
+a retried submit finds its job here without a database read (an evicted one: the store's
+`find_by_idempotency_key`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class JobBook:
         self._pending: set[int] = set()
         self._running: dict[int, Job] = {}
         self._finished: OrderedDict[int, None] = OrderedDict()  # oldest end first
+        self._by_key: dict[tuple[str, str], int] = {}  # (owner, idempotency key) -> job id
         self._next_id = next_id
         # Finished jobs enter in the order they ended, so the oldest end is evicted first.
         for job in sorted(jobs, key=_end_order):
@@ -57,6 +62,13 @@ class JobBook:
     def get(self, job_id: int) -> Job | None:
         """The job if kept in memory; None for an unknown or evicted one (ask the store)."""
         return self._jobs.get(job_id)
+
+    def by_idempotency_key(self, owner: str, key: str) -> Job | None:
+        """The job in memory that `owner` submitted with this key; None: none here (an evicted
+        one may be in the store)."""
+        with self.lock:
+            job_id = self._by_key.get((owner, key))
+            return None if job_id is None else self._jobs.get(job_id)
 
     def put(self, job: Job) -> None:
         """Record a new job or a new version of one; a stale version is refused."""
@@ -84,7 +96,7 @@ class JobBook:
             for job_id in job_ids:
                 if job_id in self._finished:
                     del self._finished[job_id]
-                    del self._jobs[job_id]
+                    self._drop(job_id)
 
     def _index(self, old: Job | None, new: Job) -> None:
         if old is not None:
@@ -95,6 +107,8 @@ class JobBook:
             # nothing reads it again but `restart`, which reads the store.
             new = replace(new, spec=replace(new.spec, script=None))
         self._jobs[new.id] = new
+        if new.idempotency_key is not None and old is None:
+            self._by_key.setdefault((new.owner, new.idempotency_key), new.id)
         if new.state is JobState.PENDING:
             self._pending.add(new.id)
         elif new.state is JobState.RUNNING:
@@ -106,7 +120,14 @@ class JobBook:
     def _evict(self) -> None:
         while len(self._finished) > self.keep_finished:
             job_id, _ = self._finished.popitem(last=False)
-            del self._jobs[job_id]
+            self._drop(job_id)
+
+    def _drop(self, job_id: int) -> None:
+        job = self._jobs.pop(job_id)
+        if job.idempotency_key is not None:
+            key = (job.owner, job.idempotency_key)
+            if self._by_key.get(key) == job_id:
+                del self._by_key[key]
 
 
 def _end_order(job: Job) -> tuple[bool, float, int]:

@@ -30,6 +30,7 @@ from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import JobStore
 from gpuyard.services.run_as import RunAsPolicy
 from gpuyard.services.stops import StopRequests
+from gpuyard.services.submit_keys import SubmitKeys
 from gpuyard.services.telemetry import (
     EMPTY_SNAPSHOT,
     GpuMonitor,
@@ -127,6 +128,7 @@ class JobService:
         self.book = journal.book
         self.store = store
         self._inserts = InsertBatcher(store)  # the event loop's submits, one write per turn
+        self._keys = SubmitKeys(self.book, store)  # submits with an Idempotency-Key
         self.scheduler = scheduler
         self._drains = drains
         self._stops = stops
@@ -160,17 +162,52 @@ class JobService:
         self.store.write([job], [])
         return self._queue(job)
 
-    async def submit_async(self, spec: JobSpec, actor: Principal) -> Job:
+    async def submit_async(
+        self, spec: JobSpec, actor: Principal, *, idempotency_key: str | None = None
+    ) -> Job:
         """`submit` for the event loop: waits for the group commit without holding a thread;
-        the file system is looked at off the loop (a stalled mount must not stall the API)."""
+        the file system is looked at off the loop (a stalled mount must not stall the API).
+        `idempotency_key`: recorded on the job; only `submit_once_async` may pass one (it
+        makes sure no other job has it)."""
         self._check_fits(spec)
         self._check_owner(actor)
         self._check_quota(spec, actor)
         if not self._workdir_seen_recently(spec.workdir):
             await asyncio.to_thread(self._check_workdir, spec)
-        job = self._new_job(spec, actor)
+        job = self._new_job(spec, actor, idempotency_key=idempotency_key)
         await self._inserts.insert(job)
         return self._queue(job)
+
+    async def submit_once_async(
+        self, spec: JobSpec, actor: Principal, idempotency_key: str
+    ) -> tuple[Job, bool]:
+        """`submit_async` with the request's `Idempotency-Key` (`submit_keys.py`): the job and
+        whether an earlier request with this key made it (a replay: nothing new is queued,
+        and the refusals of a new submit, a quota reached since or a workdir removed, do not
+        apply). InvalidRequest if the key was used for another submission."""
+        while True:
+            found = self._keys.claim(actor.user, idempotency_key, spec)
+            if found is None:
+                break
+            if isinstance(found, Job):
+                return found, True
+            made = await asyncio.wrap_future(found)
+            if made is not None:
+                return made, True
+            # The submit holding the key wrote nothing (refused, or its write failed): claim
+            # it again, and be refused or queued on this request's own account.
+        # Shielded: a request cancelled while its write is under way must still settle its
+        # claim when the write lands, or a retry could find neither claim nor job and insert.
+        job = await asyncio.shield(self._submit_claimed(spec, actor, idempotency_key))
+        return job, False
+
+    async def _submit_claimed(self, spec: JobSpec, actor: Principal, key: str) -> Job:
+        queued: Job | None = None
+        try:
+            queued = await self.submit_async(spec, actor, idempotency_key=key)
+            return queued
+        finally:
+            self._keys.settle(actor.user, key, queued)
 
     def _check_owner(self, actor: Principal) -> None:
         """A root server runs each job as its owner: an owner with no Unix user, or one that
@@ -197,7 +234,14 @@ class JobService:
         if why is not None:
             raise QuotaExceeded(why)
 
-    def _new_job(self, spec: JobSpec, actor: Principal, restart_of: int | None = None) -> Job:
+    def _new_job(
+        self,
+        spec: JobSpec,
+        actor: Principal,
+        restart_of: int | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Job:
         return Job(
             id=self.book.allocate_id(),
             spec=spec,
@@ -205,6 +249,7 @@ class JobService:
             state=JobState.PENDING,
             submitted_at=self._clock(),
             restart_of=restart_of,
+            idempotency_key=idempotency_key,
         )
 
     def _queue(self, job: Job) -> Job:

@@ -8,13 +8,19 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 
 from gpuyard.api.convert import dry_run_to_wire, job_to_wire, spec_from_wire
 from gpuyard.api.deps import Actor, Server, Service
-from gpuyard.api.submit_route import submit
+from gpuyard.api.submit_route import (
+    IDEMPOTENCY_KEY,
+    MAX_KEY_CHARS,
+    REPLAYED_HEADER,
+    idempotency_key_of,
+    submit,
+)
 from gpuyard.domain.job import Job
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.signals import parse_signal
@@ -69,9 +75,37 @@ async def _estimates(service: JobService, jobs: list[Job]) -> StartEstimates | N
 # They return pre-serialised JSON; `response_model` still documents the shape.
 # Served by `SubmitFastPath` (api/submit_route.py) in front of the router; this route documents
 # it in OpenAPI and is what the tests hold that path to.
-@router.post("", status_code=201, response_model=JobOut)
-async def submit_job(body: JobSubmitIn, service: Service, actor: Actor) -> Response:
-    return _json(await submit(service, body, actor, str(Path.home())), status=201)
+_REPLAY = {
+    "model": JobOut,
+    "description": f"a retried submit: an earlier request with this {IDEMPOTENCY_KEY} made the "
+    "job, answered as it is now; nothing new was queued",
+    "headers": {REPLAYED_HEADER: {"description": "true", "schema": {"type": "string"}}},
+}
+
+
+@router.post("", status_code=201, response_model=JobOut, responses={200: _REPLAY})
+async def submit_job(
+    request: Request,
+    body: JobSubmitIn,
+    service: Service,
+    actor: Actor,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias=IDEMPOTENCY_KEY,
+            description=f"1 to {MAX_KEY_CHARS} printable ASCII characters, e.g. a fresh uuid4 "
+            "per job: a retry of this submit with the same key (same user, same job) answers "
+            "the job it made (200) instead of queueing another; the same key with another "
+            "job is 422, a malformed key 400",
+        ),
+    ] = None,
+) -> Response:
+    # Every value, as the fast path sees them (the parameter above is the last one's).
+    key = idempotency_key_of(request.headers.getlist(IDEMPOTENCY_KEY))
+    answer, replayed = await submit(service, body, actor, str(Path.home()), key)
+    if replayed:
+        return _json(answer, headers={REPLAYED_HEADER: "true"})
+    return _json(answer, status=201)
 
 
 @router.post("/dry-run")
