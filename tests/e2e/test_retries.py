@@ -1,0 +1,117 @@
+"""`submit --retries` on a real server through the real CLI: a job that fails twice then
+succeeds, the attempts `show` lists, `queue`'s BeginTime during a backoff and after a restart,
+and a command that cannot start, which is not retried unless asked."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.server import ServerProcess, wait_for
+
+# Fails on its first two runs, succeeds on the third (it counts its runs in a file).
+FLAKY = 'n=$(cat runs 2>/dev/null || echo 0); n=$((n + 1)); echo $n > runs; [ "$n" -ge 3 ]'
+
+
+def serve(tmp_path: Path, backoff_s: str) -> ServerProcess:
+    env = dict(os.environ, GPUYARD_RETRY_BACKOFF_S=backoff_s, GPUYARD_RETRY_BACKOFF_MAX_S="3600")
+    return ServerProcess(tmp_path / "state", "--gpus", "2", "--cpus", "8", "--kill-grace", "1",
+                         env=env)  # fmt: skip
+
+
+@pytest.fixture
+def quick(tmp_path: Path) -> Iterator[ServerProcess]:
+    """Retries after 0.2 s, 0.4 s, ..."""
+    srv = serve(tmp_path, "0.2").start()
+    yield srv
+    srv.stop()
+    srv.kill_jobs()
+
+
+def _at(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _ended(server: ServerProcess, job_id: str) -> dict:  # type: ignore[type-arg]
+    return wait_for(  # type: ignore[no-any-return]
+        lambda: (j := server.client().job(int(job_id)))["state"] not in ("PENDING", "RUNNING") and j
+    )
+
+
+def test_a_job_that_fails_twice_completes_on_its_third_run_and_show_lists_every_attempt(
+    quick: ServerProcess, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    job_id = quick.cli("submit", "--retries", "3", "--workdir", str(work), "--", "sh", "-c",
+                       FLAKY).stdout.strip()  # fmt: skip
+    job = _ended(quick, job_id)
+    assert (job["state"], job["exit_code"], job["restarts"]) == ("COMPLETED", 0, 2)
+    assert (work / "runs").read_text().strip() == "3"
+    first, second = job["attempts"]
+    assert [(a["number"], a["state"], a["exit_code"]) for a in job["attempts"]] == [
+        (1, "FAILED", 1), (2, "FAILED", 1),
+    ]  # fmt: skip
+    # Stored times: no run began before its backoff (0.2 s, then 0.4 s) had passed.
+    assert _at(second["started_at"]) >= _at(first["ended_at"]) + 0.2
+    assert _at(job["started_at"]) >= _at(second["ended_at"]) + 0.4
+    shown = quick.cli("show", job_id).stdout
+    assert "Retries: 3 on failed, 2 used" in shown
+    assert "Restarts: 2 (retried 2 times)" in shown
+    table = shown.split("Attempts:\n", 1)[1].splitlines()
+    assert table[0].split() == ["RUN", "START", "END", "STATE", "EXIT", "NODE", "GPU_IDS",
+                                "REASON"]  # fmt: skip
+    rows = [line.split()[:5] for line in table[1:]]
+    assert [[r[0], r[3], r[4]] for r in rows] == [["1", "FAILED", "1"], ["2", "FAILED", "1"],
+                                                   ["3", "COMPLETED", "0"]]  # fmt: skip
+    assert "NonZeroExitCode: exited with code 1" in table[1]
+
+
+def test_a_command_that_cannot_start_is_not_retried_unless_asked(quick: ServerProcess) -> None:
+    missing = "gpuyard-no-such-program"
+    plain = quick.cli("submit", "--retries", "2", "--", missing).stdout.strip()
+    job = _ended(quick, plain)
+    assert (job["state"], job["exit_code"], job["attempts"]) == ("FAILED", 127, [])
+    assert job["reason"].startswith(f"LaunchFailed: cannot run '{missing}'")
+    asked = quick.cli("submit", "--retries", "1", "--retry-on", "launch", "--", missing)
+    job = _ended(quick, asked.stdout.strip())
+    assert [a["state"] for a in job["attempts"]] == ["FAILED"]
+    assert job["attempts"][0]["reason"].startswith("LaunchFailed")
+    refused = quick.cli("submit", "--retry-on", "oom", "--", "true", check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "gpuyard: retry_on needs retries: give --retries N (how many times to try again)"
+    )
+
+
+def test_queue_shows_begintime_during_a_backoff_and_a_restart_keeps_it_and_the_attempts(
+    tmp_path: Path,
+) -> None:
+    server = serve(tmp_path, "600").start()
+    try:
+        job_id = server.cli("submit", "--retries", "1", "--", "sh", "-c", "exit 3").stdout.strip()
+        waiting = wait_for(lambda: (j := server.client().job(int(job_id)))["attempts"] and j)
+        assert waiting["state"] == "PENDING" and waiting["reason"] == "BeginTime"
+        assert _at(waiting["not_before"]) >= _at(waiting["attempts"][0]["ended_at"]) + 600
+
+        def row() -> list[str]:
+            lines = server.cli("queue").stdout.splitlines()
+            return next(line.split() for line in lines if line.split()[0] == job_id)
+
+        assert row()[-1] == "(BeginTime)"
+        server.kill9()
+        server.start()
+        again = server.client().job(int(job_id))
+        assert again["attempts"] == waiting["attempts"] and again["reason"] == "BeginTime"
+        assert row()[-1] == "(BeginTime)"
+        assert "BeginTime: " in (shown := server.cli("show", job_id).stdout)
+        assert "exit 3" not in shown.split("Attempts:")[1]  # the reason, not the command
+        assert json.loads(server.cli("show", "--json", job_id).stdout)["not_before"]
+    finally:
+        server.stop()
+        server.kill_jobs()
