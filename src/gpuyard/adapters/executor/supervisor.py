@@ -97,13 +97,11 @@ def _log_write(data: bytes) -> None:
     global _unreported
     if _unreported:
         note = ("" if _line_start else "\n") + _LOG_FULL_LINE.format(_unreported)
-        if not _write_all(note.encode()):
-            _lost(len(data))
+        if _write_all(note.encode()):
+            _lost(len(data))  # the note waits for a write that succeeds whole
             return
         _unreported = 0
-    rest = _write_all(data)
-    if rest is not True:
-        _lost(rest)
+    _lost(_write_all(data))
 
 
 def _lost(count: int) -> None:
@@ -112,9 +110,9 @@ def _lost(count: int) -> None:
     _unreported += count
 
 
-def _write_all(data: bytes) -> int | bool:
-    """True once all of `data` is in the log; else how many bytes could not be written (a
-    full disk, or any other error: the job must run on whatever becomes of its log)."""
+def _write_all(data: bytes) -> int:
+    """Append `data` to the log; the number of its bytes that could not be written (0: all
+    were): a full disk, or any other error (the job runs on whatever becomes of its log)."""
     global _line_start
     view = memoryview(data)
     while view:
@@ -125,7 +123,7 @@ def _write_all(data: bytes) -> int | bool:
         if done:
             _line_start = view[done - 1] == 10  # b"\n"
         view = view[done:]
-    return True
+    return 0
 
 
 def _read_launch(path: str) -> dict:  # type: ignore[type-arg]
