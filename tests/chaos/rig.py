@@ -148,6 +148,7 @@ class Report:
     acknowledged: int = 0
     in_flight: int = 0  # replies lost (without idempotency): may or may not exist, never twice
     in_flight_committed: int = 0
+    replayed: int = 0  # resent (same key) after a lost reply: answered with the first job
     lost: int = 0
     duplicated: int = 0
     double_run: int = 0
@@ -199,6 +200,13 @@ class _Http:
             conn.close()
 
 
+def server_takes_idempotency_keys() -> bool:
+    """Whether this gpuyard's submit answers a resent `Idempotency-Key` with the first job."""
+    from gpuyard.api import submit_route
+
+    return hasattr(submit_route, "IDEMPOTENCY_KEY")
+
+
 def _refused(exc: OSError) -> bool:
     """The request never reached the server (nothing listened): safe to send again."""
     return isinstance(exc, ConnectionRefusedError)
@@ -244,6 +252,7 @@ class ChaosRig:
         self.cancel_sent: set[int] = set()  # job ids a cancel may have reached
         self.cancel_replies: dict[int, int] = {}  # job id -> HTTP status of its cancel
         self.drains = 0
+        self.replayed = 0  # resent submits answered with the job an earlier try made
         self.kills: list[Kill] = []
         self.problems: list[str] = []
         self._lock = threading.Lock()
@@ -372,7 +381,10 @@ class ChaosRig:
                 self.in_flight.add(plan.n)
             return
         status, answer = got
-        if status != 201:
+        if status == 200 and self.idempotent:  # a resend answered with the job it made
+            with self._lock:
+                self.replayed += 1
+        elif status != 201:
             self.problems.append(f"submit of {plan.name} refused: HTTP {status} {answer}")
             return
         with self._lock:
@@ -586,6 +598,7 @@ class ChaosRig:
         if not_final:
             problems.append("not in a final state: " + ", ".join(not_final[:20]))
 
+        rep.replayed = self.replayed
         rep.cancels = len(self.cancel_sent)
         rep.drains = self.drains
         rep.kills = list(self.kills)
