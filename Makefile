@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test check bench clean
+.PHONY: run test check bench clean postgres
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +24,31 @@ $(STAMP_TEST): pyproject.toml | $(BIN)/python
 run: $(STAMP_RUN)
 	@PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/demo.sh
 
-## test: install the test needs (Ray included) and run the whole suite
-test: $(STAMP_TEST)
+## test: install the test needs (Ray, PostgreSQL's server included) and run the whole suite
+test: $(STAMP_TEST) postgres
 	$(BIN)/python -m pytest
+
+# The store contract suite runs over PostgreSQL too, on a throw-away server the tests start
+# themselves (tests/postgres_server.py): Debian's server binaries, installed here when missing
+# (as root, as CI is). The package's own cluster service is kept from starting (policy-rc.d):
+# the tests start their own. Without root, the PostgreSQL tests skip (and fail under CI=1).
+PG_INITDB := $(wildcard /usr/lib/postgresql/*/bin/initdb)
+
+postgres:
+ifeq ($(PG_INITDB),)
+	@if [ "$$(id -u)" != 0 ]; then \
+	  echo "PostgreSQL's server is not installed: apt-get install postgresql, as root"; exit 0; \
+	fi; \
+	set -e; made=; \
+	if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made=1; \
+	fi; \
+	trap '[ -z "$$made" ] || rm -f /usr/sbin/policy-rc.d' EXIT; \
+	echo "installing PostgreSQL's server (Debian's postgresql) for the tests"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -qq; \
+	apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+endif
 
 ## check: lint and type-check src/
 check: $(STAMP_TEST)

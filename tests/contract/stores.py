@@ -1,16 +1,18 @@
 """The stores the contract suite runs over, and the jobs it writes.
 
 Each backend factory makes one empty database and opens stores on it (as many as a test asks:
-a reopen, a second server); `STORE_BACKENDS` lists them. PostgreSQL joins by adding a factory
-that creates a throw-away database on a loopback server and returns
-`Backend("postgresql", lambda: SqlJobStore(url))`.
+a reopen, a second server); `STORE_BACKENDS` lists them. PostgreSQL's is a fresh database on
+the session's loopback server (`postgres_server`, tests/conftest.py), dropped after the test.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from gpuyard.adapters.store.memory import MemoryDatabase, MemoryJobStore
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
@@ -22,9 +24,15 @@ from gpuyard.services.ports import JobStore
 class Backend:
     """One database of one kind; `open()` gives a new store on it, closed at the test's end."""
 
-    def __init__(self, name: str, open_store: Callable[[], JobStore]) -> None:
+    def __init__(
+        self,
+        name: str,
+        open_store: Callable[[], JobStore],
+        remove: Callable[[], None] | None = None,
+    ) -> None:
         self.name = name
         self._open_store = open_store
+        self._remove = remove  # the database's own cleanup, after its stores are closed
         self._opened: list[JobStore] = []
 
     def open(self) -> JobStore:
@@ -36,18 +44,37 @@ class Backend:
         for store in self._opened:
             store.close()
 
+    def remove(self) -> None:
+        """Close every store, then remove the database (at the test's end)."""
+        try:
+            self.close_all()
+        finally:
+            if self._remove is not None:
+                self._remove()
 
-def memory_backend(_tmp_path: Path) -> Backend:
+
+def memory_backend(_tmp_path: Path, _request: pytest.FixtureRequest) -> Backend:
     database = MemoryDatabase(name="memory")
     return Backend("memory", lambda: MemoryJobStore(database))
 
 
-def sqlite_backend(tmp_path: Path) -> Backend:
+def sqlite_backend(tmp_path: Path, _request: pytest.FixtureRequest) -> Backend:
     url = sqlite_url(tmp_path / "gpuyard.db")
     return Backend("sqlite", lambda: SqlJobStore(url))
 
 
-STORE_BACKENDS: list[Callable[[Path], Backend]] = [memory_backend, sqlite_backend]
+_DATABASES = itertools.count(1)
+
+
+def postgresql_backend(_tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
+    server = request.getfixturevalue("postgres_server")
+    name = f"contract_{next(_DATABASES)}"
+    url = server.create_database(name)
+    return Backend("postgresql", lambda: SqlJobStore(url), lambda: server.drop_database(name))
+
+
+BackendFactory = Callable[[Path, pytest.FixtureRequest], Backend]
+STORE_BACKENDS: list[BackendFactory] = [memory_backend, sqlite_backend, postgresql_backend]
 
 
 def pending_job(job_id: int, **spec_changes: object) -> Job:

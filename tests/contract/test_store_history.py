@@ -102,7 +102,8 @@ def test_a_second_server_on_the_same_database_is_refused(backend: Backend) -> No
     with pytest.raises(Unavailable) as refused:
         second.lock_exclusive()
     assert "another gpuyard server already uses" in refused.value.message
-    assert "--state-dir" in refused.value.message
+    # What to pass instead: the database is the state dir's, or PostgreSQL's --db.
+    assert ("--db" if backend.name == "postgresql" else "--state-dir") in refused.value.message
     first.close()  # releases the lock
     second.lock_exclusive()
     third = backend.open()

@@ -18,18 +18,20 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    make_url,
     select,
 )
 
 from gpuyard.adapters.disk_full import translate_disk_full
 from gpuyard.adapters.store.accounts_sql import SqlAccounts
+from gpuyard.adapters.store.advisory_lock import AdvisoryLock
 from gpuyard.adapters.store.codec import job_to_row, row_to_job
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
 from gpuyard.adapters.store.limits_sql import SqlLimits
 from gpuyard.adapters.store.tables import counters, gpu_drains, job_gpu_stats, jobs
 from gpuyard.adapters.store.usage_sql import SqlUsage
-from gpuyard.domain.errors import Conflict
+from gpuyard.domain.errors import Conflict, InvalidRequest
 from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import TERMINAL_STATES, JobState
 
@@ -49,12 +51,18 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
     upgrades the schema under a running one."""
 
     def __init__(self, url: str, *, exclusive: bool = False) -> None:
-        self.url = url
         self._engine = _make_engine(url)
-        self._lock = _file_lock(self._engine)
-        if exclusive:
-            self.lock_exclusive()
-        _migrate(self._engine)
+        self.url = url if self._engine.dialect.name == "sqlite" else _postgres_url(url)
+        self._lock = _database_lock(self._engine)
+        try:
+            if exclusive:
+                self.lock_exclusive()
+            _migrate(self._engine)
+        except BaseException:  # no half-opened store keeps the lock or a connection
+            if self._lock is not None:
+                self._lock.release()
+            self._engine.dispose()
+            raise
         self._conn: Connection | None = None  # used by the writer thread only
         self._insert_sql = _compiled_insert(self._engine)
         self._update_sql = _compiled_update(self._engine)
@@ -63,9 +71,9 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
 
     def lock_exclusive(self) -> None:
         """Claim the database for this server until `close()`; Unavailable if another has it.
-        SQLite: an flock on `<database file>.lock`. PostgreSQL (not yet a store here) will use
-        `pg_advisory_lock` on a session held open until close; an in-memory SQLite database
-        has no other user, so there is nothing to lock."""
+        SQLite: an flock on `<database file>.lock`. PostgreSQL: `pg_try_advisory_lock` on a
+        session of its own held open until close (`advisory_lock.py`); an in-memory SQLite
+        database has no other user, so there is nothing to lock."""
         if self._lock is not None:
             self._lock.acquire()
 
@@ -220,6 +228,8 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
         self._writer.close()
         if self._conn is not None:
             self._conn.close()
+        if isinstance(self._lock, AdvisoryLock):
+            self._lock.release()  # on a connection of the engine: before it goes
         self._engine.dispose()
         if self._lock is not None:
             self._lock.release()
@@ -272,7 +282,10 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
                 if raw.in_transaction:
                     cursor.execute("ROLLBACK")
             else:
-                raw.rollback()
+                try:
+                    raw.rollback()
+                except Exception:  # a broken connection: the server rolled back already
+                    pass
             raise
         finally:
             cursor.close()
@@ -315,10 +328,13 @@ def _marks(engine: Engine, count: int) -> list[str]:
     return [mark.format(i + 1) for i in range(count)]
 
 
-def _file_lock(engine: Engine) -> ExclusiveFileLock | None:
-    """The lock file of a SQLite database on disk; None for other databases."""
+def _database_lock(engine: Engine) -> ExclusiveFileLock | AdvisoryLock | None:
+    """PostgreSQL: its advisory lock; SQLite on disk: the lock file beside the database; an
+    in-memory SQLite database: none."""
+    if engine.dialect.name != "sqlite":
+        return AdvisoryLock(engine)
     database = engine.url.database
-    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+    if not database or database == ":memory:":
         return None
     return ExclusiveFileLock(Path(database).absolute())
 
@@ -327,9 +343,32 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
+_POSTGRES_DRIVERS = ("postgresql", "postgresql+psycopg")
+
+
+def _postgres_url(url: str) -> str:
+    """`url` for psycopg 3, SQLAlchemy's `postgresql+psycopg` (a plain `postgresql://` would
+    mean psycopg2 to SQLAlchemy); InvalidRequest for any other kind of database."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        parsed = None
+    if parsed is None or parsed.drivername not in _POSTGRES_DRIVERS:
+        shown = url.split("://", 1)[0] + "://..." if "://" in url else repr(url)
+        raise InvalidRequest(
+            f"unsupported database URL {shown}: gpuyard stores its jobs in SQLite"
+            " (sqlite:///PATH) or PostgreSQL (postgresql://USER@HOST:PORT/DATABASE)"
+        )
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
 def _make_engine(url: str) -> Engine:
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
+        # synchronous_commit is on by PostgreSQL's default: a commit is on disk when it
+        # returns, as SQLite's synchronous=FULL. The name finds the server in pg_stat_activity.
+        postgres = make_url(_postgres_url(url))
+        named = {} if "application_name" in postgres.query else {"application_name": "gpuyard"}
+        return create_engine(postgres, pool_pre_ping=True, connect_args=named)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")

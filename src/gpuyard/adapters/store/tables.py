@@ -7,6 +7,7 @@ enforces it, and an out-of-memory reason or a 128-GPU job's GPU list passes 255 
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Float,
@@ -20,6 +21,9 @@ from sqlalchemy import (
 )
 
 metadata = MetaData()
+
+# A count of bytes: 64-bit. SQLite's INTEGER is already; PostgreSQL's is 32-bit (2 GiB).
+BYTE_COUNT = Integer().with_variant(BigInteger(), "postgresql")
 
 jobs = Table(
     "jobs",
@@ -48,7 +52,7 @@ jobs = Table(
     Column("attempts", Text, nullable=False, server_default="[]"),  # JSON of earlier runs
     Column("idempotency_key", Text),  # the submit's Idempotency-Key header
     Column("not_before", Float),  # a retry's backoff: not started before this time
-    Column("log_dropped_bytes", Integer, nullable=False, server_default="0"),  # log disk full
+    Column("log_dropped_bytes", BYTE_COUNT, nullable=False, server_default="0"),  # log disk full
 )
 # History pages are newest first by id (keyset): each filter has an index ending in id, so a
 # page reads `limit` index entries, however long the history.

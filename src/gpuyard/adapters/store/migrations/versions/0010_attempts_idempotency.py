@@ -16,6 +16,8 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
+_BYTE_COUNT = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
+
 
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
@@ -23,7 +25,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("idempotency_key", sa.Text))
         batch.add_column(sa.Column("not_before", sa.Float))
         batch.add_column(
-            sa.Column("log_dropped_bytes", sa.Integer, nullable=False, server_default="0")
+            # 64-bit on PostgreSQL too (its INTEGER is 32-bit: 2 GiB of lost log would not fit)
+            sa.Column("log_dropped_bytes", _BYTE_COUNT, nullable=False, server_default="0")
         )
     op.create_index("ix_jobs_owner_idempotency_key", "jobs", ["owner", "idempotency_key"])
 

@@ -1,0 +1,91 @@
+"""The exclusive lock of a PostgreSQL database: one gpuyard server per database.
+
+The PostgreSQL twin of `filelock.py`: a session-level advisory lock (`pg_try_advisory_lock`)
+on a connection of its own, held from `acquire()` until `release()`. PostgreSQL drops it when
+that session ends, so a server that dies (or whose machine does) never leaves a stale lock: a
+standby waiting for it takes over. Advisory locks are per database, so several gpuyard
+servers may share one PostgreSQL server, each with its own database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Engine, text
+
+from gpuyard.domain.errors import Unavailable
+
+# The lock's key, the same for every gpuyard server: the bytes of "gpuyard" (a bigint). In
+# pg_locks it shows as locktype 'advisory', classid = key >> 32, objid = key & 0xffffffff.
+LOCK_KEY = int.from_bytes(b"gpuyard", "big")
+
+_HOLDER = text(
+    "SELECT a.pid, a.client_addr, a.application_name FROM pg_locks l"
+    " JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND CAST(l.classid AS bigint) = :hi AND CAST(l.objid AS bigint) = :lo"
+)
+
+
+class AdvisoryLock:
+    """`pg_try_advisory_lock(LOCK_KEY)` on a dedicated connection of `engine`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._conn: Connection | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._conn is not None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise Unavailable naming the database and the session that
+        holds it (to find its server) if another has it."""
+        if self._conn is not None:
+            return
+        # Autocommit: the session holds the lock, not a transaction (an idle transaction
+        # held for days would keep VACUUM from cleaning up behind it).
+        conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            taken = conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": LOCK_KEY})
+            if not taken.scalar():
+                raise Unavailable(self._refusal(conn))
+        except BaseException:
+            conn.invalidate()  # never back to the pool: its session may hold the lock
+            conn.close()
+            raise
+        self._conn = conn
+
+    def release(self) -> None:
+        """Give the lock back (at once, not when the server notices the session's end), then
+        end its session."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": LOCK_KEY})
+        except Exception:
+            pass  # the session is gone already, and the lock with it
+        finally:
+            conn.invalidate()
+            conn.close()
+
+    def _refusal(self, conn: Connection) -> str:
+        """One line: which database is taken, by which session, and how to go on."""
+        url = self._engine.url
+        where = (
+            f"PostgreSQL database {url.database} on {url.host or 'localhost'}:{url.port or 5432}"
+        )
+        holder = conn.execute(_HOLDER, {"hi": LOCK_KEY >> 32, "lo": LOCK_KEY & 0xFFFFFFFF}).first()
+        session = "" if holder is None else f" (its session: {_describe(holder)})"
+        return (
+            f"another gpuyard server already uses {where}{session}; stop that server first,"
+            " or pass another --db"
+        )
+
+
+def _describe(holder: Any) -> str:
+    client = holder.client_addr or "a local socket"
+    name = f" {holder.application_name!r}" if holder.application_name else ""
+    return f"backend pid {holder.pid}{name} from {client}"
