@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 
 from gpuyard._http import HttpResponse, UntrustedSocket, request
@@ -42,12 +43,23 @@ else:
 
 # While a followed server is down (a restart), it is asked again this often.
 _RECONNECT_POLL_S = 0.5
+# A submit that cannot reach the server, or loses its answer, is sent again with the same
+# Idempotency-Key (the server answers the job the first try made: never a second job) for
+# this long after the first failure (`GPUYARD_SUBMIT_RETRY_S`; 0: no retry), waiting 0.1 s,
+# 0.2 s, 0.4 s... at most 2 s between tries, each wait shortened at random by up to a half
+# so that clients that lost one server do not all come back at once.
+SUBMIT_RETRY_S = 30.0
+_RETRY_FIRST_S = 0.1
+_RETRY_MAX_S = 2.0
 
 
 class ServerUnreachable(GpuyardError):
     """No gpuyard server answers at the URL."""
 
     code = "unreachable"
+    # Whether the request may have reached the server (the connection failed after it was
+    # sent); False when it was certainly not (nobody listening).
+    maybe_sent = True
 
 
 class ServerNotVerified(GpuyardError):
@@ -121,7 +133,14 @@ def _unauthorized(token: str | None, source: str, said: str = "") -> Unauthorize
 class Client:
     """Talks to one gpuyard server; errors come back as the server's exception classes."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, timeout_s: float = 30):
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        timeout_s: float = 30,
+        *,
+        submit_retry_s: float | None = None,
+    ):
         given = url or os.environ.get("GPUYARD_URL") or login_url()
         # A root server's Unix socket (`unix:PATH`, or found where GPUYARD_SOCKET or the
         # default says): the kernel tells the server who this is, so no token is sent.
@@ -143,6 +162,9 @@ class Client:
             token, self._token_source = _find_token(self.url)
         self._token = token
         self._timeout_s = timeout_s
+        if submit_retry_s is None:
+            submit_retry_s = _env_seconds("GPUYARD_SUBMIT_RETRY_S", SUBMIT_RETRY_S)
+        self.submit_retry_s = submit_retry_s
 
     def __enter__(self) -> Client:
         return self
@@ -154,13 +176,60 @@ class Client:
         """Nothing held between requests: each opens its own connection."""
 
     # -- API ------------------------------------------------------------------------------
-    def submit(self, command: Sequence[str], **fields: Any) -> JobDict:
+    def submit(
+        self,
+        command: Sequence[str],
+        *,
+        idempotency_key: str | None = None,
+        on_retry: Callable[[ServerUnreachable], object] | None = None,
+        **fields: Any,
+    ) -> JobDict:
         """Queue a job; `fields` are JobSubmitIn's (gpus, mem, time_limit, workdir, ...).
 
         Without `workdir` the job runs in this process's working directory, as with the CLI.
+        Sent with an `Idempotency-Key` (`idempotency_key`, else a fresh uuid4) and sent again
+        with it on a connection error (refused, reset, dropped before the answer, timed out)
+        for `submit_retry_s` (30 s) after the first, so a flaky network never makes two jobs;
+        an answer the server gave (a 4xx: refused) is never retried. `on_retry`: called
+        before each retry's wait with the error. Raises ServerUnreachable once the time is
+        up.
         """
-        result: JobDict = self._json("POST", "/api/v1/jobs", _submission(command, fields))
-        return result
+        body = _submission(command, fields)
+        headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
+        give_up_at: float | None = None
+        wait_s = _RETRY_FIRST_S
+        maybe_sent = False
+        while True:
+            try:
+                result: JobDict = self._json("POST", "/api/v1/jobs", body, headers)
+                return result
+            except ServerUnreachable as exc:
+                maybe_sent = maybe_sent or exc.maybe_sent
+                now = time.monotonic()
+                if give_up_at is None:
+                    give_up_at = now + self.submit_retry_s
+                pause_s = wait_s * (0.5 + os.urandom(1)[0] / 510)
+                if now + pause_s > give_up_at:
+                    raise self._gave_up(exc, maybe_sent) from None
+                if on_retry is not None:
+                    on_retry(exc)
+                time.sleep(pause_s)
+                wait_s = min(wait_s * 2, _RETRY_MAX_S)
+
+    def _gave_up(self, last: ServerUnreachable, maybe_sent: bool) -> ServerUnreachable:
+        if self.submit_retry_s <= 0:
+            return last
+        tried = f"tried for {self.submit_retry_s:g} s"
+        if maybe_sent:
+            return ServerUnreachable(
+                f"lost the gpuyard server at {self.url} during a submit and it did not answer "
+                f"again ({tried}): the job may be queued; check `gpuyard queue` before "
+                "submitting it again"
+            )
+        return ServerUnreachable(
+            f"cannot reach gpuyard server at {self.url} ({tried}; nothing was queued): is "
+            "`gpuyard server` running?"
+        )
 
     def dry_run(self, command: Sequence[str], **fields: Any) -> JobDict:
         """Whether a job with these fields could run here and when it would start."""
@@ -388,21 +457,26 @@ class Client:
             )  # fmt: skip
         except UntrustedSocket as exc:
             raise ServerNotVerified(str(exc)) from None
-        except (FileNotFoundError, ConnectionRefusedError, PermissionError):  # nobody there
+        except (FileNotFoundError, ConnectionRefusedError, PermissionError) as exc:  # nobody
             if self._socket_only:
-                raise self._unreachable() from None
+                raise self._unreachable(exc) from None
             self._socket, self.url = None, self._tcp_url
             return None
-        except OSError:
-            raise self._unreachable() from None
+        except OSError as exc:
+            raise self._unreachable(exc) from None
         if resp.status >= 400:
             raise _error_from(resp)
         return resp
 
-    def _unreachable(self) -> ServerUnreachable:
-        return ServerUnreachable(
+    def _unreachable(self, cause: OSError | None = None) -> ServerUnreachable:
+        error = ServerUnreachable(
             f"cannot reach gpuyard server at {self.url}: is `gpuyard server` running?"
         )
+        # Nobody listening, or no such socket or host: the request never left.
+        error.maybe_sent = not isinstance(
+            cause, (ConnectionRefusedError, FileNotFoundError, socket.gaierror)
+        )
+        return error
 
     def _verify_server(self, exchange: Exchange) -> None:
         """Before the token leaves this process, on the connection it will be sent on: the
@@ -495,17 +569,24 @@ class Client:
         return [done[j] for j in job_ids]
 
     # -- transport ------------------------------------------------------------------------
-    def _json(self, method: str, path: str, body: Any = None) -> Any:
-        resp = self._request(method, path, body)
+    def _json(
+        self, method: str, path: str, body: Any = None, extra: dict[str, str] | None = None
+    ) -> Any:
+        resp = self._request(method, path, body, extra=extra)
         try:
             return json.loads(resp.read())
         except OSError:
             raise self._lost(submit=method == "POST" and path == "/api/v1/jobs") from None
 
     def _request(
-        self, method: str, path: str, body: Any = None, timeout_s: float | None = -1.0
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout_s: float | None = -1.0,
+        extra: dict[str, str] | None = None,
     ) -> HttpResponse:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra or {})}
         payload = None
         if body is not None:
             payload = json.dumps(body).encode()
@@ -522,14 +603,31 @@ class Client:
                 timeout_s=self._timeout_s if timeout_s == -1.0 else timeout_s, tls=self._https,
                 before=self._verify_server if self._token else None,
             )  # fmt: skip
-        except OSError:
-            raise self._unreachable() from None
+        except OSError as exc:
+            raise self._unreachable(exc) from None
         if resp.status >= 400:
             error = _error_from(resp)
             if isinstance(error, Unauthorized) and self._token_source is not None:
                 raise _unauthorized(self._token, self._token_source, error.message)
             raise error
         return resp
+
+
+def new_idempotency_key() -> str:
+    """A fresh random uuid4 in its usual form, without `uuid` (~15 ms on the CLI's path)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _env_seconds(name: str, default: float) -> float:
+    """A number of seconds from the environment; the default when unset or not a number."""
+    try:
+        return max(0.0, float(os.environ.get(name) or default))
+    except ValueError:
+        return default
 
 
 def _existing_socket(path: str | None) -> str | None:

@@ -24,7 +24,9 @@ def test_server_down_gives_one_clear_line(tmp_path: Path):
     for args in (["queue"], ["submit", "--", "true"], ["show", "1"], ["gpus", "--json"]):
         result = subprocess.run([GPUYARD, *args], capture_output=True, text=True,
                                 env={"GPUYARD_URL": url, "PATH": "/usr/bin:/bin",
-                                     "GPUYARD_STATE_DIR": str(tmp_path)})  # fmt: skip
+                                     "GPUYARD_STATE_DIR": str(tmp_path),
+                                     # submit's retries (test_idempotent_submit.py): none
+                                     "GPUYARD_SUBMIT_RETRY_S": "0"})  # fmt: skip
         assert result.returncode == 1
         assert result.stderr == (
             f"gpuyard: cannot reach gpuyard server at {url}: is `gpuyard server` running?\n"

@@ -12,6 +12,8 @@ import sys
 # `typing` and `dataclasses` only for the type checker: they would cost this path ~12 ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpuyard.client import Client
 
 
@@ -88,11 +90,28 @@ def submit(opts: SubmitOptions) -> int:
 
         sys.stdout.write(dry_run_answer(client().dry_run(argv, **fields)) + "\n")
         return 0
-    job = client().submit(argv, **fields)
+    session = client()
+    job = session.submit(argv, on_retry=_say_retrying(session), **fields)
     sys.stdout.write(f"{job['id']}\n")
     if job.get("hint"):
         sys.stderr.write(f"gpuyard: hint: {job['hint']}\n")
     return 0
+
+
+def _say_retrying(session: Client) -> Callable[[object], None]:
+    """Says once, on stderr, that the submit is being tried again (the same Idempotency-Key:
+    never a second job), so a wait for a restarting server is not a silent hang."""
+    said: list[bool] = []
+
+    def say(_error: object) -> None:
+        if not said:
+            said.append(True)
+            sys.stderr.write(
+                f"gpuyard: no answer from the server at {session.url}; trying again for up "
+                f"to {session.submit_retry_s:g} s (the same job, never a second one)\n"
+            )
+
+    return say
 
 
 def usage_problem(opts: SubmitOptions) -> str | None:
