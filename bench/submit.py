@@ -15,13 +15,19 @@ Starts its own gpuyard server (free port, temporary state dir, declared GPUs) an
    single-node cluster (bench/slurm_baseline.py), ``sbatch --gres=gpu:1 --wrap "touch FILE"``
    to FILE's mtime, back to back and after an idle gap.
 
+With ``--postgres`` (a throw-away PostgreSQL server started through tests/postgres_server.py:
+Debian's binaries, loopback, fsync and synchronous_commit on) or ``--db postgresql://...`` (an
+empty database you can throw away), 1. and 3. are measured again on a second server whose
+store is that database (``gpuyard server --db``), in the same run, next to SQLite's.
+
 The server and every job it started are killed at the end (jobs are cancelled through the
 API, then any supervisor left under the state dir is killed with its process tree).
 
     .venv/bin/python bench/submit.py            # human-readable
     .venv/bin/python bench/submit.py --json     # one JSON line
+    .venv/bin/python bench/submit.py --postgres --no-slurm    # SQLite and PostgreSQL
 
-Standard library + gpuyard only.
+Standard library + gpuyard only (``--postgres``: psycopg, the test extra's).
 """
 
 from __future__ import annotations
@@ -122,6 +128,21 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of `pid` and its children (a PostgreSQL server's postmaster and the
+    backends it forked; a backend that ended meanwhile is not counted)."""
+    total = proc_cpu_s(pid)
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_bytes()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(b")") + 2 :].split()[1]) == pid:
+                total += proc_cpu_s(int(name))
+    return total
+
+
 def wait_for_file(path: Path, timeout_s: float, poll_s: float = 0.005) -> os.stat_result:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -201,10 +222,11 @@ class LocalServer:
     """`gpuyard server` on a free port with a temporary state dir; `stop()` kills it and every
     job it started."""
 
-    def __init__(self, gpus: int, cpus: int, keep: bool = False) -> None:
+    def __init__(self, gpus: int, cpus: int, keep: bool = False, db: str | None = None) -> None:
         self.gpus = gpus
         self.cpus = cpus
         self.keep = keep
+        self.db = db  # `gpuyard server --db`; None: SQLite in the state dir
         self.root = Path(tempfile.mkdtemp(prefix="gpuyard-bench-"))
         self.state_dir = self.root / "state"
         self.workdir = self.root / "work"
@@ -217,7 +239,8 @@ class LocalServer:
     def start(self, timeout_s: float = 60.0) -> LocalServer:
         argv = [*gpuyard_argv(), "server", "--port", str(self.port),
                 "--state-dir", str(self.state_dir), "--gpus", str(self.gpus),
-                "--cpus", str(self.cpus), "--kill-grace", "1"]  # fmt: skip
+                "--cpus", str(self.cpus), "--kill-grace", "1",
+                *(["--db", self.db] if self.db else [])]  # fmt: skip
         with open(self.root / "server.log", "wb") as log:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -436,8 +459,9 @@ def _client_worker(
 
 
 def measure_throughput(
-    server: LocalServer, n: int, clients: int, mode: str, warmup_per_client: int = 20
-) -> dict[str, Any]:
+    server: LocalServer, n: int, clients: int, mode: str, warmup_per_client: int = 20,
+    database_pid: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
     per_client = [n // clients + (1 if i < n % clients else 0) for i in range(clients)]
     workdir = str(server.workdir)
     workers: list[Any]
@@ -464,8 +488,10 @@ def measure_throughput(
         w.start()
     barrier.wait(timeout=120)
     server_cpu0 = proc_cpu_s(server.pid)
+    database_cpu0 = tree_cpu_s(database_pid) if database_pid else 0.0
     collected = [results.get(timeout=600) for _ in range(clients)]
     server_cpu = proc_cpu_s(server.pid) - server_cpu0
+    database_cpu = tree_cpu_s(database_pid) - database_cpu0 if database_pid else None
     for w in workers:
         w.join(timeout=30)
     failed = [c for c in collected if c[4] == -1]
@@ -488,7 +514,11 @@ def measure_throughput(
         "server_cpu_cores": round(server_cpu / wall, 2),
         "server_cpu_ms_per_submit": round(server_cpu / n * 1000.0, 3),
         "client_cpu_cores": round(client_cpu / wall, 2),
-    }
+        **({} if database_cpu is None else {
+            "database_cpu_cores": round(database_cpu / wall, 2),
+            "database_cpu_ms_per_submit": round(database_cpu / n * 1000.0, 3),
+        }),
+    }  # fmt: skip
 
 
 def count_states(server: LocalServer) -> dict[str, int]:
@@ -527,6 +557,61 @@ def measure_slurm(n: int, n_idle: int, gap: float, workdir: Path) -> dict[str, A
         "sbatch_idle_n": len(idle),
         "idle_gap_s": gap,
     }
+
+
+# -- PostgreSQL: 1. and 3. again, the store on PostgreSQL -------------------------------------
+@contextlib.contextmanager
+def postgres_database(args: argparse.Namespace) -> Iterator[tuple[str, int | None] | None]:
+    """The PostgreSQL database to measure and its server's pid when it is this machine's:
+    `--db` (pid unknown), or a throw-away server's (`--postgres`, stopped and removed at the
+    end), or None."""
+    if args.db:
+        yield args.db, None
+        return
+    if not args.postgres:
+        yield None
+        return
+    sys.path.insert(0, str(HERE.parent))
+    from tests.postgres_server import PostgresServer, find_bin_dir
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        raise SystemExit("--postgres: PostgreSQL's server is not installed (apt-get install "
+                         "postgresql, or `make test` installs it)")  # fmt: skip
+    server = PostgresServer(bin_dir)
+    server.start()
+    try:
+        url = server.create_database("gpuyard_bench")
+        postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+        yield url, postmaster
+    finally:
+        server.stop()
+
+
+def measure_store(
+    args: argparse.Namespace, db: str, log: Any, database_pid: int | None
+) -> dict[str, Any]:
+    """Submit-to-running over HTTP and sustained durable submits, on a server whose store
+    is `db`: the two figures the store is in the path of (the CLI's and Slurm's are not)."""
+    server = LocalServer(args.gpus, cpus=max(args.gpus * 2, 2), keep=args.keep, db=db)
+    out: dict[str, Any] = {}
+    try:
+        server.start()
+        log(f"[PG 1/2] submit-to-running over HTTP, {args.start_n} jobs one at a time ...")
+        lat = measure_start_http(server, args.start_n)
+        out.update(start_p50_ms=ms(percentile(lat, 50)), start_p99_ms=ms(percentile(lat, 99)),
+                   start_n=len(lat))  # fmt: skip
+        log(f"[PG 2/2] {args.n} submits by {args.clients} clients ({args.mode}), GPUs busy ...")
+        holders = occupy_gpus(server)
+        out.update(measure_throughput(server, args.n, args.clients, args.mode,
+                                      database_pid=database_pid))  # fmt: skip
+        counts = count_states(server)
+        out["pending_after"] = counts.get("PENDING", 0)
+        if counts.get("RUNNING", 0) != len(holders):
+            out["warning"] = f"expected only the {len(holders)} holders running: {counts}"
+    finally:
+        server.stop()
+    return out
 
 
 # -- main ---------------------------------------------------------------------------------------
@@ -595,6 +680,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         server.stop()
 
+    with postgres_database(args) as database:
+        if database is not None:
+            log(f"server on PostgreSQL ({'--postgres' if args.postgres else '--db'}) ...")
+            url, pid = database
+            result["postgresql"] = measure_store(args, url, log, pid)
+
     reason = "--no-slurm" if args.no_slurm else slurm_usable()
     if reason is None:
         log(f"[4/4] Slurm: {args.slurm_n} sbatch back to back, {args.slurm_idle_n} after "
@@ -646,6 +737,24 @@ def human(r: dict[str, Any]) -> str:
         f"p99 {r['cli_submit_to_running_p99_ms']:.1f} ms   "
         f"(CLI wall p50 {r['cli_submit_wall_p50_ms']:.1f} ms)",
     ]
+    pg = r.get("postgresql")
+    if pg is not None:
+        database_cpu = (
+            f", PostgreSQL {pg['database_cpu_cores']:.2f} cores "
+            f"({pg['database_cpu_ms_per_submit']:.2f} ms per submit)"
+            if "database_cpu_cores" in pg
+            else ""
+        )
+        lines += [
+            "  the store on PostgreSQL (same run, same load; SQLite's above):",
+            f"    {pg['submits_per_s']:.0f} submits/s   p50 {pg['submit_p50_ms']:.1f} ms   "
+            f"p90 {pg['submit_p90_ms']:.1f} ms   p99 {pg['submit_p99_ms']:.1f} ms   "
+            f"errors {pg['submit_errors']}",
+            f"    CPU: server {pg['server_cpu_cores']:.2f} cores "
+            f"({pg['server_cpu_ms_per_submit']:.2f} ms per submit){database_cpu}",
+            f"    submit-to-running over HTTP: p50 {pg['start_p50_ms']:.1f} ms   "
+            f"p99 {pg['start_p99_ms']:.1f} ms",
+        ]
     if "cli_idle_submit_to_running_p50_ms" in r:
         lines.append(f"    after {r.get('idle_gap_s', '?')} s idle: p50 "
                      f"{r['cli_idle_submit_to_running_p50_ms']:.1f} ms")  # fmt: skip
@@ -698,6 +807,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "instead of the state dir's admin token (default 0: the state dir's)",
     )  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep the temporary state dirs")
+    pg = ap.add_mutually_exclusive_group()
+    pg.add_argument(
+        "--postgres", action="store_true",
+        help="also measure a server on a throw-away PostgreSQL server (tests/postgres_server.py)",
+    )  # fmt: skip
+    pg.add_argument(
+        "--db", metavar="URL",
+        help="also measure a server on this PostgreSQL database (postgresql://...; an empty "
+        "one: the run leaves its jobs there)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if args.n < args.clients or args.clients < 1:
         ap.error("need n >= clients >= 1")
