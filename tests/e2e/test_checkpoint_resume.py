@@ -1,8 +1,9 @@
 """Checkpoint and resume end to end (issue 12): every job's GPUYARD_CHECKPOINT_DIR is one folder
-kept across its runs, so `examples/train_mlp.py`, preempted by a higher-priority job, goes on
-from the step it saved, not from zero; `--signal SIG@SECONDS` (warn_signal, warn_before_s)
-reaches the job that long before its time limit, also when the server was killed and
-restarted meanwhile (the supervisor keeps the time); the folder is the job's user's own."""
+kept across its runs, so `examples/train_mlp.py`, preempted by a higher-priority job or retried
+after a crash (`--retries`), goes on from the step it saved, not from zero; `--signal
+SIG@SECONDS` (warn_signal, warn_before_s) reaches the job that long before its time limit, also
+when the server was killed and restarted meanwhile (the supervisor keeps the time); the folder
+is the job's user's own."""
 
 from __future__ import annotations
 
@@ -63,6 +64,48 @@ def test_a_preempted_training_job_resumes_from_its_last_checkpoint(
     assert "done: final loss" in second_run
     checkpoint = Path(log.parent, "checkpoint", "train_mlp.pt")
     assert checkpoint.is_file()
+
+
+# First run: train, and crash (SIGKILL, as an OOM kill or a segfault would) once a checkpoint
+# is saved; the retry runs the same training, which loads it.
+CRASHES_ONCE = """\
+if [ "$GPUYARD_RESTART_COUNT" != 0 ]; then exec "$@"; fi
+"$@" & pid=$!
+until [ -e "$GPUYARD_CHECKPOINT_DIR/train_mlp.pt" ]; do sleep 0.05; done
+kill -9 $pid
+exit 1
+"""
+
+
+def test_a_retried_training_job_resumes_from_the_checkpoint_its_failed_run_saved(
+    tmp_path: Path,
+) -> None:
+    env = dict(os.environ, GPUYARD_RETRY_BACKOFF_S="0.2")
+    server = ServerProcess(tmp_path / "state", "--gpus", "1", "--cpus", "4", env=env).start()
+    try:
+        script = tmp_path / "crashes_once.sh"
+        script.write_text(CRASHES_ONCE)
+        submitted = server.cli(
+            "submit", "--retries", "1", "--workdir", str(REPO), "--", "sh", str(script), *TRAIN,
+            "--steps", "120", "--step-delay", "0.02", "--checkpoint-every", "20",
+            "--log-every", "20", "--hidden", "32",
+        )  # fmt: skip
+        job_id = int(submitted.stdout)
+        client = server.client()
+        done = wait_for(
+            lambda: (j := client.job(job_id))["state"] not in ("PENDING", "RUNNING") and j, 180
+        )
+        text = Path(done["log_path"]).read_text()
+        assert done["state"] == "COMPLETED", text[-3000:]
+        assert [a["state"] for a in done["attempts"]] == ["FAILED"]
+        first_run, _, second_run = text.partition("resumed from step")
+        last_saved = int(SAVED.findall(first_run)[-1][0])
+        assert RESUMED.findall(text) == [str(last_saved)] and last_saved > 0
+        steps = [int(s) for s in re.findall(r"^step (\d+)/120", second_run, re.MULTILINE)]
+        assert steps and steps[0] > last_saved and steps[-1] == 120
+    finally:
+        server.stop()
+        server.kill_jobs()
 
 
 WARNED = """\
