@@ -50,7 +50,9 @@ def _gpus(server: ServerProcess) -> list[dict]:  # type: ignore[type-arg]
 def test_an_xid_drains_the_gpu_fails_its_job_and_admins_resume_and_drain(
     tmp_path: Path, nvml_dir: Path
 ):
-    server, state = _start(tmp_path, nvml_dir, {0: {}, 1: {}}, "--kill-grace", "1")
+    # Node-failure requeues off: the job ends NODE_FAIL (tests/e2e/test_retries.py: requeued).
+    server, state = _start(tmp_path, nvml_dir, {0: {}, 1: {}}, "--kill-grace", "1",
+                           GPUYARD_NODE_FAIL_REQUEUES="0")  # fmt: skip
     try:
         victim = int(server.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout)
         wait_for(lambda: _job(server, victim)["state"] == "RUNNING")

@@ -118,3 +118,62 @@ def test_queue_shows_begintime_during_a_backoff_and_a_restart_keeps_it_and_the_a
     finally:
         server.stop()
         server.kill_jobs()
+
+
+# -- NODE_FAIL through the real health path (nvidia-ml-py against the fake libnvidia-ml) --------
+
+FAKE_GPUS = [("NVIDIA H200", 143771, f"GPU-0000000{i}-aaaa-bbbb-cccc-00000000000{i}")
+             for i in range(3)]  # fmt: skip
+
+
+def test_a_gpu_failure_requeues_the_job_on_a_healthy_gpu_then_holds_it_past_the_limit(
+    tmp_path: Path,
+) -> None:
+    from tests.fakenvml import build_fake_nvml, fake_nvml_env, gcc_path, write_fake_nvml_state
+
+    if gcc_path() is None:
+        pytest.skip("gcc is needed to build fake NVML")
+    nvml = build_fake_nvml(tmp_path / "nvml")
+    state = tmp_path / "nvml_state"
+    healthy: dict[int, dict[str, int]] = {0: {}, 1: {}, 2: {}}
+    write_fake_nvml_state(state, healthy)
+    env = fake_nvml_env(nvml, gpus=FAKE_GPUS, state=state, GPUYARD_TELEMETRY_S="0.2",
+                        GPUYARD_NODE_FAIL_REQUEUES="1")  # fmt: skip
+    server = ServerProcess(tmp_path / "state", "--kill-grace", "1", env=env).start()
+    try:
+        job_id = int(server.cli("submit", "--gpus", "1", "--", "sleep", "300").stdout)
+
+        def on_gpu(excluding: set[int]) -> int:
+            job = wait_for(
+                lambda: (
+                    (j := server.client().job(job_id))["state"] == "RUNNING"
+                    and not set(j["gpus"]) & excluding
+                    and j
+                )
+            )
+            return int(job["gpus"][0])
+
+        first = on_gpu(set())
+        write_fake_nvml_state(state, {**healthy, first: {"xid": 79, "xid_events": 1}})
+        second = on_gpu({first})  # requeued at once, on a healthy GPU
+        job = server.client().job(job_id)
+        assert [(a["state"], a["gpus"]) for a in job["attempts"]] == [("NODE_FAIL", [first])]
+        assert "XID 79" in job["attempts"][0]["reason"]
+
+        write_fake_nvml_state(state, {**healthy, first: {"xid": 79, "xid_events": 1},
+                                      second: {"xid": 79, "xid_events": 1}})  # fmt: skip
+        held = wait_for(  # the reason is the pass's, after the end is recorded
+            lambda: (j := server.client().job(job_id))["reason"].startswith("NodeFailLimit") and j
+        )
+        assert held["state"] == "PENDING" and held["held"] and len(held["attempts"]) == 2
+        assert held["reason"].startswith("NodeFailLimit: 2 node failures, more than the 1")
+        assert f"`gpuyard release {job_id}` runs it again" in held["reason"]
+        rows = server.cli("queue").stdout.splitlines()
+        assert "(NodeFailLimit: 2 node failures" in next(
+            r for r in rows if r.startswith(f"{job_id} ")
+        )
+        server.cli("release", str(job_id))
+        assert on_gpu({first, second}) == 3 - first - second  # the GPU still in service
+    finally:
+        server.stop()
+        server.kill_jobs()

@@ -100,3 +100,9 @@ def test_a_signal_before_the_time_limit_is_sig_at_seconds() -> None:
                       ("B:USR1@60", "only the signal")):  # fmt: skip
         with pytest.raises(InvalidRequest, match=says):
             parse_warning(bad)
+
+
+def test_a_machine_lost_under_a_job_before_its_drain_is_requeued_after_a_backoff() -> None:
+    lost = settle_end(running(), JobState.NODE_FAIL, None, "NodeLost: node1", 110.0,
+                      RetryRules(), out_of_service=False)  # fmt: skip
+    assert (lost.state, lost.not_before) == (JobState.PENDING, 120.0)

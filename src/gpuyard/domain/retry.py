@@ -97,17 +97,25 @@ def settle_end(
     reason: str,
     ended_at: float,
     rules: RetryRules,
+    *,
+    out_of_service: bool = True,
 ) -> Job:
     """The record of a RUNNING job whose run ended in the terminal `state`: requeued (PENDING,
     the run kept as an Attempt, its GPUs freed) when `--retries` covers the failure, with
-    `not_before` its backoff; requeued at once after a node failure, or held past the
-    server's limit; otherwise ended as judged."""
+    `not_before` its backoff; requeued after a node failure, or held past the server's limit;
+    otherwise ended as judged.
+
+    A node failure whose GPUs are `out_of_service` already (a broken GPU's drain stopped the
+    job) is requeued at once: the scheduler will not place it there again. One the executor
+    saw first (a Ray machine lost under the job) waits a backoff, time for the node watch to
+    take the machine out of service, so the job is not placed on it again meanwhile."""
     if state is JobState.NODE_FAIL and rules.node_fail_requeues > 0:
         run = attempt_of(job, state, exit_code, reason, ended_at)
         failures = node_failures(job) + 1
         if failures <= rules.node_fail_requeues:
             why = f"NodeFailRequeue: requeued after node failure {failures} ({reason})"
-            return requeue(job, run, ended_at, why)
+            wait = None if out_of_service else ended_at + rules.backoff_for(failures)
+            return requeue(job, run, ended_at, why, not_before=wait)
         why = (
             f"{REASON_NODE_FAIL_LIMIT}: {failures} node failures, more than the "
             f"{rules.node_fail_requeues} requeues allowed (last: {reason}); "

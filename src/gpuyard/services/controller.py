@@ -277,7 +277,13 @@ class Controller:
             why = job.reason if job.reason != REASON_NONE else judged
             run = attempt_of(job, state, None, why, ended_at)
             return requeue(job, run, ended_at, judged)
-        return settle_end(job, state, exit_code, reason or judged, ended_at, self._retry_rules)
+        # A drain's stop (NODE_FAIL intent) took its GPUs out of service first; a machine the
+        # executor found lost under the job may not be out of service yet.
+        drained = job.stop_intent is JobState.NODE_FAIL
+        return settle_end(
+            job, state, exit_code, reason or judged, ended_at, self._retry_rules,
+            out_of_service=drained,
+        )  # fmt: skip
 
     def _diagnose(
         self, job: Job, judged: str, tail: str, exit_code: int | None
