@@ -113,6 +113,7 @@ class RayExecutor:
             handle = gang.launch(
                 job.id, per_node, argv_for, plan.env, plan.log_path, self._grace_s,
                 plan.time_limit_s, workdir=plan.workdir, stop_signal=plan.stop_signal,
+                warn=(plan.warn_signal, plan.warn_before_s),
             )  # fmt: skip
         except GangLaunchError as exc:
             alive = set(self._node_ids().values())

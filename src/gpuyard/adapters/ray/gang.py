@@ -135,6 +135,7 @@ def launch(
     ready_timeout_s: float = 60.0,
     on_end: Callable[[GangResult], None] | None = None,
     stop_signal: int = 15,
+    warn: tuple[int, int] = (0, 0),
 ) -> GangHandle:
     """Start one command per node `(node_id, gpus, cpus)`, node rank = position in `per_node`.
 
@@ -142,7 +143,8 @@ def launch(
     one Ray worker process per node). `env` is the job's environment (e.g. `build_job_env`
     with an empty base): it is laid over each node's own environment. `workdir`: where the
     commands run on their nodes (must exist there), default the Ray worker's directory.
-    `stop_signal`: what a stop sends first (then SIGKILL after `grace_s`).
+    `stop_signal`: what a stop sends first (then SIGKILL after `grace_s`); `warn`: (signal,
+    seconds) each node's supervisor sends that long before the time limit (0, 0: none).
     """
     _validate(per_node)
     n = len(per_node)
@@ -212,7 +214,7 @@ def launch(
             argv = list(argv_for(rank, master_addr, master_port))
             starts.append(
                 actor.start.remote(
-                    argv, node_env, float(grace_s), workdir, time_limit_s, stop_signal
+                    argv, node_env, float(grace_s), workdir, time_limit_s, stop_signal, warn
                 )
             )
         _get(starts, ready_timeout_s, per_node)

@@ -109,8 +109,10 @@ class NodeRunner:
         workdir: str | None,
         time_limit_s: float | None = None,
         stop_signal: int = signal.SIGTERM,
+        warn: tuple[int, int] = (0, 0),
     ) -> int:
-        """Start the command under a (detached) supervisor; returns the supervisor's pid."""
+        """Start the command under a (detached) supervisor; returns the supervisor's pid.
+        `warn`: (signal, seconds) before the time limit (`--signal SIG@SECONDS`); (0, 0): none."""
         from gpuyard.adapters.executor import launch_file as lf
 
         assert not self._started, "a NodeRunner runs one command"
@@ -119,7 +121,9 @@ class NodeRunner:
         child_env = node_environment(dict(os.environ), env)
         # Ray's GPUs for this bundle, whatever the job's env said.
         child_env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-        plan = lf.NodePlan(argv, child_env, workdir or os.getcwd(), time_limit_s, stop_signal)
+        plan = lf.NodePlan(
+            argv, child_env, workdir or os.getcwd(), time_limit_s, stop_signal, *warn
+        )
         self._jobdir = Path(tempfile.mkdtemp(prefix="gpuyard-node-"))
         self._marker = lf.new_marker()
         control_r, self._control_w = os.pipe()  # all four ends close-on-exec
