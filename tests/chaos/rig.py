@@ -55,9 +55,9 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 # How many hits of each point before it fires, at most: frequent points get a later hit, so
 # a crash lands anywhere in the run rather than always at the first write after a start.
 _HITS_MAX = {
-    "journal_written": 60,
+    "journal_written": 30,
     "submit_reply": 20,
-    "pass_decided": 20,
+    "pass_decided": 10,
     "launched": 6,
     "preempt_recorded": 1,
     "drain_saved": 1,
@@ -434,7 +434,7 @@ class ChaosRig:
             armed = self.server.env.get(ENV_VAR)
             proc = self.server.proc
             assert proc is not None
-            wait_s = self.rng.uniform(0.2, 2 * mean_gap_s) + (3.0 if armed else 0.0)
+            wait_s = self.rng.uniform(0.2, 2 * mean_gap_s) + (4.0 if armed else 0.0)
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.02)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.services.crashpoints import POINTS
 from tests.chaos.rig import ChaosRig, server_takes_idempotency_keys
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -31,7 +30,7 @@ def test_sigkills_lose_nothing_run_nothing_twice_and_double_book_no_gpu(tmp_path
     assert not report.problems, "\n".join(report.problems) + f"\nkills:\n{kills}"
     assert report.kills_survived >= min(20, KILLS)
     fired = {k.point for k in report.kills if k.how == "crash point"}
-    assert len(fired) >= min(3, len(POINTS)), f"few named crash points were reached:\n{kills}"
+    assert len(fired) >= 4 or KILLS < 20, f"few named crash points were reached:\n{kills}"
     assert report.acknowledged >= JOBS * 0.9
     assert report.lost == report.duplicated == report.double_run == report.double_booked == 0
     if report.idempotent_submits:
