@@ -79,19 +79,22 @@ class PostgresServer:
         assert self.root is not None, "start() first"
         return self.root / "data"
 
-    def create_database(self, name: str) -> str:
-        """An empty database named `name` (dropped first if it exists); its SQLAlchemy URL."""
+    def create_database(self, name: str, template: str | None = None) -> str:
+        """An empty database named `name` (dropped first if it exists), or a copy of the
+        database `template` (which nobody may be connected to); its SQLAlchemy URL."""
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template is not None:
+            create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        self.drop_database(name)
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))  # fmt: skip
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            conn.execute(create)
         return self.url(name)
 
     def drop_database(self, name: str) -> None:
-        """Drop `name`, ending any session still on it."""
+        """Drop `name` if it exists, ending any session still on it."""
+        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))  # fmt: skip
+            conn.execute(drop)
 
     def stop(self) -> None:
         """Stop the cluster (fast: sessions are ended) and remove its folder."""
