@@ -39,7 +39,11 @@ def _serves(server: ServerProcess) -> bool:
 def test_a_standby_takes_over_a_killed_server_and_readopts_its_running_job(
     postgres_server, tmp_path: Path
 ):
-    db = postgres_server.create_database("takeover")
+    # The test cluster trusts loopback, so any password is accepted: one that must never be
+    # shown (banner, refusal, log).
+    secret = "s3cret-pw"
+    db = postgres_server.create_database("takeover").replace("postgres@", f"postgres:{secret}@")
+    assert secret in db
     state = tmp_path / "state"
     options = ("--gpus", "2", "--cpus", "8", "--kill-grace", "1", "--db", db)
     active = ServerProcess(state, *options).start()
@@ -66,6 +70,7 @@ def test_a_standby_takes_over_a_killed_server_and_readopts_its_running_job(
         assert len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr
         assert refused.stderr.strip().splitlines()[-1] == errors[0]
         assert "another gpuyard server already uses" in errors[0] and "--standby" in errors[0]
+        assert secret not in refused.stderr
         assert refused.stdout == ""  # no banner: it never served
 
         # A standby waits: it says so, and does not serve while the active server lives.
@@ -80,6 +85,7 @@ def test_a_standby_takes_over_a_killed_server_and_readopts_its_running_job(
         log = standby.log.read_text()
         assert log.count("waiting for it to stop") == 1, log  # said once, asked many times
         assert "taking over" in log and "database:  PostgreSQL" in log
+        assert ":***@127.0.0.1" in log
 
         client = standby.client()
         adopted = client.job(job_id)
@@ -99,6 +105,8 @@ def test_a_standby_takes_over_a_killed_server_and_readopts_its_running_job(
         assert int(new_id) > job_id
         assert standby.cli("wait", new_id).returncode == 0
         assert marker.exists()
+        for server in (active, standby):
+            assert secret not in server.log.read_text()
     finally:
         release.touch()
         for server in (active, standby):
