@@ -146,10 +146,12 @@ def test_a_failing_node_stops_the_other_and_the_reason_names_it(server: ServerPr
     assert wait_until_gone(lambda: marked_processes(marker), timeout_s=30) == []
 
 
-def test_losing_a_node_ends_its_job_node_fail_and_drains_its_gpus(
+def test_losing_a_node_requeues_its_job_node_fail_and_drains_its_gpus(
     server: ServerProcess,
 ) -> None:
-    """Last: it kills the second node's raylet (and restarts the server)."""
+    """Last: it kills the second node's raylet (and restarts the server). The job's run ends
+    NODE_FAIL and the job is requeued (the server's node-failure requeues), waiting for two
+    machines again."""
     marker = f"gpuyard-ray-lost-{uuid.uuid4().hex[:8]}"
     out = server.cli("submit", "--nodes", "2", "--gpus-per-node", "2", "--",
                      "sh", "-c", f"echo {marker}; sleep 300; :", marker)  # fmt: skip
@@ -163,14 +165,19 @@ def test_losing_a_node_ends_its_job_node_fail_and_drains_its_gpus(
     assert len(raylets) == 1, raylets
     os.kill(raylets[0].pid, signal.SIGKILL)
 
-    job = _ended(server, job_id, timeout_s=60)
-    assert job["state"] == "NODE_FAIL", job
-    assert "gpuyard-local-1" in job["reason"] or "node1" in job["reason"], job["reason"]
+    job = wait_for(lambda: (j := _job(server, job_id))["attempts"] and j, timeout_s=60)
+    assert job["state"] == "PENDING", job
+    run = job["attempts"][0]  # (a relaunch before the machine's drain would fail NODE_FAIL too)
+    assert run["state"] == "NODE_FAIL", run
+    assert "gpuyard-local-1" in run["reason"] or "node1" in run["reason"], run["reason"]
     assert wait_until_gone(lambda: marked_processes(marker), timeout_s=30) == []
-    gpus = wait_for(
-        lambda: (g := json.loads(server.cli("gpus", "--json").stdout))[2]["drained"] and g,
-        timeout_s=30,
-    )
+    server.cli("cancel", str(job_id))  # it would wait for a second machine
+
+    def lost_gpus_drained() -> list[dict] | None:  # type: ignore[type-arg]
+        found = json.loads(server.cli("gpus", "--json").stdout)  # drained one after the other
+        return found if found[2]["drained"] and found[3]["drained"] else None
+
+    gpus = wait_for(lost_gpus_drained, timeout_s=30)
     assert [g["drained"] for g in gpus] == [False, False, True, True]
     assert "Ray node gpuyard-local-1 was lost" in gpus[2]["drain_reason"]
     # The surviving node still runs work.
