@@ -208,9 +208,18 @@ def test_concurrent_writers_share_commits(store: SqlJobStore) -> None:
     assert max(spy.sizes) > 1, "writes from many threads should share one commit"
 
 
-def test_a_bad_write_does_not_fail_its_batch_neighbours(store: SqlJobStore) -> None:
+@pytest.mark.parametrize("exclusive", [False, True], ids=["pooled", "on-the-lock-session"])
+def test_a_bad_write_does_not_fail_its_batch_neighbours(db: str, exclusive: bool) -> None:
     # On PostgreSQL a failed statement aborts the whole transaction: the batch is rolled back
-    # and each write retried alone on the same connection.
+    # and each write retried alone on the same connection (the lock's, if it holds it).
+    store = SqlJobStore(db, exclusive=exclusive)
+    try:
+        _bad_write_among_good_ones(store)
+    finally:
+        store.close()
+
+
+def _bad_write_among_good_ones(store: SqlJobStore) -> None:
     store.write([pending_job(1)], [])
     spy = CommitSpy(store, queued=8)
     results: dict[str, str] = {}
@@ -269,12 +278,22 @@ def test_a_second_server_is_refused_in_one_line_naming_the_first(db: str) -> Non
     second.close()
 
 
-def test_the_lock_goes_with_its_session(db: str) -> None:
+def test_the_lock_goes_with_its_session_and_fences_its_old_holder(db: str) -> None:
     first = SqlJobStore(db, exclusive=True)
+    first.write([pending_job(1)], [])  # the holder's writes go through the lock's session
     (holder,) = lock_holders(db)
     # The first server's connection dies (its machine or the network): PostgreSQL ends the
     # session and drops the lock with it, so a standby can take over.
     assert query(db, "SELECT pg_terminate_backend(%s)", holder) == [(True,)]
+    # The old holder, still running, writes nothing more: not before the standby takes over,
+    # nor after (it never takes the lock back: the database may have moved on meanwhile).
+    for job_id in (2, 3):  # the write that finds the session dead, and the next
+        with pytest.raises(Unavailable) as refused:
+            first.write([pending_job(job_id)], [])
+        assert "lost its hold on PostgreSQL database" in refused.value.message
+        assert "\n" not in refused.value.message
+    with pytest.raises(Unavailable):
+        first.lock_exclusive()
     deadline = time.monotonic() + 30  # the backend exits a moment after its signal
     while True:
         try:
@@ -285,6 +304,9 @@ def test_the_lock_goes_with_its_session(db: str) -> None:
                 raise
             time.sleep(0.05)
     try:
+        with pytest.raises(Unavailable):
+            first.write([pending_job(4)], [])
+        assert [j.id for j in second.load_jobs()] == [1]
         first.close()  # its lock session is gone: closing says nothing and frees nothing
         assert len(lock_holders(db)) == 1
         with pytest.raises(Unavailable):

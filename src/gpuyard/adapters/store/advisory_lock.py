@@ -5,6 +5,12 @@ on a connection of its own, held from `acquire()` until `release()`. PostgreSQL 
 that session ends, so a server that dies (or whose machine does) never leaves a stale lock: a
 standby waiting for it takes over. Advisory locks are per database, so several gpuyard
 servers may share one PostgreSQL server, each with its own database.
+
+The same session is the fence: the store commits its job writes on it (`connection`). Should
+the session end while the server lives (a network cut, `pg_terminate_backend`), a standby may
+take over; the old server's next write then fails on the dead session instead of landing
+beside the new server's, and every later one is refused (`lost`): never taken again, since
+another server may have driven the database meanwhile.
 """
 
 from __future__ import annotations
@@ -34,14 +40,38 @@ class AdvisoryLock:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._conn: Connection | None = None
+        self._lost = False
 
     @property
     def held(self) -> bool:
-        return self._conn is not None
+        return self._conn is not None and not self._lost
+
+    @property
+    def lost(self) -> bool:
+        """Its session ended while held: the database may be another server's now."""
+        return self._lost
+
+    @property
+    def connection(self) -> Connection:
+        """The lock's session (autocommit: open a transaction on it); Unavailable once it
+        has ended."""
+        if self._lost or self._conn is None:
+            raise Unavailable(self._lost_message())
+        return self._conn
+
+    def check_alive(self) -> None:
+        """After an error on `connection`: if its session is gone, so is the lock (`lost`),
+        and Unavailable says so."""
+        raw = self._conn.connection.dbapi_connection if self._conn is not None else None
+        if raw is None or raw.closed or getattr(raw, "broken", False):
+            self._lost = True
+            raise Unavailable(self._lost_message())
 
     def acquire(self) -> None:
         """Take the lock, or raise Unavailable naming the database and the session that
         holds it (to find its server) if another has it."""
+        if self._lost:
+            raise Unavailable(self._lost_message())
         if self._conn is not None:
             return
         # Autocommit: the session holds the lock, not a transaction (an idle transaction
@@ -70,6 +100,14 @@ class AdvisoryLock:
         finally:
             conn.invalidate()
             conn.close()
+
+    def _lost_message(self) -> str:
+        url = self._engine.url
+        return (
+            f"this gpuyard server lost its hold on PostgreSQL database {url.database} (its"
+            " database session ended): another server may drive it now, so this one writes"
+            " nothing more; stop it, and start it again (with --standby to wait for the other)"
+        )
 
     def _refusal(self, conn: Connection) -> str:
         """One line: which database is taken, by which session, and how to go on."""

@@ -249,9 +249,18 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
             return [row_to_job(row) for row in conn.execute(query)]
 
     def _commit_batch(self, batch: Sequence[_Batch]) -> None:
-        """One transaction for the whole batch, on the writer thread's own connection."""
+        """One transaction for the whole batch, on the writer thread's own connection (on
+        PostgreSQL under the exclusive lock, the lock's session: `advisory_lock.py`)."""
         inserts = [_values(job) for inserts, _ in batch for job in inserts]
         updates = [(*_values(job), job.id, job.version - 1) for _, ups in batch for job in ups]
+        lock = self._lock
+        if isinstance(lock, AdvisoryLock) and (lock.held or lock.lost):
+            try:
+                self._commit_on(lock.connection, inserts, updates)
+            except Exception:
+                lock.check_alive()
+                raise
+            return
         if self._conn is None:
             self._conn = self._engine.connect()
         conn = self._conn
@@ -274,23 +283,30 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
         assert raw is not None
         cursor = raw.cursor()
         sqlite = self._engine.dialect.name == "sqlite"
+        begin = "BEGIN IMMEDIATE" if sqlite else "BEGIN"
+        own_transaction = sqlite or raw.autocommit  # PostgreSQL: the lock's session is
         try:
-            if sqlite:  # autocommit driver mode (see `_make_engine`): the transaction is ours
-                cursor.execute("BEGIN IMMEDIATE")
+            if own_transaction:  # autocommit driver mode: the transaction is ours
+                cursor.execute(begin)
             if inserts:
                 cursor.executemany(self._insert_sql, inserts)
             for params in updates:
                 cursor.execute(self._update_sql, params)
                 if cursor.rowcount != 1:
                     raise Conflict(f"job {params[-2]} changed meanwhile; try again")
-            if sqlite:
-                cursor.execute("COMMIT")  # synchronous=FULL: on disk when this returns
+            if own_transaction:
+                cursor.execute("COMMIT")  # synchronous=FULL, synchronous_commit=on: on disk
             else:
                 raw.commit()
         except BaseException:
             if sqlite:
                 if raw.in_transaction:
                     cursor.execute("ROLLBACK")
+            elif own_transaction:
+                try:
+                    cursor.execute("ROLLBACK")
+                except Exception:  # a broken connection: the server rolled back already
+                    pass
             else:
                 try:
                     raw.rollback()
