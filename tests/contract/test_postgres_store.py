@@ -25,6 +25,7 @@ from gpuyard.adapters.store.sql import SqlJobStore
 from gpuyard.domain.accounts import Account, Team
 from gpuyard.domain.errors import InvalidRequest, Unavailable
 from gpuyard.domain.job import Attempt, Drain, Job
+from gpuyard.domain.limits import AccountLimits
 from gpuyard.domain.states import JobState
 from tests.contract.stores import pending_job
 from tests.contract.test_sqlite_store import HEAD, CommitSpy
@@ -323,3 +324,27 @@ def test_an_exclusive_open_refused_does_not_migrate_the_database(db: str) -> Non
         with pytest.raises(Unavailable):
             SqlJobStore(db, exclusive=True)
         assert query(db, "SELECT version_num FROM alembic_version") == [("0009",)]
+
+
+def test_lists_are_in_code_point_order_whatever_the_database_collation(
+    postgres_server: PostgresServer,
+) -> None:
+    # A database made with a language's collation (as en_US.UTF-8 clusters are) sorts
+    # "alice" before "Zed"; the store lists as SQLite and the memory store do.
+    name = f"pg_store_icu_{next(_NAMES)}"
+    with psycopg.connect(postgres_server.admin_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE template0 LOCALE_PROVIDER icu"
+                     " ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'")  # fmt: skip
+    store = SqlJobStore(postgres_server.url(name))
+    try:
+        names = ["alice", "Zed", "_x", "Émile", "bob"]
+        for team in names:
+            store.add_team(Team(team, 1.0))
+            store.add_account(Account(team, "user", team, 1.0))
+            store.save_limits(AccountLimits("team", team, max_gpus=1, updated_at=1.0))
+        assert [t.name for t in store.load_teams()] == sorted(names)
+        assert [a.name for a in store.load_accounts()] == sorted(names)
+        assert [e.name for e in store.load_limits()] == sorted(names)
+    finally:
+        store.close()
+        postgres_server.drop_database(name)

@@ -19,8 +19,9 @@ class SqlLimits:
 
     def load_limits(self) -> list[AccountLimits]:
         with self._engine.connect() as conn:
-            rows = conn.execute(select(limits).order_by(limits.c.kind, limits.c.name))
-            return [_entry(r) for r in rows]
+            rows = conn.execute(select(limits))
+            # By (kind, name) in code point order, whatever the database's collation.
+            return sorted((_entry(r) for r in rows), key=lambda e: (e.kind, e.name))
 
     def save_limits(self, entry: AccountLimits) -> None:
         row: dict[str, Any] = {
