@@ -5,13 +5,15 @@ The live server's wiring (`LiveRig`: build_core over a real SQLite file)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import threading
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gpuyard.domain.errors import InvalidRequest
+from gpuyard.domain.errors import InvalidRequest, Unavailable
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
@@ -174,6 +176,21 @@ def test_a_refused_submit_does_not_use_up_its_key(tmp_path: Path) -> None:
         assert all(isinstance(r, InvalidRequest) and r.field == "workdir" for r in refusals)
         workdir.mkdir()
         job, replayed = _submit(rig, "k", spec)
+        assert not replayed and rig.store.load_jobs() == [job]
+    finally:
+        rig.close()
+
+
+def test_a_key_the_database_cannot_look_up_is_503_and_queues_nothing(tmp_path: Path) -> None:
+    """No guess either way: answering "new" could make a second job, "seen" has no job."""
+    rig = _rig(tmp_path)
+    try:
+        with contextlib.closing(sqlite3.connect(tmp_path / "gpuyard.db")) as db:
+            db.execute("ALTER TABLE jobs RENAME TO jobs_away")  # the lookup fails for real
+            with pytest.raises(Unavailable, match="could not look up this Idempotency-Key"):
+                _submit(rig, "k1")
+            db.execute("ALTER TABLE jobs_away RENAME TO jobs")
+        job, replayed = _submit(rig, "k1")  # the key was not used up
         assert not replayed and rig.store.load_jobs() == [job]
     finally:
         rig.close()

@@ -26,7 +26,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from gpuyard.domain.errors import InvalidRequest
+from gpuyard.domain.errors import GpuyardError, InvalidRequest, Unavailable
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.ports import JobStore
@@ -65,12 +65,23 @@ class SubmitKeys:
                 return claim.done
             job = self._book.by_idempotency_key(owner, key)
             if job is None:
-                job = self._store.find_by_idempotency_key(owner, key)
+                job = self._stored(owner, key)
             if job is not None:
                 _check_same(job.spec, spec, job.id)
                 return job
             self._claims[(owner, key)] = _Claim(spec, Future())
             return None
+
+    def _stored(self, owner: str, key: str) -> Job | None:
+        try:
+            return self._store.find_by_idempotency_key(owner, key)
+        except GpuyardError:
+            raise
+        except Exception as exc:  # the database did not answer: no answer is safe to guess
+            raise Unavailable(
+                f"the server could not look up this {KEY_FIELD} (its database did not answer: "
+                f"{type(exc).__name__}); nothing was queued, send the same request again"
+            ) from exc
 
     def settle(self, owner: str, key: str, job: Job | None) -> None:
         """End a claim: `job` is queued (in the book), or None: nothing was written."""

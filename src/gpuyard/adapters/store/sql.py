@@ -102,22 +102,24 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
     def find_by_idempotency_key(self, owner: str, key: str) -> Job | None:
         """The job `owner` submitted with `key` (index ix_jobs_owner_idempotency_key). Asked
         on the event loop by every submit whose key the server's book does not know (every
-        new one, once the book has evicted a job), so a miss is the driver's own cursor and a
-        statement written out: ~13 us on SQLite, where Core's select cost ~250 us."""
+        new one), so a miss is a pooled driver connection, its own cursor and a statement
+        written out: ~10-20 us on SQLite, where Core's select cost ~250 us and a Connection's
+        machinery another ~15 us."""
         first, second = _marks(self._engine, 2)
         sql = (
             f"SELECT id FROM jobs WHERE owner = {first} AND idempotency_key = {second} "
             "ORDER BY id LIMIT 1"
         )
-        with self._engine.connect() as conn:
-            raw = conn.connection.dbapi_connection
-            assert raw is not None
+        raw = self._engine.raw_connection()
+        try:
             cursor = raw.cursor()
             try:
                 cursor.execute(sql, (owner, key))
                 row = cursor.fetchone()
             finally:
                 cursor.close()
+        finally:
+            raw.close()  # back to the pool (rolled back: nothing is left open)
         return None if row is None else self.get_job(int(row[0]))
 
     def max_job_id(self) -> int:
