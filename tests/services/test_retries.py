@@ -99,6 +99,18 @@ def test_a_job_in_backoff_waits_with_reason_begintime_and_its_gpu_is_free_meanwh
     assert rig.scheduler.next_pass_at == 5 + BACKOFF_S  # the pass is woken when it ends
 
 
+def test_the_controller_loop_wakes_when_a_backoff_ends_not_a_period_later(rig: LiveRig) -> None:
+    job = rig.submit(5, gpus=1, retries=1)
+    rig.settle()
+    end_run(rig, job.id, ExitStatus(exit_code=1, ended_at=0))
+    rig.now = BACKOFF_S - 0.25
+    assert rig.controller._wait_s(1.0) == pytest.approx(0.25)
+    rig.now = BACKOFF_S + 5  # a time it was woken for already: never a busy loop on it
+    assert rig.controller._wait_s(1.0) == 1.0
+    rig.settle()
+    assert rig.state(job.id) is JobState.RUNNING
+
+
 def test_backoff_is_capped_at_the_servers_maximum(rig: LiveRig) -> None:
     job = rig.submit(1, gpus=1, retries=4)
     rig.settle()

@@ -100,6 +100,7 @@ class Controller:
         self._gpu_peak_mib = gpu_peak_mib  # a job's peak GPU memory, when telemetry knows it
         self._identities = identities  # as whom each job runs (None: as the server, as is)
         self._retry_rules = retry_rules or RetryRules()  # backoff, NODE_FAIL requeue limit
+        self._woke_for: float | None = None  # the scheduler's pass time the loop last woke for
         self._base_env = dict(base_env)
         self._clock = clock
         self.metrics = metrics or QueueMetrics()
@@ -138,10 +139,11 @@ class Controller:
     def _wait_s(self, period_s: float) -> float:
         """Until the next tick: the period, or sooner when the scheduler asked for a pass
         then (a retry's backoff ending, a policy's timer); never a busy loop."""
-        due = self.scheduler.next_pass_at
-        if due is None:
-            return period_s
-        return min(period_s, max(_MIN_WAIT_S, due - self._clock()))
+        due, now = self.scheduler.next_pass_at, self._clock()
+        if due is None or (due <= now and due == self._woke_for):
+            return period_s  # a time a pass has been woken for already: the period, no spin
+        self._woke_for = due
+        return min(period_s, max(_MIN_WAIT_S, due - now))
 
     # -- one pass -------------------------------------------------------------------------
     def tick(self) -> Decisions:
