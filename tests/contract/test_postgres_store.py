@@ -268,6 +268,9 @@ def test_a_second_server_is_refused_in_one_line_naming_the_first(db: str) -> Non
         assert message.startswith("another gpuyard server already uses PostgreSQL database")
         assert db.rsplit("/", 1)[1] in message and f"backend pid {holder}" in message
         assert "--db" in message
+        # A dead holder's machine is noticed in seconds, not the kernel's two hours.
+        lock_session = first._lock.connection  # type: ignore[union-attr]
+        assert lock_session.exec_driver_sql("SHOW tcp_keepalives_idle").scalar() == "10"
         # Reading is not driving: a store that does not ask for the lock opens beside it.
         beside = SqlJobStore(db)
         beside.close()

@@ -390,13 +390,26 @@ def _postgres_url(url: str) -> str:
     return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
+# libpq's options unless the URL sets them: the name finds the server's sessions in
+# pg_stat_activity; keepalives and a TCP user timeout let gpuyard notice a database server
+# gone silent (powered off, network cut) in about 30 s, not after the kernel's hours.
+_PG_CONNECT: dict[str, Any] = {
+    "application_name": "gpuyard",
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # ms: sent data left unacknowledged that long ends it
+}
+
+
 def _make_engine(url: str) -> Engine:
     if not url.startswith("sqlite"):
         # synchronous_commit is on by PostgreSQL's default: a commit is on disk when it
-        # returns, as SQLite's synchronous=FULL. The name finds the server in pg_stat_activity.
+        # returns, as SQLite's synchronous=FULL.
         postgres = make_url(_postgres_url(url))
-        named = {} if "application_name" in postgres.query else {"application_name": "gpuyard"}
-        return create_engine(postgres, pool_pre_ping=True, connect_args=named)
+        given = {k: v for k, v in _PG_CONNECT.items() if k not in postgres.query}
+        return create_engine(postgres, pool_pre_ping=True, connect_args=given)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
