@@ -3,9 +3,10 @@ job folders, token), filled to the last page by a filler file.
 
 What a user notices: a submit is refused in one line (507 over HTTP, the same line from the
 CLI), nothing of it saved; `queue` and `show` still answer; a job that ends meanwhile is
-recorded once there is room again, with its true exit; a job chosen to start waits PENDING
-(reason StateDiskFull), never FAILED; once the filler is gone the next submit works and the
-waiting job runs, with no restart. The database passes SQLite's integrity check afterwards.
+recorded once there is room again, with its true exit, and so is a cancel made meanwhile; a job
+chosen to start waits PENDING (reason StateDiskFull), never FAILED; once the filler is gone the
+next submit works and the waiting job runs, with no restart. The database passes SQLite's
+integrity check afterwards.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
         running = server.cli("submit", "--gpus", "1", "--", *waiter).stdout.strip()
         wait_for(lambda: _state(server, running)["state"] == "RUNNING")
         queued = server.cli("submit", "--gpus", "1", "--", "true").stdout.strip()
+        doomed = server.cli("submit", "--gpus", "1", "--", "true").stdout.strip()
 
         filler = fill(disk)
         refused = server.cli("submit", "--", "true", check=False)
@@ -79,6 +81,7 @@ def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
         assert running in listed and queued in listed
         assert _state(server, queued)["state"] == "PENDING"
 
+        assert server.cli("cancel", doomed).returncode == 0  # kept, written once there is room
         go.touch()  # the running job ends while nothing can be recorded
         wait_for(lambda: f"recording job(s) {running} failed" in server.log.read_text())
         assert _state(server, running)["state"] == "RUNNING"  # its end waits for the disk
@@ -88,6 +91,8 @@ def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
         assert (ended["state"], ended["exit_code"]) == ("COMPLETED", 0)
         later = wait_for(lambda: (j := _state(server, queued))["state"] == "COMPLETED" and j)
         assert later["exit_code"] == 0
+        cancelled = _state(server, doomed)
+        assert (cancelled["state"], cancelled["started_at"]) == ("CANCELLED", None)
         status, body = _post_job(server, ["true"])
         assert status == 201
         assert server.cli("submit", "--", "true").returncode == 0
@@ -95,13 +100,14 @@ def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
         server.stop()
         server.kill_jobs()
     assert _integrity(disk / "gpuyard.db") == "ok"
-    ids = {int(running), int(queued)}
+    ids = {int(running), int(queued), int(doomed)}
     with contextlib.closing(sqlite3.connect(disk / "gpuyard.db")) as conn:
         rows = conn.execute("SELECT id, state, exit_code FROM jobs ORDER BY id").fetchall()
     assert [(i, s, c) for i, s, c in rows if i in ids] == [
         (int(running), "COMPLETED", 0), (int(queued), "COMPLETED", 0),
+        (int(doomed), "CANCELLED", None),
     ]  # fmt: skip
-    assert len(rows) == 4  # the two refused submits left nothing behind
+    assert len(rows) == 5  # the two refused submits left nothing behind
 
 
 def test_a_launch_that_finds_the_disk_full_waits_pending_and_runs_once_there_is_room(
