@@ -61,9 +61,9 @@ class PostgresServer:
         return f"postgresql+psycopg://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="gpuyard-pg-"))
+        self._uid, self._gid = _cluster_user()
+        self.root = Path(tempfile.mkdtemp(prefix="gpuyard-pg-", dir=_parent_dir(self._uid)))
         try:
-            self._uid, self._gid = _cluster_user()
             if self._uid is not None and self._gid is not None:
                 os.chown(self.root, self._uid, self._gid)
             self._pg("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust",
@@ -158,6 +158,12 @@ def _cluster_user() -> tuple[int | None, int | None]:
     return entry.pw_uid, entry.pw_gid
 
 
-def in_ci() -> bool:
-    """CI is set (`.ci/run` sets CI=1): a missing PostgreSQL is then a failure, not a skip."""
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+def _parent_dir(cluster_uid: int | None) -> str | None:
+    """Where to make the cluster's folder: the usual temporary dir, unless the `postgres`
+    user could not reach it (a TMPDIR under /root) or its path is too long for the server's
+    Unix socket (107 bytes in all): then /tmp."""
+    usual = Path(tempfile.gettempdir()).resolve()
+    reachable = cluster_uid is None or all(
+        os.stat(p).st_mode & 0o001 for p in (usual, *usual.parents)
+    )
+    return None if reachable and len(str(usual)) <= 60 else "/tmp"

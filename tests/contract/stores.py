@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,7 +20,9 @@ from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.job import Attempt, Job, JobSpec
 from gpuyard.domain.states import JobState
 from gpuyard.services.ports import JobStore
-from tests.postgres_server import PostgresServer
+
+if TYPE_CHECKING:
+    from tests.postgres_server import PostgresServer
 
 
 class Backend:
