@@ -28,8 +28,17 @@ def free_port() -> int:
 class ServerProcess:
     """Starts, kills (-9) and restarts one server on one state dir."""
 
-    def __init__(self, state_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        wrap: tuple[str, ...] = (),
+    ) -> None:
+        """`wrap`: a command the server is run under, which execs its arguments (so that the
+        process is the server's: `unshare ...`)."""
         self.state_dir = state_dir
+        self.wrap = list(wrap)
         self.port = free_port()
         self.args = list(args)
         self.env = dict(env or os.environ)
@@ -46,8 +55,8 @@ class ServerProcess:
 
     def start(self, timeout_s: float = 30) -> ServerProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        argv = [GPUYARD, "server", "--port", str(self.port), "--state-dir", str(self.state_dir),
-                *self.args]  # fmt: skip
+        argv = [*self.wrap, GPUYARD, "server", "--port", str(self.port), "--state-dir",
+                str(self.state_dir), *self.args]  # fmt: skip
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + timeout_s
