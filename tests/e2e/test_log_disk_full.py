@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 
 from tests.e2e.executor_rig import Rig
 from tests.e2e.server import ServerProcess, pid_alive, wait_for
+from tests.small_disk import small_disk
 
 LINES, LINE = 2000, "0" * 500 + "\n"  # ~1 MB of output: more than the disk has left
 AFTER = "after: the disk had room again\n"
@@ -38,21 +37,10 @@ NOTE = re.compile(
 @pytest.fixture
 def small_jobs_disk(tmp_path: Path) -> Iterator[Path]:
     """The server's state dir, whose jobs folder is a 1 MiB tmpfs."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small tmpfs needs root")
     state = tmp_path / "state"
-    jobs = state / "jobs"
-    jobs.mkdir(parents=True)
-    state.chmod(0o700)
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "gpuyard-test", str(jobs)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    try:
+    state.mkdir(mode=0o700)
+    with small_disk(state / "jobs", size_mib=1):
         yield state
-    finally:
-        if subprocess.run(["umount", str(jobs)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(jobs)], capture_output=True)
 
 
 def test_a_job_runs_on_through_a_full_log_disk_and_its_log_says_what_was_lost(
