@@ -66,7 +66,8 @@ def migrate(url: str, revision: str, *, down: bool = False) -> None:
 
 def query(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
     with psycopg.connect(libpq(url), autocommit=True) as conn:
-        return conn.execute(sql, params).fetchall()
+        done = conn.execute(sql, params)
+        return done.fetchall() if done.description is not None else []
 
 
 def columns(url: str, table: str) -> dict[str, tuple[object, ...]]:
@@ -178,13 +179,24 @@ def test_a_plain_postgresql_url_is_driven_by_psycopg_3(db: str) -> None:
     assert "postgresql://" in refused.value.message
 
 
-def test_commits_are_durable_and_seen_at_once_by_another_session(store: SqlJobStore) -> None:
-    store.write([pending_job(1)], [])
-    # Acknowledged only after its commit: another session sees it at once.
-    assert query(store.url, "SELECT id, state FROM jobs") == [(1, "PENDING")]
-    with store._engine.connect() as conn:  # a commit returns once it is on disk
-        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
-        assert conn.exec_driver_sql("SHOW fsync").scalar() == "on"
+@pytest.mark.parametrize("exclusive", [False, True], ids=["pooled", "on-the-lock-session"])
+def test_commits_are_durable_and_seen_at_once_by_another_session(db: str, exclusive: bool) -> None:
+    # Even where the database says otherwise: `off` acknowledges commits a crash may lose.
+    query(db, f"ALTER DATABASE {db.rsplit('/', 1)[1]} SET synchronous_commit = off")
+    assert query(db, "SHOW synchronous_commit") == [("off",)]
+    store = SqlJobStore(db, exclusive=exclusive)
+    try:
+        store.write([pending_job(1)], [])
+        # Acknowledged only after its commit: another session sees it at once.
+        assert query(store.url, "SELECT id, state FROM jobs") == [(1, "PENDING")]
+        with store._engine.connect() as conn:  # a commit returns once it is on disk
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+            assert conn.exec_driver_sql("SHOW fsync").scalar() == "on"
+        if exclusive:  # the session the writes go through
+            lock_session = store._lock.connection  # type: ignore[union-attr]
+            assert lock_session.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    finally:
+        store.close()
 
 
 def test_concurrent_writers_share_commits(store: SqlJobStore) -> None:

@@ -403,13 +403,25 @@ _PG_CONNECT: dict[str, Any] = {
 }
 
 
+def _durable_commits(dbapi_conn: Any, _record: Any) -> None:
+    """A commit is on disk when it returns, as SQLite's synchronous=FULL: PostgreSQL's
+    default (synchronous_commit on). A database or role set to `off` (which acknowledges
+    commits that a crash may then lose) is set back to `on` for gpuyard's sessions; the
+    stronger settings (remote_write, remote_apply: wait for a replica too) are kept."""
+    with dbapi_conn.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        if cursor.fetchone()[0] == "off":
+            cursor.execute("SET synchronous_commit = on")
+    dbapi_conn.commit()
+
+
 def _make_engine(url: str) -> Engine:
     if not url.startswith("sqlite"):
-        # synchronous_commit is on by PostgreSQL's default: a commit is on disk when it
-        # returns, as SQLite's synchronous=FULL.
         postgres = make_url(_postgres_url(url))
         given = {k: v for k, v in _PG_CONNECT.items() if k not in postgres.query}
-        return create_engine(postgres, pool_pre_ping=True, connect_args=given)
+        pg_engine = create_engine(postgres, pool_pre_ping=True, connect_args=given)
+        event.listen(pg_engine, "connect", _durable_commits)
+        return pg_engine
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
