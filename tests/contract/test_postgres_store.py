@@ -270,6 +270,9 @@ def lock_holders(url: str) -> list[int]:
 
 
 def test_a_second_server_is_refused_in_one_line_naming_the_first(db: str) -> None:
+    # A database that ends idle sessions must not end the lock's (a server with nothing to
+    # write for a while would lose its hold).
+    query(db, f"ALTER DATABASE {db.rsplit('/', 1)[1]} SET idle_session_timeout = '1h'")
     first = SqlJobStore(db, exclusive=True)
     try:
         (holder,) = lock_holders(db)
@@ -283,6 +286,7 @@ def test_a_second_server_is_refused_in_one_line_naming_the_first(db: str) -> Non
         # A dead holder's machine is noticed in seconds, not the kernel's two hours.
         lock_session = first._lock.connection  # type: ignore[union-attr]
         assert lock_session.exec_driver_sql("SHOW tcp_keepalives_idle").scalar() == "10"
+        assert lock_session.exec_driver_sql("SHOW idle_session_timeout").scalar() == "0"
         # Reading is not driving: a store that does not ask for the lock opens beside it.
         beside = SqlJobStore(db)
         beside.close()

@@ -94,6 +94,10 @@ class AdvisoryLock:
                 raise Unavailable(self._refusal(conn))
             for setting in _KEEPALIVE:
                 conn.exec_driver_sql(setting)
+            if (conn.dialect.server_version_info or (0,)) >= (14,):
+                # A database's idle_session_timeout would end this session (and the lock)
+                # whenever the server has nothing to write for a while.
+                conn.exec_driver_sql("SET idle_session_timeout = 0")
         except BaseException:
             conn.invalidate()  # never back to the pool: its session may hold the lock
             conn.close()

@@ -407,7 +407,7 @@ def _durable_commits(dbapi_conn: Any, _record: Any) -> None:
     """A commit is on disk when it returns, as SQLite's synchronous=FULL: PostgreSQL's
     default (synchronous_commit on). A database or role set to `off` (which acknowledges
     commits that a crash may then lose) is set back to `on` for gpuyard's sessions; the
-    stronger settings (remote_write, remote_apply: wait for a replica too) are kept."""
+    other settings all wait for the local disk (some for a replica too) and are kept."""
     with dbapi_conn.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
         if cursor.fetchone()[0] == "off":
