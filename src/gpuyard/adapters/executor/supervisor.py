@@ -427,7 +427,7 @@ def _report(fd: int | None, line: str) -> None:
         pass  # the actor is gone: nobody to tell
 
 
-def _supervise(plan: dict) -> int:  # type: ignore[type-arg]
+def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
     """Run the job to its end; its exit code (negative: the signal that killed it)."""
     global _job_pgid, _log_fd
     output = pipe_w = -1
@@ -449,7 +449,7 @@ def _supervise(plan: dict) -> int:  # type: ignore[type-arg]
         first = _limit_s - _warn_before_s if 0 < _warn_before_s < _limit_s else _limit_s
         signal.setitimer(signal.ITIMER_REAL, first)
     watched = _watched(plan)
-    mine = (plan.get("report_fd"), *watched, output, pipe_w, _log_fd, _status_fd)
+    mine = (plan.get("report_fd"), *watched, output, pipe_w, _log_fd)
     own_fds = [fd for fd in mine if fd is not None and fd > 2]
     child = os.fork()
     if child == 0:
@@ -463,6 +463,7 @@ def _supervise(plan: dict) -> int:  # type: ignore[type-arg]
     _job_pgid = child
     if _stage:
         _signal_tree(_stop_signal)  # a stop that arrived before the job existed
+    _reserve_status(status_path)  # while the job starts: off its start's path
     if watched or output >= 0:
         _wait(child, watched, output)
     _, status = os.waitpid(child, 0)
@@ -499,10 +500,9 @@ def main(jobdir: str) -> None:
         os.setsid()
     _write_pid(os.path.join(jobdir, "supervisor.pid"))
     status_path = plan.get("status_path") or os.path.join(jobdir, "status.json")
-    _reserve_status(status_path)
     _report(report_fd, f"pid {os.getpid()}")
     try:
-        code = _supervise(plan)
+        code = _supervise(plan, status_path)
     except BaseException:
         _reap_leftovers()  # a bug here must not leave the job running unsupervised
         raise
