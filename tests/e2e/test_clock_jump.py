@@ -11,6 +11,11 @@ tried first and cannot do this reliably: told to leave monotonic time alone
 deadlines by the offset, so Python's `time.sleep` fails with EINVAL in the server as soon as
 the offset exceeds the machine's uptime, and it refuses `setitimer` (EINVAL).
 
+A real step also moves the boot time the kernel gives in wall-clock terms (`btime` in
+/proc/stat, computed as the wall clock less the time since boot), and with it every process's
+start time as psutil reports it: the server runs in a mount namespace of its own (`unshare -m`)
+where /proc/stat is a copy the test rewrites with `btime` stepped as the clock is.
+
 The supervisors are not preloaded (the server starts them with `PATH` alone), and need not be:
 their time limit is a kernel interval timer on the monotonic clock. These tests hold the
 server's side to account: the executor's own deadlines (time limit + grace + margin, the guard
@@ -26,6 +31,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -74,26 +80,55 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+# Runs its arguments with $0 (the test's copy) in place of /proc/stat, in its own mount namespace.
+PRIVATE_PROC_STAT = 'mount --bind "$0" /proc/stat && exec "$@"'
+
+
+@dataclass
+class Clock:
+    """The server's wall clock: the shim's offset file and its copy of /proc/stat."""
+
+    offset: Path
+    proc_stat: Path
+    real_stat: str
+
+    def step(self, by_s: int) -> None:
+        self.offset.write_text(f"{by_s}\n")
+        lines = []
+        for line in self.real_stat.splitlines():
+            if line.startswith("btime "):
+                line = f"btime {int(line.split()[1]) + by_s}"
+            lines.append(line)
+        with open(self.proc_stat, "w") as f:  # in place: the bind mount holds this inode
+            f.write("\n".join(lines) + "\n")
+
+
 @pytest.fixture
-def stepped(shim: Path, tmp_path: Path) -> Iterator[tuple[ServerProcess, Path]]:
-    """A server whose wall clock is real time plus the seconds the returned file says (0)."""
-    offset = tmp_path / "clock-offset"
-    offset.write_text("0\n")
-    env = {**os.environ, "LD_PRELOAD": str(shim), "GPUYARD_TEST_CLOCK_OFFSET_FILE": str(offset)}
+def stepped(shim: Path, tmp_path: Path) -> Iterator[tuple[ServerProcess, Clock]]:
+    """A server whose wall clock is real time plus what `Clock.step` last said (0)."""
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is missing")
+    real_stat = Path("/proc/stat").read_text()
+    clock = Clock(tmp_path / "clock-offset", tmp_path / "proc-stat", real_stat)
+    clock.step(0)
+    env = {**os.environ, "LD_PRELOAD": str(shim),
+           "GPUYARD_TEST_CLOCK_OFFSET_FILE": str(clock.offset)}  # fmt: skip
+    wrap = ("unshare", "-m", "--propagation", "private", "sh", "-c", PRIVATE_PROC_STAT,
+            str(clock.proc_stat))  # fmt: skip
     server = ServerProcess(tmp_path / "state", "--gpus", "1", "--cpus", "8",
-                           "--kill-grace", str(GRACE_S), env=env)  # fmt: skip
+                           "--kill-grace", str(GRACE_S), env=env, wrap=wrap)  # fmt: skip
     server.start()
     try:
-        yield server, offset
+        yield server, clock
     finally:
         server.stop()
         server.kill_jobs()
 
 
-def _step_clock(server: ServerProcess, offset: Path, by_s: int) -> None:
+def _step_clock(server: ServerProcess, clock: Clock, by_s: int) -> None:
     """Step the server's wall clock to `by_s` off real time, and wait until it reads so (a
     new job's submit time is the server's wall clock)."""
-    offset.write_text(f"{by_s}\n")
+    clock.step(by_s)
     client = server.client()
 
     def done() -> bool:
@@ -104,10 +139,10 @@ def _step_clock(server: ServerProcess, offset: Path, by_s: int) -> None:
     wait_for(done, timeout_s=30, interval_s=0.2)
 
 
-def _start(server: ServerProcess, beat: Path) -> dict[str, Any]:
+def _start(server: ServerProcess, beat: Path, limit_s: int | None = LIMIT_S) -> dict[str, Any]:
     client = server.client()
-    job = client.submit(["python3", "-c", HEARTBEAT, str(beat)], gpus=1,
-                        time_limit=f"{LIMIT_S}s")  # fmt: skip
+    limit = {} if limit_s is None else {"time_limit": f"{limit_s}s"}
+    job = client.submit(["python3", "-c", HEARTBEAT, str(beat)], gpus=1, **limit)
     wait_for(lambda: beat.exists())
     return wait_for(lambda: (j := client.job(job["id"]))["state"] == "RUNNING" and j)
 
@@ -124,12 +159,12 @@ def _ran_s(beat: Path) -> float:
 
 
 def test_a_clock_stepped_a_day_forward_does_not_kill_a_job_which_ends_at_its_limit(
-    stepped: tuple[ServerProcess, Path], tmp_path: Path
+    stepped: tuple[ServerProcess, Clock], tmp_path: Path
 ):
-    server, offset = stepped
+    server, clock = stepped
     beat = tmp_path / "beat"
     job = _start(server, beat)
-    _step_clock(server, offset, DAY_S)
+    _step_clock(server, clock, DAY_S)
     assert server.client().job(job["id"])["state"] == "RUNNING"
     ended = _ended(server, job["id"])
     assert ended["state"] == "TIMEOUT"
@@ -138,17 +173,17 @@ def test_a_clock_stepped_a_day_forward_does_not_kill_a_job_which_ends_at_its_lim
 
 @pytest.mark.parametrize("by_s", [-DAY_S, DAY_S])
 def test_a_clock_step_neither_hastens_nor_delays_the_servers_own_deadline(
-    stepped: tuple[ServerProcess, Path], tmp_path: Path, by_s: int
+    stepped: tuple[ServerProcess, Clock], tmp_path: Path, by_s: int
 ):
     """The supervisor is stopped (SIGSTOP), so only the server's own deadline can end the job
     (limit + grace + margin): on the wall clock it would now be a day away, or long past."""
-    server, offset = stepped
+    server, clock = stepped
     beat = tmp_path / "beat"
     job = _start(server, beat)
     supervisor = int((server.state_dir / "jobs" / str(job["id"]) / "supervisor.pid").read_text())
     os.kill(supervisor, signal.SIGSTOP)
     try:
-        _step_clock(server, offset, by_s)
+        _step_clock(server, clock, by_s)
         assert server.client().job(job["id"])["state"] == "RUNNING"
         ended = _ended(server, job["id"])
     finally:
@@ -159,3 +194,34 @@ def test_a_clock_step_neither_hastens_nor_delays_the_servers_own_deadline(
     assert ended["state"] == "TIMEOUT"
     # Ended by the executor: past the limit and the grace, at most its margin and a grace later.
     assert LIMIT_S + GRACE_S <= _ran_s(beat) <= LIMIT_S + 2 * GRACE_S + MARGIN_S + 2
+
+
+def test_a_job_can_be_cancelled_after_the_clock_stepped(
+    stepped: tuple[ServerProcess, Clock], tmp_path: Path
+):
+    """The server knows its supervisors by pid and start time: a start time read on the wall
+    clock's terms moved with the step, and a cancel would be ignored as not the job's."""
+    server, clock = stepped
+    job = _start(server, tmp_path / "beat", limit_s=None)  # only the cancel can end it
+    _step_clock(server, clock, DAY_S)
+    server.client().cancel(job["id"])
+    ended = _ended(server, job["id"])
+    assert ended["state"] == "CANCELLED"
+
+
+def test_a_server_restarted_after_the_clock_stepped_adopts_its_running_jobs_again(
+    stepped: tuple[ServerProcess, Clock], tmp_path: Path
+):
+    server, clock = stepped
+    go = tmp_path / "go"
+    client = server.client()
+    job = client.submit(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"], gpus=1)
+    wait_for(lambda: client.job(job["id"])["state"] == "RUNNING")
+    _step_clock(server, clock, -DAY_S)
+    server.kill9()
+    server.start()
+    client = server.client()
+    assert client.job(job["id"])["state"] == "RUNNING"  # adopted again, not ended as lost
+    go.touch()
+    ended = _ended(server, job["id"])
+    assert (ended["state"], ended["exit_code"]) == ("COMPLETED", 0)

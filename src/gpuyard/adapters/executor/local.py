@@ -302,15 +302,17 @@ class LocalExecutor:
         return Recovered(ended=self._release(job, ended))
 
     def _is_ours(self, pid: int, started_at: float | None, job_id: int) -> bool:
-        """Same pid, same start time (or, unknown start time, our supervisor's command line)."""
+        """Same pid, and the same start time or our supervisor's command line or folder."""
         try:
             proc = psutil.Process(pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return False
-            if started_at:
-                return bool(abs(proc.create_time() - started_at) < _START_TIME_TOLERANCE_S)
-            # Started on its own: its command line names its folder; forked by the fork
-            # server: its working directory is its folder.
+            if started_at and abs(proc.create_time() - started_at) < _START_TIME_TOLERANCE_S:
+                return True
+            # Start time unknown, or moved: psutil dates a start from the kernel's boot time in
+            # wall-clock terms, which a step of the wall clock moves by the step. Then: started
+            # on its own, its command line names its folder; forked by the fork server, its
+            # working directory is its folder (no other process's is).
             jobdir = str(self.job_dir(job_id))
             return jobdir in proc.cmdline() or proc.cwd() == jobdir
         except (psutil.NoSuchProcess, psutil.AccessDenied):
