@@ -194,3 +194,23 @@ def test_a_key_the_database_cannot_look_up_is_503_and_queues_nothing(tmp_path: P
         assert not replayed and rig.store.load_jobs() == [job]
     finally:
         rig.close()
+
+
+def test_a_finished_script_job_is_replayed_though_the_book_dropped_its_script(
+    tmp_path: Path,
+) -> None:
+    """The book keeps a finished job without its script copy (the store has it): a retry
+    carrying the script is the same submission, not another."""
+    rig = _rig(tmp_path)
+    spec = _spec(argv=("./job.sh",), script="#!/bin/sh\necho hi\n")
+    try:
+        job, _ = _submit(rig, "script-key", spec)
+        rig.service.cancel(job.id, ADA)
+        kept = rig.book.get(job.id)
+        assert kept is not None and kept.spec.script is None
+        again, replayed = _submit(rig, "script-key", spec)
+        assert replayed and again.id == job.id
+        with pytest.raises(InvalidRequest, match="already used"):
+            _submit(rig, "script-key", replace(spec, argv=("./other.sh",)))
+    finally:
+        rig.close()
