@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.server import ServerProcess, wait_for
+from tests.e2e.server import ServerProcess, pid_alive, wait_for
 
 SHIM_SOURCE = Path(__file__).with_name("wallclock_step.c")
 DAY_S = 86_400
@@ -104,15 +104,19 @@ class Clock:
 
 
 @pytest.fixture
-def stepped(shim: Path, tmp_path: Path) -> Iterator[tuple[ServerProcess, Clock]]:
-    """A server whose wall clock is real time plus what `Clock.step` last said (0)."""
+def stepped(
+    request: pytest.FixtureRequest, shim: Path, tmp_path: Path
+) -> Iterator[tuple[ServerProcess, Clock]]:
+    """A server whose wall clock is real time plus what `Clock.step` last said (0); the
+    test's parameter, if any, is more environment for it."""
     if shutil.which("unshare") is None:
         pytest.fail("unshare (util-linux) is missing")
     real_stat = Path("/proc/stat").read_text()
     clock = Clock(tmp_path / "clock-offset", tmp_path / "proc-stat", real_stat)
     clock.step(0)
     env = {**os.environ, "LD_PRELOAD": str(shim),
-           "GPUYARD_TEST_CLOCK_OFFSET_FILE": str(clock.offset)}  # fmt: skip
+           "GPUYARD_TEST_CLOCK_OFFSET_FILE": str(clock.offset),
+           **getattr(request, "param", {})}  # fmt: skip
     wrap = ("unshare", "-m", "--propagation", "private", "sh", "-c", PRIVATE_PROC_STAT,
             str(clock.proc_stat))  # fmt: skip
     server = ServerProcess(tmp_path / "state", "--gpus", "1", "--cpus", "8",
@@ -225,3 +229,29 @@ def test_a_server_restarted_after_the_clock_stepped_adopts_its_running_jobs_agai
     go.touch()
     ended = _ended(server, job["id"])
     assert (ended["state"], ended["exit_code"]) == ("COMPLETED", 0)
+
+
+# Without per-job cgroups, whose removal would kill what is left of the job anyway.
+@pytest.mark.parametrize("stepped", [{"GPUYARD_JOB_CGROUPS": "0"}], indirect=True)
+def test_a_job_whose_supervisor_dies_after_a_step_back_is_ended_before_its_end_is_told(
+    stepped: tuple[ServerProcess, Clock], tmp_path: Path
+):
+    """Its processes are found and ended before its GPUs are given on: after a step back
+    their start times (read in wall-clock terms) look older than their supervisor's."""
+    server, clock = stepped
+    pidfile = tmp_path / "job.pid"
+    client = server.client()
+    job = client.submit(["sh", "-c", f"echo $$ > {pidfile}; while true; do sleep 0.1; done"],
+                        gpus=1)  # fmt: skip
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
+    job_pid = int(pidfile.read_text())
+    _step_clock(server, clock, -DAY_S)
+    supervisor = int((server.state_dir / "jobs" / str(job["id"]) / "supervisor.pid").read_text())
+    os.kill(supervisor, signal.SIGKILL)
+    try:
+        ended = _ended(server, job["id"])
+        assert ended["state"] == "FAILED"  # its supervisor was lost
+        assert not pid_alive(job_pid)  # ended before its end was told (its GPU is free now)
+    finally:
+        if pid_alive(job_pid):  # left behind: not for the next test to find
+            os.kill(job_pid, signal.SIGKILL)

@@ -9,9 +9,12 @@ executor reports such an end it finds them itself:
 - every process whose environment holds the launch's marker (`GPUYARD_LAUNCH_ID=<token>`, a
   token unique to the launch): processes that left the session with `setsid`.
 
-Only processes of the job's Unix user started no earlier than the supervisor count (a pid
-cannot be reused while a session with that id lives, and the start time rules out older
-ones). Each one is held by a
+Only processes of the job's Unix user count, and of the session's only those started no
+earlier than the supervisor (a pid cannot be reused while a session with that id lives, and
+the start time rules out older ones). The marker needs no such check (no other launch has it),
+and must not get one: a start time here is the kernel's boot time in wall-clock terms plus
+ticks, and a step of the wall clock moves it, so after a step back the job's processes would
+all look older than their supervisor and be left running. Each one is held by a
 pidfd from the moment it is found, so a signal never reaches a reused pid. They get the stop
 signal, the grace period, then SIGKILL, and the call returns once they are gone.
 """
@@ -54,10 +57,9 @@ def find_job_processes(
             with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
             sid, ticks = int(fields[3]), int(fields[19])
-            if booted + ticks / _CLOCK_TICKS < since - 1.0:
-                continue  # older than the supervisor: never the job's
-            if sid != session_id and not (needle and _has_env(pid, needle)):
-                continue
+            in_session = sid == session_id and booted + ticks / _CLOCK_TICKS >= since - 1.0
+            if not in_session and not (needle and _has_env(pid, needle)):
+                continue  # neither of the session since it began nor marked: not the job's
             pidfd = os.pidfd_open(pid)
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile, or not ours to read
