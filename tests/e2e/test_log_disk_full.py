@@ -81,6 +81,28 @@ def test_a_job_runs_on_through_a_full_log_disk_and_its_log_says_what_was_lost(
         server.kill_jobs()
 
 
+def test_the_end_of_a_job_is_recorded_on_a_disk_still_full(
+    small_jobs_disk: Path, tmp_path: Path
+) -> None:
+    """The status file's room is taken as the job starts: a job that fills the disk and ends
+    while it is still full still ends COMPLETED (not lost), with what its log lost."""
+    server = ServerProcess(small_jobs_disk, "--gpus", "0", "--cpus", "4", "--kill-grace", "1")
+    server.start()
+    try:
+        jobs = small_jobs_disk / "jobs"
+        (jobs / "filler").write_bytes(b"f" * (512 << 10))
+        client = server.client()
+        job = client.submit(["sh", "-c", f'set -e; yes "$(printf "%0500d" 0)" | head -n {LINES}'])
+        done = wait_for(lambda: (j := client.job(job["id"]))["state"] != "RUNNING" and j, 60)
+        assert os.statvfs(jobs).f_bavail == 0  # still full: no room was made for the end
+        assert (done["state"], done["exit_code"]) == ("COMPLETED", 0), done["reason"]
+        assert done["log_dropped_bytes"] > 0
+        assert not NOTE.search(Path(done["log_path"]).read_bytes())  # no room for it either
+    finally:
+        server.stop()
+        server.kill_jobs()
+
+
 def test_a_job_whose_supervisor_died_is_ended_by_its_next_write(tmp_path: Path) -> None:
     """With no server to end it (the executor closed), a job writing output does not go on
     for ever once its supervisor is killed: the pipe has no reader, its write gets SIGPIPE."""

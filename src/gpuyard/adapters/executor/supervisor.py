@@ -24,7 +24,7 @@ succeeds again the log gets one line `gpuyard: *** log truncated: N bytes lost, 
 full ***` where they are missing; the total is in the status (`log_dropped_bytes`). The read end
 is the supervisor's alone: if it dies, the job's next write gets SIGPIPE (EPIPE where it ignores
 the signal), never a pipe that stays full forever, and the executor ends what is left of the
-tree (`tree.py`). The status file is made (and 4 KiB of it reserved) when the job starts, so
+tree (`tree.py`). The status file is made (room for it written) as the job starts, so
 that a full disk cannot keep the end from being recorded.
 
 Time: the time limit and the warning before it (`--signal SIG@SECONDS`: `warn_signal` once to
@@ -260,34 +260,43 @@ def _write_pid(path: str) -> None:
     os.rename(tmp, path)
 
 
+_STATUS_ROOM = 2048  # bytes of blanks a status is written over (one block; a status is ~200)
+
+
 def _reserve_status(path: str) -> None:
-    """Make the status file's .tmp now, with room for the status, so that a disk the job (or
-    anything else) fills meanwhile cannot keep its end from being recorded."""
+    """Make the status file's .tmp now, with room for the status (blanks: JSON ignores them
+    after the value), so that a disk the job (or anything else) fills meanwhile cannot keep its
+    end from being recorded. Blanks written, not `posix_fallocate`d: the end then overwrites
+    them with no extent to convert nor size to cut (ext4 journals both: a slower end)."""
     global _status_fd
     try:
-        _status_fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     except OSError:
         return  # the disk is full already: tried again at the end
     try:
-        os.posix_fallocate(_status_fd, 0, 4096)
+        if os.write(fd, b" " * _STATUS_ROOM) == _STATUS_ROOM:
+            _status_fd, fd = fd, -1
     except OSError:
-        pass  # a filesystem without it: the usual write at the end
+        pass
+    finally:
+        if fd >= 0:
+            os.close(fd)  # no room: the usual write at the end
 
 
 def _write_atomic(path: str, text: str) -> None:
     global _status_fd
-    tmp = path + ".tmp"
+    data = text.encode()
     fd, _status_fd = _status_fd, -1
-    if fd < 0:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    if fd < 0 or len(data) > _STATUS_ROOM:
+        if fd >= 0:
+            os.close(fd)
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        data = text.encode()
-        os.pwrite(fd, data, 0)  # into the space reserved at the start
-        os.ftruncate(fd, len(data))
+        os.pwrite(fd, data, 0)  # over the blanks reserved at the start, if any
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.rename(tmp, path)
+    os.rename(path + ".tmp", path)
     dfd = os.open(os.path.dirname(path), os.O_RDONLY)
     try:
         os.fsync(dfd)
