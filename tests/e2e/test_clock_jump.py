@@ -109,8 +109,15 @@ def stepped(
 ) -> Iterator[tuple[ServerProcess, Clock]]:
     """A server whose wall clock is real time plus what `Clock.step` last said (0); the
     test's parameter, if any, is more environment for it."""
-    if shutil.which("unshare") is None:
-        pytest.fail("unshare (util-linux) is missing")
+    why = None
+    if os.geteuid() != 0:
+        why = "a private /proc/stat (a mount namespace) needs root"
+    elif shutil.which("unshare") is None:
+        why = "unshare (util-linux) is missing"
+    if why is not None:
+        if _ci():
+            pytest.fail(f"{why}; CI is set, so the clock-step tests must run")
+        pytest.skip(why)
     real_stat = Path("/proc/stat").read_text()
     clock = Clock(tmp_path / "clock-offset", tmp_path / "proc-stat", real_stat)
     clock.step(0)
