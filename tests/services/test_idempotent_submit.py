@@ -214,3 +214,30 @@ def test_a_finished_script_job_is_replayed_though_the_book_dropped_its_script(
             _submit(rig, "script-key", replace(spec, argv=("./other.sh",)))
     finally:
         rig.close()
+
+
+def test_a_submit_whose_request_is_cancelled_mid_write_is_still_queued(tmp_path: Path) -> None:
+    # Without a key: the client went away while the group commit was writing. What landed on
+    # disk must be in the queue too, not only in the database until the next restart.
+    rig = _rig(tmp_path)
+
+    async def cancelled_submit() -> None:
+        task = asyncio.ensure_future(rig.service.submit_async(_spec(), ADA))
+        for _ in range(3):  # let it reach the group commit's wait, not further
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        for _ in range(200):  # the write lands on the writer's thread
+            if rig.store.load_jobs():
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+
+    try:
+        asyncio.run(cancelled_submit())
+        stored = rig.store.load_jobs()
+        assert len(stored) == 1
+        assert rig.book.get(stored[0].id) is not None, "on disk but not queued"
+    finally:
+        rig.close()

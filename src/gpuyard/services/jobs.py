@@ -175,6 +175,12 @@ class JobService:
         if not self._workdir_seen_recently(spec.workdir):
             await asyncio.to_thread(self._check_workdir, spec)
         job = self._new_job(spec, actor, idempotency_key=idempotency_key)
+        # Shielded: a request cancelled (its client gone) while the write is under way still
+        # queues the job once it is on disk; else it would sit in the database unscheduled
+        # until the next restart loaded it.
+        return await asyncio.shield(self._insert_and_queue(job))
+
+    async def _insert_and_queue(self, job: Job) -> Job:
         await self._inserts.insert(job)
         return self._queue(job)
 
