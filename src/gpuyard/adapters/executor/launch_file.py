@@ -7,7 +7,9 @@ without a new calling convention each time, and the job's environment never pass
 the supervisor's own environment (which would load an `LD_PRELOAD` into the supervisor).
 
 Fields (`version` 1):
-    argv, env, workdir        the job's command, its whole environment, where it runs
+    argv, env, workdir        the job's command, its whole environment, where it runs (its
+                              GPUYARD_RESTART_COUNT: which run of the job the file launched;
+                              a restarted server tells an earlier run's leftovers by it)
     time_limit_s              0: none; else the supervisor stops the job at this age
     warn_signal, warn_before_s  `--signal SIG@SECONDS`: `warn_signal` once to every process of
                               the job `warn_before_s` before the time limit (0: none); both
@@ -50,6 +52,7 @@ STOP_SIGNAL_FILE = "stop_signal"  # supervisor.py reads it by this name (it impo
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 _MAX_LAUNCH_FILE = 64 << 20  # read back at most this much (the job may have grown the file)
 MARKER_VAR = "GPUYARD_LAUNCH_ID"
+RUN_VAR = "GPUYARD_RESTART_COUNT"  # in `env`: which run of the job the file launched
 
 
 def new_marker() -> str:
@@ -121,6 +124,7 @@ class LaunchFacts:
     marker: str | None = None
     stop_signal: int = signal.SIGTERM
     uid: int = os.getuid()  # whose processes the job's are
+    run: int | None = None  # which run of the job it launched (its GPUYARD_RESTART_COUNT)
 
 
 def read_facts(jobdir: Path) -> LaunchFacts:
@@ -135,11 +139,13 @@ def read_facts(jobdir: Path) -> LaunchFacts:
         return LaunchFacts()
     if not isinstance(data, dict):
         return LaunchFacts()
-    marker, who = data.get("marker"), data.get("run_as")
+    marker, who, env = data.get("marker"), data.get("run_as"), data.get("env")
+    run = env.get(RUN_VAR) if isinstance(env, dict) else None
     return LaunchFacts(
         marker if isinstance(marker, str) else None,
         _int_in(data.get("stop_signal"), 1, 64, signal.SIGTERM),
         _int_in(who.get("uid") if isinstance(who, dict) else None, 0, 2**32 - 2, os.getuid()),
+        int(run) if isinstance(run, str) and run.isdigit() else None,
     )
 
 

@@ -287,7 +287,7 @@ class LocalExecutor:
 
     # -- restart --------------------------------------------------------------------------
     def recover(self, job: Job) -> Recovered:
-        pid = job.pid or self._read_pid(job.id)
+        pid = job.pid or self._read_pid_of_this_run(job)
         if pid is None:
             return Recovered(never_started=True)
         started_at = job.pid_started_at if job.pid == pid else None
@@ -471,6 +471,17 @@ class LocalExecutor:
         if status is None:
             log.warning("job %s: its status.json is not a supervisor's; ignored", job.id)
         return status
+
+    def _read_pid_of_this_run(self, job: Job) -> int | None:
+        """The supervisor's pid from the folder, if this run's launch got that far. The folder
+        keeps the last run's supervisor.pid and status.json until the next launch removes
+        them: a server killed after recording a start and before launching it finds them
+        there, and they are not this run's (found by the chaos test: the job was ended with
+        its last run's end instead of being run)."""
+        run = read_facts(self.job_dir(job.id)).run
+        if run is not None and run != job.restarts:
+            return None
+        return self._read_pid(job.id)
 
     def _read_pid(self, job_id: int) -> int | None:
         text = _read_small(self.job_dir(job_id) / "supervisor.pid")
