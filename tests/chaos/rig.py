@@ -58,6 +58,7 @@ _HITS_MAX = {
     "journal_written": 30,
     "submit_reply": 20,
     "pass_decided": 10,
+    "start_recorded": 10,
     "launched": 6,
     "preempt_recorded": 1,
     "drain_saved": 1,

@@ -46,7 +46,7 @@ def test_a_start_recorded_but_not_launched_runs_the_job_it_is_not_the_last_runs_
         wait_for(lambda: (j := client.job(job_id))["state"] == "PENDING" and j["restarts"] == 1)
 
         server.kill9()
-        server.env[ENV_VAR] = "journal_written:1"  # the next job change written: its start
+        server.env[ENV_VAR] = "start_recorded:1"  # its start durable, not launched
         server.start()
         del server.env[ENV_VAR]
         assert server.proc is not None

@@ -161,6 +161,7 @@ class Controller:
             started = self._record_starts(tx, decided.launches)
             self._record_preemptions(tx, decided.preempt)
         if started:
+            crash_point("start_recorded")
             self._launch(started)
         if decided.passed:  # idle ticks would drown the passes in the histogram
             self.metrics.pass_s.observe(time.perf_counter() - began)

@@ -14,6 +14,7 @@ The points (`POINTS`; grep for `crash_point(` to find them):
 - `journal_written`: a job change is in the store, the book and observers not told yet.
 - `submit_reply`: a submit is committed, its 201 not sent (the client sees a lost reply).
 - `pass_decided`: a scheduling pass has decided, nothing of it recorded yet.
+- `start_recorded`: a pass's starts (and preemptions) are durable, no process launched yet.
 - `launched`: job processes forked, their pids not recorded yet.
 - `preempt_recorded`: a preemption's stop intent is durable, the job not signalled yet.
 - `drain_saved`: a GPU's drain is durable, the jobs on it not stopped yet.
@@ -30,6 +31,7 @@ POINTS = (
     "journal_written",
     "submit_reply",
     "pass_decided",
+    "start_recorded",
     "launched",
     "preempt_recorded",
     "drain_saved",
