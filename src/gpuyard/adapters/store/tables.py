@@ -142,3 +142,34 @@ limits = Table(
     Column("shares", Float),
     Column("updated_at", Float, nullable=False),
 )
+
+# Progress (migration 0011): what a job reported of itself (`gpuyard.progress`, the stdout
+# protocol, tqdm/Lightning/Trainer lines), one row per kept sample, bounded and downsampled
+# per job by the service. `metrics`: JSON {name: value}.
+job_progress = Table(
+    "job_progress",
+    metadata,
+    Column("job_id", Integer, primary_key=True, autoincrement=False),
+    Column("at", Float, primary_key=True),
+    Column("step", BigInteger),
+    Column("total", BigInteger),
+    Column("metrics", Text, nullable=False, server_default="{}"),
+)
+# GPU telemetry history beyond what the server keeps in memory (1 s samples for 24 h): one row
+# per GPU per `resolution_s` bucket (e.g. 60), the bucket's means and peaks, kept for charts
+# of past jobs. `holders`: JSON list of the job ids on the GPU in that bucket.
+gpu_samples = Table(
+    "gpu_samples",
+    metadata,
+    Column("gpu_uuid", Text, primary_key=True),
+    Column("resolution_s", Integer, primary_key=True),
+    Column("at", Float, primary_key=True),
+    Column("util_pct", Float),
+    Column("util_peak_pct", Float),
+    Column("mem_used_mib", Float),
+    Column("mem_peak_mib", Float),
+    Column("temp_c", Float),
+    Column("power_w", Float),
+    Column("holders", Text, nullable=False, server_default="[]"),
+)
+Index("ix_gpu_samples_at", gpu_samples.c.at)
