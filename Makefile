@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test check bench clean postgres cc
+.PHONY: run test check bench clean postgres cc chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ run: $(STAMP_RUN)
 	@PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/demo.sh
 
 ## test: install the test needs (Ray, PostgreSQL's server included) and run the whole suite
-test: $(STAMP_TEST) postgres cc
+test: $(STAMP_TEST) postgres cc chromium
 	$(BIN)/python -m pytest
 
 # The store contract suite runs over PostgreSQL too, on a throw-away server the tests start
@@ -58,6 +58,17 @@ cc:
 	  echo "installing a C compiler (Debian's gcc) for the tests"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null; \
+	fi
+
+# tests/web drive the dashboard in a real headless browser: Debian's chromium (playwright's own
+# browser download cannot work offline), installed here when missing (as root, as CI is;
+# without root the browser tests skip, and fail under CI=1).
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "no chromium: apt-get install chromium, as root"; exit 0; fi; \
+	  echo "installing Debian's chromium for the dashboard's browser tests"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	fi
 
 ## check: lint and type-check src/
