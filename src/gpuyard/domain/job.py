@@ -150,6 +150,7 @@ class Gpu:
     memory_total_mib: int | None
     detected: bool
     node: str = "local"
+    pci_bus_id: str = ""  # NVML's "00000000:3B:00.0" ("" when unknown: a declared GPU)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ def detect_gpus() -> list[Gpu]:
                     name=_text(pynvml.nvmlDeviceGetName(handle)),
                     memory_total_mib=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20,
                     detected=True,
+                    pci_bus_id=_pci_bus_id(pynvml, handle),
                 )
             )
         return gpus
@@ -65,6 +66,14 @@ def detect_gpus() -> list[Gpu]:
         raise NvmlUnavailable(f"NVML failed while listing GPUs: {exc}") from None
     finally:
         pynvml.nvmlShutdown()
+
+
+def _pci_bus_id(pynvml: Any, handle: Any) -> str:
+    """The GPU's PCI address as dcgm-exporter labels it (`pci_bus_id`); "" if NVML fails."""
+    try:
+        return _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
+    except pynvml.NVMLError:
+        return ""
 
 
 def _text(value: str | bytes) -> str:
