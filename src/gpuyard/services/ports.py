@@ -179,6 +179,42 @@ class UsageStore(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class GpuBucket:
+    """One GPU's telemetry over `resolution_s` seconds from `at` (epoch): the means and peaks
+    of its samples (None: n/a in every sample) and the jobs that held it meanwhile."""
+
+    gpu_uuid: str
+    at: float
+    resolution_s: int
+    util_pct: float | None
+    util_peak_pct: float | None
+    mem_used_mib: float | None
+    mem_peak_mib: float | None
+    temp_c: float | None
+    power_w: float | None
+    holders: tuple[int, ...] = ()
+
+
+class GpuHistoryStore(Protocol):
+    """GPU telemetry older than the server's in-memory ring (`services/gpu_history.py`), in
+    buckets: charts of past jobs, after a restart too. The stores that implement JobStore
+    implement this too; `tests/contract/test_gpu_history_store.py` covers them."""
+
+    def save_gpu_buckets(self, buckets: Sequence[GpuBucket]) -> None:
+        """Write them in one transaction; a bucket of the same (GPU, resolution, at) as one
+        already saved replaces it (a restart within a minute writes that minute again)."""
+        ...
+
+    def load_gpu_buckets(self, gpu_uuid: str, since: float, until: float) -> list[GpuBucket]:
+        """The GPU's buckets with `since <= at < until`, oldest first."""
+        ...
+
+    def prune_gpu_buckets(self, before: float) -> int:
+        """Delete every GPU's buckets with `at < before`; how many went."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
 class ExitStatus:
     """How a job's process ended, as its supervisor recorded it."""
 
