@@ -40,7 +40,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "_http": (),
     "locations": (),
     "settings": ("gpuyard.locations",),
-    "gpuyard": (),  # the package's __init__: `__version__`, which any module may import
+    "gpuyard": ("gpuyard._progress",),  # __init__: `__version__`, `progress` (the job's SDK)
+    "_progress": (),  # `gpuyard.progress()`, run inside jobs: stdlib only
     "bootstrap": ("gpuyard",),  # the composition root wires everything
 }  # fmt: skip
 
@@ -138,7 +139,9 @@ def test_the_walk_sees_imports() -> None:
 
 def test_every_part_is_in_the_contract() -> None:
     assert {part_of(m) for m in MODULES} <= set(MAY_IMPORT)
-    assert not gpuyard_imports("gpuyard", MODULES["gpuyard"])  # the root imports nothing
+    # The root imports only the job-side progress SDK (stdlib only, itself importing nothing).
+    assert gpuyard_imports("gpuyard", MODULES["gpuyard"]) <= {"gpuyard._progress"}
+    assert not gpuyard_imports("gpuyard._progress", MODULES["gpuyard._progress"])
 
 
 def test_every_import_follows_the_layering() -> None:
