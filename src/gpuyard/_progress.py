@@ -88,7 +88,7 @@ class _Reporter:
         self._thread.start()
         atexit.register(self.flush)
 
-    def add(self, step: object, total: object, metrics: dict[str, object]) -> None:
+    def add(self, step: object, total: object, metrics: dict[str, float]) -> None:
         whole = _step(step)
         if whole is None:
             return  # no usable step: the report is dropped, metrics too
