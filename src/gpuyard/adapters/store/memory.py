@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuyard.adapters.store.accounts_memory import MemoryAccounts, MemoryAccountStore
+from gpuyard.adapters.store.gpu_history_memory import MemoryGpuHistory, MemoryGpuHistoryStore
 from gpuyard.adapters.store.limits_memory import MemoryLimits, MemoryLimitStore
 from gpuyard.domain.errors import Conflict, Unavailable
 from gpuyard.domain.job import Drain, Job
@@ -37,11 +38,12 @@ class MemoryDatabase:
     max_deleted_id: int = 0  # the highest id `delete_finished` removed: never given again
     accounts: MemoryAccounts = field(default_factory=MemoryAccounts)
     limits: MemoryLimits = field(default_factory=MemoryLimits)
+    gpu_history: MemoryGpuHistory = field(default_factory=MemoryGpuHistory)
     lock_holder: object | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class MemoryJobStore(MemoryAccountStore, MemoryLimitStore):
+class MemoryJobStore(MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore):
     """Implements the JobStore and AccountStore ports over a MemoryDatabase (a new, empty one
     by default)."""
 
@@ -49,6 +51,7 @@ class MemoryJobStore(MemoryAccountStore, MemoryLimitStore):
         self.database = database if database is not None else MemoryDatabase()
         self._accounts = self.database.accounts
         self._limits = self.database.limits
+        self._gpu_history = self.database.gpu_history
         self._closed = False
 
     def lock_exclusive(self) -> None:

@@ -27,6 +27,7 @@ from gpuyard.adapters.store.accounts_sql import SqlAccounts
 from gpuyard.adapters.store.advisory_lock import AdvisoryLock
 from gpuyard.adapters.store.codec import job_to_row, row_to_job
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
+from gpuyard.adapters.store.gpu_history_sql import SqlGpuHistory
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
 from gpuyard.adapters.store.limits_sql import SqlLimits
 from gpuyard.adapters.store.tables import counters, gpu_drains, job_gpu_stats, jobs
@@ -43,7 +44,7 @@ _MAX_JOB_ID = "max_job_id"
 _DELETE_CHUNK = 500  # ids per DELETE (SQLite's default limit on bound parameters is 32,766)
 
 
-class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage):
+class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory):
     """Implements the JobStore and AccountStore ports (accounts: `accounts_sql.py`). One
     server process per database (`lock_exclusive`).
 
