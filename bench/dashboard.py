@@ -1,0 +1,290 @@
+"""The web dashboard's figures (issue 14), in a real headless Chromium (Debian's, driven by
+playwright), against a real `gpuyard server` with 10,000 jobs in its queue:
+
+(a) time to first render of the queue page: from navigation start (the browser's
+    `performance.timeOrigin`) to the first job rows in the DOM and painted (the next animation
+    frame after they appear), read with `performance.now()` by a MutationObserver the page
+    gets before its own scripts run; over `--loads` fresh loads (a new tab each, same session).
+(b) SSE latency: a job submitted (then cancelled) through the API while the queue page is open;
+    from just before the request is sent to when the page's EventSource receives the change
+    (`Date.now()` in the page, `time.time()` here: one machine, one clock); and to when the
+    job's row shows the new state. p50/p99 over `--changes` submits and as many cancels.
+(c) server CPU with `--pages` dashboard pages open (half the queue, half the GPUs board, each
+    with its live streams) over `--duration-s` seconds: utime+stime of the server process from
+    /proc/<pid>/stat, as % of one core; next to the same server with no page open.
+
+The server: two GPUs from the project's fake NVML (telemetry every second, as on a real box)
+when gcc is there, else two declared ones; both held by `sleep` jobs, so the 10,000 submitted
+1-GPU jobs all stay PENDING. Prints one JSON line with `--json`.
+
+    .venv/bin/python bench/dashboard.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from submit import Api, machine_info, ms, percentile, proc_cpu_s  # noqa: E402
+from tests.web.rig import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Dashboard,
+    login,
+    shared_place,
+    start_dashboard,
+    stop_dashboard,
+)
+
+# A job's row in the queue page (pages/queue.js): the selector the first render waits for.
+ROW = "[data-job-id]"
+
+# Runs in every page before its own scripts: records when the first job rows appear (and the
+# frame after, when they are painted) and every event the page's EventSources receive.
+PROBE = """
+(() => {
+  const probe = (window.__probe = { rowsAt: null, paintedAt: null, events: [] });
+  const seen = () => {
+    if (probe.rowsAt !== null || !document.querySelector(__ROW__)) return false;
+    probe.rowsAt = performance.now();
+    requestAnimationFrame(() => { probe.paintedAt = performance.now(); });
+    return true;
+  };
+  new MutationObserver((_, observer) => { if (seen()) observer.disconnect(); })
+    .observe(document, { childList: true, subtree: true });
+  const Native = window.EventSource;
+  window.EventSource = class extends Native {
+    constructor(url, init) {
+      super(url, init);
+      const stream = String(url);
+      const note = (event) => {
+        let data = null;
+        try { data = JSON.parse(event.data); } catch { data = event.data; }
+        probe.events.push({ at: Date.now(), stream, type: event.type, data });
+      };
+      for (const type of ["job", "resync"]) this.addEventListener(type, note);
+    }
+  };
+})();
+""".replace("__ROW__", json.dumps(ROW))
+
+
+# -- the server ------------------------------------------------------------------------------
+def fill(dash: Dashboard, pending: int, clients: int) -> list[int]:
+    """Hold both GPUs with `sleep` jobs, then queue `pending` 1-GPU jobs from `clients`
+    threads (each on its own keep-alive connection): they all stay PENDING."""
+    api = Api(dash.url, dash.admin_token)
+    try:
+        workdir = str(dash.place)
+        holders = [api.submit(["sleep", "3600"], 1, workdir)["id"] for _ in range(2)]
+        deadline = time.monotonic() + 60
+        while any(api.json("GET", f"/api/v1/jobs/{i}")["state"] != "RUNNING" for i in holders):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the GPU-holding jobs did not start")
+            time.sleep(0.05)
+    finally:
+        api.close()
+    ids: list[int] = []
+    lock = threading.Lock()
+
+    def worker(count: int) -> None:
+        api = Api(dash.url, dash.admin_token)
+        try:
+            for _ in range(count):
+                body = {"command": ["true"], "gpus": 1, "workdir": workdir, "time_limit": "1d"}
+                job_id = api.json("POST", "/api/v1/jobs", body)["id"]
+                with lock:
+                    ids.append(job_id)
+        finally:
+            api.close()
+
+    shares = [pending // clients + (i < pending % clients) for i in range(clients)]
+    threads = [threading.Thread(target=worker, args=(n,)) for n in shares]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return ids
+
+
+# -- the browser -----------------------------------------------------------------------------
+@contextmanager
+def browser_context(dash: Dashboard) -> Iterator[Any]:
+    """A headless Chromium context logged in with the server's own token (an admin: the queue
+    page lists all 10,000 jobs), the probe installed in every page."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)  # fmt: skip
+        try:
+            page = login(browser, dash.url, dash.admin_token)
+            context = page.context
+            context.add_init_script(PROBE)
+            page.close()
+            yield context
+        finally:
+            browser.close()
+
+
+def first_render(context: Any, loads: int) -> dict[str, Any]:
+    """Fresh loads of the queue page: navigation start to rows in the DOM, and to painted."""
+    in_dom, painted = [], []
+    for _ in range(loads):
+        page = context.new_page()
+        page.goto("/ui/")
+        page.wait_for_function("window.__probe && window.__probe.paintedAt !== null",
+                               timeout=60_000)  # fmt: skip
+        probe = page.evaluate("window.__probe")
+        rows = page.locator(ROW).count()
+        in_dom.append(probe["rowsAt"] / 1000.0)
+        painted.append(probe["paintedAt"] / 1000.0)
+        page.close()
+    return {
+        "loads": loads,
+        "rows_rendered": rows,
+        "rows_in_dom_ms": {"p50": ms(percentile(in_dom, 50)), "max": ms(max(in_dom))},
+        "first_render_ms": {"p50": ms(percentile(painted, 50)), "max": ms(max(painted))},
+        "target_ms": 1000,
+    }
+
+
+def sse_latency(dash: Dashboard, context: Any, changes: int, gap_s: float) -> dict[str, Any]:
+    """Submit (and then cancel) jobs with the queue page open: when its EventSource receives
+    each change, and when the job's row shows it."""
+    page = context.new_page()
+    page.goto("/ui/")
+    page.wait_for_function("window.__probe && window.__probe.paintedAt !== null",
+                           timeout=60_000)  # fmt: skip
+    api = Api(dash.url, dash.admin_token)
+    sent: dict[tuple[int, str], float] = {}
+    try:
+        time.sleep(1.0)  # the streams open after the first render
+        workdir = str(dash.place)
+        for _ in range(changes):
+            t0 = time.time()
+            job_id = api.submit(["sleep", "3600"], 1, workdir)["id"]
+            sent[(job_id, "PENDING")] = t0
+            time.sleep(gap_s)
+            t0 = time.time()
+            api.json("POST", f"/api/v1/jobs/{job_id}/cancel")
+            sent[(job_id, "CANCELLED")] = t0
+            time.sleep(gap_s)
+        time.sleep(2.0)
+        events = page.evaluate("window.__probe.events")
+    finally:
+        api.close()
+        page.close()
+    received: dict[tuple[int, str], float] = {}
+    for event in events:
+        data = event["data"]
+        if event["type"] == "job" and isinstance(data, dict):
+            received.setdefault((int(data["id"]), str(data["state"])), event["at"] / 1000.0)
+    submit_s = [received[k] - t for k, t in sent.items() if k[1] == "PENDING" and k in received]
+    cancel_s = [received[k] - t for k, t in sent.items() if k[1] == "CANCELLED" and k in received]
+    both = submit_s + cancel_s
+
+    def stats(values: list[float]) -> dict[str, float | None]:
+        if not values:
+            return {"p50": None, "p99": None, "max": None}
+        return {"p50": ms(percentile(values, 50)), "p99": ms(percentile(values, 99)),
+                "max": ms(max(values))}  # fmt: skip
+
+    return {
+        "changes": len(sent),
+        "received": len([k for k in sent if k in received]),
+        "submit_ms": stats(submit_s),
+        "cancel_ms": stats(cancel_s),
+        "all_ms": stats(both),
+        "target_p99_ms": 1000,
+    }
+
+
+def server_cpu(dash: Dashboard, context: Any, pages: int, duration_s: float) -> dict[str, Any]:
+    """Server CPU, % of one core, over `duration_s` with no page, then with `pages` open."""
+    pid = dash.server.proc.pid if dash.server.proc else 0
+
+    def measure() -> float:
+        t0, c0 = time.monotonic(), proc_cpu_s(pid)
+        time.sleep(duration_s)
+        return round(100.0 * (proc_cpu_s(pid) - c0) / (time.monotonic() - t0), 2)
+
+    idle = measure()
+    opened = []
+    for i in range(pages):
+        page = context.new_page()
+        page.goto("/ui/" if i % 2 == 0 else "/ui/gpus")
+        opened.append(page)
+    for page in opened:
+        page.wait_for_load_state("load")
+    time.sleep(5.0)  # first renders done, streams open
+    busy = measure()
+    for page in opened:
+        page.close()
+    return {"pages": pages, "duration_s": duration_s, "no_page_pct": idle,
+            "with_pages_pct": busy, "target_pct": 10}  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {"machine": machine_info(), "pending_jobs": args.jobs}
+    with shared_place("gydash-bench-") as place:
+        dash = start_dashboard(place, {}, telemetry_s=1.0)
+        try:
+            t0 = time.monotonic()
+            fill(dash, args.jobs, args.clients)
+            result["fill_s"] = round(time.monotonic() - t0, 1)
+            result["nvml"] = dash.nvml_state is not None
+            with browser_context(dash) as context:
+                result["first_render"] = first_render(context, args.loads)
+                result["sse"] = sse_latency(dash, context, args.changes, args.gap_s)
+                result["server_cpu"] = server_cpu(dash, context, args.pages, args.duration_s)
+        finally:
+            stop_dashboard(dash)
+    return result
+
+
+def human(r: dict[str, Any]) -> str:
+    fr, sse, cpu = r["first_render"], r["sse"], r["server_cpu"]
+    return "\n".join([
+        f"queue page, {r['pending_jobs']} jobs: first render p50 {fr['first_render_ms']['p50']}"
+        f" ms, max {fr['first_render_ms']['max']} ms ({fr['loads']} loads, target 1000 ms)",
+        f"SSE latency: p50 {sse['all_ms']['p50']} ms, p99 {sse['all_ms']['p99']} ms"
+        f" ({sse['received']}/{sse['changes']} changes received; target p99 1000 ms)",
+        f"server CPU: {cpu['with_pages_pct']}% of a core with {cpu['pages']} pages open,"
+        f" {cpu['no_page_pct']}% with none ({cpu['duration_s']:g} s each; target 10%)",
+    ])  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=10_000, help="pending jobs in the queue")
+    parser.add_argument("--clients", type=int, default=4, help="threads that submit them")
+    parser.add_argument("--loads", type=int, default=5, help="fresh loads of the queue page")
+    parser.add_argument("--changes", type=int, default=50, help="jobs submitted then cancelled")
+    parser.add_argument("--gap-s", type=float, default=0.2, help="between two changes")
+    parser.add_argument("--pages", type=int, default=20, help="dashboard pages open for (c)")
+    parser.add_argument("--duration-s", type=float, default=60.0, help="CPU measuring time")
+    parser.add_argument("--json", action="store_true", help="one JSON line")
+    args = parser.parse_args()
+    if not os.access(CHROMIUM, os.X_OK):
+        print(f"bench/dashboard.py: no {CHROMIUM}: apt-get install chromium", file=sys.stderr)
+        return 1
+    result = run(args)
+    print(json.dumps(result) if args.json else human(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

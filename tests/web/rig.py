@@ -1,0 +1,167 @@
+"""A real dashboard to drive: a `gpuyard server` process with two real accounts, alice and bob,
+each with an API token of their own, GPUs from the project's fake NVML (live telemetry through
+the real pynvml code) when a C compiler is there, else declared ones; and the browser set-up
+(Debian's chromium through playwright) shared by tests/web and bench/dashboard.py.
+
+The accounts and their tokens are made in the state dir's database before the server starts,
+through the same AccountService the server runs (the API lets a user make tokens only for
+themselves, and a root server's users would need a Unix socket login first). On a root server
+each account's jobs run as a real Unix user (tests/e2e/unix_users.py), as they must there."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuyard.client import Client
+from gpuyard.domain.principal import Principal
+from tests.e2e.server import ServerProcess
+from tests.fakenvml import build_fake_nvml, fake_nvml_env, gcc_path, write_fake_nvml_state
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Root cannot run Chromium's sandbox (and CI runs as root); /dev/shm is small in containers.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]
+VIEWPORT = {"width": 1440, "height": 900}
+
+GPUS = [("NVIDIA H100 80GB HBM3", 81559, f"GPU-{i:08d}-dash-board-0000-000000000000")
+        for i in range(2)]  # fmt: skip
+# What the fake NVML reports per GPU: one busy, one quieter (the board then shows a contrast).
+TELEMETRY = {
+    0: {"util_gpu": 87, "util_mem": 45, "mem_used_mib": 61234, "temp_c": 71, "power_mw": 512000},
+    1: {"util_gpu": 12, "util_mem": 3, "mem_used_mib": 2048, "temp_c": 44, "power_mw": 98000},
+}
+
+
+@dataclass
+class Account:
+    name: str
+    token: str
+    unix_user: str | None
+
+    def client(self, url: str) -> Client:
+        return Client(url, token=self.token)
+
+
+@dataclass
+class Dashboard:
+    """A started server and who may use it: `admin` (the server's own token), alice, bob."""
+
+    server: ServerProcess
+    place: Path  # a folder every account's Unix user may traverse (jobs' workdir)
+    users: dict[str, Account] = field(default_factory=dict)
+    nvml_state: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def admin_token(self) -> str:
+        return (self.server.state_dir / "token").read_text().strip()
+
+    def client(self, who: str) -> Client:
+        if who == "admin":
+            return Client(self.url, token=self.admin_token)
+        return self.users[who].client(self.url)
+
+    def submit(self, who: str, script: str, **fields: Any) -> int:
+        """A `sh -c script` job of `who`'s, in the shared folder; its id."""
+        fields.setdefault("workdir", str(self.place))
+        with self.client(who) as client:
+            return int(client.submit(["sh", "-c", script], **fields)["id"])
+
+
+def make_accounts(state_dir: Path, unix_users: Mapping[str, str | None]) -> dict[str, Account]:
+    """Accounts `unix_users`' keys (each mapped to its Unix user, or none), a submit token
+    each, written into `state_dir`'s database before its server starts."""
+    from gpuyard.bootstrap import ensure_token, open_store
+    from gpuyard.domain.accounts import DEFAULT_TEAM
+    from gpuyard.services.accounts import AccountService
+    from gpuyard.services.auth import TokenAuth
+    from gpuyard.settings import Settings
+
+    settings = Settings(state_dir=state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    store = open_store(settings)
+    try:
+        owner = getpass.getuser()
+        admin = Principal(owner, "admin", DEFAULT_TEAM)
+        accounts = AccountService(store, TokenAuth(ensure_token(settings.token_path), admin),
+                                  server_user=owner)  # fmt: skip
+        accounts.start()
+        made: dict[str, Account] = {}
+        for name, unix_user in unix_users.items():
+            accounts.add_user(admin, name, unix_user=unix_user)
+            secret, _ = accounts.create_token(Principal(name, "user", DEFAULT_TEAM, "submit"))
+            made[name] = Account(name, secret, unix_user)
+        return made
+    finally:
+        store.close()
+
+
+@contextmanager
+def shared_place(prefix: str = "gydash-") -> Iterator[Path]:
+    """A folder every user may traverse (pytest's own tmp is root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def start_dashboard(
+    place: Path,
+    unix_users: Mapping[str, str | None],
+    *args: str,
+    telemetry_s: float = 0.5,
+    env: Mapping[str, str] | None = None,
+) -> Dashboard:
+    """A server on a free port with the accounts made and two GPUs (fake NVML with live
+    telemetry when gcc is there, else two declared GPUs). Stop it with `stop_dashboard`."""
+    state_dir = place / "state"
+    users = make_accounts(state_dir, unix_users)
+    nvml_state: Path | None = None
+    gpu_args: list[str] = ["--gpus", str(len(GPUS))]
+    base = dict(os.environ)
+    if gcc_path() is not None:
+        nvml_state = place / "nvml_state"
+        write_fake_nvml_state(nvml_state, TELEMETRY)
+        base = fake_nvml_env(build_fake_nvml(place / "nvml"), gpus=GPUS, state=nvml_state)
+        gpu_args = []  # auto: what NVML reports
+    server_env = {k: v for k, v in base.items() if not k.startswith("GPUYARD_")}
+    server_env["GPUYARD_TELEMETRY_S"] = str(telemetry_s)
+    server_env.update(env or {})
+    server = ServerProcess(state_dir, *gpu_args, "--cpus", "8", "--kill-grace", "1", *args,
+                           env=server_env)  # fmt: skip
+    server.start()
+    return Dashboard(server, place, users, nvml_state)
+
+
+def stop_dashboard(dashboard: Dashboard) -> None:
+    dashboard.server.stop()
+    dashboard.server.kill_jobs()
+
+
+def login(browser: Browser, url: str, token: str) -> Page:
+    """A new browser context (its own cookies) logged in through the login page as a person
+    would: the token typed in, Enter pressed; the page it lands on."""
+    context = browser.new_context(viewport=VIEWPORT, base_url=url)  # type: ignore[arg-type]
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    page.goto("/ui/login")
+    field = page.get_by_label("Token", exact=False).first
+    field.fill(token)
+    field.press("Enter")
+    page.wait_for_url(lambda at: "/ui/login" not in at)
+    return page
