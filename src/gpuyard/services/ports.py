@@ -11,6 +11,7 @@ from gpuyard.domain.accounts import Account, ApiToken, Team
 from gpuyard.domain.job import Drain, Gpu, Job
 from gpuyard.domain.limits import AccountLimits, LimitKind
 from gpuyard.domain.principal import Scope
+from gpuyard.domain.progress_series import ProgressPoint
 from gpuyard.domain.states import JobState
 
 
@@ -211,6 +212,23 @@ class GpuHistoryStore(Protocol):
 
     def prune_gpu_buckets(self, before: float) -> int:
         """Delete every GPU's buckets with `at < before`; how many went."""
+        ...
+
+
+class ProgressStore(Protocol):
+    """Jobs' progress timelines (`domain/progress_series.py`: at most a few thousand points a
+    job), written in batches by the progress service. The stores that implement JobStore
+    implement this too; `tests/contract/test_progress_store.py` covers them."""
+
+    def save_progress(
+        self, points: Sequence[tuple[int, ProgressPoint]], replace: Collection[int] = ()
+    ) -> None:
+        """In one transaction: the stored points of the jobs in `replace` deleted, then each
+        `(job id, point)` written, replacing the job's point of the same `at`."""
+        ...
+
+    def load_progress(self, job_id: int) -> list[ProgressPoint]:
+        """A job's stored points, oldest first ([] for none)."""
         ...
 
 
