@@ -16,11 +16,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from gpuyard.domain.job import Job
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.ports import GpuReading, GpuTelemetrySource, ProcessOwners
+
+if TYPE_CHECKING:
+    from gpuyard.services.gpu_history import GpuHistory
 
 log = logging.getLogger("gpuyard.telemetry")
 
@@ -155,6 +159,7 @@ class GpuMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.on_sample: Callable[[TelemetrySnapshot], None] | None = None
+        self.history: GpuHistory | None = None  # every sample kept for charts (gpu_history.py)
 
     @property
     def enabled(self) -> bool:
@@ -236,6 +241,8 @@ class GpuMonitor:
         gap = elapsed - previous.elapsed_at if previous.taken_at else self.period_s
         self._grow_stats(running, snapshot, min(max(gap, 0.0), _MAX_GAP_INTERVALS * self.period_s))
         self.snapshot = snapshot
+        if self.history is not None:
+            self.history.record(now, {r.index: r for r in readings}, running)
         self.sample_cost_s += time.thread_time() - started
         if self.on_sample is not None:
             self.on_sample(snapshot)  # the health guard: may drain a failing GPU

@@ -1,0 +1,456 @@
+"""Per-GPU telemetry history, so a job's GPU charts exist while it runs and after it ended.
+
+Two tiers:
+- a ring in memory of every sample (1 s at the default rate) for `ring_s` (24 h), fed by the
+  telemetry thread (`GpuMonitor.history`): one shared column of sample times and, per GPU,
+  five compact `array` columns (utilisation int8, memory MiB int32, temperature int16, power
+  mW int32, holders: an id of the set of jobs that held the GPU, int32), 25 bytes per GPU per
+  sample with the shared time, ~17 MiB for 8 GPUs x 86,400 samples; appending costs a few
+  microseconds under a lock the readers hold only to copy;
+- 60 s buckets (means and peaks, the jobs that held the GPU) written to the store once a
+  minute by this module's own thread (never by the sampler: a database write may wait), and
+  pruned after `retention_s` (90 days): a past job's charts after the ring forgot its samples,
+  and after a restart.
+
+A query (`gpu_series`, `job_series`) reads the ring where it covers the window and the store
+before that, and returns at most `max_points` points, each the mean of a bucket of time.
+
+Example: job 7 ran on GPU 0 from 10:00 to 10:30, three days ago. The ring starts yesterday,
+so its chart comes from the store's 30 one-minute buckets of GPU 0 between 10:00 and 10:30.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import math
+import threading
+import time
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuyard.domain.job import Job
+from gpuyard.services.ports import GpuBucket, GpuHistoryStore, GpuReading
+
+log = logging.getLogger("gpuyard.gpu_history")
+
+RING_S = 24 * 3600.0
+BUCKET_S = 60  # the stored resolution
+RETENTION_S = 90 * 86400.0
+PRUNE_EVERY_S = 3600.0
+
+# "n/a" in each column: the type's least value, so a column's max is its peak whenever any
+# sample has a value, and a sum corrects for n/a exactly (count x sentinel).
+_NA_UTIL, _NA_TEMP, _NA_I32 = -128, -32768, -(2**31)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One point of a chart: the means over `[t, t + resolution)` (None: n/a throughout)."""
+
+    t: float
+    util_pct: float | None
+    mem_used_mib: float | None
+    temp_c: float | None
+    power_w: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSeries:
+    """One GPU's history over a window, oldest first."""
+
+    index: int
+    uuid: str
+    resolution_s: float
+    points: tuple[Point, ...]
+
+
+@dataclass(slots=True)
+class _Acc:
+    """Sums, counts and peaks of one bucket, from ring slices and stored buckets alike."""
+
+    sums: list[float]
+    counts: list[float]
+    peaks: list[float | None]
+    holders: set[int]
+
+    @classmethod
+    def empty(cls) -> _Acc:
+        return cls([0.0] * 4, [0.0] * 4, [None] * 4, set())
+
+    def add_column(self, k: int, values: array[int], na: int, scale: float) -> None:
+        n = len(values)
+        missing = values.count(na)
+        if n == missing:
+            return
+        self.sums[k] += (sum(values) - na * missing) * scale
+        self.counts[k] += n - missing
+        peak = max(values) * scale
+        current = self.peaks[k]
+        self.peaks[k] = peak if current is None else max(current, peak)
+
+    def add_bucket(self, b: GpuBucket) -> None:
+        means = (b.util_pct, b.mem_used_mib, b.temp_c, b.power_w)
+        peaks = (b.util_peak_pct, b.mem_peak_mib, b.temp_c, b.power_w)
+        for k, (mean, peak) in enumerate(zip(means, peaks, strict=True)):
+            if mean is None:
+                continue
+            self.sums[k] += mean * b.resolution_s
+            self.counts[k] += b.resolution_s
+            top = mean if peak is None else peak
+            current = self.peaks[k]
+            self.peaks[k] = top if current is None else max(current, top)
+        self.holders.update(b.holders)
+
+    @property
+    def seen(self) -> bool:
+        return any(self.counts)
+
+    def mean(self, k: int) -> float | None:
+        return self.sums[k] / self.counts[k] if self.counts[k] else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """A GPU's ring samples within a window, copied out of the ring (oldest first)."""
+
+    times: array[float]
+    util: array[int]
+    mem: array[int]
+    temp: array[int]
+    power_mw: array[int]
+    holders: array[int]
+    holder_sets: Sequence[tuple[int, ...]]
+
+    def add(self, acc: _Acc, lo: int, hi: int) -> None:
+        acc.add_column(0, self.util[lo:hi], _NA_UTIL, 1.0)
+        acc.add_column(1, self.mem[lo:hi], _NA_I32, 1.0)
+        acc.add_column(2, self.temp[lo:hi], _NA_TEMP, 1.0)
+        acc.add_column(3, self.power_mw[lo:hi], _NA_I32, 0.001)
+        for set_id in set(self.holders[lo:hi]):
+            acc.holders.update(self.holder_sets[set_id])
+
+
+class TelemetryRing:
+    """The last `capacity` samples of a fixed set of GPUs, in compact columns. One writer
+    (the telemetry thread); readers copy what they need under the lock."""
+
+    def __init__(self, uuids: Sequence[str], capacity: int) -> None:
+        self.uuids = tuple(uuids)
+        self.capacity = max(1, capacity)
+        self._lock = threading.Lock()
+        self._times: array[float] = array("d")
+        self._util = [array("b") for _ in uuids]
+        self._mem = [array("i") for _ in uuids]
+        self._temp = [array("h") for _ in uuids]
+        self._power = [array("i") for _ in uuids]
+        self._holders = [array("i") for _ in uuids]
+        self._next = 0  # where the next sample goes once the ring is full
+        self._set_ids: dict[tuple[int, ...], int] = {(): 0}
+        self._sets: list[tuple[int, ...]] = [()]
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    @property
+    def oldest_at(self) -> float | None:
+        with self._lock:
+            if not self._times:
+                return None
+            return self._times[self._next if len(self._times) == self.capacity else 0]
+
+    @property
+    def newest_at(self) -> float | None:
+        with self._lock:
+            if not self._times:
+                return None
+            return self._times[(self._next - 1) % len(self._times)]
+
+    def append(
+        self, at: float, readings: Sequence[GpuReading | None], holders: Sequence[tuple[int, ...]]
+    ) -> None:
+        """One sample: `readings[i]` of GPU `uuids[i]` (None or an error: n/a), and the jobs
+        that held it. A sample older than the newest (a wall-clock step back) empties the
+        ring first: its times must stay in order to be searched."""
+        with self._lock:
+            if self._times and at < self._times[(self._next - 1) % len(self._times)]:
+                self._clear()
+            full = len(self._times) == self.capacity
+            slot = self._next
+            if slot == 0 and full:
+                self._compact_sets()
+            self._put(self._times, slot, full, at)
+            for i, reading in enumerate(readings):
+                ok = reading is not None and reading.error is None
+                util = reading.util_pct if ok and reading is not None else None
+                mem = reading.memory_used_mib if ok and reading is not None else None
+                temp = reading.temperature_c if ok and reading is not None else None
+                power = reading.power_w if ok and reading is not None else None
+                self._put(
+                    self._util[i], slot, full, _NA_UTIL if util is None else _clamp(util, -127, 127)
+                )
+                self._put(
+                    self._mem[i], slot, full, _NA_I32 if mem is None else _clamp(mem, 0, 2**31 - 1)
+                )
+                self._put(
+                    self._temp[i],
+                    slot,
+                    full,
+                    _NA_TEMP if temp is None else _clamp(temp, -32767, 32767),
+                )
+                self._put(
+                    self._power[i],
+                    slot,
+                    full,
+                    _NA_I32 if power is None else _clamp(round(power * 1000), 0, 2**31 - 1),
+                )
+                self._put(self._holders[i], slot, full, self._set_id(holders[i]))
+            self._next = (slot + 1) % self.capacity
+
+    def window(self, gpu: int, since: float, until: float) -> _Window:
+        """GPU `gpu`'s samples with `since <= t < until`, copied out."""
+        with self._lock:
+            cut = self._next if len(self._times) == self.capacity else 0
+            times = self._times[cut:] + self._times[:cut]
+            lo, hi = bisect.bisect_left(times, since), bisect.bisect_left(times, until)
+
+            def part(column: array[int]) -> array[int]:
+                return (column[cut:] + column[:cut])[lo:hi]
+
+            return _Window(
+                times[lo:hi], part(self._util[gpu]), part(self._mem[gpu]),
+                part(self._temp[gpu]), part(self._power[gpu]), part(self._holders[gpu]),
+                list(self._sets),
+            )  # fmt: skip
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
+        del self._times[:]
+        for columns in (self._util, self._mem, self._temp, self._power, self._holders):
+            for column in columns:
+                del column[:]
+        self._next = 0
+        self._set_ids, self._sets = {(): 0}, [()]
+
+    @staticmethod
+    def _put(column: array, slot: int, full: bool, value: float) -> None:  # type: ignore[type-arg]
+        if full:
+            column[slot] = value
+        else:
+            column.append(value)
+
+    def _set_id(self, holders: tuple[int, ...]) -> int:
+        found = self._set_ids.get(holders)
+        if found is None:
+            found = self._set_ids[holders] = len(self._sets)
+            self._sets.append(holders)
+        return found
+
+    def _compact_sets(self) -> None:
+        """Forget the holder sets no sample refers to any more (once per turn of the ring),
+        so a server that ran a million jobs does not keep a million sets."""
+        live = sorted({i for column in self._holders for i in set(column)} | {0})
+        if len(live) == len(self._sets):
+            return
+        renumber = {old: new for new, old in enumerate(live)}
+        self._sets = [self._sets[old] for old in live]
+        self._set_ids = {s: i for i, s in enumerate(self._sets)}
+        for column in self._holders:
+            column[:] = array("i", (renumber[v] for v in column))
+
+
+def _clamp(value: int | float, low: int, high: int) -> int:
+    return max(low, min(high, int(value)))
+
+
+class GpuHistory:
+    """The ring, the minute buckets' writer and the queries. `record` is the telemetry
+    thread's hook; `start`/`stop` run the writer (a server's Background)."""
+
+    def __init__(
+        self,
+        gpus: Mapping[int, str],
+        store: GpuHistoryStore,
+        *,
+        ring_s: float = RING_S,
+        period_s: float = 1.0,
+        retention_s: float = RETENTION_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._indices = sorted(gpus)
+        self._position = {index: i for i, index in enumerate(self._indices)}
+        self.uuids = {index: gpus[index] for index in self._indices}
+        self.ring = TelemetryRing(
+            [gpus[i] for i in self._indices], math.ceil(ring_s / max(period_s, 0.01))
+        )
+        self._store = store
+        self.retention_s = retention_s
+        self._clock = clock
+        self._flushed_to = float(math.floor(clock() / BUCKET_S) * BUCKET_S)
+        self._pruned_at = 0.0
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the telemetry thread's hook ------------------------------------------------------
+
+    def record(
+        self, taken_at: float, readings: Mapping[int, GpuReading], running: Iterable[Job]
+    ) -> None:
+        """One sample of every GPU; `running`: the jobs holding GPUs (their holders)."""
+        holders: dict[int, list[int]] = {}
+        for job in running:
+            for index in job.gpus:
+                holders.setdefault(index, []).append(job.id)
+        self.ring.append(
+            taken_at,
+            [readings.get(index) for index in self._indices],
+            [tuple(sorted(holders.get(index, ()))) for index in self._indices],
+        )
+
+    # -- the writer -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gpuyard-gpu-history", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        self.flush(final=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(BUCKET_S - self._clock() % BUCKET_S + 0.5):
+            try:
+                self.flush()
+                self.prune()
+            except Exception:  # a failed write is retried with the next minute's
+                log.exception("GPU history: writing the minute's buckets failed")
+
+    def flush(self, *, final: bool = False) -> int:
+        """Write the ring's whole minutes not written yet (`final`: the current minute's
+        samples too) to the store, one bucket per GPU per minute, in one write; how many."""
+        with self._flush_lock:
+            now = self._clock()
+            until = now if final else float(math.floor(now / BUCKET_S) * BUCKET_S)
+            start: float = self._flushed_to
+            oldest, newest = self.ring.oldest_at, self.ring.newest_at
+            if newest is not None and newest < start:  # the clock stepped back: ring emptied
+                start = 0.0
+            if oldest is not None and oldest > start:
+                start = float(math.floor(oldest / BUCKET_S) * BUCKET_S)
+            if until <= start:
+                return 0
+            buckets = [
+                b for index in self._indices for b in self._minute_buckets(index, start, until)
+            ]
+            self._store.save_gpu_buckets(buckets)
+            if not final:
+                self._flushed_to = until
+            return len(buckets)
+
+    def prune(self) -> int:
+        """Drop stored buckets older than the retention (at most once an hour)."""
+        now = self._clock()
+        if now - self._pruned_at < PRUNE_EVERY_S:
+            return 0
+        self._pruned_at = now
+        return self._store.prune_gpu_buckets(now - self.retention_s)
+
+    def _minute_buckets(self, index: int, since: float, until: float) -> list[GpuBucket]:
+        window = self.ring.window(self._position[index], since, until)
+        found = []
+        edges = _edges(since, until, BUCKET_S)
+        for k, (lo, hi) in enumerate(_cuts(window.times, edges)):
+            if lo == hi:
+                continue
+            acc = _Acc.empty()
+            window.add(acc, lo, hi)
+            found.append(
+                GpuBucket(
+                    self.uuids[index], edges[k], BUCKET_S, acc.mean(0), acc.peaks[0], acc.mean(1),
+                    acc.peaks[1], acc.mean(2), acc.mean(3), tuple(sorted(acc.holders)),
+                )
+            )  # fmt: skip
+        return found
+
+    # -- queries --------------------------------------------------------------------------
+
+    def gpu_series(self, index: int, since: float, until: float, max_points: int) -> GpuSeries:
+        """GPU `index` over `[since, until)` in at most `max_points` bucket means: the ring's
+        samples where it covers the window, the store's buckets before that."""
+        max_points = max(1, max_points)
+        until = max(until, since)
+        width = max((until - since) / max_points, 1e-9)
+        oldest = self.ring.oldest_at
+        ring_from = until if oldest is None else max(since, oldest)
+        stored = (
+            self._store.load_gpu_buckets(self.uuids[index], since - BUCKET_S, ring_from)
+            if since < ring_from
+            else []
+        )
+        stored = [b for b in stored if b.at + b.resolution_s > since]
+        window = self.ring.window(self._position[index], ring_from, until)
+        resolution = width
+        if stored:
+            resolution = max(width, max(b.resolution_s for b in stored))
+        elif len(window.times) > 1:
+            resolution = max(width, (window.times[-1] - window.times[0]) / (len(window.times) - 1))
+        count = max(1, math.ceil((until - since) / resolution - 1e-9))
+        edges = _edges(since, since + count * resolution, resolution)
+        accs = [_Acc.empty() for _ in range(count)]
+        for b in stored:
+            k = min(count - 1, max(0, int((b.at - since) // resolution)))
+            accs[k].add_bucket(b)
+        for k, (lo, hi) in enumerate(_cuts(window.times, edges)):
+            if lo < hi:
+                window.add(accs[k], lo, hi)
+        points = tuple(
+            Point(edges[k], acc.mean(0), acc.mean(1), acc.mean(2), acc.mean(3))
+            for k, acc in enumerate(accs)
+            if acc.seen
+        )
+        return GpuSeries(index, self.uuids[index], resolution, points)
+
+    def job_series(self, job: Job, max_points: int, now: float | None = None) -> list[GpuSeries]:
+        """The job's GPUs over its runs (earlier attempts' too): one series per GPU it held,
+        over the span from its first run's start to its last run's end (or now)."""
+        now = self._clock() if now is None else now
+        runs: list[tuple[float, float, tuple[int, ...]]] = [
+            (a.started_at, a.ended_at, a.gpus) for a in job.attempts
+        ]
+        if job.started_at is not None:
+            runs.append(
+                (job.started_at, job.ended_at if job.ended_at is not None else now, job.gpus)
+            )
+        series = []
+        for index in sorted({i for _, _, gpus in runs for i in gpus} & set(self._indices)):
+            mine = [(s, e) for s, e, gpus in runs if index in gpus]
+            since, until = min(s for s, _ in mine), max(e for _, e in mine)
+            full = self.gpu_series(index, since, max(until, since + 1.0), max_points)
+            kept = tuple(
+                p for p in full.points if any(s - full.resolution_s < p.t < e for s, e in mine)
+            )
+            series.append(GpuSeries(index, full.uuid, full.resolution_s, kept))
+        return series
+
+    def knows(self, index: int) -> bool:
+        return index in self._position
+
+
+def _edges(since: float, until: float, width: float) -> list[float]:
+    count = max(1, math.ceil((until - since) / width - 1e-9))
+    return [since + k * width for k in range(count + 1)]
+
+
+def _cuts(times: Sequence[float], edges: Sequence[float]) -> list[tuple[int, int]]:
+    """For each pair of consecutive edges, the index range of `times` (sorted) inside."""
+    marks = [bisect.bisect_left(times, edge) for edge in edges]
+    return list(itertools.pairwise(marks))
