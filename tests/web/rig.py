@@ -11,9 +11,11 @@ each account's jobs run as a real Unix user (tests/e2e/unix_users.py), as they m
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -79,6 +81,36 @@ class Dashboard:
         fields.setdefault("workdir", str(self.place))
         with self.client(who) as client:
             return int(client.submit(["sh", "-c", script], **fields)["id"])
+
+
+# A training job's stdout in the protocol (`::gpuyard progress step=.. total=..` and metrics):
+# `steps` steps, `every_s` apart, a loss that falls and an accuracy that rises.
+def training_script(steps: int, every_s: float, total: int | None = None) -> str:
+    total = total or steps
+    return (
+        f"i=0; while [ $i -lt {steps} ]; do i=$((i+1)); "
+        "awk -v i=$i -v t=%d 'BEGIN { printf \"::gpuyard progress step=%%d total=%%d "
+        "loss=%%.4f acc=%%.4f\\n\", i, t, 2.4*exp(-i/15)+0.15+0.03*sin(i), 0.95-0.8*exp(-i/20) }'; "
+        "sleep %s; done; echo training done" % (total, every_s)
+    )
+
+
+def vary_telemetry(dash: Dashboard, stop: threading.Event, every_s: float = 0.5) -> None:
+    """Until `stop`: the fake NVML's readings move (a busy GPU 0 that breathes, a quieter GPU
+    1), so the charts and the board show live numbers, not a flat line."""
+    if dash.nvml_state is None:
+        return
+    tick = 0
+    while not stop.wait(every_s):
+        tick += 1
+        wave = math.sin(tick / 4.0)
+        write_fake_nvml_state(dash.nvml_state, {
+            0: {**TELEMETRY[0], "util_gpu": int(85 + 10 * wave),
+                "mem_used_mib": int(61234 + 3000 * wave), "temp_c": int(70 + 3 * wave),
+                "power_mw": int(510000 + 60000 * wave)},
+            1: {**TELEMETRY[1], "util_gpu": int(30 + 25 * math.sin(tick / 3.0)),
+                "temp_c": int(48 + 2 * wave)},
+        })  # fmt: skip
 
 
 def make_accounts(state_dir: Path, unix_users: Mapping[str, str | None]) -> dict[str, Account]:
