@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import psutil
 from sqlalchemy import make_url
@@ -43,6 +43,7 @@ from gpuyard.services.auth import TokenAuth
 from gpuyard.services.controller import Controller, ExitInbox, Wakeup
 from gpuyard.services.drains import DrainService
 from gpuyard.services.feed import ChangeFeed
+from gpuyard.services.gpu_history import GpuHistory
 from gpuyard.services.gpu_mem import GpuMemLimit, PeakHistory
 from gpuyard.services.health import AfterSample, HealthGuard
 from gpuyard.services.idle import IdleWatch
@@ -59,7 +60,7 @@ from gpuyard.services.observers import (
     scheduler_events,
 )
 from gpuyard.services.peers import PeerAuth
-from gpuyard.services.ports import Executor, ExitCallback, JobStore
+from gpuyard.services.ports import Executor, ExitCallback, GpuHistoryStore, JobStore
 from gpuyard.services.rendezvous import RendezvousPorts
 from gpuyard.services.run_as import RunAsPolicy
 from gpuyard.services.server import Background, ServerFacade, ServerInfo
@@ -120,6 +121,11 @@ def build_core(
     scheduler = LiveScheduler(policy, inventory, clock)
     metrics, feed, ports, peaks = QueueMetrics(), ChangeFeed(), RendezvousPorts(), PeakHistory()
     monitor = make_monitor(book) if make_monitor is not None else None
+    if monitor is not None and monitor.enabled:  # charts: every sample kept (gpu_history.py)
+        monitor.history = GpuHistory(
+            {g.index: g.uuid for g in inventory.gpus if g.detected},
+            cast(GpuHistoryStore, store), period_s=monitor.period_s, clock=clock,
+        )  # fmt: skip
     stop_signals = StopSignals()  # `cancel --signal`: from the request to the executor
     after: list[JobObserver] = [signal_new_stops(executor, stop_signals)]
     if monitor is not None:
@@ -260,6 +266,8 @@ def build_server(
         store.close()
         raise
     background: list[Background] = [core.monitor] if core.monitor is not None else []
+    if core.monitor is not None and core.monitor.history is not None:
+        background.append(core.monitor.history)  # after the sampler: its stop writes the last
     if ray is not None:
         ray.watch.on_lost = lambda name: _node_lost(core.drains, inventory, name)
         ray.watch.on_back = lambda name: _node_back(core.drains, inventory, name)
