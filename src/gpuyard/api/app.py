@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from gpuyard import __version__
 from gpuyard.api.errors import install_error_handlers
 from gpuyard.api.front_door import FrontDoor
-from gpuyard.api.routers import admin, gpus, jobs, limits, system, tokens, verbs
+from gpuyard.api.routers import admin, gpu_history, gpus, jobs, limits, system, tokens, verbs
 from gpuyard.api.submit_route import SubmitFastPath
 from gpuyard.schemas.v1 import ErrorOut
 from gpuyard.services.server import ServerFacade
@@ -40,7 +40,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     app.state.server = server
     install_error_handlers(app)
     routers = (system.router, jobs.router, verbs.router, gpus.router, admin.router,
-               admin.accounts_router, tokens.router, limits.router)  # fmt: skip
+               admin.accounts_router, tokens.router, limits.router, gpu_history.router)  # fmt: skip
     for router in routers:
         app.include_router(router)
     app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door
