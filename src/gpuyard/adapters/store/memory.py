@@ -19,6 +19,7 @@ from typing import Any
 from gpuyard.adapters.store.accounts_memory import MemoryAccounts, MemoryAccountStore
 from gpuyard.adapters.store.gpu_history_memory import MemoryGpuHistory, MemoryGpuHistoryStore
 from gpuyard.adapters.store.limits_memory import MemoryLimits, MemoryLimitStore
+from gpuyard.adapters.store.progress_memory import MemoryProgress, MemoryProgressRows
 from gpuyard.domain.errors import Conflict, Unavailable
 from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
@@ -35,6 +36,7 @@ class MemoryDatabase:
     jobs: dict[int, Job] = field(default_factory=dict)
     drains: dict[str, Drain] = field(default_factory=dict)
     gpu_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
+    progress: MemoryProgressRows = field(default_factory=MemoryProgressRows)
     max_deleted_id: int = 0  # the highest id `delete_finished` removed: never given again
     accounts: MemoryAccounts = field(default_factory=MemoryAccounts)
     limits: MemoryLimits = field(default_factory=MemoryLimits)
@@ -43,7 +45,7 @@ class MemoryDatabase:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class MemoryJobStore(MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore):
+class MemoryJobStore(MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore, MemoryProgress):
     """Implements the JobStore and AccountStore ports over a MemoryDatabase (a new, empty one
     by default)."""
 
@@ -51,6 +53,7 @@ class MemoryJobStore(MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore
         self.database = database if database is not None else MemoryDatabase()
         self._accounts = self.database.accounts
         self._limits = self.database.limits
+        self._progress = self.database.progress
         self._gpu_history = self.database.gpu_history
         self._closed = False
 
@@ -116,6 +119,7 @@ class MemoryJobStore(MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore
             for job_id in ids:
                 del db.jobs[job_id]
                 db.gpu_stats.pop(job_id, None)
+            db.progress.drop(ids)
             db.max_deleted_id = max([db.max_deleted_id, *ids])
             return ids
 

@@ -30,7 +30,8 @@ from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.gpu_history_sql import SqlGpuHistory
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
 from gpuyard.adapters.store.limits_sql import SqlLimits
-from gpuyard.adapters.store.tables import counters, gpu_drains, job_gpu_stats, jobs
+from gpuyard.adapters.store.progress_sql import SqlProgress
+from gpuyard.adapters.store.tables import counters, gpu_drains, job_gpu_stats, job_progress, jobs
 from gpuyard.adapters.store.usage_sql import SqlUsage
 from gpuyard.domain.errors import Conflict, InvalidRequest
 from gpuyard.domain.job import Drain, Job
@@ -44,7 +45,7 @@ _MAX_JOB_ID = "max_job_id"
 _DELETE_CHUNK = 500  # ids per DELETE (SQLite's default limit on bound parameters is 32,766)
 
 
-class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory):
+class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory, SqlProgress):
     """Implements the JobStore and AccountStore ports (accounts: `accounts_sql.py`). One
     server process per database (`lock_exclusive`).
 
@@ -149,6 +150,7 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory):
             for at in range(0, len(ids), _DELETE_CHUNK):
                 chunk = ids[at : at + _DELETE_CHUNK]
                 conn.execute(delete(job_gpu_stats).where(job_gpu_stats.c.job_id.in_(chunk)))
+                conn.execute(delete(job_progress).where(job_progress.c.job_id.in_(chunk)))
                 conn.execute(delete(jobs).where(jobs.c.id.in_(chunk), *where))
         return ids
 
