@@ -18,7 +18,13 @@ import time
 
 from gpuyard._http import HttpResponse, UntrustedSocket, request
 from gpuyard.domain import hello
-from gpuyard.domain.errors import ERRORS_BY_CODE, GpuyardError, Unauthorized, Unavailable
+from gpuyard.domain.errors import (
+    ERRORS_BY_CODE,
+    GpuyardError,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
 from gpuyard.locations import (
     DEFAULT_URL,
     TOKEN_FILE,
@@ -430,6 +436,37 @@ class Client:
         result: JobDict = self._json("GET", "/api/v1/info")
         return result
 
+    # -- charts (issue 14): None from a server that has no such route ------------------------
+    def progress(self, job_id: int) -> JobDict | None:
+        """The job's latest progress: step, total, fraction, rate_per_s, eta_s, metrics (the
+        latest of each), updated_at, source; its fields are null before any report. None from
+        an older server without the route (a job that does not exist is NotFound)."""
+        return self._optional(f"/api/v1/jobs/{job_id}/progress")
+
+    def series(self, job_id: int, names: Sequence[str], max_points: int = 500) -> JobDict | None:
+        """The job's metric series `{job_id, series: {name: [[epoch_s, value], ...]}}` (the
+        server downsamples each to `max_points`); None from a server without the route."""
+        query = f"names={_query_value(','.join(names))}&max_points={int(max_points)}"
+        return self._optional(f"/api/v1/jobs/{job_id}/series?{query}")
+
+    def job_gpu_history(self, job_id: int, max_points: int = 600) -> JobDict | None:
+        """The job's GPUs' telemetry over its runs: `{job_id, gpus: [{index, uuid,
+        resolution_s, samples: [[epoch_s, util_pct, mem_used_mib, temp_c, power_w], ...]}]}`;
+        None from a server without the route."""
+        path = f"/api/v1/jobs/{job_id}/gpu-history?max_points={int(max_points)}"
+        return self._optional(path)
+
+    def _optional(self, path: str) -> JobDict | None:
+        """GET a route newer servers have: None when the server says the route itself does
+        not exist (its 404 names no route), so a newer CLI still works with an older server."""
+        try:
+            result: JobDict = self._json("GET", path)
+        except NotFound as exc:
+            if exc.message == NO_SUCH_ROUTE:
+                return None
+            raise
+        return result
+
     def log(self, job_id: int, offset: int = 0, *, tail: int | None = None) -> bytes:
         """The job's output from `offset`, or its last `tail` lines (`log_chunks` streams it)."""
         return b"".join(self.log_chunks(job_id, offset, tail=tail))
@@ -620,6 +657,16 @@ def new_idempotency_key() -> str:
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = raw.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+# What the server's 404 says when the path is no route at all (api/errors.py), not a job.
+NO_SUCH_ROUTE = "no such API route"
+
+
+def _query_value(text: str) -> str:
+    """Percent-encoded for a query string, without `urllib.parse` (~3 ms on the CLI's path)."""
+    safe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~,"
+    return "".join(c if c in safe else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
 
 
 def _env_seconds(name: str, default: float) -> float:

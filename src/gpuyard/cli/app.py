@@ -161,6 +161,12 @@ def submit(
     _exit(commands.submit(options))
 
 
+QuietOpt = Annotated[
+    bool,
+    typer.Option("--quiet", "-q", help="no progress bar (it is shown only on a terminal)"),
+]
+
+
 def _exit(code: int) -> None:
     if code:
         raise typer.Exit(code)
@@ -235,21 +241,11 @@ def logs(
         int | None,
         typer.Option("--tail", "-n", min=0, metavar="N", help="only the last N lines"),
     ] = None,
+    quiet: QuietOpt = False,
 ) -> None:
-    """The job's output (stdout and stderr), streamed as it arrives."""
-    client = _client()
-    out = sys.stdout.buffer
-    if follow:
-        for chunk in client.follow_log(job_id, tail=tail, on_lost=_following_lost):
-            out.write(chunk)
-            out.flush()
-    else:
-        for chunk in client.log_chunks(job_id, tail=tail):
-            out.write(chunk)
-
-
-def _following_lost() -> None:
-    sys.stderr.write("gpuyard: the server went away; following again once it is back\n")
+    """The job's output (stdout and stderr), streamed as it arrives; with -f on a terminal, a
+    progress bar under it (on stderr)."""
+    _exit(commands.logs(job_id, follow, tail, quiet))
 
 
 @app.command()
@@ -369,14 +365,11 @@ def clean(
 
 
 @app.command()
-def wait(job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")]) -> None:
-    """Block until the jobs end; exit 0 only if all COMPLETED."""
-    jobs = _client().wait(job_ids)
-    bad = [j for j in jobs if j["state"] != "COMPLETED"]
-    for job in bad:
-        sys.stderr.write(f"gpuyard: job {job['id']} {job['state']}: {job['reason']}\n")
-    if bad:
-        raise typer.Exit(1)
+def wait(job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+         quiet: QuietOpt = False) -> None:  # fmt: skip
+    """Block until the jobs end; exit 0 only if all COMPLETED. On a terminal, a progress bar
+    per job (on stderr) until then."""
+    _exit(commands.wait(job_ids, quiet))
 
 
 @app.command()

@@ -184,15 +184,84 @@ class HistoryPage:
 
 
 def show(job_id: int, json_out: bool) -> int:
-    """Everything about one job."""
-    job = client().job(job_id)
+    """Everything about one job; with its progress and sparklines once it has run."""
+    session = client()
+    job = session.job(job_id)
     if json_out:
         print_json(job)
         return 0
     from gpuyard.cli.render import job_record
 
-    sys.stdout.write(job_record(job) + "\n")
+    charts = _charts(session, job) if job.get("started_at") else []
+    sys.stdout.write(job_record(job, charts) + "\n")
     return 0
+
+
+# Points asked of the server per chart: a few per sparkline cell, so each cell is a mean.
+_CHART_POINTS = 160
+
+
+def _charts(session: Client, job: dict[str, object]) -> list[tuple[str, object]]:
+    """`show`'s progress line and sparklines: one request for the progress, one for the
+    metric's series when it reported metrics, one for GPU history when it holds GPUs (a job
+    that never started asks nothing: `show` of a pending job stays one request)."""
+    from gpuyard.cli.render import chart_fields, chart_metric
+    from gpuyard.domain.errors import NotFound
+
+    job_id = int(str(job["id"]))
+    try:
+        progress = session.progress(job_id)
+        metric = chart_metric(progress)
+        series = session.series(job_id, [metric], _CHART_POINTS) if metric else None
+        history = session.job_gpu_history(job_id, _CHART_POINTS) if job.get("num_gpus") else None
+    except NotFound:  # cleaned between two requests: the record is what there is
+        return []
+    return chart_fields(progress, metric, series, history)
+
+
+def wait(job_ids: list[int], quiet: bool = False) -> int:
+    """Block until the jobs end; exit 0 only if all COMPLETED. On a terminal (stderr), a
+    progress bar per job until then (cli/live.py); piped or `quiet`, nothing but the lines
+    of the jobs that did not complete, as always."""
+    from gpuyard.cli.live import wants_live
+
+    session = client()
+    if wants_live(quiet):
+        from gpuyard.cli.live import wait_live
+
+        jobs = wait_live(session, job_ids)
+    else:
+        jobs = session.wait(job_ids)
+    bad = [j for j in jobs if j["state"] != "COMPLETED"]
+    for job in bad:
+        sys.stderr.write(f"gpuyard: job {job['id']} {job['state']}: {job['reason']}\n")
+    return 1 if bad else 0
+
+
+def logs(job_id: int, follow: bool, tail: int | None, quiet: bool = False) -> int:
+    """The job's output on stdout, as its bytes are. With `follow` on a terminal (stderr),
+    a progress bar under it while it runs (cli/live.py); piped or `quiet`, the bytes alone."""
+    session = client()
+    out = sys.stdout.buffer
+    if not follow:
+        for chunk in session.log_chunks(job_id, tail=tail):
+            out.write(chunk)
+        return 0
+    from gpuyard.cli.live import wants_live
+
+    if wants_live(quiet):
+        from gpuyard.cli.live import follow_live
+
+        follow_live(session, job_id, tail, on_lost=_following_lost)
+        return 0
+    for chunk in session.follow_log(job_id, tail=tail, on_lost=_following_lost):
+        out.write(chunk)
+        out.flush()
+    return 0
+
+
+def _following_lost() -> None:
+    sys.stderr.write("gpuyard: the server went away; following again once it is back\n")
 
 
 def cancel(job_ids: list[int], signal: str | None = None) -> int:

@@ -8,13 +8,25 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpuyard.cli.render import NA, bar, gpu_notes, printable
+from gpuyard.cli.render import (
+    NA,
+    bar,
+    gpu_notes,
+    printable,
+    progress_count,
+    progress_fraction,
+)
 from gpuyard.domain.units import format_duration, format_size_mib
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from gpuyard.client import Client
+
+
+# Running jobs whose progress is asked each frame (one request each): more would not fit a
+# terminal anyway, and a frame stays a few dozen requests.
+PROGRESS_JOBS = 40
 
 
 def run_top(client: Client, interval_s: float, iterations: int | None) -> None:
@@ -24,29 +36,57 @@ def run_top(client: Client, interval_s: float, iterations: int | None) -> None:
 
     console = Console()
     shown = 1
-    with Live(_frame(client), console=console, auto_refresh=False) as live:
+    progress = ProgressSource(client)
+    with Live(_frame(client, progress), console=console, auto_refresh=False) as live:
         try:
             while iterations is None or shown < iterations:
                 time.sleep(interval_s)
-                live.update(_frame(client), refresh=True)
+                live.update(_frame(client, progress), refresh=True)
                 shown += 1
         except KeyboardInterrupt:
             pass
 
 
-def _frame(client: Client) -> RenderableType:
+class ProgressSource:
+    """Each running job's progress, asked each frame; never again once the server has
+    answered that it has no progress route (an older server: the column stays `-`)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.route = True
+
+    def of(self, jobs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        from gpuyard.domain.errors import NotFound
+
+        found: dict[int, dict[str, Any]] = {}
+        for job in jobs[:PROGRESS_JOBS]:
+            if not self.route:
+                break
+            try:
+                progress = self.client.progress(job["id"])
+            except NotFound:  # it ended and was cleaned since the list
+                continue
+            if progress is None:
+                self.route = False
+            else:
+                found[job["id"]] = progress
+        return found
+
+
+def _frame(client: Client, progress: ProgressSource | None = None) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
 
     gpus = client.gpus()
     running = [job for job in client.jobs() if job["state"] == "RUNNING"]
+    reports = (progress or ProgressSource(client)).of(running)
     title = Text(f"gpuyard top  {time.strftime('%H:%M:%S')}  {client.url}", style="bold")
     parts: list[RenderableType] = [title, _gpu_table(gpus) if gpus else Text("no GPUs")]
     for g in gpus:
         for note in gpu_notes(g):
             style = "red" if note.startswith("!") else "dim"
             parts.append(Text(f"  GPU {g['index']}: {printable(note)}", style=style))
-    parts.append(_job_table(running) if running else Text("no running jobs"))
+    parts.append(_job_table(running, reports) if running else Text("no running jobs"))
     return Group(*parts)
 
 
@@ -88,12 +128,15 @@ def _power(g: dict[str, Any]) -> str:
     return f"{draw:.0f}W" if limit is None else f"{draw:.0f}/{limit:.0f}W"
 
 
-def _job_table(jobs: list[dict[str, Any]]) -> RenderableType:
+def _job_table(
+    jobs: list[dict[str, Any]], reports: dict[int, dict[str, Any]] | None = None
+) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=None, pad_edge=False, header_style="bold", title_justify="left")
-    for column in ("JOBID", "NAME", "USER", "GPU_IDS", "TIME", "GPU_UTIL", "GPU_MEM_PEAK"):
+    columns = ("JOBID", "NAME", "USER", "GPU_IDS", "TIME", "GPU_UTIL", "GPU_MEM_PEAK", "PROGRESS")
+    for column in columns:
         table.add_column(column, no_wrap=True)
     for job in jobs:
         stats = job.get("gpu_stats") or {}
@@ -106,5 +149,17 @@ def _job_table(jobs: list[dict[str, Any]]) -> RenderableType:
             format_duration(job["runtime_s"]),
             NA if mean is None else f"{mean:.0f}%",
             NA if peak is None else format_size_mib(peak),
+            progress_cell((reports or {}).get(job["id"])),
         )
     return table
+
+
+def progress_cell(progress: dict[str, Any] | None) -> str:
+    """`████░░░░░░  45% ETA 2:51`, `step 450` without a total, `-` without progress."""
+    if not progress or progress.get("step") is None:
+        return "-"
+    if not progress.get("total"):
+        return progress_count(progress)
+    pct = 100 * progress_fraction(progress)
+    eta = progress.get("eta_s")
+    return f"{bar(pct)} {pct:3.0f}%" + ("" if eta is None else f" ETA {format_duration(eta)}")
