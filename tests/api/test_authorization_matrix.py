@@ -62,7 +62,8 @@ CLASSES: dict[str, Callable[[int], bool]] = {
 
 @dataclass(frozen=True)
 class Rule:
-    """Who may call a route: `public` (anyone), `reader` (any account, any scope), `metrics`
+    """Who may call a route: `public` (anyone), `reader` (any account, any scope, whatever
+    the method), `metrics`
     (accounts and the metrics token), `submitter` (an account's submit or admin scope), `admin`
     (an admin's admin scope), `owner` (the resource's owner and admins; anyone else: 404)."""
 
@@ -85,6 +86,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PATCH", "/api/v1/jobs/{job_id}"): Rule("owner", lambda rig: {"priority": 5}),
     ("POST", "/api/v1/jobs/{job_id}/cancel"): Rule("owner"),
     ("GET", "/api/v1/jobs/{job_id}/log"): Rule("owner"),
+    ("GET", "/api/v1/jobs/{job_id}/gpu-history"): Rule("owner"),
+    ("GET", "/api/v1/gpus/{index}/history"): Rule("reader"),
     ("POST", "/api/v1/jobs/{job_id}/hold"): Rule("owner"),
     ("POST", "/api/v1/jobs/{job_id}/release"): Rule("owner"),
     ("POST", "/api/v1/jobs/{job_id}/requeue"): Rule("owner"),
@@ -105,6 +108,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/api/v1/admin/limits/{kind}/{name}"): Rule("admin"),
     ("GET", "/api/v1/share"): Rule("reader"),
     ("GET", "/api/v1/usage"): Rule("reader"),
+    # A one-time dashboard login as the caller, with the caller's scope (a read token's: a
+    # read-only session): a POST that a read token may make.
+    ("POST", "/api/v1/web/login-link"): Rule("reader"),
 }
 
 
@@ -117,7 +123,7 @@ def expected(rule: Rule, method: str, caller: str) -> str:
     if caller in (NONE, BAD, EXPIRED):
         return "401"
     changes = method not in ("GET", "HEAD")
-    if caller == READ and changes:
+    if caller == READ and changes and rule.who != "reader":
         return "403"  # the front door's: a read token only reads
     if rule.who == "admin":
         return OK if caller == ADMIN else "403"

@@ -11,10 +11,11 @@ from fastapi import FastAPI
 from gpuyard import __version__
 from gpuyard.api.errors import install_error_handlers
 from gpuyard.api.front_door import FrontDoor
-from gpuyard.api.routers import admin, gpu_history, gpus, jobs, limits, system, tokens, verbs
+from gpuyard.api.routers import admin, gpu_history, gpus, jobs, limits, system, tokens, verbs, web
 from gpuyard.api.submit_route import SubmitFastPath
 from gpuyard.schemas.v1 import ErrorOut
 from gpuyard.services.server import ServerFacade
+from gpuyard.services.web_sessions import WebSessions
 
 # Every route may answer these (the front door's 421 and 429 come before any route is chosen:
 # a Host not this server's, too many failed authentications; 429 is also a quota; 503 a
@@ -38,11 +39,17 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
 
     app = FastAPI(title="gpuyard", version=__version__, lifespan=lifespan, responses=_ERRORS)  # type: ignore[arg-type]
     app.state.server = server
+    # The dashboard's sessions live with the app (in memory: services/web_sessions.py).
+    app.state.web_sessions = sessions = WebSessions()
+    app.state.web_static = web.StaticFiles(web.static_root())
     install_error_handlers(app)
     routers = (system.router, jobs.router, verbs.router, gpus.router, admin.router,
-               admin.accounts_router, tokens.router, limits.router, gpu_history.router)  # fmt: skip
+               admin.accounts_router, tokens.router, limits.router, web.api_router,
+               web.router, gpu_history.router)  # fmt: skip
     for router in routers:
         app.include_router(router)
     app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door
-    app.add_middleware(FrontDoor, auth=server.auth, access=server.access, peers=server.peers)
+    app.add_middleware(
+        FrontDoor, auth=server.auth, access=server.access, peers=server.peers, sessions=sessions
+    )
     return app

@@ -10,6 +10,13 @@ A request on the root server's Unix socket carries its caller's credentials from
 (`PEER`, put in the scope by `http_server`); the caller is who the kernel says
 (`services/peers.py`), with no token, whatever Authorization it sends. Its Host is not
 checked (DNS rebinding needs TCP: a browser cannot reach a Unix socket).
+
+The web dashboard's browser carries a session cookie instead (`services/web_sessions.py`): a
+request without an Authorization header and with `gpuyard_session` is its session's
+principal, asked again of the credential the session was made with (a revoked token ends
+it); an unsafe method (POST/PUT/PATCH/DELETE) so authenticated must also send `X-CSRF-Token`
+equal to the session's CSRF token. The dashboard's own pages (`/ui/...`) need no credential
+(the login page is one): they get the session's principal when there is one.
 """
 
 from __future__ import annotations
@@ -27,8 +34,9 @@ from gpuyard.domain import hello
 from gpuyard.domain.errors import Forbidden, PayloadTooLarge, Unauthorized
 from gpuyard.domain.principal import Principal
 from gpuyard.services.access import AccessRules
-from gpuyard.services.auth import TokenAuth
+from gpuyard.services.auth import TokenAuth, token_hash
 from gpuyard.services.peers import PeerAuth
+from gpuyard.services.web_sessions import Origin, Session, WebSessions
 
 MAX_BODY_BYTES = 4 << 20  # a submit is a few KiB; spec rules cap argv and env well below this
 _READS = frozenset({"GET", "HEAD"})
@@ -41,6 +49,24 @@ METRICS_PRINCIPAL = Principal("metrics", role="user")
 # scope["extensions"] key of a Unix socket connection's peer credentials ({"pid", "uid",
 # "gid"}), set by the HTTP server from SO_PEERCRED, never from what the client sends.
 PEER = "gpuyard.peer"
+SESSION_COOKIE = "gpuyard_session"
+CSRF_COOKIE = "gpuyard_csrf"
+CSRF_HEADER = b"x-csrf-token"
+UI_PREFIX = "/ui"
+# scope["state"] keys: how the principal was authenticated (an `Origin`: the web login link
+# makes a session of the same credential), and the web session with its cookie value.
+ORIGIN = "origin"
+WEB_SESSION = "web_session"
+_BAD_CSRF = (
+    "missing or wrong X-CSRF-Token header: a dashboard request that changes something must "
+    "send the gpuyard_csrf cookie's value in it (reload the page)"
+)
+_SESSION_ENDED = "your dashboard session ended ({why}): log in again at /ui/login"
+
+
+def is_ui(path: str) -> bool:
+    """Whether `path` is the dashboard's (pages, static files, login)."""
+    return path == UI_PREFIX or path.startswith(UI_PREFIX + "/")
 
 
 class FrontDoor:
@@ -56,8 +82,10 @@ class FrontDoor:
         max_body_bytes: int = MAX_BODY_BYTES,
         public: Collection[str] = PUBLIC_PATHS,
         peers: PeerAuth | None = None,
+        sessions: WebSessions | None = None,
     ) -> None:
         self._app = app
+        self._sessions = sessions
         self._auth = auth
         self._peers = peers
         self._access = access or AccessRules()
@@ -80,14 +108,23 @@ class FrontDoor:
         if path == hello.PATH:
             await self._hello(scope, send)
             return
-        if path not in self._public:
+        if is_ui(path):
+            # Pages and the login: no credential needed; the session's principal if any.
+            await self._ui_session(scope, headers)
+        elif path not in self._public:
             if peer is not None:
                 principal = await self._local(peer, send)
+            elif b"authorization" not in headers and self._session_id(headers):
+                principal = await self._by_session(scope, headers, send)
             else:
                 principal = await self._authenticate(scope, headers, send)
             if principal is None:
                 return
-            if not principal.may_change and scope["method"] not in _READS:
+            if (
+                not principal.may_change
+                and scope["method"] not in _READS
+                and path not in READ_SCOPE_POSTS
+            ):
                 await _answer(send, 403, Forbidden.code, _READ_ONLY)
                 return
             scope.setdefault("state", {})["principal"] = principal
@@ -161,6 +198,73 @@ class FrontDoor:
             return None
         return principal
 
+    def _session_id(self, headers: dict[bytes, bytes]) -> str | None:
+        if self._sessions is None:
+            return None
+        return cookie_value(headers.get(b"cookie", b""), SESSION_COOKIE)
+
+    async def _session_principal(self, session: Session) -> Principal:
+        """The principal of a live session, asked again of the credential it came from;
+        Unauthorized/Forbidden when that no longer admits anyone."""
+        origin = session.origin
+        if origin.token_hash is not None:
+            return self._auth.authenticate_hash(origin.token_hash)
+        if origin.uid is not None and self._peers is not None:
+            principal = self._peers.lookup(origin.uid)
+            if principal is None:
+                principal = await asyncio.to_thread(self._peers.register, origin.uid)
+            return principal
+        return origin.principal
+
+    async def _by_session(
+        self, scope: Scope, headers: dict[bytes, bytes], send: Send
+    ) -> Principal | None:
+        """The principal of a session cookie, or None once a 401/403/429 is sent."""
+        assert self._sessions is not None
+        address = _address(scope)
+        if await self._throttled(address, send):
+            return None
+        session_id = self._session_id(headers) or ""
+        session = self._sessions.lookup(session_id)
+        if session is None:
+            self._access.throttle.failed(address)
+            why = "it expired, you logged out or the server restarted"
+            await _answer(send, 401, Unauthorized.code, _SESSION_ENDED.format(why=why))
+            return None
+        try:
+            principal = await self._session_principal(session)
+        except (Unauthorized, Forbidden) as exc:
+            self._sessions.forget(session_id)
+            await _answer(send, 401, Unauthorized.code, _SESSION_ENDED.format(why=exc.message))
+            return None
+        if scope["method"] not in _SAFE_METHODS and not self._sessions.csrf_matches(
+            session, headers.get(CSRF_HEADER)
+        ):
+            await _answer(send, 403, Forbidden.code, _BAD_CSRF)
+            return None
+        state = scope.setdefault("state", {})
+        state[ORIGIN] = session.origin
+        state[WEB_SESSION] = (session_id, session)
+        return principal
+
+    async def _ui_session(self, scope: Scope, headers: dict[bytes, bytes]) -> None:
+        """A dashboard page's session, when its cookie names a live one (nothing sent)."""
+        session_id = self._session_id(headers)
+        if not session_id or self._sessions is None:
+            return
+        session = self._sessions.lookup(session_id)
+        if session is None:
+            return
+        try:
+            principal = await self._session_principal(session)
+        except (Unauthorized, Forbidden):
+            self._sessions.forget(session_id)
+            return
+        state = scope.setdefault("state", {})
+        state["principal"] = principal
+        state[ORIGIN] = session.origin
+        state[WEB_SESSION] = (session_id, session)
+
     async def _throttled(self, address: str, send: Send) -> bool:
         """Whether `address` must wait (429 sent): it failed to authenticate too often."""
         wait_s = self._access.throttle.retry_after_s(address)
@@ -220,6 +324,39 @@ class FrontDoor:
             return message
 
         return bounded
+
+
+# POSTs a read-scope credential may make: they change nothing of the account's (a login link
+# makes a session with the same read scope).
+READ_SCOPE_POSTS = frozenset({"/api/v1/web/login-link"})
+
+
+def cookie_value(header: bytes, name: str) -> str | None:
+    """One cookie's value from a Cookie header (the first of that name), or None."""
+    wanted = name.encode() + b"="
+    for part in header.split(b";"):
+        part = part.strip()
+        if part.startswith(wanted):
+            return part[len(wanted) :].decode("latin-1")
+    return None
+
+
+def request_origin(scope: Scope, principal: Principal) -> Origin:
+    """How an authenticated request's principal was established, for a web session made
+    from it (the login link): its web session's origin, its socket peer's uid, or its
+    bearer token's hash. Worked out only when asked (not a hash more per request)."""
+    state = scope.get("state", {})
+    if ORIGIN in state:
+        found: Origin = state[ORIGIN]
+        return found
+    peer = _peer_uid(scope)
+    if peer is not None:
+        return Origin(principal, uid=peer)
+    headers = dict(scope["headers"])
+    scheme, _, secret = headers.get(b"authorization", b"").partition(b" ")
+    if scheme.lower() == b"bearer" and secret.strip(b" "):
+        return Origin(principal, token_hash=token_hash(secret.strip(b" ")))
+    return Origin(principal)
 
 
 def _peer_uid(scope: Scope) -> int | None:

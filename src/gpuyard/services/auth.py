@@ -77,9 +77,17 @@ class TokenAuth:
         """The principal behind an `Authorization` header value; Unauthorized otherwise.
         The scheme is case-insensitive (`bearer` is `Bearer`: RFC 9110, section 11.1)."""
         scheme, _, secret = authorization.partition(b" ")
+        if scheme.lower() != b"bearer":
+            raise Unauthorized(_UNKNOWN)
         # Looked up by hash: how long the lookup takes says nothing about a stored secret.
-        found = self._by_hash.get(token_hash(secret.strip(b" ")))
-        if found is None or scheme.lower() != b"bearer":
+        return self.authenticate_hash(token_hash(secret.strip(b" ")))
+
+    def authenticate_hash(self, hashed: str) -> Principal:
+        """The principal behind a token known by its SHA-256 (hex), as `authenticate`: a web
+        session made with a token asks again at each request, so revoking the token, its
+        expiry or a disabled account ends the session too."""
+        found = self._by_hash.get(hashed)
+        if found is None:
             raise Unauthorized(_UNKNOWN)
         if found.refused is not None:
             raise Unauthorized(found.refused)

@@ -1,0 +1,305 @@
+"""The web dashboard's server side in-process (the real app over a real SQLite store): login
+with a token or a one-time link, the session cookie as the API's credential, CSRF on changes,
+foreign Origins, what a session may see, the static files and their security headers."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuyard.bootstrap import build_app
+from gpuyard.domain.errors import GpuyardError
+from gpuyard.domain.principal import Principal
+from gpuyard.services.server import ServerFacade
+from gpuyard.settings import Settings
+
+OWNER, OTHER = "nobody", "daemon"  # Unix users every Linux has (root runs jobs as them)
+
+
+@dataclass
+class Web:
+    server: ServerFacade
+    settings: Settings
+    admin_token: str
+    tokens: dict[str, str]
+
+    def browser(self) -> TestClient:
+        """A fresh browser (its own cookie jar) on the server's own address."""
+        client = TestClient(self.app, base_url=self.settings.url, follow_redirects=False)
+        return client
+
+    app: object = None
+
+
+@pytest.fixture
+def web(tmp_path: Path) -> Iterator[Web]:
+    settings = Settings(state_dir=tmp_path / "state", gpus="0", cpus=2, kill_grace_s=1)
+    server, app = build_app(settings)
+    admin_token = settings.token_path.read_text().strip()
+    with TestClient(app, base_url=settings.url) as admin:
+        admin.headers["Authorization"] = f"Bearer {admin_token}"
+        tokens = {}
+        for name in (OWNER, OTHER):
+            assert admin.post("/api/v1/admin/users", json={"name": name}).status_code == 201
+            assert server.accounts is not None
+            secret, _ = server.accounts.create_token(Principal(name, "user", None, "submit"))
+            tokens[name] = secret
+        rig = Web(server, settings, admin_token, tokens, app)
+        yield rig
+        for job in server.service.list_jobs(server.auth.principal, include_finished=False):
+            with contextlib.suppress(GpuyardError):
+                server.service.cancel(job.id, server.auth.principal)
+
+
+def _login(browser: TestClient, token: str) -> None:
+    answer = browser.post("/ui/login", data={"token": token})
+    assert answer.status_code == 303, answer.text
+    assert answer.headers["location"] == "/ui/"
+
+
+def _login_refusal(answer: object) -> str:
+    """Why a form login was refused: shown on the shell's login page (a redirect with
+    `error`), or on the server's own form (401) when the shell is not installed."""
+    status = answer.status_code  # type: ignore[attr-defined]
+    if status == 303:
+        query = parse_qs(urlsplit(answer.headers["location"]).query)  # type: ignore[attr-defined]
+        assert urlsplit(answer.headers["location"]).path == "/ui/login"  # type: ignore[attr-defined]
+        return query["error"][0]
+    assert status == 401
+    return str(answer.text)  # type: ignore[attr-defined]
+
+
+def _one_line_error(answer: object) -> str:
+    body = answer.json()  # type: ignore[attr-defined]
+    message = body["error"]["message"]
+    assert "\n" not in message
+    return str(message)
+
+
+def test_a_good_token_logs_in_with_strict_cookies_and_the_api_takes_the_cookie(web: Web) -> None:
+    browser = web.browser()
+    answer = browser.post("/ui/login", data={"token": web.tokens[OWNER]})
+    assert answer.status_code == 303
+    cookies = answer.headers.get_list("set-cookie")
+    session = next(c for c in cookies if c.startswith("gpuyard_session="))
+    csrf = next(c for c in cookies if c.startswith("gpuyard_csrf="))
+    assert "HttpOnly" in session and "SameSite=strict" in session and "Path=/" in session
+    assert "HttpOnly" not in csrf and "SameSite=strict" in csrf
+    assert "Secure" not in session  # plain http on loopback: a Secure cookie would be dropped
+    assert browser.get("/api/v1/whoami").json()["user"] == OWNER
+    who = browser.get("/ui/session").json()
+    assert who["user"] == OWNER and who["scope"] == "submit"
+    assert who["csrf"] == browser.cookies["gpuyard_csrf"]
+
+
+def test_a_session_over_https_sets_secure_cookies(web: Web) -> None:
+    browser = web.browser()
+    answer = browser.post(
+        "/ui/login", data={"token": web.tokens[OWNER]}, headers={"X-Forwarded-Proto": "https"}
+    )
+    assert all("Secure" in c for c in answer.headers.get_list("set-cookie"))
+
+
+def test_a_wrong_token_is_refused_and_makes_no_session(web: Web) -> None:
+    browser = web.browser()
+    answer = browser.post("/ui/login", data={"token": "gpy_" + "x" * 43})
+    assert "missing or wrong API token" in _login_refusal(answer)
+    assert "gpuyard_session" not in browser.cookies
+    as_json = browser.post("/ui/login", json={"token": "nope"})
+    assert as_json.status_code == 401
+    assert "wrong API token" in _one_line_error(as_json)
+    assert browser.get("/api/v1/jobs").status_code == 401
+
+
+def test_a_page_without_a_session_goes_to_the_login(web: Web) -> None:
+    browser = web.browser()
+    answer = browser.get("/ui/jobs/7")
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/ui/login?next=/ui/jobs/7"
+    page = browser.get("/ui/login?next=/ui/jobs/7")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    answer = browser.post("/ui/login", data={"token": web.tokens[OWNER], "next": "/ui/jobs/7"})
+    assert answer.headers["location"] == "/ui/jobs/7"
+    # Never somewhere else (an open redirect).
+    evil = web.browser().post(
+        "/ui/login", data={"token": web.tokens[OWNER], "next": "//evil.example/"}
+    )
+    assert evil.headers["location"] == "/ui/"
+
+
+def test_a_session_changes_only_with_the_csrf_token(web: Web) -> None:
+    browser = web.browser()
+    _login(browser, web.tokens[OWNER])
+    job = {"command": ["true"], "workdir": "/"}
+    missing = browser.post("/api/v1/jobs", json=job)
+    assert missing.status_code == 403
+    assert "X-CSRF-Token" in _one_line_error(missing)
+    wrong = browser.post("/api/v1/jobs", json=job, headers={"X-CSRF-Token": "guess"})
+    assert wrong.status_code == 403
+    csrf = browser.cookies["gpuyard_csrf"]
+    made = browser.post("/api/v1/jobs", json=job, headers={"X-CSRF-Token": csrf})
+    assert made.status_code == 201, made.text
+    assert made.json()["owner"] == OWNER
+    # Nothing was queued by the refused ones.
+    mine = browser.get("/api/v1/jobs", params={"user": OWNER}).json()
+    assert [j["id"] for j in mine] == [made.json()["id"]]
+
+
+def test_a_foreign_origin_is_refused_even_with_the_csrf_token(web: Web) -> None:
+    browser = web.browser()
+    _login(browser, web.tokens[OWNER])
+    csrf = browser.cookies["gpuyard_csrf"]
+    answer = browser.post(
+        "/api/v1/jobs",
+        json={"command": ["true"], "workdir": "/"},
+        headers={"X-CSRF-Token": csrf, "Origin": "http://evil.example"},
+    )
+    assert answer.status_code == 403
+    assert "another site" in _one_line_error(answer)
+    login = web.browser().post(
+        "/ui/login", data={"token": web.tokens[OWNER]}, headers={"Origin": "http://evil.example"}
+    )
+    assert login.status_code == 403
+
+
+def test_a_session_sees_only_what_its_user_may(web: Web) -> None:
+    other = web.browser()
+    _login(other, web.tokens[OTHER])
+    theirs = other.post(
+        "/api/v1/jobs",
+        json={"command": ["true"], "workdir": "/"},
+        headers={"X-CSRF-Token": other.cookies["gpuyard_csrf"]},
+    ).json()["id"]
+    browser = web.browser()
+    _login(browser, web.tokens[OWNER])
+    assert browser.get(f"/api/v1/jobs/{theirs}").status_code == 404
+    assert browser.get(f"/api/v1/jobs/{theirs}/log").status_code == 404
+    listed = {j["id"]: j for j in browser.get("/api/v1/jobs").json()}
+    assert listed[theirs]["command"] == []  # the queue shows who and what size, not what
+
+
+def test_a_read_token_makes_a_read_only_session(web: Web) -> None:
+    owner = web.browser()
+    _login(owner, web.tokens[OWNER])
+    read = owner.post(
+        "/api/v1/tokens",
+        json={"scope": "read"},
+        headers={"X-CSRF-Token": owner.cookies["gpuyard_csrf"]},
+    ).json()["token"]
+    browser = web.browser()
+    _login(browser, read)
+    assert browser.get("/api/v1/jobs").status_code == 200
+    answer = browser.post(
+        "/api/v1/jobs",
+        json={"command": ["true"], "workdir": "/"},
+        headers={"X-CSRF-Token": browser.cookies["gpuyard_csrf"]},
+    )
+    assert answer.status_code == 403
+    assert "scope is read" in _one_line_error(answer)
+
+
+def test_a_revoked_token_ends_its_sessions(web: Web) -> None:
+    browser = web.browser()
+    _login(browser, web.tokens[OWNER])
+    csrf = browser.cookies["gpuyard_csrf"]
+    made = browser.post("/api/v1/tokens", json={"scope": "read"}, headers={"X-CSRF-Token": csrf})
+    second = web.browser()
+    _login(second, made.json()["token"])
+    revoked = browser.delete(f"/api/v1/tokens/{made.json()['id']}", headers={"X-CSRF-Token": csrf})
+    assert revoked.status_code == 200, revoked.text
+    answer = second.get("/api/v1/jobs")
+    assert answer.status_code == 401
+    assert "session ended" in _one_line_error(answer)
+
+
+def test_logout_ends_the_session(web: Web) -> None:
+    browser = web.browser()
+    _login(browser, web.tokens[OWNER])
+    cookie = browser.cookies["gpuyard_session"]
+    assert browser.post("/ui/logout").status_code == 403  # no CSRF token: not a logout
+    out = browser.post("/ui/logout", headers={"X-CSRF-Token": browser.cookies["gpuyard_csrf"]})
+    assert out.status_code == 303
+    # The old cookie, kept by someone, no longer works.
+    stale = web.browser()
+    stale.cookies.set("gpuyard_session", cookie)
+    answer = stale.get("/api/v1/jobs")
+    assert answer.status_code == 401 and "session ended" in _one_line_error(answer)
+
+
+def test_a_session_ends_after_its_idle_time(web: Web) -> None:
+    sessions = web.app.state.web_sessions  # type: ignore[attr-defined]
+    now = [1000.0]
+    sessions._clock = lambda: now[0]
+    browser = web.browser()
+    _login(browser, web.tokens[OWNER])
+    assert browser.get("/api/v1/jobs").status_code == 200
+    now[0] += sessions.idle_s + 1
+    answer = browser.get("/api/v1/jobs")
+    assert answer.status_code == 401 and "session ended" in _one_line_error(answer)
+    assert browser.get("/ui/jobs").status_code == 303  # pages: to the login again
+
+
+def test_a_login_link_works_once(web: Web) -> None:
+    owner_cli = web.browser()
+    owner_cli.headers["Authorization"] = f"Bearer {web.tokens[OWNER]}"
+    link = owner_cli.post("/api/v1/web/login-link")
+    assert link.status_code == 200, link.text
+    path = link.json()["path"]
+    assert link.json()["user"] == OWNER and link.json()["expires_in_s"] == 60
+    browser = web.browser()
+    page = browser.get(path)  # opening the link logs nobody in by itself (a mail scanner)
+    assert page.status_code == 200 and f"Continue as {OWNER}" in page.text
+    assert "gpuyard_session" not in browser.cookies
+    code = re.search(r'name="code" value="([^"]+)"', page.text)
+    assert code is not None
+    assert browser.post("/ui/login", data={"code": code.group(1)}).status_code == 303
+    assert browser.get("/api/v1/whoami").json()["user"] == OWNER
+    again = web.browser().post("/ui/login", data={"code": code.group(1)})
+    assert "used already" in _login_refusal(again)
+    assert web.browser().get(path).status_code == 401
+
+
+def test_a_login_link_expires_after_a_minute(web: Web) -> None:
+    sessions = web.app.state.web_sessions  # type: ignore[attr-defined]
+    now = [1000.0]
+    sessions._clock = lambda: now[0]
+    cli = web.browser()
+    cli.headers["Authorization"] = f"Bearer {web.tokens[OWNER]}"
+    code = cli.post("/api/v1/web/login-link").json()["path"].split("code=")[1]
+    now[0] += 61
+    assert "more than a minute old" in _login_refusal(
+        web.browser().post("/ui/login", data={"code": code})
+    )
+
+
+def test_static_files_carry_types_caching_and_a_strict_policy(web: Web) -> None:
+    browser = web.browser()
+    answer = browser.get("/ui/static/vendor/uplot/uPlot.iife.min.js")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/javascript")
+    csp = answer.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert "unsafe-inline" not in csp and "http" not in csp
+    assert answer.headers["x-frame-options"] == "DENY"
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    etag = answer.headers["etag"]
+    assert answer.headers["cache-control"] == "no-cache"
+    assert browser.get(answer.url, headers={"If-None-Match": etag}).status_code == 304
+    pinned = browser.get(f"/ui/static/vendor/uplot/uPlot.min.css?v={etag.strip(chr(34))}")
+    assert pinned.headers["content-type"].startswith("text/css")
+    css_etag = pinned.headers["etag"].strip('"')
+    pinned = browser.get(f"/ui/static/vendor/uplot/uPlot.min.css?v={css_etag}")
+    assert "immutable" in pinned.headers["cache-control"]
+    for sneaky in ("..%2F..%2F__init__.py", ".hidden", "vendor/%2E%2E/%2E%2E/bootstrap.py"):
+        assert browser.get(f"/ui/static/{sneaky}").status_code == 404
+    _login(browser, web.tokens[OWNER])
+    shell = browser.get("/ui/gpus")
+    assert shell.status_code == 200 and shell.headers["content-type"].startswith("text/html")
+    assert shell.headers["content-security-policy"] == csp
