@@ -36,13 +36,15 @@ def build_job_env(
     gpu_total_mib: int | None = None,
     run_as: RunAs | None = None,
     checkpoint_dir: str | None = None,
+    progress_file: str | None = None,
 ) -> dict[str, str]:
     """The allowed part of the server's environment (`_FROM_SERVER`), then the identity of
     `run_as` (HOME, USER, LOGNAME, SHELL: a job run as another user must not get the
     server's), then what the submitter sent (the CLI's exported variables and `--env`), then
     what gpuyard guarantees. `gpu_total_mib`: memory of each of the job's GPUs, for
     frameworks capped by a fraction; `checkpoint_dir`: GPUYARD_CHECKPOINT_DIR, the job's folder
-    for checkpoints, the same for all its runs."""
+    for checkpoints, the same for all its runs; `progress_file`: GPUYARD_PROGRESS_FILE, where
+    `gpuyard.progress()` appends its reports."""
     env = {k: v for k, v in base.items() if _from_server(k)}
     if run_as is not None:
         env.update(HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user, SHELL=run_as.shell)
@@ -63,6 +65,8 @@ def build_job_env(
     )
     if checkpoint_dir is not None:
         env["GPUYARD_CHECKPOINT_DIR"] = checkpoint_dir
+    if progress_file is not None:
+        env["GPUYARD_PROGRESS_FILE"] = progress_file
     if job.spec.cpus:
         env.setdefault("OMP_NUM_THREADS", str(job.spec.cpus))
     if job.spec.gpu_mem_mib:

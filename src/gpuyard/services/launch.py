@@ -41,7 +41,8 @@ def launch_plan(
     environment (`build_job_env` + `job_process`), and `argv_for`, the command of each node
     when a backend spreads the job over machines (`node_argv`), so no adapter rebuilds it."""
     checkpoints = checkpoint_dir(log_path)
-    env = build_job_env(job, base_env, gpu_total_mib, run_as, checkpoints)
+    progress = progress_file(log_path)
+    env = build_job_env(job, base_env, gpu_total_mib, run_as, checkpoints, progress)
     script = script_copy(job, log_path)
     argv, env = job_process(job, env, port, script[0] if script else None)
     return LaunchPlan(
@@ -57,11 +58,13 @@ def launch_plan(
         warn_signal=job.spec.warn_signal,
         warn_before_s=job.spec.warn_before_s,
         checkpoint_dir=checkpoints,
+        progress_file=progress,
     )
 
 
 SCRIPT_FILE = "script"
 CHECKPOINT_DIR = "checkpoint"
+PROGRESS_FILE = "progress.jsonl"
 
 
 def checkpoint_dir(log_path: str) -> str:
@@ -70,6 +73,12 @@ def checkpoint_dir(log_path: str) -> str:
     resumes from what the one before saved; `gpuyard clean` removes it with the folder. A
     `gpuyard restart` is a new job: a folder of its own, starting empty."""
     return os.path.join(os.path.dirname(log_path), CHECKPOINT_DIR)
+
+
+def progress_file(log_path: str) -> str:
+    """GPUYARD_PROGRESS_FILE: `progress.jsonl` beside the job's log, appended to by every run
+    (`gpuyard.progress()`), read by the server's progress service."""
+    return os.path.join(os.path.dirname(log_path), PROGRESS_FILE)
 
 
 def script_copy(job: Job, log_path: str) -> tuple[str, str] | None:

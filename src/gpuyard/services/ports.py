@@ -327,6 +327,9 @@ class LaunchPlan:
     # GPUYARD_CHECKPOINT_DIR: the job's folder for checkpoints, kept across its runs; the
     # executor makes it (the job's user's, 0700) when it is missing. None: none.
     checkpoint_dir: str | None = None
+    # GPUYARD_PROGRESS_FILE: where `gpuyard.progress()` appends (the job's folder); the executor
+    # creates it, the job's user's, 0600, before the job starts. None: none.
+    progress_file: str | None = None
 
 
 class Executor(Protocol):

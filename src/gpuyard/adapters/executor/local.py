@@ -119,6 +119,23 @@ def make_checkpoint_dir(plan: LaunchPlan) -> None:
         os.chown(plan.checkpoint_dir, who.uid, who.gid, follow_symlinks=False)
 
 
+def make_progress_file(plan: LaunchPlan) -> None:
+    """GPUYARD_PROGRESS_FILE, created before the job starts (appended to by all its runs): the
+    job's user's own, 0600, in the server's folder, so the job can write it but never put a
+    link in its place (the server reads it without following links all the same)."""
+    if plan.progress_file is None:
+        return
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(plan.progress_file, flags, 0o600)
+    try:
+        who = plan.run_as
+        if who is not None and who.uid != os.geteuid():
+            os.fchown(fd, who.uid, who.gid)
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 def give_to_owner(jobdir: Path, plan: LaunchPlan) -> None:
     """The job's log is its owner's own (0600), created before the supervisor appends to it.
     The folder stays the server's, so the job can never write its supervisor's files
@@ -196,6 +213,7 @@ class LocalExecutor:
                 (jobdir / stale).unlink(missing_ok=True)
             give_to_owner(jobdir, plan)
             make_checkpoint_dir(plan)
+            make_progress_file(plan)
             if plan.script is not None:
                 write_script(plan)
             groups: list[str] = []
