@@ -1,0 +1,343 @@
+// The queue: pending and running jobs, live from the change feed (each change applied to its
+// row; no refetch of the whole queue), filtered in the browser, drawn as a virtual list so
+// 10,000 jobs cost only the ~30 rows on screen.
+
+import { api, stream, isTerminal } from "../api.js";
+import { h, clear, announce, notice } from "../dom.js";
+import {
+  statePill, gpusAsked, timeUsed, reasonText, estimatedStart, estimatedStartTitle, mayAct,
+  verbsFor, act, VERBS,
+} from "../jobs.js";
+
+const ROW_H = 34;
+const OVERSCAN = 8;
+const FIRST_PAGE = 200; // drawn first; the rest of the queue follows in one request
+const NEW_JOBS_DELAY_MS = 150;
+const COLUMNS = ["Job", "User", "Name", "State", "GPUs", "Time", "Reason / node:GPUs", "Est. start", "Actions"];
+
+export function mount(main, { me, query, navigate }) {
+  const jobs = new Map(); // id -> JobOut (+ _v: the version its last change carried)
+  let view = []; // the jobs the filters keep, by id
+  let activeId = null;
+  let buffering = null; // changes that arrive while the whole queue is being read
+  let loaded = false;
+  const filters = {
+    state: query.get("state") || "",
+    user: query.get("user") || "",
+    name: query.get("name") || "",
+  };
+
+  // --- layout
+  const count = h("span.count", { "aria-live": "polite" }, "Loading…");
+  const live = h("span.live-dot", "connecting");
+  const stateSelect = h("select#f-state", { onchange: () => setFilter("state", stateSelect.value) },
+    h("option", { value: "" }, "Pending and running"),
+    h("option", { value: "PENDING" }, "Pending"),
+    h("option", { value: "RUNNING" }, "Running"),
+    h("option", { value: "HELD" }, "Held"));
+  stateSelect.value = filters.state;
+  const userInput = h("input#f-user", { type: "search", value: filters.user, placeholder: "anyone",
+    autocomplete: "off", oninput: () => setFilter("user", userInput.value.trim()) });
+  const nameInput = h("input#f-name", { type: "search", value: filters.name, placeholder: "any",
+    autocomplete: "off", oninput: () => setFilter("name", nameInput.value.trim()) });
+  const mine = h("button", { type: "button", "aria-pressed": String(filters.user === me.user),
+    onclick: () => {
+      const value = filters.user === me.user ? "" : me.user;
+      userInput.value = value;
+      setFilter("user", value);
+    } }, "My jobs");
+
+  const selection = h("div.toolbar.selection", { "aria-label": "Selected job" });
+  const head = h("div.grid-head", { role: "row", "aria-rowindex": "1" },
+    COLUMNS.map((c) => h("span", { role: "columnheader" }, c)));
+  const spacer = h("div", { "aria-hidden": "true" });
+  const rows = h("div");
+  const body = h("div.grid-body", {
+    tabindex: "0", role: "rowgroup", "aria-label": "Jobs: arrows or j/k move, Enter opens",
+    onscroll: () => schedule(), onkeydown: onKey,
+  }, spacer, rows);
+  const grid = h("div.grid", { role: "grid", "aria-label": "Queue", "aria-rowcount": "1" }, head, body);
+
+  clear(main,
+    h("div.toolbar",
+      h("h1", "Queue"), h("span.spacer"), live,
+      h("button", { type: "button", onclick: () => loadAll(), title: "Read the whole queue again (estimates too)" }, "Refresh")),
+    h("form.toolbar", { role: "search", "aria-label": "Filter jobs", onsubmit: (e) => e.preventDefault() },
+      h("label", { for: "f-state" }, "State", stateSelect),
+      h("label", { for: "f-user" }, "User", userInput),
+      h("label", { for: "f-name" }, "Name contains", nameInput),
+      mine, h("span.spacer"), count),
+    selection, grid);
+
+  // --- data
+  function matches(job) {
+    if (isTerminal(job.state)) return false;
+    if (filters.state === "HELD" ? !job.held : filters.state && job.state !== filters.state) return false;
+    if (filters.user && job.owner !== filters.user) return false;
+    if (filters.name && !job.name.toLowerCase().includes(filters.name.toLowerCase())) return false;
+    return true;
+  }
+
+  let viewDirty = true;
+  function rebuildView() {
+    view = [];
+    for (const job of jobs.values()) if (matches(job)) view.push(job);
+    view.sort((a, b) => a.id - b.id);
+    viewDirty = false;
+  }
+
+  function setFilter(key, value) {
+    filters[key] = value;
+    mine.setAttribute("aria-pressed", String(filters.user === me.user));
+    const params = new URLSearchParams();
+    for (const [k, v] of Object.entries(filters)) if (v) params.set(k, v);
+    const search = params.toString();
+    history.replaceState(null, "", `/ui/${search ? `?${search}` : ""}`);
+    viewDirty = true;
+    schedule();
+  }
+
+  function put(list) {
+    for (const job of list) {
+      const old = jobs.get(job.id);
+      if (old && old._v !== undefined) job._v = old._v;
+      jobs.set(job.id, job);
+    }
+    viewDirty = true;
+    schedule();
+  }
+
+  async function loadAll() {
+    buffering = [];
+    try {
+      const list = await api("/api/v1/jobs");
+      jobs.clear();
+      put(list);
+      loaded = true;
+    } catch (err) {
+      notice(`The queue could not be read: ${err.message}`);
+    } finally {
+      const changes = buffering || [];
+      buffering = null;
+      for (const change of changes) apply(change);
+    }
+  }
+
+  async function loadFirst() {
+    try {
+      const list = await api("/api/v1/jobs", { query: { limit: FIRST_PAGE } });
+      if (!loaded) put(list);
+      if (list.length < FIRST_PAGE && !loaded) {
+        loaded = true;
+        return;
+      }
+    } catch (err) {
+      notice(`The queue could not be read: ${err.message}`);
+    }
+    await loadAll();
+  }
+
+  // New jobs the feed told of: read in one request (those submitted since the earliest).
+  let newSince = null;
+  let newTimer = null;
+  function fetchNew(at) {
+    newSince = newSince === null ? at : Math.min(newSince, at);
+    if (newTimer) return;
+    newTimer = setTimeout(async () => {
+      const since = newSince - 1;
+      newSince = null;
+      newTimer = null;
+      try {
+        put(await api("/api/v1/jobs", { query: { since } }));
+      } catch (err) {
+        notice(`New jobs could not be read: ${err.message}`);
+      }
+    }, NEW_JOBS_DELAY_MS);
+  }
+
+  // Jobs that started: their node, GPUs and start time, one small request each.
+  const refreshing = new Set();
+  async function refreshJob(id) {
+    if (refreshing.has(id)) return;
+    refreshing.add(id);
+    try {
+      const job = await api(`/api/v1/jobs/${id}`);
+      const known = jobs.get(id);
+      if (known && (known._v === undefined || !isTerminal(known.state))) {
+        job._v = known._v;
+        if (known.state !== job.state && known._v !== undefined) {
+          job.state = known.state; // a later change arrived meanwhile: it wins
+          job.reason = known.reason;
+        }
+        jobs.set(id, job);
+        viewDirty = true;
+        schedule();
+      }
+    } catch { /* gone (cleaned) or no longer visible: the feed says the rest */ }
+    finally { refreshing.delete(id); }
+  }
+
+  function apply(change) {
+    if (buffering) { buffering.push(change); return; }
+    const job = jobs.get(change.id);
+    if (!job) {
+      if (!isTerminal(change.state) && loaded) fetchNew(change.at);
+      return;
+    }
+    if (job._v !== undefined && change.version <= job._v) return;
+    const was = job.state;
+    job._v = change.version;
+    job.state = change.state;
+    job.display_state = null;
+    job.reason = change.reason;
+    job.held = change.state === "PENDING" && /^JobHeld/.test(change.reason || "");
+    if (isTerminal(change.state)) {
+      jobs.delete(change.id);
+      if (job.owner === me.user) announce(`Job ${job.id} ${change.state.toLowerCase().replace("_", " ")}`);
+    } else if (change.state === "RUNNING" && was !== "RUNNING") {
+      job.started_at = new Date(change.at * 1000).toISOString();
+      refreshJob(change.id);
+    } else if (change.state === "PENDING" && was === "RUNNING") {
+      job.started_at = null; // requeued
+    }
+    viewDirty = true;
+    schedule();
+  }
+
+  // --- drawing
+  let frame = 0;
+  function schedule() {
+    if (!frame) frame = requestAnimationFrame(draw);
+  }
+
+  function draw() {
+    frame = 0;
+    if (viewDirty) rebuildView();
+    const running = view.filter((j) => j.state === "RUNNING").length;
+    count.textContent = loaded || view.length
+      ? `${view.length.toLocaleString()} job${view.length === 1 ? "" : "s"} (${running.toLocaleString()} running, ${(view.length - running).toLocaleString()} waiting)`
+      : "Loading…";
+    grid.setAttribute("aria-rowcount", String(view.length + 1));
+    spacer.style.height = `${view.length * ROW_H}px`;
+    const height = body.clientHeight || 600;
+    const first = Math.max(0, Math.floor(body.scrollTop / ROW_H) - OVERSCAN);
+    const last = Math.min(view.length, Math.ceil((body.scrollTop + height) / ROW_H) + OVERSCAN);
+    const now = Date.now();
+    const fragment = [];
+    for (let i = first; i < last; i++) fragment.push(row(view[i], i, now));
+    rows.replaceChildren(...fragment);
+    if (!view.length) {
+      rows.replaceChildren(h("div.grid-empty", loaded
+        ? (jobs.size ? "No job matches these filters." : "The queue is empty: no job is pending or running.")
+        : "Loading the queue…"));
+    }
+    if (activeId !== null && !view.some((j) => j.id === activeId)) activeId = null;
+    body.setAttribute("aria-activedescendant", activeId !== null && rows.querySelector(`#job-row-${activeId}`) ? `job-row-${activeId}` : "");
+    drawSelection();
+  }
+
+  function row(job, index, now) {
+    const active = job.id === activeId;
+    const verbs = mayAct(me, job) ? verbsFor(job) : [];
+    const el = h(`div.grid-row${active ? ".active" : ""}`, {
+      id: `job-row-${job.id}`, role: "row", "aria-rowindex": String(index + 2),
+      "aria-selected": active ? "true" : "false",
+      onclick: (e) => { if (!e.target.closest("button, a")) select(job.id); },
+      ondblclick: () => navigate(`/ui/jobs/${job.id}`),
+    },
+      h("span", { role: "gridcell" }, h("a", { href: `/ui/jobs/${job.id}`, tabindex: "-1" }, String(job.id))),
+      h("span", { role: "gridcell" }, job.owner),
+      h("span", { role: "gridcell", title: job.name }, job.name),
+      h("span", { role: "gridcell" }, statePill(job)),
+      h("span.mono", { role: "gridcell" }, gpusAsked(job)),
+      h("span.mono", { role: "gridcell" }, timeUsed(job, now)),
+      h("span", { role: "gridcell", title: reasonText(job) }, reasonText(job)),
+      h("span", { role: "gridcell", title: estimatedStartTitle(job) }, estimatedStart(job)),
+      h("span.actions", { role: "gridcell" }, verbs.map((verb) => h(`button.small${verb === "cancel" ? ".danger" : ""}`, {
+        type: "button", tabindex: "-1", "aria-label": `${VERBS[verb].label} job ${job.id}`,
+        onclick: () => run(verb, job),
+      }, VERBS[verb].label))),
+    );
+    el.style.top = `${index * ROW_H}px`; // CSSOM, not a style attribute: allowed by a strict CSP
+    return el;
+  }
+
+  function drawSelection() {
+    const job = activeId !== null ? jobs.get(activeId) : null;
+    if (!job) {
+      clear(selection, h("span.hint", "Select a job (click, or Tab to the list and use ↑/↓ or j/k); Enter opens it."));
+      return;
+    }
+    const verbs = mayAct(me, job) ? verbsFor(job) : [];
+    clear(selection,
+      h("span", h("strong", `Job ${job.id}`), ` ${job.name} · ${job.owner} · `, statePill(job)),
+      h("a.button", { href: `/ui/jobs/${job.id}` }, "Open"),
+      verbs.map((verb) => h(`button${verb === "cancel" ? ".danger" : ""}`, { type: "button", onclick: () => run(verb, job) },
+        `${VERBS[verb].label} job ${job.id}`)));
+  }
+
+  async function run(verb, job) {
+    if (verb === "cancel" && job.state === "RUNNING" && !confirm(`Cancel running job ${job.id} (${job.name})?`)) return;
+    try {
+      await act(verb, job);
+      announce(`Job ${job.id} ${VERBS[verb].past}`);
+      notice(`Job ${job.id} ${VERBS[verb].past}.`, "ok");
+    } catch (err) {
+      notice(`${VERBS[verb].label} job ${job.id}: ${err.message}`);
+    }
+  }
+
+  function select(id, scroll = false) {
+    activeId = id;
+    const index = view.findIndex((j) => j.id === id);
+    if (scroll && index >= 0) {
+      const top = index * ROW_H;
+      if (top < body.scrollTop) body.scrollTop = top;
+      else if (top + ROW_H > body.scrollTop + body.clientHeight) body.scrollTop = top + ROW_H - body.clientHeight;
+    }
+    draw();
+  }
+
+  function onKey(event) {
+    if (!view.length) return;
+    const index = activeId === null ? -1 : view.findIndex((j) => j.id === activeId);
+    const page = Math.max(1, Math.floor(body.clientHeight / ROW_H) - 1);
+    let next = null;
+    switch (event.key) {
+      case "ArrowDown": case "j": next = Math.min(view.length - 1, index + 1); break;
+      case "ArrowUp": case "k": next = Math.max(0, index < 0 ? 0 : index - 1); break;
+      case "PageDown": next = Math.min(view.length - 1, index + page); break;
+      case "PageUp": next = Math.max(0, index - page); break;
+      case "Home": next = 0; break;
+      case "End": next = view.length - 1; break;
+      case "Enter":
+        if (activeId !== null) { event.preventDefault(); navigate(`/ui/jobs/${activeId}`); }
+        return;
+      default: return;
+    }
+    event.preventDefault();
+    select(view[next].id, true);
+  }
+
+  // --- live
+  const stop = stream("/api/v1/jobs/changes", { job: apply }, {
+    onresync: () => loadAll(),
+    onstate: (on) => {
+      live.classList.toggle("on", on);
+      live.textContent = on ? "live" : "reconnecting…";
+    },
+    onmissing: () => { live.textContent = "not live (no change feed)"; },
+  });
+  const ticker = setInterval(() => { if (!document.hidden) schedule(); }, 1000);
+  const onResize = () => schedule();
+  window.addEventListener("resize", onResize);
+  loadFirst();
+
+  return () => {
+    stop();
+    clearInterval(ticker);
+    clearTimeout(newTimer);
+    window.removeEventListener("resize", onResize);
+    if (frame) cancelAnimationFrame(frame);
+  };
+}
