@@ -1,6 +1,10 @@
 """`/metrics`: GPU telemetry under dcgm-exporter's names and labels (so its Grafana dashboards
-work unchanged, with the gpuyard job in `hpc_job`), plus gpuyard_* figures for the queue.
+work unchanged), plus gpuyard_* figures for the queue.
 
+The labels are dcgm-exporter's (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`,
+`Hostname`) and, as its HPC job mapping adds, `hpc_job`: the gpuyard job on the GPU. A GPU
+shared by several jobs (`--gpu-mem`) has one series per job, each with the GPU's value, as
+dcgm-exporter emits one per job mapped to a GPU; a GPU no job holds has one, `hpc_job=""`.
 A metric the driver cannot give (n/a) is left out for that GPU, as dcgm-exporter does.
 """
 
@@ -22,7 +26,7 @@ from gpuyard.services.metrics import HistogramView, QueueMetrics
 from gpuyard.services.ports import GpuReading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-GPU_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "hpc_job")
+GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hpc_job")
 
 
 def _fb_free(r: GpuReading) -> int | None:
@@ -77,13 +81,16 @@ class ServerCollector(Collector):
                     continue
                 value = value_of(reading)
                 if value is not None:
-                    family.add_metric(self._labels(holding), float(value))
+                    for labels in self._label_sets(holding):
+                        family.add_metric(labels, float(value))
             yield family
 
-    def _labels(self, holding: GpuHolding) -> list[str]:
+    def _label_sets(self, holding: GpuHolding) -> list[list[str]]:
+        """One label set per job on the GPU (one with `hpc_job=""` when none holds it)."""
         gpu = holding.gpu
-        jobs = ",".join(str(job.id) for job in holding.jobs)  # several on a shared GPU
-        return [str(gpu.index), gpu.uuid, f"nvidia{gpu.index}", gpu.name, self._hostname, jobs]
+        device = [str(gpu.index), gpu.uuid, gpu.pci_bus_id, f"nvidia{gpu.index}", gpu.name,
+                  self._hostname]  # fmt: skip
+        return [[*device, str(job.id)] for job in holding.jobs] or [[*device, ""]]
 
     def _queue_families(self) -> Iterator[Metric]:
         service, metrics = self._service, self._metrics
