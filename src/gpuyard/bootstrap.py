@@ -60,7 +60,14 @@ from gpuyard.services.observers import (
     scheduler_events,
 )
 from gpuyard.services.peers import PeerAuth
-from gpuyard.services.ports import Executor, ExitCallback, GpuHistoryStore, JobStore
+from gpuyard.services.ports import (
+    Executor,
+    ExitCallback,
+    GpuHistoryStore,
+    JobStore,
+    ProgressStore,
+)
+from gpuyard.services.progress import ProgressService
 from gpuyard.services.rendezvous import RendezvousPorts
 from gpuyard.services.run_as import RunAsPolicy
 from gpuyard.services.server import Background, ServerFacade, ServerInfo
@@ -94,6 +101,7 @@ class Core:
     metrics: QueueMetrics
     executor: Executor
     monitor: GpuMonitor | None
+    progress: ProgressService | None = None  # jobs' progress and metric series
 
 
 def build_core(
@@ -165,9 +173,11 @@ def build_core(
     )  # fmt: skip
     if monitor is not None:
         _watch_samples(monitor, store, book, service, drains, stops, idle, scheduler, settings)
+    progress = ProgressService(book, cast(ProgressStore, store), executor.log_path, clock=clock)
     return Core(
-        book, journal, scheduler, controller, drains, service, feed, metrics, executor, monitor
-    )
+        book, journal, scheduler, controller, drains, service, feed, metrics, executor, monitor,
+        progress,
+    )  # fmt: skip
 
 
 def _watch_samples(
@@ -266,6 +276,8 @@ def build_server(
         store.close()
         raise
     background: list[Background] = [core.monitor] if core.monitor is not None else []
+    if core.progress is not None:
+        background.append(core.progress)
     if core.monitor is not None and core.monitor.history is not None:
         background.append(core.monitor.history)  # after the sampler: its stop writes the last
     if ray is not None:
@@ -278,7 +290,7 @@ def build_server(
         tick_s=settings.tick_s, background=background,
         closers=[core.executor.close, core.scheduler.close, *closers,
                  accounts.flush_last_used, store.close],
-        accounts=accounts,
+        accounts=accounts, progress=core.progress,
         access=AccessRules(
             HostRules(settings.host, settings.port, settings.public_names, _machine_names),
             metrics_token=ensure_token(settings.state_dir / METRICS_TOKEN_FILE),

@@ -15,6 +15,7 @@ from gpuyard.services.feed import ChangeFeed
 from gpuyard.services.jobs import JobService
 from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.peers import PeerAuth
+from gpuyard.services.progress import ProgressService
 
 
 class Background(Protocol):
@@ -57,6 +58,8 @@ class ServerFacade:
     access: AccessRules = field(default_factory=AccessRules)
     # Who a caller on the root server's Unix socket is, from the kernel (None: no socket).
     peers: PeerAuth | None = None
+    # Jobs' progress and metric series (None: a server built without it, e.g. by a test rig).
+    progress: ProgressService | None = None
 
     def start(self) -> None:
         self.controller.recover()
