@@ -94,7 +94,8 @@ def test_gpus_top_show_and_metrics_from_live_telemetry(tmp_path: Path, nvml_dir:
         util = {s.labels["gpu"]: s for s in families["DCGM_FI_DEV_GPU_UTIL"].samples}
         assert util[str(mine)].value == 83
         assert util[str(mine)].labels == {
-            "gpu": str(mine), "UUID": H200[mine][2], "device": f"nvidia{mine}",
+            "gpu": str(mine), "UUID": H200[mine][2],
+            "pci_bus_id": f"00000000:{0x18 + mine:02X}:00.0", "device": f"nvidia{mine}",
             "modelName": "NVIDIA H200", "Hostname": util[str(mine)].labels["Hostname"],
             "hpc_job": str(job_id),
         }  # fmt: skip
