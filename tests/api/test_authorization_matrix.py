@@ -87,6 +87,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/jobs/{job_id}/cancel"): Rule("owner"),
     ("GET", "/api/v1/jobs/{job_id}/log"): Rule("owner"),
     ("GET", "/api/v1/jobs/{job_id}/gpu-history"): Rule("owner"),
+    ("GET", "/api/v1/jobs/{job_id}/progress"): Rule("owner"),
+    ("GET", "/api/v1/jobs/{job_id}/series"): Rule("owner"),
     ("GET", "/api/v1/gpus/{index}/history"): Rule("reader"),
     ("POST", "/api/v1/jobs/{job_id}/hold"): Rule("owner"),
     ("POST", "/api/v1/jobs/{job_id}/release"): Rule("owner"),

@@ -11,7 +11,18 @@ from fastapi import FastAPI
 from gpuyard import __version__
 from gpuyard.api.errors import install_error_handlers
 from gpuyard.api.front_door import FrontDoor
-from gpuyard.api.routers import admin, gpu_history, gpus, jobs, limits, system, tokens, verbs, web
+from gpuyard.api.routers import (
+    admin,
+    gpu_history,
+    gpus,
+    jobs,
+    limits,
+    progress,
+    system,
+    tokens,
+    verbs,
+    web,
+)
 from gpuyard.api.submit_route import SubmitFastPath
 from gpuyard.schemas.v1 import ErrorOut
 from gpuyard.services.server import ServerFacade
@@ -45,7 +56,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     install_error_handlers(app)
     routers = (system.router, jobs.router, verbs.router, gpus.router, admin.router,
                admin.accounts_router, tokens.router, limits.router, web.api_router,
-               web.router, gpu_history.router)  # fmt: skip
+               web.router, gpu_history.router, progress.router)  # fmt: skip
     for router in routers:
         app.include_router(router)
     app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door
