@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from gpuyard.services.jobs import GpuHolding, JobService
 from gpuyard.services.metrics import HistogramView, QueueMetrics
 from gpuyard.services.ports import GpuReading
+from gpuyard.services.progress import ProgressService
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hpc_job")
@@ -130,8 +131,58 @@ def _histogram(name: str, doc: str, view: HistogramView) -> HistogramMetricFamil
     return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=view.sum)
 
 
-def render_metrics(service: JobService, metrics: QueueMetrics, hostname: str) -> bytes:
+JOB_LABELS = ("hpc_job", "user", "job_name", "Hostname")
+
+
+class ProgressCollector(Collector):
+    """Each running job's latest progress (`gpuyard.progress()`, the protocol line, bars):
+    gpuyard_job_progress_step/_total/_fraction/_rate/_eta_seconds and gpuyard_job_metric{name}
+    (each metric's latest value), labelled with the job (`hpc_job`, as the GPU series), its
+    owner and name. A value the job has not reported is left out."""
+
+    def __init__(self, progress: ProgressService, hostname: str) -> None:
+        self._progress = progress
+        self._hostname = hostname
+
+    def collect(self) -> Iterator[Metric]:
+        views = self._progress.running_views()
+        gauges = (
+            ("gpuyard_job_progress_step", "Latest step a running job reported.", "step"),
+            ("gpuyard_job_progress_total", "Steps of the job in all, as it reported.", "total"),
+            ("gpuyard_job_progress_fraction", "step / total, 0 to 1.", "fraction"),
+            ("gpuyard_job_progress_rate", "Steps per second over recent steps.", "rate_per_s"),
+            ("gpuyard_job_progress_eta_seconds", "Seconds left at the recent rate.", "eta_s"),
+        )
+        for name, doc, attr in gauges:
+            family = GaugeMetricFamily(name, doc, labels=JOB_LABELS)
+            for job, view in views:
+                value = getattr(view, attr)
+                if value is not None:
+                    family.add_metric(self._labels(job.id, job.owner, job.spec.name), float(value))
+            yield family
+        family = GaugeMetricFamily(
+            "gpuyard_job_metric", "Latest value of a metric a running job reported.",
+            labels=(*JOB_LABELS, "name"),
+        )  # fmt: skip
+        for job, view in views:
+            labels = self._labels(job.id, job.owner, job.spec.name)
+            for metric, value in sorted(view.metrics.items()):
+                family.add_metric([*labels, metric], value)
+        yield family
+
+    def _labels(self, job_id: int, owner: str, name: str) -> list[str]:
+        return [str(job_id), owner, name, self._hostname]
+
+
+def render_metrics(
+    service: JobService,
+    metrics: QueueMetrics,
+    hostname: str,
+    progress: ProgressService | None = None,
+) -> bytes:
     """The Prometheus text exposition of everything above."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ServerCollector(service, metrics, hostname))
+    if progress is not None:
+        registry.register(ProgressCollector(progress, hostname))
     return generate_latest(registry)

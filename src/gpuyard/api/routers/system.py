@@ -22,7 +22,7 @@ def healthz() -> dict[str, str]:
 def metrics(server: Server, actor: Actor) -> Response:
     """Prometheus text format: dcgm-exporter's GPU metrics and gpuyard_* queue metrics."""
     service = server.service
-    body = render_metrics(service, server.metrics, service.inventory.node.name)
+    body = render_metrics(service, server.metrics, service.inventory.node.name, server.progress)
     return Response(body, media_type=METRICS_CONTENT_TYPE)
 
 
