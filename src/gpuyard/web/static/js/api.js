@@ -42,7 +42,7 @@ export async function api(path, { method = "GET", body, query, raw = false, head
     const text = params.toString();
     if (text) url += (url.includes("?") ? "&" : "?") + text;
   }
-  const init = { method, credentials: "same-origin", headers: { Accept: "application/json", ...headers } };
+  const init = { method, credentials: "same-origin", referrerPolicy: "same-origin", headers: { Accept: "application/json", ...headers } };
   if (method !== "GET" && method !== "HEAD") init.headers[CSRF_HEADER] = cookie(CSRF_COOKIE);
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";

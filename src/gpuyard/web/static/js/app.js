@@ -104,7 +104,7 @@ function showWho() {
 
 async function logout() {
   try {
-    await api("/ui/logout", { method: "POST" });
+    await api("/ui/logout", { method: "POST", raw: true });
   } catch (err) {
     if (!(err instanceof ApiError) || !err.missing) {
       notice(`Log out failed: ${err.message}`);

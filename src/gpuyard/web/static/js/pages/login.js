@@ -20,7 +20,7 @@ export function mount(main, { query }) {
       h("p.muted", "Make one with ", h("code", "gpuyard token create"),
         " (it is shown once). Your session lasts until you log out or it expires; the token stays yours."),
       h("h2", "On the server's machine"),
-      h("p.muted", "You need no token there: ", h("code", "gpuyard ui"),
+      h("p.muted", "You need no token there: ", h("code", "gpuyard dashboard"),
         " prints a one-time link that logs your browser in as the same user the CLI is."),
     ));
   return null;
