@@ -50,8 +50,10 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    # A login code in a URL never leaves in a Referer.
-    "Referrer-Policy": "no-referrer",
+    # A login code in a URL never leaves for another site in a Referer. Not no-referrer: under
+    # it browsers send `Origin: null` on the page's own POSTs (the login form, fetch), which
+    # the front door's cross-site check refuses (found by tests/web in Chromium).
+    "Referrer-Policy": "same-origin",
 }
 _TYPES = {
     ".js": "text/javascript; charset=utf-8",
