@@ -246,14 +246,7 @@ class ProgressService:
         out = _read_new(log_path, tracked.log_offset, skip_ahead=True)
         now = self._clock()
         with self._lock:
-            if sdk is not None:
-                tracked.sdk_offset, data, _ = sdk
-                lines = (tracked.sdk_rest + data).split(b"\n")
-                tracked.sdk_rest = lines.pop()[-READ_CAP:]
-                for line in lines:
-                    report = parse_sdk_line(line)
-                    if report is not None:
-                        self._ingest(tracked, report, now)
+            # The log first: an SDK line, which has its own time, is the later word within a tick.
             if out is not None:
                 tracked.log_offset, data, skipped = out
                 if skipped:
@@ -262,6 +255,14 @@ class ProgressService:
                 text = data.decode("utf-8", "replace")
                 for report in tracked.scanner.feed(text):
                     self._ingest(tracked, report, now)
+            if sdk is not None:
+                tracked.sdk_offset, data, _ = sdk
+                lines = (tracked.sdk_rest + data).split(b"\n")
+                tracked.sdk_rest = lines.pop()[-READ_CAP:]
+                for line in lines:
+                    reported = parse_sdk_line(line)
+                    if reported is not None:
+                        self._ingest(tracked, reported, now)
 
     @staticmethod
     def _ingest(tracked: _Tracked, report: Report, now: float) -> None:
