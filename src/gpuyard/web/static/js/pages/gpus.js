@@ -1,0 +1,108 @@
+// The GPUs board: a card per GPU, live from /api/v1/gpus/stream (once a second when anything
+// changes): utilisation, memory, temperature, power, who holds it, shared memory left, flags;
+// drain and resume for admins.
+
+import { api, stream } from "../api.js";
+import { h, clear, sizeMib, num, notice, announce } from "../dom.js";
+
+export function mount(main, { me }) {
+  const admin = me.role === "admin";
+  const live = h("span.live-dot", "connecting");
+  const cards = h("div.cards", { "aria-live": "off" });
+  const summary = h("p.muted");
+  clear(main, h("div.toolbar", h("h1", "GPUs"), h("span.spacer"), live), summary, cards);
+  let gpus = [];
+
+  function draw(list) {
+    gpus = list;
+    const busy = list.filter((g) => (g.jobs && g.jobs.length) || g.job !== null).length;
+    const drained = list.filter((g) => g.drained).length;
+    summary.textContent = list.length
+      ? `${list.length} GPU${list.length === 1 ? "" : "s"}: ${busy} in use, ${list.length - busy - drained} free${drained ? `, ${drained} drained` : ""}.`
+      : "This server has no GPUs.";
+    // Keep the focused button across redraws (the list is redrawn once a second).
+    const focused = document.activeElement && document.activeElement.dataset.key;
+    cards.replaceChildren(...list.map(card));
+    if (focused) {
+      const again = cards.querySelector(`[data-key="${focused}"]`);
+      if (again) again.focus();
+    }
+  }
+
+  function card(g) {
+    const jobs = g.jobs && g.jobs.length ? g.jobs : g.job !== null ? [g.job] : [];
+    const memPct = g.memory_used_mib !== null && g.memory_total_mib ? (100 * g.memory_used_mib) / g.memory_total_mib : null;
+    const powerPct = g.power_w !== null && g.power_limit_w ? (100 * g.power_w) / g.power_limit_w : null;
+    const flags = [];
+    if (g.drained) flags.push(h("span.flag", { title: g.drain_reason || "" }, `drained${g.drain_reason ? `: ${g.drain_reason}` : ""}`));
+    if (g.hot) flags.push(h("span.flag.warn", { title: g.hot }, `hot: ${g.hot}`));
+    if (g.xid_errors) flags.push(h("span.flag", `XID ×${g.xid_errors} (last ${g.last_xid})`));
+    if (g.ecc_errors_uncorrected) flags.push(h("span.flag", `${g.ecc_errors_uncorrected} uncorrected ECC`));
+    if (g.error) flags.push(h("span.flag", `unreadable: ${g.error}`));
+    if (!g.detected) flags.push(h("span.flag.info", "declared (no telemetry)"));
+    const misplaced = (g.processes || []).filter((p) => p.misplaced);
+    if (misplaced.length) flags.push(h("span.flag", `process of job ${misplaced.map((p) => p.job).join(",")} not allocated here`));
+    const label = `GPU ${g.index}`;
+    return h(`section.card${g.drained ? ".drained" : ""}`, { "aria-label": label },
+      h("header", h("h2", label, g.node && gpus.some((o) => o.node !== g.node) ? ` · ${g.node}` : ""),
+        h("span.name", g.name)),
+      metric("Utilisation", g.util_pct, g.util_pct === null ? "n/a" : `${g.util_pct}%`),
+      metric("Memory", memPct, g.memory_used_mib === null ? (g.memory_total_mib ? `n/a / ${sizeMib(g.memory_total_mib)}` : "n/a")
+        : `${(g.memory_used_mib / 1024).toFixed(1)} / ${((g.memory_total_mib || 0) / 1024).toFixed(1)}G`),
+      metric("Temperature", g.temperature_c === null ? null : Math.min(100, g.temperature_c), num(g.temperature_c, "°C"), g.temperature_c !== null && g.temperature_c >= 85),
+      metric("Power", powerPct, g.power_w === null ? "n/a" : g.power_limit_w ? `${g.power_w.toFixed(0)} / ${g.power_limit_w.toFixed(0)}W` : `${g.power_w.toFixed(0)}W`),
+      h("div", h("span.muted", "Held by: "), jobs.length
+        ? jobs.map((id, i) => [i ? ", " : "", h("a", { href: `/ui/jobs/${id}` }, `job ${id}`)]).concat(g.user && jobs.length === 1 ? [` (${g.user})`] : [])
+        : h("span", "nobody (free)")),
+      g.shared_free_mib !== null && g.shared_free_mib !== undefined
+        ? h("div", h("span.muted", "Shared (--gpu-mem): "), `${sizeMib(g.shared_free_mib) === "-" ? "0" : sizeMib(g.shared_free_mib)} free to share`) : null,
+      flags.length ? h("div.flags", flags) : null,
+      admin ? h("div", g.drained
+        ? h("button", { type: "button", "data-key": `resume-${g.index}`, onclick: () => resume(g) }, `Resume GPU ${g.index}`)
+        : h("button.danger", { type: "button", "data-key": `drain-${g.index}`, onclick: () => drain(g) }, `Drain GPU ${g.index}`)) : null,
+    );
+  }
+
+  function metric(label, pct, text, hot = false) {
+    const bar = h(`div.bar${hot ? ".hot" : ""}`, { role: "meter", "aria-label": label, "aria-valuemin": "0", "aria-valuemax": "100",
+      "aria-valuenow": pct === null ? null : String(Math.round(pct)), "aria-valuetext": text }, h("span"));
+    bar.firstChild.style.width = `${pct === null ? 0 : Math.max(0, Math.min(100, pct))}%`;
+    return h("div.metric", h("span.label", label), bar, h("span.value", text));
+  }
+
+  async function drain(g) {
+    const reason = prompt(`Drain GPU ${g.index}: no new job goes there; its jobs finish. Why?`, "maintenance");
+    if (reason === null) return;
+    try {
+      const out = await api(`/api/v1/gpus/${g.index}/drain`, { method: "POST", body: { reason, now: false } });
+      const left = out.running_jobs && out.running_jobs.length ? ` Jobs ${out.running_jobs.join(", ")} finish there first.` : "";
+      notice(`GPU ${g.index} drained.${left}`, "ok");
+      announce(`GPU ${g.index} drained`);
+    } catch (err) {
+      notice(`Drain GPU ${g.index}: ${err.message}`);
+    }
+  }
+
+  async function resume(g) {
+    try {
+      await api(`/api/v1/gpus/${g.index}/resume`, { method: "POST" });
+      notice(`GPU ${g.index} is back in service.`, "ok");
+      announce(`GPU ${g.index} resumed`);
+    } catch (err) {
+      notice(`Resume GPU ${g.index}: ${err.message}`);
+    }
+  }
+
+  // The list at once, then the stream (a server without the stream: the list, refreshed).
+  api("/api/v1/gpus").then(draw).catch((err) => clear(cards, h("p.error", `The GPUs could not be read: ${err.message}`)));
+  let poll = null;
+  const stop = stream("/api/v1/gpus/stream", { gpus: draw }, {
+    onstate: (on) => { live.classList.toggle("on", on); live.textContent = on ? "live" : "reconnecting…"; },
+    onmissing: () => {
+      live.textContent = "refreshed every 5 s (no live stream on this server)";
+      poll = setInterval(() => api("/api/v1/gpus").then(draw).catch(() => {}), 5000);
+    },
+  });
+  return () => { stop(); clearInterval(poll); };
+}
+
