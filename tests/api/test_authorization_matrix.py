@@ -113,6 +113,9 @@ RULES: dict[tuple[str, str], Rule] = {
     # A one-time dashboard login as the caller, with the caller's scope (a read token's: a
     # read-only session): a POST that a read token may make.
     ("POST", "/api/v1/web/login-link"): Rule("reader"),
+    ("GET", "/api/v1/gpus/stream"): Rule("reader"),
+    ("GET", "/api/v1/events"): Rule("reader"),
+    ("GET", "/api/v1/events/stream"): Rule("reader"),
 }
 
 
@@ -281,7 +284,7 @@ def test_every_caller_gets_what_the_matrix_says_on_every_route(rig: Rig) -> None
             # Each caller meets the owner's resource as it was made (its own fresh one), not
             # as the caller before left it.
             concrete = rig.path_for(path) if rule.who == "owner" else shared
-            if path.endswith("/changes"):
+            if path.endswith(("/changes", "/stream")):
                 status, text = rig.first_bytes(caller, concrete), ""
             else:
                 body = rule.body(rig) if rule.body else None

@@ -3,6 +3,7 @@ body, bounded bodies), one error table, and a router per resource."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -17,6 +18,7 @@ from gpuyard.api.routers import (
     gpus,
     jobs,
     limits,
+    live,
     progress,
     system,
     tokens,
@@ -44,7 +46,9 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if manage_lifecycle:
             server.start()
+        collector = asyncio.create_task(live.collect(server, app.state.events))
         yield
+        collector.cancel()
         if manage_lifecycle:
             server.close()
 
@@ -53,9 +57,11 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     # The dashboard's sessions live with the app (in memory: services/web_sessions.py).
     app.state.web_sessions = sessions = WebSessions()
     app.state.web_static = web.StaticFiles(web.static_root())
+    for name, value in live.live_state(server).items():  # the GPU stream, the events ring
+        setattr(app.state, name, value)
     install_error_handlers(app)
     routers = (system.router, jobs.router, verbs.router, gpus.router, admin.router,
-               admin.accounts_router, tokens.router, limits.router, web.api_router,
+               admin.accounts_router, tokens.router, limits.router, web.api_router, live.router,
                web.router, gpu_history.router, progress.router)  # fmt: skip
     for router in routers:
         app.include_router(router)

@@ -407,6 +407,22 @@ def top(
 
 
 @app.command()
+def dashboard(
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="open the link in this machine's browser")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Print a one-time link to the web dashboard, logged in as you (valid a minute, once)."""
+    from gpuyard.cli.dashboard import run
+
+    try:
+        run(_client(), open_browser=open_browser, json_out=json_out)
+    except GpuyardError as exc:
+        fail(exc.message)
+
+
+@app.command()
 def doctor(
     json_out: JsonOpt = False,
     state_dir: Annotated[

@@ -146,8 +146,9 @@ async def list_jobs(
 
 @router.get("/changes", response_class=StreamingResponse)
 async def job_changes(server: Server, actor: Actor) -> StreamingResponse:
-    """Server-sent events: one `job` event per committed change of a job the caller may see
-    (`data`: the job's id, state, version and reason); `resync` when the stream lost some."""
+    """Server-sent events: one `job` event per committed change of any job in the queue
+    (`data`: what the queue shows everyone: its id, name, owner, state, version and reason;
+    never another user's command, log or environment); `resync` when the stream lost some."""
     return StreamingResponse(_changes(server.feed, actor), media_type="text/event-stream")
 
 
@@ -159,11 +160,12 @@ async def _changes(feed: ChangeFeed, actor: Principal) -> AsyncIterator[bytes]:
             if sub.overflowed:
                 sub.overflowed = False
                 yield b"event: resync\ndata: {}\n\n"
+            # Every job, as the queue lists it to everyone (`_listed`): a live queue page moves
+            # other users' jobs too; their details are fetched (and refused) one by one.
             job = change.after
-            if not actor.may_see(job.owner):
-                continue
-            data = {"id": job.id, "state": job.state.value, "version": job.version,
-                    "reason": job.reason, "at": change.at}  # fmt: skip
+            data = {"id": job.id, "name": job.spec.name, "owner": job.owner,
+                    "state": job.state.value, "version": job.version, "reason": job.reason,
+                    "at": change.at}  # fmt: skip
             yield f"event: job\ndata: {json.dumps(data)}\n\n".encode()
 
 

@@ -29,6 +29,7 @@ from gpuyard.api.deps import Actor, Server
 from gpuyard.api.errors import error_body
 from gpuyard.api.front_door import (
     CSRF_COOKIE,
+    PEER,
     SESSION_COOKIE,
     WEB_SESSION,
     request_origin,
@@ -450,22 +451,36 @@ class LoginLinkOut(BaseModel):
     `expires_in_s` (once)."""
 
     path: str
+    url: str  # the path on this server's address as the request named it (or as it listens)
     expires_in_s: int
     user: str
 
 
 @api_router.post("/login-link")
-async def login_link(request: Request, actor: Actor) -> LoginLinkOut:
+async def login_link(request: Request, actor: Actor, server: Server) -> LoginLinkOut:
     """A one-time link (valid a minute, used once) that logs a browser in as the caller, with
     the caller's scope: what `gpuyard dashboard` prints on the server's machine, where the CLI
     needs no token (its Unix-socket identity)."""
     sessions = _sessions(request)
     code = sessions.new_code(request_origin(request.scope, actor))
+    path = f"/ui/login?code={quote(code)}"
     return LoginLinkOut(
-        path=f"/ui/login?code={quote(code)}",
+        path=path,
+        url=_base_url(request, server) + path,
         expires_in_s=int(sessions.code_ttl_s),
         user=actor.user,
     )
+
+
+def _base_url(request: Request, server: Any) -> str:
+    """This server's address: as a TCP request named it (its Host was checked), else (a
+    caller on the Unix socket) the address it listens on, a name with a port first."""
+    if PEER not in (request.scope.get("extensions") or {}):
+        scheme = "https" if _secure(request) else "http"
+        return f"{scheme}://{request.headers.get('host', '')}"
+    names = server.access.hosts.names
+    with_port = [n for n in names if n.rpartition(":")[2].isdigit() and not n.endswith("]")]
+    return f"http://{(with_port or names or ['127.0.0.1'])[0]}"
 
 
 # ----------------------------------------------------------------------------- pages
