@@ -26,14 +26,18 @@ ROOT = Path(__file__).resolve().parent.parent
 GPUS = 8
 
 
-def child(seconds: float, period_s: float, pids: list[tuple[int, int]]) -> dict[str, float]:
+def child(
+    seconds: float, period_s: float, pids: list[tuple[int, int]], history: bool
+) -> dict[str, float]:
     """In the process that loaded the fake NVML: sample for `seconds`, report the cost."""
     import ctypes
 
     from gpuyard.adapters.gpus.nvml import NvmlTelemetry, detect_gpus
     from gpuyard.adapters.gpus.processes import PsutilProcessOwners
+    from gpuyard.adapters.store.memory import MemoryJobStore
     from gpuyard.domain.job import Job, JobSpec, NodeCapacity
     from gpuyard.domain.states import JobState
+    from gpuyard.services.gpu_history import GpuHistory
     from gpuyard.services.inventory import Inventory
     from gpuyard.services.jobbook import JobBook
     from gpuyard.services.telemetry import GpuMonitor
@@ -48,6 +52,9 @@ def child(seconds: float, period_s: float, pids: list[tuple[int, int]]) -> dict[
     monitor = GpuMonitor(
         NvmlTelemetry, PsutilProcessOwners(), JobBook(jobs), inventory, period_s=period_s
     )
+    if history:  # as the server wires it: every sample into the GPU history's ring
+        uuids = {gpu.index: gpu.uuid for gpu in gpus}
+        monitor.history = GpuHistory(uuids, MemoryJobStore(), period_s=period_s)
     calls = ctypes.CDLL("libnvidia-ml.so.1").fake_nvml_call_count
     calls.restype = ctypes.c_ulonglong
     monitor.start()
@@ -78,7 +85,9 @@ def child(seconds: float, period_s: float, pids: list[tuple[int, int]]) -> dict[
     }
 
 
-def run_case(lib_dir: Path, seconds: float, period_s: float, with_jobs: bool) -> dict[str, float]:
+def run_case(
+    lib_dir: Path, seconds: float, period_s: float, with_jobs: bool, history: bool
+) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")}
     env["LD_LIBRARY_PATH"] = f"{lib_dir}{os.pathsep}{env.get('LD_LIBRARY_PATH', '')}"
     env["FAKE_NVML_GPUS"] = ";".join(
@@ -104,7 +113,7 @@ def run_case(lib_dir: Path, seconds: float, period_s: float, with_jobs: bool) ->
             state.write_text("".join(lines))
             env["FAKE_NVML_STATE"] = str(state)
         out = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps([seconds, period_s, pids])],
+            [sys.executable, __file__, "--child", json.dumps([seconds, period_s, pids, history])],
             env=env, capture_output=True, text=True, check=True, timeout=seconds + 60,
         )  # fmt: skip
         return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -118,21 +127,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--period", type=float, default=1.0, help="sampling interval, s")
+    parser.add_argument(
+        "--no-history", action="store_true", help="without the GPU history (before issue 14)"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        seconds, period_s, pids = json.loads(args.child)
-        print(json.dumps(child(seconds, period_s, [tuple(p) for p in pids])))
+        seconds, period_s, pids, history = json.loads(args.child)
+        print(json.dumps(child(seconds, period_s, [tuple(p) for p in pids], history)))
         return
     sys.path.insert(0, str(ROOT))
     from tests.fakenvml import build_fake_nvml
 
     lib_dir = build_fake_nvml(Path(tempfile.mkdtemp(prefix="gpuyard-bench-nvml-")))
-    idle = run_case(lib_dir, args.seconds, args.period, with_jobs=False)
-    busy = run_case(lib_dir, args.seconds, args.period, with_jobs=True)
+    history = not args.no_history
+    idle = run_case(lib_dir, args.seconds, args.period, with_jobs=False, history=history)
+    busy = run_case(lib_dir, args.seconds, args.period, with_jobs=True, history=history)
     result = {
         "bench": "telemetry", "gpus": GPUS, "period_s": args.period, "seconds": args.seconds,
+        "gpu_history": history,
         "idle_cpu_pct_of_core": idle["cpu_pct_of_core"],
         "busy_cpu_pct_of_core": busy["cpu_pct_of_core"],
         "idle_ms_per_sample": idle["ms_per_sample"],

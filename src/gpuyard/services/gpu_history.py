@@ -2,11 +2,11 @@
 
 Two tiers:
 - a ring in memory of every sample (1 s at the default rate) for `ring_s` (24 h), fed by the
-  telemetry thread (`GpuMonitor.history`): one shared column of sample times and, per GPU,
-  five compact `array` columns (utilisation int8, memory MiB int32, temperature int16, power
-  mW int32, holders: an id of the set of jobs that held the GPU, int32), 25 bytes per GPU per
-  sample with the shared time, ~17 MiB for 8 GPUs x 86,400 samples; appending costs a few
-  microseconds under a lock the readers hold only to copy;
+  telemetry thread (`GpuMonitor.history`): one shared column of sample times (float64) and,
+  per GPU, five compact `array` columns (utilisation int8, memory MiB int32, temperature
+  int16, power mW int32, holders: the id of the set of jobs on the GPU, int32): 15 bytes per
+  GPU per sample and 8 shared, 14 MiB RSS for 8 GPUs x 86,400 samples, ~15 us to record a
+  sample of 8 GPUs under a lock that readers hold only to copy (`bench/gpu_history.py`);
 - 60 s buckets (means and peaks, the jobs that held the GPU) written to the store once a
   minute by this module's own thread (never by the sampler: a database write may wait), and
   pruned after `retention_s` (90 days): a past job's charts after the ring forgot its samples,
