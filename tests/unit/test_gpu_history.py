@@ -41,7 +41,8 @@ def feed(history: GpuHistory, clock: Clock, seconds: int, util_of, jobs=()) -> N
         clock.now += 1.0
 
 
-def test_ring_wraps_keeping_the_newest_samples_in_order() -> None:
+def test_ring_wraps_keeping_the_newest_samples_in_order(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("gpuyard.services.gpu_history._SETS_KEPT", 3)
     ring = TelemetryRing(["GPU-a"], capacity=5)
     for t in range(12):
         ring.append(float(t), [reading(0, t)], [(t,)])

@@ -44,6 +44,7 @@ PRUNE_EVERY_S = 3600.0
 # "n/a" in each column: the type's least value, so a column's max is its peak whenever any
 # sample has a value, and a sum corrects for n/a exactly (count x sentinel).
 _NA_UTIL, _NA_TEMP, _NA_I32 = -128, -32768, -(2**31)
+_SETS_KEPT = 4096  # holder sets kept before the ring, as it turns, forgets unused ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +180,7 @@ class TelemetryRing:
                 self._clear()
             full = len(self._times) == self.capacity
             slot = self._next
-            if slot == 0 and full:
+            if slot == 0 and full and len(self._sets) > _SETS_KEPT:
                 self._compact_sets()
             self._put(self._times, slot, full, at)
             for i, reading in enumerate(readings):
@@ -252,8 +253,8 @@ class TelemetryRing:
         return found
 
     def _compact_sets(self) -> None:
-        """Forget the holder sets no sample refers to any more (once per turn of the ring),
-        so a server that ran a million jobs does not keep a million sets."""
+        """Forget the holder sets no sample refers to any more (at a turn of the ring, when
+        there are many), so a server that ran a million jobs does not keep a million sets."""
         live = sorted({i for column in self._holders for i in set(column)} | {0})
         if len(live) == len(self._sets):
             return
