@@ -325,7 +325,10 @@ class GpuHistory:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
-        self.flush(final=True)
+        try:
+            self.flush(final=True)
+        except Exception as exc:  # the server closes all the same; lost: this minute's samples
+            log.warning("GPU history: the last minute's buckets were not written: %s", exc)
 
     def _run(self) -> None:
         while not self._stop.wait(BUCKET_S - self._clock() % BUCKET_S + 0.5):
