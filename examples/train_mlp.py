@@ -1,8 +1,10 @@
 """A small PyTorch training run on synthetic data: what `make run` shows gpuyard running.
 
 Uses the GPU gpuyard gave the job (CUDA_VISIBLE_DEVICES) when there is one, the CPU otherwise,
-and prints its step, loss and throughput so `gpuyard logs -f` shows progress. No downloads: the
-data is a fixed random regression problem the MLP can learn.
+and prints its step, loss and throughput so `gpuyard logs -f` shows progress; it also reports
+them with `gpuyard.progress()` (the step every step, the loss with each printed line), which
+`gpuyard wait`, `show`, the dashboard and `/metrics` read. No downloads: the data is a fixed
+random regression problem the MLP can learn.
 
 Checkpoint and resume, as a preemptible job should: the model, the optimizer and the step are
 saved to GPUYARD_CHECKPOINT_DIR (the job's folder, kept across its runs) every
@@ -33,6 +35,14 @@ signal.signal(signal.SIGUSR1, _note)
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+try:
+    from gpuyard import progress  # a no-op outside gpuyard; never raises
+except ImportError:  # run without gpuyard installed
+
+    def progress(step: int, total: int | None = None, **metrics: float) -> None:
+        pass
+
 
 CHECKPOINT = "train_mlp.pt"
 
@@ -124,6 +134,9 @@ def main() -> None:
                 f"step {step}/{args.steps} loss {loss.item():.5f} ({rate:,.0f} samples/s)",
                 flush=True,
             )
+            progress(step, total=args.steps, loss=loss.item(), samples_per_s=rate)
+        else:
+            progress(step, total=args.steps)  # no loss.item(): no GPU sync every step
         if _signals["SIGUSR1"]:  # the time limit is near: save now, go on
             _signals["SIGUSR1"] = False
             checkpoint(step, "SIGUSR1: the time limit is near")
