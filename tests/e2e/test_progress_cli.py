@@ -11,6 +11,7 @@ import os
 import pty
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -48,11 +49,16 @@ def submit(server: ServerProcess, argv: list[str], *options: str) -> int:
 
 
 def on_terminal(
-    server: ServerProcess, out: Path, *args: str, stdout_too: bool = False, timeout_s: float = 90
+    server: ServerProcess,
+    out: Path,
+    *args: str,
+    stdout_too: bool = False,
+    timeout_s: float = 90,
+    interrupt_on: bytes | None = None,
 ) -> tuple[int, bytes]:
     """Run `gpuyard ARGS` with stderr (and with `stdout_too` stdout) on a pseudo-terminal of
     120 columns the test reads; stdout otherwise to the file `out`. (exit code, what the
-    terminal got)."""
+    terminal got). `interrupt_on`: once the terminal shows this, Ctrl-C (SIGINT)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     env = {**server.cli_env(), "TERM": "xterm-256color"}
@@ -75,6 +81,9 @@ def on_terminal(
                 if not data:
                     break
                 seen += data
+                if interrupt_on is not None and interrupt_on in ANSI.sub(b"", bytes(seen)):
+                    proc.send_signal(signal.SIGINT)
+                    interrupt_on = None
         return proc.wait(timeout=max(1.0, deadline - time.monotonic())), bytes(seen)
     finally:
         os.close(master)
@@ -234,6 +243,25 @@ def test_logs_follow_on_the_same_terminal_keeps_every_line_above_the_bar(server,
     assert [int(line.split(b"=")[1].split()[0]) for line in log] == list(range(1, 61))
     bars = [line for line in terminal.split(b"\n") if b"/60 (" in ANSI.sub(b"", line)]
     assert bars  # the bar was drawn under the log while the job ran
+
+
+@pytest.mark.parametrize("command", ["wait", "logs -f"])
+def test_ctrl_c_ends_the_bar_cleanly(server: ServerProcess, tmp_path: Path, command: str):
+    job_id = submit(server, trainer(600, 0.05))
+    try:
+        code, terminal = on_terminal(
+            server, tmp_path / "out", *command.split(), str(job_id), interrupt_on=b"ETA"
+        )  # fmt: skip
+        assert code == 130
+        assert terminal.endswith(b"\x1b[?25h")  # the cursor shown again, no traceback
+        assert b"Traceback" not in terminal
+        assert json_state(server, job_id) == "RUNNING"  # only the watching ended
+    finally:
+        server.cli("cancel", str(job_id))
+
+
+def json_state(server: ServerProcess, job_id: int) -> str:
+    return str(server.client().job(job_id)["state"])
 
 
 # -- piped: byte-identical to before ---------------------------------------------------------
