@@ -6,9 +6,9 @@ Times in series and samples are epoch seconds (floats: compact, what chart libra
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
 ProgressSource = Literal["sdk", "protocol", "tqdm", "lightning", "hf"]
 
@@ -30,12 +30,27 @@ class ProgressOut(BaseModel):
     source: ProgressSource | None = Field(None, description="where the last report came from")
 
 
+# Fixed-length rows, validated as tuples, described to OpenAPI as arrays of 2 (5) numbers: a
+# tuple's JSON schema (`prefixItems`) is refused by OpenAPI 3.0 tools (the fuzz test's).
+Pair = Annotated[
+    tuple[float, float],
+    WithJsonSchema({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}),
+]
+GpuSample = Annotated[
+    tuple[float, float | None, float | None, float | None, float | None],
+    WithJsonSchema({
+        "type": "array", "items": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+        "minItems": 5, "maxItems": 5,
+    }),
+]  # fmt: skip
+
+
 class SeriesOut(BaseModel):
     """A job's metric series: name -> [[t, value], ...] (t: epoch seconds), "step" included;
     downsampled to at most `max_points` points per series."""
 
     job_id: int
-    series: dict[str, list[tuple[float, float]]]
+    series: dict[str, list[Pair]]
 
 
 class GpuHistoryOut(BaseModel):
@@ -44,7 +59,7 @@ class GpuHistoryOut(BaseModel):
     index: int
     uuid: str
     resolution_s: float = Field(description="seconds each sample covers")
-    samples: list[tuple[float, float | None, float | None, float | None, float | None]] = Field(
+    samples: list[GpuSample] = Field(
         description="[t, util_pct, mem_used_mib, temp_c, power_w] (t: epoch seconds)"
     )
 
