@@ -113,3 +113,13 @@ def test_a_jobs_series_covers_its_earlier_attempts_on_their_gpus() -> None:
     assert sorted(by_index) == [0, 1]
     assert [p.util_pct for p in by_index[0].points] == [50 + k for k in range(10)]
     assert len(by_index[1].points) == 10 and by_index[1].points[0].t == T0 + 10
+
+
+def test_a_sampler_faster_than_1_hz_fills_the_ring_once_a_second() -> None:
+    clock, store = Clock(T0), MemoryJobStore()
+    history = GpuHistory({0: "GPU-a"}, store, period_s=0.2, clock=clock)
+    assert history.ring.capacity == 86_400  # 24 h at 1 s, not at 0.2 s
+    for k in range(50):  # 10 s at 5 Hz
+        history.record(T0 + 0.2 * k, {0: reading(0, k)}, ())
+    window = history.ring.window(0, 0, 1e12)
+    assert list(window.times) == [T0 + k for k in range(10)]

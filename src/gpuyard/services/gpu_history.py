@@ -1,7 +1,7 @@
 """Per-GPU telemetry history, so a job's GPU charts exist while it runs and after it ended.
 
 Two tiers:
-- a ring in memory of every sample (1 s at the default rate) for `ring_s` (24 h), fed by the
+- a ring in memory of every sample (at most one a second) for `ring_s` (24 h), fed by the
   telemetry thread (`GpuMonitor.history`): one shared column of sample times (float64) and,
   per GPU, five compact `array` columns (utilisation int8, memory MiB int32, temperature
   int16, power mW int32, holders: the id of the set of jobs on the GPU, int32): 15 bytes per
@@ -37,6 +37,7 @@ from gpuyard.services.ports import GpuBucket, GpuHistoryStore, GpuReading
 log = logging.getLogger("gpuyard.gpu_history")
 
 RING_S = 24 * 3600.0
+MIN_INTERVAL_S = 1.0  # the ring's finest resolution
 BUCKET_S = 60  # the stored resolution
 RETENTION_S = 90 * 86400.0
 PRUNE_EVERY_S = 3600.0
@@ -286,8 +287,12 @@ class GpuHistory:
         self._indices = sorted(gpus)
         self._position = {index: i for i, index in enumerate(self._indices)}
         self.uuids = {index: gpus[index] for index in self._indices}
+        # At most one sample a second is kept, whatever the sampling rate (a faster sampler,
+        # GPUYARD_TELEMETRY_S below 1, would otherwise multiply the ring's memory).
+        self.interval_s = max(period_s, MIN_INTERVAL_S)
+        self._last_at: float | None = None
         self.ring = TelemetryRing(
-            [gpus[i] for i in self._indices], math.ceil(ring_s / max(period_s, 0.01))
+            [gpus[i] for i in self._indices], math.ceil(ring_s / self.interval_s)
         )
         self._store = store
         self.retention_s = retention_s
@@ -303,7 +308,12 @@ class GpuHistory:
     def record(
         self, taken_at: float, readings: Mapping[int, GpuReading], running: Iterable[Job]
     ) -> None:
-        """One sample of every GPU; `running`: the jobs holding GPUs (their holders)."""
+        """One sample of every GPU; `running`: the jobs holding GPUs (their holders). Skipped
+        when the last kept one is less than `interval_s` old (a step back of the clock: kept)."""
+        last = self._last_at
+        if last is not None and last <= taken_at < last + 0.9 * self.interval_s:
+            return
+        self._last_at = taken_at
         holders: dict[int, list[int]] = {}
         for job in running:
             for index in job.gpus:
