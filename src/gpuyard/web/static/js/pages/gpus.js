@@ -59,7 +59,7 @@ export function mount(main, { me }) {
       flags.length ? h("div.flags", flags) : null,
       admin ? h("div", g.drained
         ? h("button", { type: "button", "data-key": `resume-${g.index}`, onclick: () => resume(g) }, `Resume GPU ${g.index}`)
-        : h("button.danger", { type: "button", "data-key": `drain-${g.index}`, onclick: () => drain(g) }, `Drain GPU ${g.index}`)) : null,
+        : drainForm(g)) : null,
     );
   }
 
@@ -70,14 +70,37 @@ export function mount(main, { me }) {
     return h("div.metric", h("span.label", label), bar, h("span.value", text));
   }
 
-  async function drain(g) {
-    const reason = prompt(`Drain GPU ${g.index}: no new job goes there; its jobs finish. Why?`, "maintenance");
-    if (reason === null) return;
+  // Drain forms stay open across redraws: their state lives here, not in the DOM.
+  const drafts = new Map(); // index -> {reason, now}
+
+  function drainForm(g) {
+    const draft = drafts.get(g.index);
+    if (!draft) {
+      return h("button.danger", { type: "button", "data-key": `drain-${g.index}`,
+        onclick: () => { drafts.set(g.index, { reason: "maintenance", now: false, focus: true }); draw(gpus); } }, `Drain GPU ${g.index}…`);
+    }
+    const reason = h(`input#drain-reason-${g.index}`, { value: draft.reason, maxlength: "200", "data-key": `reason-${g.index}`,
+      oninput: () => { draft.reason = reason.value; } });
+    const now = h(`input#drain-now-${g.index}`, { type: "checkbox", checked: draft.now, "data-key": `now-${g.index}`,
+      onchange: () => { draft.now = now.checked; } });
+    if (draft.focus) { draft.focus = false; queueMicrotask(() => { reason.focus(); reason.select(); }); }
+    return h("form.drain", { onsubmit: (e) => { e.preventDefault(); drain(g, draft); }, "aria-label": `Drain GPU ${g.index}` },
+      h("label", { for: reason.id }, "Why (shown to users)", reason),
+      h("label.inline", { for: now.id }, now, "stop its jobs now and requeue them (else they finish)"),
+      h("div.toolbar",
+        h("button.danger", { type: "submit", "data-key": `confirm-${g.index}` }, `Drain GPU ${g.index}`),
+        h("button", { type: "button", "data-key": `keep-${g.index}`, onclick: () => { drafts.delete(g.index); draw(gpus); } }, "Keep in service")));
+  }
+
+  async function drain(g, draft) {
     try {
-      const out = await api(`/api/v1/gpus/${g.index}/drain`, { method: "POST", body: { reason, now: false } });
+      const out = await api(`/api/v1/gpus/${g.index}/drain`, { method: "POST", body: { reason: draft.reason.trim(), now: draft.now } });
+      drafts.delete(g.index);
       const left = out.running_jobs && out.running_jobs.length ? ` Jobs ${out.running_jobs.join(", ")} finish there first.` : "";
-      notice(`GPU ${g.index} drained.${left}`, "ok");
+      const requeued = out.requeued_jobs && out.requeued_jobs.length ? ` Jobs ${out.requeued_jobs.join(", ")} were requeued.` : "";
+      notice(`GPU ${g.index} drained.${left}${requeued}`, "ok");
       announce(`GPU ${g.index} drained`);
+      draw(await api("/api/v1/gpus"));
     } catch (err) {
       notice(`Drain GPU ${g.index}: ${err.message}`);
     }
@@ -88,6 +111,7 @@ export function mount(main, { me }) {
       await api(`/api/v1/gpus/${g.index}/resume`, { method: "POST" });
       notice(`GPU ${g.index} is back in service.`, "ok");
       announce(`GPU ${g.index} resumed`);
+      draw(await api("/api/v1/gpus"));
     } catch (err) {
       notice(`Resume GPU ${g.index}: ${err.message}`);
     }

@@ -47,6 +47,7 @@ export function mount(main, { me, params }) {
       drawJob();
       if (was && was !== job.state) announce(`Job ${id} is ${shownState(job).toLowerCase()}`);
       if (!logFollowing && job.state !== "PENDING") followLog();
+      else if (!logFollowing && !log.textContent) log.textContent = "(not started yet)";
     } catch (err) {
       clear(main, h("h1", `Job ${id}`),
         h("p.error", { role: "alert" }, err.status === 404 ? `Job ${id} is not found (or is not yours to see).` : err.message),

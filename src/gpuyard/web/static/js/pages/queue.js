@@ -12,7 +12,9 @@ import {
 const ROW_H = 34;
 const OVERSCAN = 8;
 const FIRST_PAGE = 200; // drawn first; the rest of the queue follows in one request
-const NEW_JOBS_DELAY_MS = 150;
+const NEW_JOBS_DELAY_MS = 100;
+const REREAD_MAX = 300; // changed jobs read one by one up to this many at once
+const REREAD_PARALLEL = 6;
 const COLUMNS = ["Job", "User", "Name", "State", "GPUs", "Time", "Reason / node:GPUs", "Est. start", "Actions"];
 
 export function mount(main, { me, query, navigate }) {
@@ -94,6 +96,7 @@ export function mount(main, { me, query, navigate }) {
     const search = params.toString();
     history.replaceState(null, "", `/ui/${search ? `?${search}` : ""}`);
     viewDirty = true;
+    body.scrollTop = 0;
     schedule();
   }
 
@@ -155,26 +158,45 @@ export function mount(main, { me, query, navigate }) {
     }, NEW_JOBS_DELAY_MS);
   }
 
-  // Jobs that started: their node, GPUs and start time, one small request each.
-  const refreshing = new Set();
+  // Jobs that changed: read again, one small request each (the feed carries the raw state, not
+  // the reason the queue shows nor whether the job is held); coalesced, a few at a time; a
+  // burst larger than REREAD_MAX reads the whole queue once instead.
+  const stale = new Set();
+  let staleTimer = null;
+  function reread(id) {
+    stale.add(id);
+    if (!staleTimer) staleTimer = setTimeout(flushStale, NEW_JOBS_DELAY_MS);
+  }
+
+  async function flushStale() {
+    staleTimer = null;
+    const ids = [...stale];
+    stale.clear();
+    if (ids.length > REREAD_MAX) { await loadAll(); return; }
+    let next = 0;
+    const worker = async () => {
+      while (next < ids.length) await refreshJob(ids[next++]);
+    };
+    await Promise.all(Array.from({ length: Math.min(REREAD_PARALLEL, ids.length) }, worker));
+  }
+
   async function refreshJob(id) {
-    if (refreshing.has(id)) return;
-    refreshing.add(id);
+    const asked = jobs.get(id);
+    if (!asked) return;
+    const version = asked._v;
+    let fresh;
     try {
-      const job = await api(`/api/v1/jobs/${id}`);
-      const known = jobs.get(id);
-      if (known && (known._v === undefined || !isTerminal(known.state))) {
-        job._v = known._v;
-        if (known.state !== job.state && known._v !== undefined) {
-          job.state = known.state; // a later change arrived meanwhile: it wins
-          job.reason = known.reason;
-        }
-        jobs.set(id, job);
-        viewDirty = true;
-        schedule();
-      }
-    } catch { /* gone (cleaned) or no longer visible: the feed says the rest */ }
-    finally { refreshing.delete(id); }
+      fresh = await api(`/api/v1/jobs/${id}`);
+    } catch {
+      return; // gone (cleaned) or no longer visible: the feed says the rest
+    }
+    const known = jobs.get(id);
+    if (!known) return; // ended meanwhile
+    if (known._v !== version) { reread(id); return; } // a newer change came meanwhile
+    fresh._v = version;
+    jobs.set(id, fresh);
+    viewDirty = true;
+    schedule();
   }
 
   function apply(change) {
@@ -185,20 +207,15 @@ export function mount(main, { me, query, navigate }) {
       return;
     }
     if (job._v !== undefined && change.version <= job._v) return;
-    const was = job.state;
     job._v = change.version;
     job.state = change.state;
     job.display_state = null;
-    job.reason = change.reason;
-    job.held = change.state === "PENDING" && /^JobHeld/.test(change.reason || "");
+    if (change.state !== "PENDING") job.reason = change.reason;
     if (isTerminal(change.state)) {
       jobs.delete(change.id);
       if (job.owner === me.user) announce(`Job ${job.id} ${change.state.toLowerCase().replace("_", " ")}`);
-    } else if (change.state === "RUNNING" && was !== "RUNNING") {
-      job.started_at = new Date(change.at * 1000).toISOString();
-      refreshJob(change.id);
-    } else if (change.state === "PENDING" && was === "RUNNING") {
-      job.started_at = null; // requeued
+    } else {
+      reread(change.id);
     }
     viewDirty = true;
     schedule();
@@ -214,9 +231,10 @@ export function mount(main, { me, query, navigate }) {
     frame = 0;
     if (viewDirty) rebuildView();
     const running = view.filter((j) => j.state === "RUNNING").length;
-    count.textContent = loaded || view.length
+    const counted = loaded || view.length
       ? `${view.length.toLocaleString()} job${view.length === 1 ? "" : "s"} (${running.toLocaleString()} running, ${(view.length - running).toLocaleString()} waiting)`
       : "Loading…";
+    if (count.textContent !== counted) count.textContent = counted; // a live region: only real changes
     grid.setAttribute("aria-rowcount", String(view.length + 1));
     spacer.style.height = `${view.length * ROW_H}px`;
     const height = body.clientHeight || 600;
@@ -337,6 +355,7 @@ export function mount(main, { me, query, navigate }) {
     stop();
     clearInterval(ticker);
     clearTimeout(newTimer);
+    clearTimeout(staleTimer);
     window.removeEventListener("resize", onResize);
     if (frame) cancelAnimationFrame(frame);
   };

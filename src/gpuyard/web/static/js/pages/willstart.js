@@ -1,7 +1,7 @@
 // "Will my job start now?": the server's dry run for a size the user picks, in words.
 
 import { api } from "../api.js";
-import { h, clear, relative, localTime, duration, announce } from "../dom.js";
+import { h, clear, relative, localTime, announce } from "../dom.js";
 import { SIZE_FIELDS, fieldInputs, fieldValues } from "../sizefields.js";
 
 export function mount(main) {
@@ -40,7 +40,7 @@ function words(out) {
     return ["ok", "Yes: it would start now.", preempt];
   }
   if (out.start_at) {
-    return ["wait", `Not now: it would start ${relative(out.start_at)} (${localTime(out.start_at)}), in about ${duration(out.starts_in_s)}.`,
+    return ["wait", `Not now: estimated start ${relative(out.start_at)} (${localTime(out.start_at)}).`,
       preempt || "If the running jobs use their whole time limit; sooner if they end early."];
   }
   if (out.not_before) {
