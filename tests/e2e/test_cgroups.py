@@ -151,3 +151,23 @@ def test_the_server_says_how_jobs_are_held_and_an_admin_may_turn_cgroups_off(
     finally:
         off.stop()
         off.kill_jobs()
+
+
+def test_a_server_with_its_clock_a_day_ahead_sweeps_no_group_made_a_moment_ago(
+    cgroups: JobCgroups, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another server on this machine made a job's group and is about to move the job into
+    # it; a server starting with its wall clock stepped a day ahead must not see it as old.
+    from gpuyard.adapters.executor import cgroups as module
+
+    other = JobCgroups(f"test-{uuid.uuid4().hex[:8]}", pids_max=PIDS_MAX, all_gpus=(0,))
+    try:
+        made = other.create(7, other.limits(64, 1, (0,)))
+        assert made
+        real_time = module.time.time
+        monkeypatch.setattr(module.time, "time", lambda: real_time() + 86_400)
+        again = JobCgroups(f"test-{uuid.uuid4().hex[:8]}", pids_max=PIDS_MAX, all_gpus=(0,))
+        again.close()
+        assert all(Path(group).is_dir() for group in made)
+    finally:
+        other.close()

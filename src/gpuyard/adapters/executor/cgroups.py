@@ -191,8 +191,12 @@ def _sweep(base: Path, keep: Path | None = None) -> bool:
     """Remove what servers killed with running jobs left: their jobs' groups once empty and
     older than a minute (a job joins its group within milliseconds of its making; a live
     server removes an ended job's group within seconds), then their empty folders (a live
-    server whose folder this removes makes it again at its next job)."""
-    stale = time.time() - _STALE_S
+    server whose folder this removes makes it again at its next job).
+
+    Ages are read on the cgroup file system's own clock (a probe folder's mtime), not this
+    process's: a server whose wall clock is off by a day saw every other server's group made
+    a moment ago as a day old, and removed it before its job could join (exit 127)."""
+    stale = _fs_now(base) - _STALE_S
     with contextlib.suppress(OSError):
         for folder in base.iterdir():
             if not folder.is_dir():
@@ -205,6 +209,20 @@ def _sweep(base: Path, keep: Path | None = None) -> bool:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
     return True
+
+
+def _fs_now(base: Path) -> float:
+    """The time the kernel stamps on a folder made under `base` now; this process's clock if
+    none can be made."""
+    probe = base / f".clock-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        try:
+            return probe.stat().st_mtime
+        finally:
+            probe.rmdir()
+    except OSError:
+        return time.time()
 
 
 def _enable_v2(base: Path, ours: Path) -> bool:
