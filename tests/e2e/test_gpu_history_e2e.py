@@ -98,11 +98,12 @@ def test_two_jobs_sharing_a_gpu_are_two_series_in_metrics(tmp_path: Path, nvml_d
         assert sorted(s.labels["hpc_job"] for s in samples) == sorted(str(j) for j in jobs)
         assert {s.value for s in samples} == {83}
         for s in samples:
-            assert {k: v for k, v in s.labels.items() if k not in ("hpc_job", "Hostname")} == {
+            assert {k: v for k, v in s.labels.items()
+                    if k not in ("hpc_job", "Hostname", "hostname")} == {
                 "gpu": "0", "UUID": H200[0][2], "pci_bus_id": "00000000:18:00.0",
                 "device": "nvidia0", "modelName": "NVIDIA H200",
             }  # fmt: skip
-            assert s.labels["Hostname"]
+            assert s.labels["Hostname"] == s.labels["hostname"] != ""
     finally:
         server.stop()
         server.kill_jobs()

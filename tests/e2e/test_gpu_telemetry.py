@@ -97,6 +97,7 @@ def test_gpus_top_show_and_metrics_from_live_telemetry(tmp_path: Path, nvml_dir:
             "gpu": str(mine), "UUID": H200[mine][2],
             "pci_bus_id": f"00000000:{0x18 + mine:02X}:00.0", "device": f"nvidia{mine}",
             "modelName": "NVIDIA H200", "Hostname": util[str(mine)].labels["Hostname"],
+            "hostname": util[str(mine)].labels["Hostname"],
             "hpc_job": str(job_id),
         }  # fmt: skip
         assert util[str(other)].labels["hpc_job"] == ""

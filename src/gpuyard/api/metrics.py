@@ -2,10 +2,11 @@
 work unchanged), plus gpuyard_* figures for the queue.
 
 The labels are dcgm-exporter's (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`,
-`Hostname`) and, as its HPC job mapping adds, `hpc_job`: the gpuyard job on the GPU. A GPU
-shared by several jobs (`--gpu-mem`) has one series per job, each with the GPU's value, as
-dcgm-exporter emits one per job mapped to a GPU; a GPU no job holds has one, `hpc_job=""`.
-A metric the driver cannot give (n/a) is left out for that GPU, as dcgm-exporter does.
+`Hostname`; and `hostname`, the same, which its dashboard's legends read) and, as its HPC job
+mapping adds, `hpc_job`: the gpuyard job on the GPU. A GPU shared by several jobs
+(`--gpu-mem`) has one series per job, each with the GPU's value, as dcgm-exporter emits one
+per job mapped to a GPU; a GPU no job holds has one, `hpc_job=""`. A metric the driver cannot
+give (n/a) is left out for that GPU, as dcgm-exporter does.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ from gpuyard.services.ports import GpuReading
 from gpuyard.services.progress import ProgressService
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hpc_job")
+# dcgm-exporter's own labels; `hostname` too (the same value): its Grafana dashboard's legends
+# read `{{hostname}}`, which dcgm-exporter's `Hostname` does not fill.
+GPU_LABELS = (
+    "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "hpc_job"
+)  # fmt: skip
 
 
 def _fb_free(r: GpuReading) -> int | None:
@@ -90,7 +95,7 @@ class ServerCollector(Collector):
         """One label set per job on the GPU (one with `hpc_job=""` when none holds it)."""
         gpu = holding.gpu
         device = [str(gpu.index), gpu.uuid, gpu.pci_bus_id, f"nvidia{gpu.index}", gpu.name,
-                  self._hostname]  # fmt: skip
+                  self._hostname, self._hostname]  # fmt: skip
         return [[*device, str(job.id)] for job in holding.jobs] or [[*device, ""]]
 
     def _queue_families(self) -> Iterator[Metric]:
