@@ -13,6 +13,7 @@ from gpuyard.cli.live import Footer, JobView, board_table, to_ansi
 from gpuyard.cli.render import chart_fields, chart_metric, job_record, progress_text, rate_text
 from gpuyard.cli.sparkline import BLOCKS, WIDTH, downsample, sparkline
 from gpuyard.cli.top import progress_cell
+from gpuyard.client import _query_value
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -203,3 +204,7 @@ def test_the_footer_erases_what_it_drew_and_nothing_else() -> None:
     footer.draw("x")
     footer.close(keep=False)
     assert out.getvalue() == "x\r\x1b[2K\x1b[?25h"
+
+
+def test_metric_names_are_percent_encoded_in_the_series_query() -> None:
+    assert _query_value("loss,val loss,a/b&c=d,é") == "loss,val%20loss,a%2Fb%26c%3Dd,%C3%A9"

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 FRAME_S = 0.25  # the spinner's frame; the footer is redrawn this often
 JOB_POLL_S = 0.5  # each shown job's record (its state), as `wait` always asked
 PROGRESS_POLL_S = 1.0  # each shown running job's progress
+SETTLE_S = 1.5  # an ended job short of its total: its progress asked again for this long
 BAR_WIDTH = 24
 NAME_WIDTH = 20
 
@@ -275,6 +276,7 @@ def wait_live(session: Client, job_ids: Sequence[int]) -> list[dict[str, Any]]:
     board = Board(session, job_ids)
     footer = Footer(sys.stderr)
     ended: dict[int, dict[str, Any]] = {}
+    ended_at: dict[int, float] = {}  # monotonic
     next_job = next_progress = 0.0
     footer.start()
     try:
@@ -289,19 +291,30 @@ def wait_live(session: Client, job_ids: Sequence[int]) -> list[dict[str, Any]]:
                         continue
                     job = board.poll_job(view)
                     if view.ended:
-                        ended[view.job_id] = job
+                        ended[view.job_id], ended_at[view.job_id] = job, now
                         board.poll_progress(view)  # its last report, for the last frame
+            late = [
+                v for v in views if v.ended and _short(v) and now - ended_at[v.job_id] < SETTLE_S
+            ]
             if now >= next_progress:
                 next_progress = now + PROGRESS_POLL_S
                 for view in views:
-                    if not view.ended:
+                    if not view.ended or view in late:
                         board.poll_progress(view)
             footer.draw(board.render(width, height))
-            if len(ended) == len(job_ids):
+            if len(ended) == len(job_ids) and not late:
                 return [ended[job_id] for job_id in job_ids]
             time.sleep(FRAME_S)
     finally:
         footer.close(keep=True)
+
+
+def _short(view: JobView) -> bool:
+    """An ended job whose last progress seen is short of its total: the server reads a job's
+    last lines within a second of its end, so its last frame is asked again once."""
+    progress = view.progress or {}
+    step, total = progress.get("step"), progress.get("total")
+    return step is not None and bool(total) and step < total
 
 
 def follow_live(
