@@ -67,6 +67,7 @@ class JobView:
         self.job_at = 0.0
         self.progress: dict[str, Any] | None = None
         self.progress_at = 0.0
+        self.spinner: Any = None  # rich's Spinner, made at the first frame
 
     @property
     def ended(self) -> bool:
@@ -148,7 +149,9 @@ def job_cells(view: JobView, now: float, bar_width: int = BAR_WIDTH) -> list[Ren
         ok = job["state"] == "COMPLETED"
         mark = Text("✓" if ok else "✗", style="green" if ok else "red")
     else:
-        mark = Spinner("dots", style="cyan").render(now)
+        if view.spinner is None:  # one per job: its frame follows the time since it began
+            view.spinner = Spinner("dots", style="cyan")
+        mark = view.spinner.render(now)
     has_step = progress is not None and progress.get("step") is not None
     if not has_step:
         return [mark, label, Text(" " * bar_width), Text(_state_line(view, now), style="dim")]
