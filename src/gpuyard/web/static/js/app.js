@@ -18,8 +18,10 @@ const ROUTES = [
 let stopPage = null;
 let me = null;
 let generation = 0;
+let focusAfterNav = false; // move the focus to the new page's heading (not on the first load)
 
 export function navigate(path, { replace = false } = {}) {
+  focusAfterNav = true;
   if (replace) history.replaceState(null, "", path);
   else history.pushState(null, "", path);
   render();
@@ -82,8 +84,6 @@ async function render() {
   focusAfterNav = false;
 }
 
-let focusAfterNav = false;
-
 function markNav(path) {
   for (const link of document.querySelectorAll("#nav a")) {
     const target = link.getAttribute("href");
@@ -126,7 +126,6 @@ document.addEventListener("click", (event) => {
       url.pathname.startsWith("/ui/static/")) return;
   event.preventDefault();
   if (url.pathname + url.search === location.pathname + location.search) return;
-  focusAfterNav = true;
   navigate(url.pathname + url.search);
 });
 

@@ -21,7 +21,9 @@ export function mount(main, { me, params }) {
   let logAbort = null;
   let logFollowing = false;
 
-  const head = h("div.job-head", h("h1", `Job ${id}`));
+  const title = h("h1", `Job ${id}`); // kept (not redrawn): it holds the focus after navigation
+  const headInfo = h("span.job-head");
+  const head = h("div.job-head", title, headInfo);
   const actions = h("div.toolbar");
   const facts = h("dl.facts");
   const timeline = h("ol.timeline");
@@ -59,7 +61,7 @@ export function mount(main, { me, params }) {
 
   function drawJob() {
     document.title = `Job ${job.id} ${job.name} · gpuyard`;
-    clear(head, h("h1", `Job ${job.id}`), h("span.muted", job.name), statePill(job),
+    clear(headInfo, h("span.muted", job.name), statePill(job),
       h("span.muted", `${job.owner} · ${gpusAsked(job)} GPU${job.num_gpus === 1 ? "" : "s"}`));
     const verbs = mayAct(me, job) ? verbsFor(job) : [];
     clear(actions, verbs.map((verb) => h(`button${verb === "cancel" ? ".danger" : ""}`, { type: "button", onclick: () => run(verb) },

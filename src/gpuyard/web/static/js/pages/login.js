@@ -23,6 +23,7 @@ export function mount(main, { query }) {
       h("p.muted", "You need no token there: ", h("code", "gpuyard dashboard"),
         " prints a one-time link that logs your browser in as the same user the CLI is."),
     ));
+  main.querySelector("#token").focus(); // autofocus is not honoured on an element added later
   return null;
 }
 

@@ -54,11 +54,11 @@ export function mount(main, { me, query, navigate }) {
     COLUMNS.map((c) => h("span", { role: "columnheader" }, c)));
   const spacer = h("div", { "aria-hidden": "true" });
   const rows = h("div");
-  const body = h("div.grid-body", {
-    tabindex: "0", role: "rowgroup", "aria-label": "Jobs: arrows or j/k move, Enter opens",
-    onscroll: () => schedule(), onkeydown: onKey,
-  }, spacer, rows);
-  const grid = h("div.grid", { role: "grid", "aria-label": "Queue", "aria-rowcount": "1" }, head, body);
+  const body = h("div.grid-body", { role: "rowgroup", onscroll: () => schedule() }, spacer, rows);
+  // The grid takes the focus (one Tab stop) and moves its active row with the keys; rows are
+  // not focused themselves (most of them do not exist: virtual list).
+  const grid = h("div.grid", { role: "grid", tabindex: "0", "aria-label": "Queue: arrows or j/k move, Enter opens the job",
+    "aria-rowcount": "1", onkeydown: onKey }, head, body);
 
   clear(main,
     h("div.toolbar",
@@ -250,7 +250,7 @@ export function mount(main, { me, query, navigate }) {
         : "Loading the queue…"));
     }
     if (activeId !== null && !view.some((j) => j.id === activeId)) activeId = null;
-    body.setAttribute("aria-activedescendant", activeId !== null && rows.querySelector(`#job-row-${activeId}`) ? `job-row-${activeId}` : "");
+    grid.setAttribute("aria-activedescendant", activeId !== null && rows.querySelector(`#job-row-${activeId}`) ? `job-row-${activeId}` : "");
     drawSelection();
   }
 
@@ -283,7 +283,7 @@ export function mount(main, { me, query, navigate }) {
   function drawSelection() {
     const job = activeId !== null ? jobs.get(activeId) : null;
     if (!job) {
-      clear(selection, h("span.hint", "Select a job (click, or Tab to the list and use ↑/↓ or j/k); Enter opens it."));
+      clear(selection, h("span.hint", "Select a job: click it, or Tab to the list and use ↑/↓ or j/k; Enter opens it."));
       return;
     }
     const verbs = mayAct(me, job) ? verbsFor(job) : [];
