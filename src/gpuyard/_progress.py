@@ -48,6 +48,11 @@ def progress(step: int, total: int | None = None, **metrics: float) -> None:
         pass
 
 
+def _forget_in_child() -> None:
+    global _reporter
+    _reporter = None
+
+
 def _number(value: object) -> float | None:
     """A finite float from an int, float, or a 0-d tensor/array (anything float() takes that is
     not a string or a bool); None otherwise."""
@@ -75,6 +80,7 @@ class _Reporter:
         import threading
 
         self._path = path
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._step: int | None = None
@@ -87,6 +93,9 @@ class _Reporter:
         self._thread = threading.Thread(target=self._run, name="gpuyard-progress", daemon=True)
         self._thread.start()
         atexit.register(self.flush)
+        # A forked child (a DataLoader worker) has no writer thread and may inherit the lock
+        # held: it starts its own reporter at its first report instead.
+        os.register_at_fork(after_in_child=_forget_in_child)
 
     def add(self, step: object, total: object, metrics: dict[str, float]) -> None:
         whole = _step(step)
@@ -115,6 +124,8 @@ class _Reporter:
         """Write what was reported since the last line, if anything (thread and atexit)."""
         import json
 
+        if os.getpid() != self._pid:
+            return  # the parent's reporter, inherited by a fork (its lock may be held)
         with self._lock:
             if not self._dirty:
                 return

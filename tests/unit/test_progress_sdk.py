@@ -112,3 +112,23 @@ def test_importing_gpuyard_stays_cheap() -> None:
         None,
     )
     assert done.returncode == 0 and done.stdout == "[]\n", done.stdout + done.stderr
+
+
+def test_a_forked_child_reports_with_a_writer_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "progress.jsonl"
+    done = _job(
+        """
+        import os, gpuyard
+        gpuyard.progress(1, total=4)
+        pid = os.fork()
+        if pid == 0:  # a DataLoader worker, say
+            gpuyard.progress(2, total=4, worker=1.0)
+            import sys; sys.exit(0)  # at exit its own line is written
+        os.waitpid(pid, 0)
+        gpuyard.progress(3, total=4)
+        """,
+        str(path),
+    )
+    assert done.returncode == 0, done.stderr
+    steps = [line["step"] for line in _lines(path)]
+    assert 2 in steps and steps[-1] == 3  # the child's own line; the parent's latest last
