@@ -149,19 +149,17 @@ export function mount(main, { me, params }) {
   // --- progress
   async function loadProgress() {
     try {
-      const p = await api(`/api/v1/jobs/${id}/progress`);
-      drawProgress(p);
+      drawProgress(await api(`/api/v1/jobs/${id}/progress`));
     } catch (err) {
-      clear(progress, err.missing && err.status !== 404 ? unavailable("Progress", "") : err.status === 404 && !job ? null
-        : err.status === 404 ? unavailable("Progress", "this server does not report job progress.") : h("p.error", err.message));
-      return false;
+      // The job itself was found: a 404 here is a server without the progress route.
+      clear(progress, err.missing ? unavailable("Progress", "this server does not report job progress.") : h("p.error", err.message));
     }
-    return true;
   }
 
   function drawProgress(p) {
     if (p.step === null && !Object.keys(p.metrics || {}).length) {
-      clear(progress, h("p.muted", "No progress reported yet. A job reports it with ", h("code", "gpuyard.progress(step, total=…)"),
+      const ended = job && isTerminal(job.state);
+      clear(progress, h("p.muted", ended ? "This job reported no progress. A job reports it with " : "No progress reported yet. A job reports it with ", h("code", "gpuyard.progress(step, total=…)"),
         ", a ", h("code", "::gpuyard progress step=10 total=100"), " line, or a tqdm, Lightning or Hugging Face progress line."));
       return;
     }
@@ -190,12 +188,14 @@ export function mount(main, { me, params }) {
     try {
       out = await api(`/api/v1/jobs/${id}/series`, { query: { max_points: 500 } });
     } catch (err) {
-      clear(metricCharts, err.status === 404 && job ? unavailable("Metric series", "") : h("p.error", err.message));
+      clear(metricCharts, err.missing ? unavailable("Metric series", "") : h("p.error", err.message));
       return;
     }
     const names = Object.keys(out.series).filter((n) => out.series[n].length).sort((a, b) => (a === "step") - (b === "step") || a.localeCompare(b));
     if (!names.length) {
-      if (!charts.size || ![...charts.keys()].some((k) => k.startsWith("m:"))) clear(metricCharts, h("p.muted", "No metric reported yet."));
+      if (![...charts.keys()].some((k) => k.startsWith("m:"))) {
+        clear(metricCharts, h("p.muted", job && isTerminal(job.state) ? "This job reported no metric." : "No metric reported yet."));
+      }
       return;
     }
     if (!metricCharts.querySelector(".chart")) clear(metricCharts);
@@ -207,7 +207,7 @@ export function mount(main, { me, params }) {
     try {
       out = await api(`/api/v1/jobs/${id}/gpu-history`, { query: { max_points: 600 } });
     } catch (err) {
-      clear(gpuCharts, err.status === 404 && job ? unavailable("GPU history", "") : h("p.error", err.message));
+      clear(gpuCharts, err.missing ? unavailable("GPU history", "") : h("p.error", err.message));
       return;
     }
     const gpus = out.gpus.filter((g) => g.samples.length);
@@ -282,7 +282,12 @@ export function mount(main, { me, params }) {
 
   // --- live
   const stopFeed = stream("/api/v1/jobs/changes", {
-    job: (change) => { if (change.id === id) { loadJob(); loadProgress(); } },
+    job: (change) => {
+      if (change.id !== id) return;
+      loadJob();
+      loadProgress();
+      if (isTerminal(change.state)) loadCharts(); // the last points
+    },
   }, { onresync: () => loadJob() });
 
   function every(ms, fn) {
