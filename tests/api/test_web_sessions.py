@@ -303,3 +303,27 @@ def test_static_files_carry_types_caching_and_a_strict_policy(web: Web) -> None:
     shell = browser.get("/ui/gpus")
     assert shell.status_code == 200 and shell.headers["content-type"].startswith("text/html")
     assert shell.headers["content-security-policy"] == csp
+
+
+def test_a_session_in_use_still_ends_seven_days_after_its_login(web: Web) -> None:
+    sessions = web.app.state.web_sessions  # type: ignore[attr-defined]
+    now = [1000.0]
+    sessions._clock = lambda: now[0]
+    browser = web.browser()
+    _login(browser, web.tokens[OWNER])
+    while now[0] - 1000.0 < sessions.max_age_s - 3600:
+        now[0] += 3600  # used every hour: never idle
+        assert browser.get("/api/v1/whoami").status_code == 200
+    now[0] += 3600
+    answer = browser.get("/api/v1/whoami")
+    assert answer.status_code == 401 and "session ended" in _one_line_error(answer)
+
+
+def test_a_json_login_answers_who_and_the_csrf_token(web: Web) -> None:
+    browser = web.browser()
+    answer = browser.post("/ui/login", json={"token": web.tokens[OWNER]})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert (body["user"], body["scope"]) == (OWNER, "submit")
+    assert body["csrf"] == browser.cookies["gpuyard_csrf"]
+    assert web.browser().get("/ui/login?code=made-up").status_code == 401
