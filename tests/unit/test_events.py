@@ -104,3 +104,24 @@ def test_a_subscriber_is_woken_by_an_event_from_another_thread() -> None:
             return [e.message for e in log.recent()]
 
     assert asyncio.run(follow()) == ["GPU 0 resumed"]
+
+
+def test_a_stream_resumed_from_a_previous_server_life_starts_again() -> None:
+    """An EventSource reconnecting after a restart sends an id of the old ring: it gets
+    `resync` and every event kept, not silence until the new ids pass the old one."""
+    from gpuyard.api.routers.live import _event_frames
+    from gpuyard.domain.principal import Principal
+
+    log = EventLog()
+    log.add("resume", "GPU 0 resumed", gpu=0)
+
+    async def first_frames() -> list[bytes]:
+        frames = _event_frames(log, Principal("alice"), 500, None)
+        try:
+            return [await anext(frames) for _ in range(3)]
+        finally:
+            await frames.aclose()
+
+    frames = asyncio.run(first_frames())
+    assert frames[1].startswith(b"event: resync")
+    assert b"GPU 0 resumed" in frames[2]

@@ -10,7 +10,7 @@ view) and from the drains as they are now (`drains_now`, compared with the last 
 
 Subscribers (an SSE stream each) are woken, never queued to: each reads the ring from the
 last id it sent, so a slow one costs nothing and, fallen more than `size` behind, is told so
-(`lost`)."""
+(`resync`)."""
 
 from __future__ import annotations
 

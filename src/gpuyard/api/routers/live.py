@@ -215,7 +215,8 @@ async def event_stream(
 ) -> StreamingResponse:
     """Server-sent events: `event: event` per event (`id:` its id; `data` as in `GET
     /api/v1/events`): those kept after `after` (or `since`), then each as it happens;
-    `event: lost` when some were dropped from the ring before they could be sent."""
+    `event: resync` (as the change feed says it) when some went from the ring unsent:
+    re-read `GET /api/v1/events`."""
     if last_event_id is not None and last_event_id.isdigit():
         after = max(after, int(last_event_id))
     return StreamingResponse(
@@ -232,10 +233,13 @@ async def _event_frames(
     async with events.subscribe() as woken:
         yield b": gpuyard events\n\n"
         sent = after
+        if sent > events.last_id:  # an id of the server's previous life (ids restart at 1)
+            yield b"event: resync\ndata: {}\n\n"
+            sent = 0
         while True:
             woken.clear()  # before reading: an event added meanwhile wakes the next wait
             if sent and events.oldest_id() > sent + 1:
-                yield b"event: lost\ndata: {}\n\n"
+                yield b"event: resync\ndata: {}\n\n"
             for event in events.recent(sent, since_at):
                 sent = event.id
                 data = json.dumps(event.to_wire(), separators=(",", ":"))
