@@ -227,7 +227,8 @@ class FrontDoor:
         session_id = self._session_id(headers) or ""
         session = self._sessions.lookup(session_id)
         if session is None:
-            self._access.throttle.failed(address)
+            # Not charged to the throttle: nobody guesses a 256-bit id, and every dashboard
+            # open when the server restarted comes back with a stale cookie at once.
             why = "it expired, you logged out or the server restarted"
             await _answer(send, 401, Unauthorized.code, _SESSION_ENDED.format(why=why))
             return None
