@@ -48,7 +48,7 @@ export function mount(main, { me }) {
         h("span.name", g.name)),
       metric("Utilisation", g.util_pct, g.util_pct === null ? "n/a" : `${g.util_pct}%`),
       metric("Memory", memPct, g.memory_used_mib === null ? (g.memory_total_mib ? `n/a / ${sizeMib(g.memory_total_mib)}` : "n/a")
-        : `${(g.memory_used_mib / 1024).toFixed(1)} / ${((g.memory_total_mib || 0) / 1024).toFixed(1)}G`),
+        : `${gib(g.memory_used_mib)} / ${gib(g.memory_total_mib || 0)}G`),
       metric("Temperature", g.temperature_c === null ? null : Math.min(100, g.temperature_c), num(g.temperature_c, "°C"), g.temperature_c !== null && g.temperature_c >= 85),
       metric("Power", powerPct, g.power_w === null ? "n/a" : g.power_limit_w ? `${g.power_w.toFixed(0)} / ${g.power_limit_w.toFixed(0)}W` : `${g.power_w.toFixed(0)}W`),
       h("div", h("span.muted", "Held by: "), jobs.length
@@ -61,6 +61,11 @@ export function mount(main, { me }) {
         ? h("button", { type: "button", "data-key": `resume-${g.index}`, onclick: () => resume(g) }, `Resume GPU ${g.index}`)
         : drainForm(g)) : null,
     );
+  }
+
+  function gib(mib) {
+    const v = mib / 1024;
+    return v >= 100 ? v.toFixed(0) : v.toFixed(1);
   }
 
   function metric(label, pct, text, hot = false) {
