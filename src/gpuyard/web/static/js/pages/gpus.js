@@ -56,11 +56,21 @@ export function mount(main, { me }) {
         : h("span", "nobody (free)")),
       g.shared_free_mib !== null && g.shared_free_mib !== undefined
         ? h("div", h("span.muted", "Shared (--gpu-mem): "), `${sizeMib(g.shared_free_mib) === "-" ? "0" : sizeMib(g.shared_free_mib)} free to share`) : null,
+      processes(g),
       flags.length ? h("div.flags", flags) : null,
       admin ? h("div", g.drained
         ? h("button", { type: "button", "data-key": `resume-${g.index}`, onclick: () => resume(g) }, `Resume GPU ${g.index}`)
         : drainForm(g)) : null,
     );
+  }
+
+  function processes(g) {
+    const list = g.processes || [];
+    if (!list.length) return null;
+    return h("ul.procs", { "aria-label": `Processes on GPU ${g.index}` }, list.slice(0, 6).map((p) => h("li",
+      h("span.mono", `pid ${p.pid}`), " ", h("span.mono", sizeMib(p.memory_used_mib)), " ",
+      p.job !== null ? [h("a", { href: `/ui/jobs/${p.job}` }, `job ${p.job}`), p.user ? ` (${p.user})` : ""] : h("span.muted", "not a gpuyard job"))),
+      list.length > 6 ? h("li.muted", `and ${list.length - 6} more`) : null);
   }
 
   function gib(mib) {
