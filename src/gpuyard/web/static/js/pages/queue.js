@@ -15,12 +15,15 @@ const FIRST_PAGE = 200; // drawn first; the rest of the queue follows in one req
 const NEW_JOBS_DELAY_MS = 100;
 const REREAD_MAX = 300; // changed jobs read one by one up to this many at once
 const REREAD_PARALLEL = 6;
+const ESTIMATE_EVERY_MS = 3000; // estimates on screen are read again this long after a start or end
+const ESTIMATE_TRIES = 6; // a missing estimate is asked for again this often (3 s, 6 s, 12 s, ...)
 const COLUMNS = ["Job", "User", "Name", "State", "GPUs", "Time", "Reason / node:GPUs", "Est. start", "Actions"];
 
 export function mount(main, { me, query, navigate }) {
   const jobs = new Map(); // id -> JobOut (+ _v: the version its last change carried)
   let view = []; // the jobs the filters keep, by id
   let activeId = null;
+  let visible = []; // the jobs drawn now (the estimates' refresh reads only these)
   let buffering = null; // changes that arrive while the whole queue is being read
   let loaded = false;
   const filters = {
@@ -211,6 +214,7 @@ export function mount(main, { me, query, navigate }) {
     job.state = change.state;
     job.display_state = null;
     if (change.state !== "PENDING") job.reason = change.reason;
+    if (isTerminal(change.state) || change.state === "RUNNING") shifted = true;
     if (isTerminal(change.state)) {
       jobs.delete(change.id);
       if (job.owner === me.user) announce(`Job ${job.id} ${change.state.toLowerCase().replace("_", " ")}`);
@@ -219,6 +223,34 @@ export function mount(main, { me, query, navigate }) {
     }
     viewDirty = true;
     schedule();
+  }
+
+  // Estimated starts move when jobs start or end, and a job listed before the scheduler's first
+  // projection has none yet. Read again the waiting jobs on screen (only those: ~30 small
+  // requests at most) a few seconds after such a change, and those still without an estimate
+  // with a growing delay; nothing when nothing moved.
+  let shifted = false;
+  const tries = new Map(); // id -> reads made for a missing estimate
+  const nextTry = new Map(); // id -> time of the next one
+  async function refreshEstimates() {
+    if (document.hidden || buffering) return;
+    const now = Date.now();
+    const targets = visible.filter((job) => {
+      if (job.state !== "PENDING" || job.held) return false;
+      if (shifted) return true;
+      if (job.estimated_start_at) return false;
+      const n = tries.get(job.id) || 0;
+      return n < ESTIMATE_TRIES && now >= (nextTry.get(job.id) || 0);
+    }).slice(0, REREAD_MAX);
+    shifted = false;
+    for (const job of targets) {
+      const n = (tries.get(job.id) || 0) + 1;
+      tries.set(job.id, n);
+      nextTry.set(job.id, now + ESTIMATE_EVERY_MS * 2 ** n);
+    }
+    let next = 0;
+    const worker = async () => { while (next < targets.length) await refreshJob(targets[next++].id); };
+    await Promise.all(Array.from({ length: Math.min(REREAD_PARALLEL, targets.length) }, worker));
   }
 
   // --- drawing
@@ -243,6 +275,7 @@ export function mount(main, { me, query, navigate }) {
     const now = Date.now();
     const fragment = [];
     for (let i = first; i < last; i++) fragment.push(row(view[i], i, now));
+    visible = view.slice(first, last);
     rows.replaceChildren(...fragment);
     if (!view.length) {
       rows.replaceChildren(h("div.grid-empty", loaded
@@ -347,6 +380,7 @@ export function mount(main, { me, query, navigate }) {
     onmissing: () => { live.textContent = "not live (no change feed)"; },
   });
   const ticker = setInterval(() => { if (!document.hidden) schedule(); }, 1000);
+  const estimator = setInterval(refreshEstimates, ESTIMATE_EVERY_MS);
   const onResize = () => schedule();
   window.addEventListener("resize", onResize);
   loadFirst();
@@ -354,6 +388,7 @@ export function mount(main, { me, query, navigate }) {
   return () => {
     stop();
     clearInterval(ticker);
+    clearInterval(estimator);
     clearTimeout(newTimer);
     clearTimeout(staleTimer);
     window.removeEventListener("resize", onResize);

@@ -9,7 +9,7 @@ import { shellSplit, shellOperators, SplitError } from "../shlex.js";
 const MORE_FIELDS = [
   { key: "name", label: "Name", placeholder: "default: the program's name" },
   { key: "priority", label: "Priority", type: "number", value: "0" },
-  { key: "workdir", label: "Working directory", placeholder: "absolute path; empty: your home", hint: "on the server" },
+  { key: "workdir", label: "Working directory", placeholder: "/home/you/project", hint: "absolute, on the server; empty: the server's default" },
   { key: "retries", label: "Retries", type: "number", min: 0, value: "0", hint: "requeued after a failure" },
 ];
 
