@@ -140,11 +140,46 @@ export function stream(path, handlers, { onresync, onstate, onmissing } = {}) {
     retry = Math.min(retry * 2, 15000);
   };
 
+  // A tab in the background lets its stream go after a while and takes it again (resynced)
+  // when shown: a browser opens at most 6 connections to a server over HTTP/1.1, and a few
+  // forgotten tabs holding streams would leave none for the tab in front.
+  const { stop } = whileHidden(() => {
+    clearTimeout(timer);
+    if (source) source.close();
+    source = null;
+    lost = true;
+    if (onstate) onstate(false);
+  }, () => { if (!closed) open(); });
+
   open();
   return () => {
     closed = true;
+    stop();
     clearTimeout(timer);
     if (source) source.close();
+  };
+}
+
+export const HIDDEN_GRACE_MS = 15000;
+
+/** Calls `hide` once the page has been hidden for HIDDEN_GRACE_MS, then `show` when it is
+ * visible again. Returns {stop} to remove the listener. */
+export function whileHidden(hide, show) {
+  let timer = null;
+  let paused = false;
+  const onChange = () => {
+    if (document.hidden) {
+      if (!timer && !paused) timer = setTimeout(() => { timer = null; paused = true; hide(); }, HIDDEN_GRACE_MS);
+    } else {
+      clearTimeout(timer);
+      timer = null;
+      if (paused) { paused = false; show(); }
+    }
+  };
+  document.addEventListener("visibilitychange", onChange);
+  return {
+    pause: () => { paused = true; hide(); },
+    stop: () => { clearTimeout(timer); document.removeEventListener("visibilitychange", onChange); },
   };
 }
 

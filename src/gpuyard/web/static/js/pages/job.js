@@ -2,7 +2,7 @@
 // the --gpu-mem its peak suggests. Live: the change feed says when the job changes; the log is
 // followed as a stream (GET .../log?follow=true) while it runs.
 
-import { api, stream, isTerminal } from "../api.js";
+import { api, stream, isTerminal, whileHidden } from "../api.js";
 import { h, clear, duration, localTime, relative, sizeMib, suggestedGpuMemMib, notice, announce, unavailable } from "../dom.js";
 import { statePill, shownState, gpusAsked, gpuList, reasonText, mayAct, verbsFor, act, VERBS } from "../jobs.js";
 import { lineChart, columns, joined } from "../charts.js";
@@ -296,7 +296,14 @@ export function mount(main, { me, params }) {
     }, ms));
   }
 
+  // A hidden tab lets the log's stream go too (see api.js whileHidden), and reads the tail
+  // again when shown.
+  const logWhileHidden = whileHidden(() => { if (logAbort) logAbort.abort(); }, () => {
+    if (!stopped && !logFollowing && job && job.state !== "PENDING") followLog();
+  });
+
   function cleanup() {
+    logWhileHidden.stop();
     stopFeed();
     for (const t of timers) clearInterval(t);
     if (logAbort) logAbort.abort();
