@@ -123,9 +123,8 @@ def test_the_job_page_shows_live_progress_metric_and_gpu_charts_and_the_log(
     page.evaluate("window.__sameDocument = true")
     wait_for(lambda: float(bar.get_attribute("aria-valuenow") or 0) > first, timeout_s=20)
     assert page.evaluate("window.__sameDocument") is True
+    page.set_viewport_size({"width": 1440, "height": 1800})  # the charts and the log too
     screenshots(page, "job")
-    page.set_viewport_size({"width": 1440, "height": 1800})
-    screenshots(page, "job-full")
 
 
 def test_a_finished_job_page_shows_its_end_and_why(
