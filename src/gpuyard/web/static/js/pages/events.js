@@ -46,8 +46,20 @@ export function mount(main) {
       h("td", e.message))));
   }
 
+  // A resync (events lost from the ring before they were sent, or a restarted server whose
+  // ids began again at 1) or a reconnect: the ring as it is now replaces what the page holds.
+  async function resync() {
+    try {
+      const kept = await api("/api/v1/events");
+      events.clear();
+      for (const e of kept) add(e, true);
+      draw();
+    } catch { /* the stream goes on; the next resync tries again */ }
+  }
+
   let replaying = true;
   const stop = stream("/api/v1/events/stream", { event: (e) => add(e, replaying) }, {
+    onresync: resync,
     onstate: (on) => {
       live.classList.toggle("on", on);
       live.textContent = on ? "live" : "reconnecting…";
