@@ -26,6 +26,7 @@ export function mount(main) {
   let frame = 0;
 
   function add(event, quiet = false) {
+    if (arriving && !quiet) arriving.push(event);
     if (!event || events.has(event.id)) return;
     events.set(event.id, event);
     if (events.size > MAX_SHOWN) events.delete(events.keys().next().value);
@@ -48,13 +49,17 @@ export function mount(main) {
 
   // A resync (events lost from the ring before they were sent, or a restarted server whose
   // ids began again at 1) or a reconnect: the ring as it is now replaces what the page holds.
+  let arriving = null; // events the stream sends while the ring is being read
   async function resync() {
+    arriving = [];
     try {
       const kept = await api("/api/v1/events");
       events.clear();
       for (const e of kept) add(e, true);
+      for (const e of arriving) add(e, true);
       draw();
     } catch { /* the stream goes on; the next resync tries again */ }
+    finally { arriving = null; }
   }
 
   let replaying = true;
