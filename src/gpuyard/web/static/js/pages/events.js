@@ -26,7 +26,6 @@ export function mount(main) {
   let frame = 0;
 
   function add(event, quiet = false) {
-    if (arriving && !quiet) arriving.push(event);
     if (!event || events.has(event.id)) return;
     events.set(event.id, event);
     if (events.size > MAX_SHOWN) events.delete(events.keys().next().value);
@@ -63,7 +62,7 @@ export function mount(main) {
   }
 
   let replaying = true;
-  const stop = stream("/api/v1/events/stream", { event: (e) => add(e, replaying) }, {
+  const stop = stream("/api/v1/events/stream", { event: (e) => { if (arriving) arriving.push(e); add(e, replaying); } }, {
     onresync: resync,
     onstate: (on) => {
       live.classList.toggle("on", on);
