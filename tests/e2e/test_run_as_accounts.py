@@ -78,3 +78,25 @@ def test_accounts_without_a_unix_user_or_mapped_to_root_are_refused(app):  # typ
     root = client.post("/api/v1/jobs", json=body,
                        headers=_as(server, client, "mallory", unix_user="root"))  # fmt: skip
     assert root.status_code == 403 and "would run as root" in root.json()["error"]["message"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as other users needs root")
+def test_a_job_naming_no_workdir_runs_in_its_owners_home(app, users: UnixUsers):  # type: ignore[no-untyped-def]
+    # A web form or a bare API call sends no workdir: on a root server the default is the
+    # owner's home, not the server's (root's home is not the owner's to enter).
+    server, client = app
+    bob = _as(server, client, users.bob)
+    home = pwd.getpwnam(users.bob).pw_dir
+    asked = client.post("/api/v1/jobs/dry-run", json={"command": ["pwd"]}, headers=bob)
+    assert asked.status_code == 200, asked.text
+    answer = client.post("/api/v1/jobs", json={"command": ["pwd"]}, headers=bob)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["workdir"] == home
+    job_id = answer.json()["id"]
+    deadline = time.monotonic() + 20
+    while server.service.get(job_id, server.auth.principal).state.value in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.05)
+    job = server.service.get(job_id, server.auth.principal)
+    assert job.state.value == "COMPLETED", job.reason
+    assert Path(server.controller.executor.log_path(job_id)).read_text().strip() == home

@@ -91,7 +91,7 @@ async def submit(
     """Queue the job durably; the answer is the job as JSON, and whether it is a replay (an
     earlier request with `idempotency_key` made the job). No pass has seen a new job yet: its
     reason is the record's ("None"); asking the scheduler would make the hottest route wait."""
-    spec = spec_from_wire(body, home, service.preemptible_default)
+    spec = spec_from_wire(body, service.owner_home(actor) or home, service.preemptible_default)
     if idempotency_key is None:
         job, replayed = await service.submit_async(spec, actor), False
     else:

@@ -10,7 +10,14 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import BinaryIO, cast
 
-from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound, QuotaExceeded
+from gpuyard.domain.errors import (
+    Conflict,
+    Forbidden,
+    GpuyardError,
+    InvalidRequest,
+    NotFound,
+    QuotaExceeded,
+)
 from gpuyard.domain.job import Drain, Gpu, Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
@@ -214,6 +221,17 @@ class JobService:
             return queued
         finally:
             self._keys.settle(actor.user, key, queued)
+
+    def owner_home(self, actor: Principal) -> str | None:
+        """Where a job that names no working directory runs: its owner's home on a server
+        that runs jobs as their owners (the server's own home is not theirs to enter); None:
+        the server's default (its home; a single-user box)."""
+        if self._identities is None or not self._identities.switches_users:
+            return None
+        try:
+            return self._identities.for_owner(actor.user).home
+        except GpuyardError:
+            return None  # refused by `_check_owner` in one line, at the submit itself
 
     def _check_owner(self, actor: Principal) -> None:
         """A root server runs each job as its owner: an owner with no Unix user, or one that

@@ -111,7 +111,7 @@ async def submit_job(
 @router.post("/dry-run")
 def dry_run(body: JobSubmitIn, service: Service, actor: Actor) -> DryRunOut:
     """Whether the job can ever run here and when it would start, without queueing it."""
-    spec = spec_from_wire(body, default_preemptible=service.preemptible_default)
+    spec = spec_from_wire(body, service.owner_home(actor), service.preemptible_default)
     return dry_run_to_wire(service.dry_run(spec, actor))
 
 
