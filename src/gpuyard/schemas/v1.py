@@ -32,8 +32,9 @@ class JobSubmitIn(_Strict):
     workdir: Annotated[
         StrictStr | None,
         Field(
-            description="absolute path on the server; null: the server's default (its home). "
-            "The CLI and the SDK send their own working directory"
+            description="absolute path on the server; null: the owner's home on a server that "
+            "runs jobs as their owners (as root), else the server's home. The CLI and the SDK "
+            "send their own working directory"
         ),
     ] = None
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
