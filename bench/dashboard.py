@@ -41,6 +41,7 @@ from submit import Api, machine_info, ms, percentile, proc_cpu_s  # noqa: E402
 from tests.web.rig import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
+    VIEWPORT,
     Dashboard,
     login,
     shared_place,
@@ -252,20 +253,52 @@ def sse_latency(dash: Dashboard, context: Any, changes: int, gap_s: float) -> di
     }
 
 
-def server_cpu(dash: Dashboard, context: Any, pages: int, duration_s: float) -> dict[str, Any]:
-    """Server CPU, % of one core, over `duration_s` with no page, then with `pages` open."""
+def _churn(dash: Dashboard, per_s: float, stop: threading.Event) -> None:
+    """Until `stop`: a job submitted and then cancelled, `per_s` changes a second in all."""
+    api = Api(dash.url, dash.admin_token)
+    body = {"command": ["sleep", "3600"], "gpus": 1, "workdir": str(dash.place), "name": "churn"}
+    try:
+        while not stop.wait(1.0 / per_s):
+            job_id = api.json("POST", "/api/v1/jobs", body)["id"]
+            if stop.wait(1.0 / per_s):
+                break
+            api.json("POST", f"/api/v1/jobs/{job_id}/cancel")
+    finally:
+        api.close()
+
+
+def server_cpu(
+    dash: Dashboard, context: Any, pages: int, duration_s: float, churn_per_s: float
+) -> dict[str, Any]:
+    """Server CPU, % of one core, over `duration_s`: with no page, then with `pages` open;
+    each quiet (only the GPU stream ticks), then with `churn_per_s` job changes a second."""
     pid = dash.server.proc.pid if dash.server.proc else 0
 
-    def measure() -> float:
+    def measure(churn: bool) -> float:
+        stop = threading.Event()
+        mover = threading.Thread(target=_churn, args=(dash, churn_per_s, stop))
+        if churn:
+            mover.start()
         t0, c0 = time.monotonic(), proc_cpu_s(pid)
         time.sleep(duration_s)
-        return round(100.0 * (proc_cpu_s(pid) - c0) / (time.monotonic() - t0), 2)
+        pct = round(100.0 * (proc_cpu_s(pid) - c0) / (time.monotonic() - t0), 2)
+        stop.set()
+        if churn:
+            mover.join()
+        return pct
 
-    idle = measure()
+    idle, idle_churn = measure(False), measure(True)
     opened = []
     t0 = time.monotonic()
+    contexts = []
     for i in range(pages):  # one after the other: each reads the whole queue once
-        page = context.new_page()
+        # A context each (a browser profile: its own connections; one profile keeps at most
+        # 6 to a server over HTTP/1.1, fewer than 20 pages' streams), the same session.
+        own = context.browser.new_context(storage_state=context.storage_state(),
+                                          base_url=dash.url, viewport=VIEWPORT)  # fmt: skip
+        own.add_init_script(PROBE)
+        contexts.append(own)
+        page = own.new_page()
         page.set_default_timeout(120_000)
         if i % 2 == 0:
             page.goto("/ui/")
@@ -276,11 +309,12 @@ def server_cpu(dash: Dashboard, context: Any, pages: int, duration_s: float) -> 
         opened.append(page)
     opening_s = time.monotonic() - t0
     time.sleep(5.0)  # every page has its whole queue, its streams open
-    busy = measure()
-    for page in opened:
-        page.close()
-    return {"pages": pages, "duration_s": duration_s, "no_page_pct": idle,
-            "with_pages_pct": busy, "opening_all_s": round(opening_s, 1),
+    busy, busy_churn = measure(False), measure(True)
+    for own in contexts:
+        own.close()
+    return {"pages": pages, "duration_s": duration_s, "churn_changes_per_s": churn_per_s,
+            "no_page_pct": idle, "with_pages_pct": busy, "no_page_churn_pct": idle_churn,
+            "with_pages_churn_pct": busy_churn, "opening_all_s": round(opening_s, 1),
             "target_pct": 10}  # fmt: skip
 
 
@@ -299,7 +333,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"first render: {result['first_render']}", file=sys.stderr)
                 result["sse"] = sse_latency(dash, context, args.changes, args.gap_s)
                 print(f"SSE: {result['sse']}", file=sys.stderr)
-                result["server_cpu"] = server_cpu(dash, context, args.pages, args.duration_s)
+                result["server_cpu"] = server_cpu(
+                    dash, context, args.pages, args.duration_s, args.churn_per_s
+                )
         finally:
             stop_dashboard(dash)
     return result
@@ -315,7 +351,9 @@ def human(r: dict[str, Any]) -> str:
         f" {2 * sse['changes']}; target p99 1000 ms); row shown p99"
         f" {sse['row_shown_ms']['p99']} ms, gone p99 {sse['row_gone_ms']['p99']} ms",
         f"server CPU: {cpu['with_pages_pct']}% of a core with {cpu['pages']} pages open,"
-        f" {cpu['no_page_pct']}% with none ({cpu['duration_s']:g} s each; target 10%)",
+        f" {cpu['no_page_pct']}% with none; with {cpu['churn_changes_per_s']:g} job changes/s"
+        f" {cpu['with_pages_churn_pct']}% and {cpu['no_page_churn_pct']}%"
+        f" ({cpu['duration_s']:g} s each; target 10%)",
     ])  # fmt: skip
 
 
@@ -328,6 +366,8 @@ def main() -> int:
     parser.add_argument("--gap-s", type=float, default=0.2, help="between two changes")
     parser.add_argument("--pages", type=int, default=20, help="dashboard pages open for (c)")
     parser.add_argument("--duration-s", type=float, default=60.0, help="CPU measuring time")
+    parser.add_argument("--churn-per-s", type=float, default=2.0,
+                        help="job changes a second in (c)'s second half")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="one JSON line")
     args = parser.parse_args()
     if not os.access(CHROMIUM, os.X_OK):
