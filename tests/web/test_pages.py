@@ -180,22 +180,30 @@ def test_usage_shows_gpu_hours_per_user(
     screenshots(page, "usage")
 
 
-def test_events_show_a_drain_as_it_happens(
+def test_an_admin_drains_a_gpu_on_the_board_and_alice_sees_the_event_live(
     scene: Scene, as_user: Callable[[str], Page], screenshots: Callable[[Page, str], Any]
 ) -> None:
-    page = as_user("alice")
-    page.goto("/ui/events")
-    expect(page.locator(".live-dot")).to_have_text("live")
+    events = as_user("alice")
+    events.goto("/ui/events")
+    expect(events.locator(".live-dot")).to_have_text("live")
+    board = as_user("admin")
+    board.goto("/ui/gpus")
+    card = board.get_by_role("region", name="GPU 1", exact=True)
+    card.get_by_role("button", name="Drain GPU 1…").click()
+    card.get_by_label("Why (shown to users)").fill("fan check")
+    card.get_by_role("button", name="Drain GPU 1", exact=True).click()
+    expect(card).to_contain_text("drained: fan check")
     with scene.dashboard.client("admin") as client:
-        client.drain(1, reason="fan check")
-        try:
-            row = page.get_by_role("row").filter(has_text="fan check")
-            expect(row).to_be_visible()
-            expect(row).to_contain_text("Drain")
-        finally:
-            client.resume(1)
-    expect(page.get_by_role("row").filter(has_text="Resume").first).to_be_visible()
-    screenshots(page, "events")
+        assert client.gpus()[1]["drained"] is True
+    row = events.get_by_role("row").filter(has_text="fan check")
+    expect(row).to_be_visible()
+    expect(row).to_contain_text("Drain")
+    card.get_by_role("button", name="Resume GPU 1").click()
+    expect(card).not_to_contain_text("drained")
+    expect(events.get_by_role("row").filter(has_text="Resume").first).to_be_visible()
+    with scene.dashboard.client("admin") as client:
+        assert client.gpus()[1]["drained"] is False
+    screenshots(events, "events")
 
 
 def test_will_it_start_answers_for_the_size_picked(

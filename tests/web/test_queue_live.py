@@ -57,6 +57,30 @@ def test_cancel_from_the_queue_page_sends_the_csrf_token_and_cancels(
     assert _state(dashboard, job_id) == "CANCELLED"
 
 
+def test_hold_and_release_from_the_queue_page(
+    dashboard: Dashboard, as_user: Callable[[str], Page]
+) -> None:
+    both = dashboard.submit("alice", "sleep 300", name="holds-the-gpus", gpus=2)
+    wait_for(lambda: _state(dashboard, both) == "RUNNING")
+    waiting = dashboard.submit("alice", "sleep 300", name="to-hold", gpus=1)
+    try:
+        page = as_user("alice")
+        row = page.locator(f"#job-row-{waiting}")
+        expect(row.locator(".state")).to_have_text("PENDING")
+        row.get_by_role("button", name=f"Hold job {waiting}").click()
+        expect(row.locator(".state")).to_have_text("HELD")
+        with dashboard.client("alice") as client:
+            assert client.job(waiting)["held"] is True
+        row.get_by_role("button", name=f"Release job {waiting}").click()
+        expect(row.locator(".state")).to_have_text("PENDING")
+        with dashboard.client("alice") as client:
+            assert client.job(waiting)["held"] is False
+    finally:
+        with dashboard.client("alice") as client:
+            client.cancel(waiting)
+            client.cancel(both)
+
+
 def test_a_request_without_the_csrf_token_is_refused(
     dashboard: Dashboard, as_user: Callable[[str], Page]
 ) -> None:
