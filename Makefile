@@ -85,6 +85,7 @@ bench: $(STAMP_TEST)
 	$(BIN)/python bench/estimates.py --json
 	$(BIN)/python bench/telemetry.py --json
 	$(BIN)/python bench/ddp_overhead.py --json
+	$(BIN)/python bench/dashboard.py --json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
