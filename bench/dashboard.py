@@ -10,8 +10,9 @@ playwright), against a real `gpuyard server` with 10,000 jobs in its queue:
     (`Date.now()` in the page, `time.time()` here: one machine, one clock); and to when the
     job's row shows the new state. p50/p99 over `--changes` submits and as many cancels.
 (c) server CPU with `--pages` dashboard pages open (half the queue, half the GPUs board, each
-    with its live streams) over `--duration-s` seconds: utime+stime of the server process from
-    /proc/<pid>/stat, as % of one core; next to the same server with no page open.
+    with its live streams, each in a browser context of its own) over `--duration-s` seconds:
+    utime+stime of the server process from /proc/<pid>/stat, as % of one core; next to the
+    same server with no page open; each quiet, then with `--churn-per-s` job changes a second.
 
 The server: two GPUs from the project's fake NVML (telemetry every second, as on a real box)
 when gcc is there, else two declared ones; both held by `sleep` jobs, so the 10,000 submitted
