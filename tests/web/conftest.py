@@ -28,8 +28,6 @@ from tests.web.rig import (
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, Page, Playwright
 
-pytestmark = pytest.mark.e2e
-
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")

@@ -7,9 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.web.rig import VIEWPORT, Dashboard, login
+
+pytestmark = pytest.mark.e2e
 
 
 def test_a_wrong_token_is_refused_in_one_line_and_the_right_one_logs_in(

@@ -17,6 +17,8 @@ from playwright.sync_api import Page, expect
 from tests.e2e.server import wait_for
 from tests.web.rig import Dashboard, training_script, vary_telemetry
 
+pytestmark = pytest.mark.e2e
+
 TRAIN_STEPS = 2000  # longer than the module: the trainers run to its end (then are cancelled)
 
 

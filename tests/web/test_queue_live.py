@@ -8,10 +8,13 @@ import re
 import uuid
 from collections.abc import Callable
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from tests.e2e.server import wait_for
 from tests.web.rig import Dashboard
+
+pytestmark = pytest.mark.e2e
 
 
 def _state(dashboard: Dashboard, job_id: int) -> str:
