@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-from gpuyard.api.http_server import GuardedHttpProtocol
 from gpuyard.bootstrap import build_app
 from gpuyard.domain.principal import Principal
 from gpuyard.services.server import ServerFacade
 from gpuyard.settings import Settings
+from tests.api.served import served
 from tests.e2e.test_web_dashboard import Stream, login
 
 VIEWER = "nobody"
@@ -41,32 +38,13 @@ def live(tmp_path: Path) -> Iterator[Live]:
         port = probe.getsockname()[1]
     settings = Settings(state_dir=tmp_path / "state", gpus="2", cpus=2, kill_grace_s=1, port=port)
     server, app = build_app(settings)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, http=GuardedHttpProtocol)
-    http = uvicorn.Server(config)
-    thread = threading.Thread(target=http.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not http.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
+    with served(server, app, "127.0.0.1", port):
         assert server.accounts is not None
         server.accounts.add_user(server.auth.principal, VIEWER)
         viewer_token, _ = server.accounts.create_token(
             Principal(VIEWER, "user", None, "submit"), scope="read"
         )
         yield Live(server, settings.url, settings.token_path.read_text().strip(), viewer_token)
-    finally:
-        for job in server.service.list_jobs(server.auth.principal, include_finished=False):
-            try:
-                server.service.cancel(job.id, server.auth.principal)
-            except Exception:  # it may end meanwhile
-                pass
-        http.should_exit = True
-        thread.join(timeout=30)
 
 
 def test_the_change_feed_shows_others_jobs_as_the_queue_does(live: Live) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,7 +28,6 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
@@ -47,6 +45,7 @@ from gpuyard.bootstrap import build_app
 from gpuyard.domain.principal import Principal
 from gpuyard.services.server import ServerFacade
 from gpuyard.settings import Settings
+from tests.api.served import served
 
 FUZZER = "gyfuzz"
 EXAMPLES = int(os.environ.get("GPUYARD_FUZZ_EXAMPLES", "12"))
@@ -95,57 +94,41 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     state: Path = tmp_path_factory.mktemp("fuzz") / "state"
     made = Settings(state_dir=state, port=_free_port(), gpus="2", cpus=4, kill_grace_s=1)
     server, app = build_app(made)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((made.host, made.port))
     protocol = type("FuzzedHttpProtocol", (GuardedHttpProtocol,),
                     {"header_timeout_s": 10.0, "max_connections": 256})  # fmt: skip
-    config = uvicorn.Config(app, log_level="warning", access_log=False, http=protocol)
-    http = uvicorn.Server(config)
-    thread = threading.Thread(target=http.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not http.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    live = LiveServer(server, made.url, made.token_path.read_text().strip())
-    try:
-        admin = {"Authorization": f"Bearer {live.admin_token}"}
-        added = live.session.post(f"{live.url}/api/v1/admin/users", json={"name": FUZZER,
-                                  "unix_user": "nobody"}, headers=admin)  # fmt: skip
-        assert added.status_code == 201, added.text
-        live.new_user_token()
-        # Every CPU the server has, held by a job nothing generated can stop (not
-        # preemptible; the user's verbs cannot see it; the admin pass names no job).
-        blocker = {"command": ["sleep", "600"], "cpus": made.cpus, "workdir": "/"}
-        started = live.session.post(f"{live.url}/api/v1/jobs", json=blocker, headers=admin)
-        assert started.status_code == 201, started.text
-        while server.service.get(started.json()["id"], server.auth.principal).state.value != (
-            "RUNNING"
-        ):
-            assert time.monotonic() < deadline, "the blocking job did not start"
-            time.sleep(0.02)
-        user = {"Authorization": f"Bearer {live.user_token}"}
-        for _ in range(4):
-            mine = live.session.post(f"{live.url}/api/v1/jobs", headers=user,
-                                     json={"command": ["true"], "workdir": "/"})  # fmt: skip
-            assert mine.status_code == 201, mine.text
-            live.jobs.append(mine.json()["id"])
-        # A quota the user's generated submits reach: its refusal must be a declared answer too.
-        limit = live.session.put(f"{live.url}/api/v1/admin/limits/user/{FUZZER}",
-                                 json={"max_pending": 4}, headers=admin)  # fmt: skip
-        assert limit.status_code == 200, limit.text
-        yield live
-    finally:
-        admin_principal = server.auth.principal
-        for job in server.service.list_jobs(admin_principal, include_finished=False):
-            try:
-                server.service.cancel(job.id, admin_principal)
-            except Exception:  # it may end meanwhile
-                pass
-        http.should_exit = True
-        thread.join(timeout=30)
-        live.session.close()
+    with served(server, app, made.host, made.port, protocol):
+        live = LiveServer(server, made.url, made.token_path.read_text().strip())
+        try:
+            admin = {"Authorization": f"Bearer {live.admin_token}"}
+            added = live.session.post(f"{live.url}/api/v1/admin/users", json={"name": FUZZER,
+                                      "unix_user": "nobody"}, headers=admin)  # fmt: skip
+            assert added.status_code == 201, added.text
+            live.new_user_token()
+            # Every CPU the server has, held by a job nothing generated can stop (not
+            # preemptible; the user's verbs cannot see it; the admin pass names no job).
+            blocker = {"command": ["sleep", "600"], "cpus": made.cpus, "workdir": "/"}
+            started = live.session.post(f"{live.url}/api/v1/jobs", json=blocker, headers=admin)
+            assert started.status_code == 201, started.text
+            deadline = time.monotonic() + 30
+            while server.service.get(started.json()["id"], server.auth.principal).state.value != (
+                "RUNNING"
+            ):
+                assert time.monotonic() < deadline, "the blocking job did not start"
+                time.sleep(0.02)
+            user = {"Authorization": f"Bearer {live.user_token}"}
+            for _ in range(4):
+                mine = live.session.post(f"{live.url}/api/v1/jobs", headers=user,
+                                         json={"command": ["true"], "workdir": "/"})  # fmt: skip
+                assert mine.status_code == 201, mine.text
+                live.jobs.append(mine.json()["id"])
+            # A quota the user's generated submits reach: its refusal must be a declared
+            # answer too.
+            limit = live.session.put(f"{live.url}/api/v1/admin/limits/user/{FUZZER}",
+                                     json={"max_pending": 4}, headers=admin)  # fmt: skip
+            assert limit.status_code == 200, limit.text
+            yield live
+        finally:
+            live.session.close()
 
 
 def _fuzz(live: LiveServer, token: Callable[[], str], wanted: Callable[[str, str], bool]) -> None:

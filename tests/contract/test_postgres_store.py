@@ -29,6 +29,9 @@ from gpuyard.domain.limits import AccountLimits
 from gpuyard.domain.states import JobState
 from tests.contract.stores import pending_job
 from tests.contract.test_sqlite_store import HEAD, CommitSpy
+from tests.contract.test_sqlite_store import (
+    test_concurrent_writers_share_commits as writers_share_commits,
+)
 from tests.postgres_server import PostgresServer
 
 _NAMES = itertools.count(1)
@@ -200,25 +203,7 @@ def test_commits_are_durable_and_seen_at_once_by_another_session(db: str, exclus
 
 
 def test_concurrent_writers_share_commits(store: SqlJobStore) -> None:
-    spy = CommitSpy(store, queued=7)
-    errors: list[BaseException] = []
-
-    def writer(first_id: int) -> None:
-        try:
-            for job_id in range(first_id, first_id + 10):
-                store.write([pending_job(job_id)], [])
-        except BaseException as err:  # pragma: no cover - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=writer, args=(100 * t,)) for t in range(1, 9)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert errors == []
-    assert len(store.load_jobs()) == 80
-    assert sum(spy.sizes) == 80  # no write committed twice
-    assert max(spy.sizes) > 1, "writes from many threads should share one commit"
+    writers_share_commits(store)  # SQLite's test, on PostgreSQL
 
 
 @pytest.mark.parametrize("exclusive", [False, True], ids=["pooled", "on-the-lock-session"])

@@ -1,0 +1,51 @@
+"""An app as `gpuyard server` serves it, on a real loopback socket (uvicorn with the server's own
+HTTP protocol, in a thread of the test's process, so a test can reach the server's objects:
+give a second account a token, look at the book)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+from fastapi import FastAPI
+
+from gpuyard.api.http_server import GuardedHttpProtocol
+from gpuyard.services.server import ServerFacade
+
+
+@contextmanager
+def served(
+    server: ServerFacade,
+    app: FastAPI,
+    host: str,
+    port: int,
+    protocol: type[GuardedHttpProtocol] = GuardedHttpProtocol,
+) -> Iterator[None]:
+    """Serve `app` on `host:port` until the block ends; then the server's unfinished jobs are
+    cancelled (none outlives the test) and uvicorn is stopped."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, http=protocol)
+    http = uvicorn.Server(config)
+    thread = threading.Thread(target=http.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not http.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        yield
+    finally:
+        admin = server.auth.principal
+        for job in server.service.list_jobs(admin, include_finished=False):
+            try:
+                server.service.cancel(job.id, admin)
+            except Exception:  # it may end meanwhile
+                pass
+        http.should_exit = True
+        thread.join(timeout=30)
