@@ -5,26 +5,19 @@ checks)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
+from tests.needs import missing
+
 if TYPE_CHECKING:
     from tests.postgres_server import PostgresServer
 
 
-def _in_ci() -> bool:
-    """CI is set (`.ci/run` sets CI=1): what a test needs missing is a failure, not a skip."""
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
-
-
 def _missing(why: str) -> NoReturn:
-    if _in_ci():
-        pytest.fail(f"{why}; CI is set, so the PostgreSQL tests must run: `make test` installs"
-                    " it", pytrace=False)  # fmt: skip
-    pytest.skip(why)
+    missing(why, "the PostgreSQL tests", "`make test` installs it")
 
 
 @pytest.fixture(scope="session")

@@ -25,24 +25,21 @@ from gpuyard.simulation.engine import Replay, ReplayResult
 from gpuyard.simulation.metrics import jain_index, percentile
 from gpuyard.simulation.replay import simulate
 from gpuyard.simulation.trace import TraceJob, load_trace
+from tests.needs import missing
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"  # vendored: see its README
 PHILLY = TRACES / "philly_14237.csv"
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 
 def require_philly(path: Path = PHILLY) -> None:
     """Skip without the trace, except under CI, where its absence is a failure."""
     if path.exists():
         return
-    why = f"Philly trace not found at {path} (tests/data/traces)"
-    if in_ci():
-        pytest.fail(f"{why}; CI is set, so the model check must run: provide the traces",
-                    pytrace=False)  # fmt: skip
-    pytest.skip(why)
+    missing(
+        f"Philly trace not found at {path} (tests/data/traces)",
+        "the model check",
+        "provide the traces",
+    )
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
+from tests.needs import missing
 from tests.web.rig import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -29,15 +30,8 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, Page, Playwright
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
-
-
 def _missing(why: str) -> NoReturn:
-    if _in_ci():
-        pytest.fail(f"{why}; CI is set, so the dashboard's browser tests must run: `make test`"
-                    " installs it", pytrace=False)  # fmt: skip
-    pytest.skip(why)
+    missing(why, "the dashboard's browser tests", "`make test` installs it")
 
 
 @pytest.fixture(scope="session")
