@@ -7,7 +7,6 @@ over PostgreSQL too (stores.py)."""
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,11 +23,11 @@ from gpuyard.adapters.store.advisory_lock import LOCK_KEY
 from gpuyard.adapters.store.sql import SqlJobStore
 from gpuyard.domain.accounts import Account, Team
 from gpuyard.domain.errors import InvalidRequest, Unavailable
-from gpuyard.domain.job import Attempt, Drain, Job
+from gpuyard.domain.job import Attempt, Drain
 from gpuyard.domain.limits import AccountLimits
 from gpuyard.domain.states import JobState
 from tests.contract.stores import pending_job
-from tests.contract.test_sqlite_store import HEAD, CommitSpy
+from tests.contract.test_sqlite_store import HEAD, bad_write_among_good_ones
 from tests.contract.test_sqlite_store import (
     test_concurrent_writers_share_commits as writers_share_commits,
 )
@@ -212,37 +211,9 @@ def test_a_bad_write_does_not_fail_its_batch_neighbours(db: str, exclusive: bool
     # and each write retried alone on the same connection (the lock's, if it holds it).
     store = SqlJobStore(db, exclusive=exclusive)
     try:
-        _bad_write_among_good_ones(store)
+        bad_write_among_good_ones(store, duplicate_error="UniqueViolation")
     finally:
         store.close()
-
-
-def _bad_write_among_good_ones(store: SqlJobStore) -> None:
-    store.write([pending_job(1)], [])
-    spy = CommitSpy(store, queued=8)
-    results: dict[str, str] = {}
-
-    def write(label: str, job: Job) -> None:
-        try:
-            store.write([job], [])
-            results[label] = "ok"
-        except Exception as err:
-            results[label] = type(err).__name__
-
-    plug = threading.Thread(target=write, args=("plug", pending_job(100)))
-    plug.start()
-    assert spy.holding.wait(5)
-    writes = [(f"job{i}", pending_job(i)) for i in range(2, 9)] + [("dup", pending_job(1, gpus=3))]
-    threads = [threading.Thread(target=write, args=w) for w in writes]
-    for t in threads:
-        t.start()
-    for t in [*threads, plug]:
-        t.join(timeout=30)
-    assert spy.sizes == [1, 8] + [1] * 8
-    assert results.pop("dup") == "UniqueViolation"
-    assert set(results.values()) == {"ok"} and len(results) == 8
-    assert [j.id for j in store.load_jobs()] == [*range(1, 9), 100]
-    assert store.load_jobs()[0].spec.gpus == 0
 
 
 def lock_holders(url: str) -> list[int]:

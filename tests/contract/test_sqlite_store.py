@@ -233,6 +233,12 @@ def test_concurrent_writers_share_commits(store: SqlJobStore) -> None:
 
 
 def test_a_bad_write_does_not_fail_its_batch_neighbours(store: SqlJobStore) -> None:
+    bad_write_among_good_ones(store, duplicate_error="IntegrityError")
+
+
+def bad_write_among_good_ones(store: SqlJobStore, *, duplicate_error: str) -> None:
+    """A duplicate id in a batch of eight waiting writes: it alone fails (`duplicate_error`,
+    the driver's name for it), its neighbours land, job 1 is not overwritten."""
     store.write([pending_job(1)], [])
     spy = CommitSpy(store, queued=8)
     results: dict[str, str] = {}
@@ -255,7 +261,7 @@ def test_a_bad_write_does_not_fail_its_batch_neighbours(store: SqlJobStore) -> N
         t.join(timeout=30)
     # One batch of the eight waiting writes; it fails, so each is retried alone.
     assert spy.sizes == [1, 8] + [1] * 8
-    assert results.pop("dup") == "IntegrityError"
+    assert results.pop("dup") == duplicate_error
     assert set(results.values()) == {"ok"} and len(results) == 8
     assert [j.id for j in store.load_jobs()] == [*range(1, 9), 100]
     assert store.load_jobs()[0].spec.gpus == 0  # the duplicate did not overwrite job 1
