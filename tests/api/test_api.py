@@ -155,8 +155,12 @@ def test_pending_jobs_carry_an_estimated_start_and_running_ones_their_service(ap
     blocker = submit(api, gpus=4, time_limit="2h", preemptible=False).json()
     wait_state(api, blocker["id"], "RUNNING")
     waiting = submit(api, gpus=2).json()
-    time.sleep(0.3)
-    jobs = {j["id"]: j for j in api.get("/api/v1/jobs").json()}
+    deadline = time.monotonic() + 10  # the estimate comes with the scheduler's next pass
+    while True:
+        jobs = {j["id"]: j for j in api.get("/api/v1/jobs").json()}
+        if jobs[waiting["id"]]["estimated_start_at"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     started = time.mktime(
         time.strptime(jobs[blocker["id"]]["started_at"][:19], "%Y-%m-%dT%H:%M:%S")
     )

@@ -124,6 +124,15 @@ def wait_for(predicate, timeout_s: float = 30, interval_s: float = 0.05):  # typ
     raise AssertionError("condition not met in time")
 
 
+def wait_ended(client: Client, job_id: int | str, timeout_s: float = 30) -> dict:  # type: ignore[type-arg]
+    """The job once it has ended. A job is PENDING between its submit and its launch (and
+    again when requeued), so waiting for "not RUNNING" would catch it before it started."""
+    return wait_for(  # type: ignore[no-any-return]
+        lambda: (j := client.job(int(job_id)))["state"] not in ("PENDING", "RUNNING") and j,
+        timeout_s,
+    )
+
+
 def pid_alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

@@ -16,7 +16,7 @@ import pytest
 
 from gpuyard.adapters.executor.cgroups import JobCgroups
 from tests.e2e.executor_rig import Rig
-from tests.e2e.server import ServerProcess, wait_for
+from tests.e2e.server import ServerProcess, wait_ended, wait_for
 
 PIDS_MAX = 40
 
@@ -131,7 +131,7 @@ def server(tmp_path: Path, cgroups: JobCgroups) -> Iterator[ServerProcess]:
 def test_a_server_job_over_its_mem_ends_out_of_memory_for_host_ram(server: ServerProcess):
     hog = "b = b'x' * (400 << 20)"
     job_id = int(server.cli("submit", "--mem", "64M", "--", "/usr/bin/python3", "-c", hog).stdout)
-    job = wait_for(lambda: (j := server.client().job(job_id))["state"] != "RUNNING" and j)
+    job = wait_ended(server.client(), job_id)
     assert job["state"] == "OUT_OF_MEMORY", job
     assert "--mem 64M of host RAM" in job["reason"] and "not GPU memory" in job["reason"]
 
@@ -146,7 +146,7 @@ def test_the_server_says_how_jobs_are_held_and_an_admin_may_turn_cgroups_off(
         assert off.client().info()["confinement"].startswith("none (GPUYARD_JOB_CGROUPS=0)")
         hog = "b = b'x' * (200 << 20)"
         job_id = int(off.cli("submit", "--mem", "64M", "--", "/usr/bin/python3", "-c", hog).stdout)
-        job = wait_for(lambda: (j := off.client().job(job_id))["state"] != "RUNNING" and j)
+        job = wait_ended(off.client(), job_id)
         assert job["state"] == "COMPLETED"  # advisory: nothing held it to --mem
     finally:
         off.stop()

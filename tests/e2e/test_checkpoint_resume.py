@@ -22,7 +22,7 @@ import pytest
 from gpuyard.adapters.identity import unix_identity
 from gpuyard.services.run_as import RunAsPolicy
 from tests.e2e.executor_rig import Rig
-from tests.e2e.server import ServerProcess, wait_for
+from tests.e2e.server import ServerProcess, wait_ended, wait_for
 from tests.e2e.unix_users import UnixUsers, unix_users
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,7 +136,7 @@ def test_the_warning_signal_comes_that_long_before_the_limit_across_a_server_res
     server.kill9()
     server.start()
     client = server.client()
-    ended = wait_for(lambda: (j := client.job(job["id"]))["state"] != "RUNNING" and j, 30)
+    ended = wait_ended(client, job["id"], 30)
     assert ended["state"] == "TIMEOUT"
     times = dict(line.split() for line in out.read_text().splitlines())
     assert list(times) == ["start", "usr1", "term"], out.read_text()  # USR1 once, then TERM

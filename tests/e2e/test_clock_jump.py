@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.server import ServerProcess, pid_alive, wait_for
+from tests.e2e.server import ServerProcess, pid_alive, wait_ended, wait_for
 from tests.needs import missing
 
 SHIM_SOURCE = Path(__file__).with_name("wallclock_step.c")
@@ -157,7 +157,7 @@ def _ended(server: ServerProcess, job_id: int) -> dict[str, Any]:
     """The job once it has ended; a job extended by the step would not end in time."""
     bound = LIMIT_S + GRACE_S + MARGIN_S + 30
     client = server.client()
-    return wait_for(lambda: (j := client.job(job_id))["state"] != "RUNNING" and j, bound)
+    return wait_ended(client, job_id, bound)
 
 
 def _ran_s(beat: Path) -> float:

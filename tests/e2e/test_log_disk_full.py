@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.executor_rig import Rig
-from tests.e2e.server import ServerProcess, pid_alive, wait_for
+from tests.e2e.server import ServerProcess, pid_alive, wait_ended, wait_for
 from tests.small_disk import small_disk
 
 LINES, LINE = 2000, "0" * 500 + "\n"  # ~1 MB of output: more than the disk has left
@@ -63,7 +63,7 @@ def test_a_job_runs_on_through_a_full_log_disk_and_its_log_says_what_was_lost(
         assert client.job(job["id"])["state"] == "RUNNING"  # its writes did not fail it
         filler.unlink()
         go.touch()
-        done = wait_for(lambda: (j := client.job(job["id"]))["state"] != "RUNNING" and j, 60)
+        done = wait_ended(client, job["id"], 60)
         assert (done["state"], done["exit_code"]) == ("COMPLETED", 0), done["reason"]
         lost = done["log_dropped_bytes"]
         assert lost > 0
@@ -93,7 +93,7 @@ def test_the_end_of_a_job_is_recorded_on_a_disk_still_full(
         (jobs / "filler").write_bytes(b"f" * (512 << 10))
         client = server.client()
         job = client.submit(["sh", "-c", f'set -e; yes "$(printf "%0500d" 0)" | head -n {LINES}'])
-        done = wait_for(lambda: (j := client.job(job["id"]))["state"] != "RUNNING" and j, 60)
+        done = wait_ended(client, job["id"], 60)
         assert os.statvfs(jobs).f_bavail == 0  # still full: no room was made for the end
         assert (done["state"], done["exit_code"]) == ("COMPLETED", 0), done["reason"]
         assert done["log_dropped_bytes"] > 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.server import GPUYARD, ServerProcess, wait_for
+from tests.e2e.server import GPUYARD, ServerProcess, wait_ended, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -93,9 +93,7 @@ def test_a_standby_takes_over_a_killed_server_and_readopts_its_running_job(
         assert f"job {job_id} re-adopted" in standby.log.read_text()
 
         release.touch()
-        ended = wait_for(
-            lambda: (j := client.job(job_id))["state"] != "RUNNING" and j, timeout_s=60
-        )
+        ended = wait_ended(client, job_id, 60)
         assert ended["state"] == "COMPLETED" and ended["exit_code"] == 0, ended
         assert runs.read_text().split() == ["run"], "the job ran twice"
 

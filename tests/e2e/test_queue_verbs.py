@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.server import ServerProcess, wait_for
+from tests.e2e.server import ServerProcess, wait_ended, wait_for
 
 # Ignores SIGTERM (sleep inherits the ignored disposition): it exits only at SIGKILL.
 STUBBORN = "trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.1; done"
@@ -42,7 +42,7 @@ def test_a_cancelled_job_still_exiting_shows_cancelling_while_stored_running(
     assert (shown["state"], shown["display_state"]) == ("RUNNING", "CANCELLING")
     assert _row(slow_stop, job_id).split()[3] == "CANCELLING"
     assert "State: CANCELLING" in slow_stop.cli("show", job_id).stdout
-    job = wait_for(lambda: (j := slow_stop.client().job(int(job_id)))["state"] != "RUNNING" and j)
+    job = wait_ended(slow_stop.client(), job_id)
     assert (job["state"], job["display_state"]) == ("CANCELLED", "CANCELLED")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e.server import ServerProcess, wait_for
+from tests.e2e.server import ServerProcess, wait_ended, wait_for
 
 
 def _job(tag: str, seconds: float, code: int, runs: Path) -> list[str]:
@@ -47,7 +47,7 @@ def test_cancel_after_restart_still_stops_the_adopted_job(server: ServerProcess,
     server.kill9()
     server.start()
     server.cli("cancel", job_id)
-    job = wait_for(lambda: (j := server.client().job(int(job_id)))["state"] != "RUNNING" and j)
+    job = wait_ended(server.client(), job_id)
     assert job["state"] == "CANCELLED"
 
 

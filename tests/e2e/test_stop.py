@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e.server import ServerProcess, pid_alive, wait_for
+from tests.e2e.server import ServerProcess, pid_alive, wait_ended, wait_for
 
 # A tree: two background sleeps, one of them escaping into its own session, pids recorded.
 TREE = (
@@ -29,7 +29,7 @@ def test_cancel_stops_every_process_of_the_job(server: ServerProcess, tmp_path: 
     job_id, pids = _start_tree(server, tmp_path, "--gpus", "1")
     assert all(pid_alive(p) for p in _pids(pids))
     server.cli("cancel", job_id)
-    job = wait_for(lambda: (j := server.client().job(int(job_id)))["state"] != "RUNNING" and j)
+    job = wait_ended(server.client(), job_id)
     assert job["state"] == "CANCELLED"
     assert not [p for p in _pids(pids) if pid_alive(p)], "a process of the job survived cancel"
     assert server.client().gpus()[job["gpus"][0]]["job"] is None
@@ -49,7 +49,7 @@ def test_cancel_pending_job_never_runs_it(server: ServerProcess, tmp_path: Path)
 
 def test_time_limit_stops_the_tree_with_timeout(server: ServerProcess, tmp_path: Path):
     job_id, pids = _start_tree(server, tmp_path, "--time", "2s")
-    job = wait_for(lambda: (j := server.client().job(int(job_id)))["state"] != "RUNNING" and j)
+    job = wait_ended(server.client(), job_id)
     assert job["state"] == "TIMEOUT"
     assert "limit" in job["reason"].lower()
     assert not [p for p in _pids(pids) if pid_alive(p)]
@@ -64,7 +64,7 @@ def test_job_ignoring_sigterm_is_killed_after_the_grace_period(
     job_id = server.cli("submit", "--", "sh", "-c", script).stdout.strip()
     pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))
     server.cli("cancel", job_id)
-    job = wait_for(lambda: (j := server.client().job(int(job_id)))["state"] != "RUNNING" and j)
+    job = wait_ended(server.client(), job_id)
     assert job["state"] == "CANCELLED"
     assert not pid_alive(pid)
     assert "SIGKILL" in server.cli("logs", job_id).stdout

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.e2e.server import ServerProcess, wait_for
+from tests.e2e.server import ServerProcess, wait_ended, wait_for
 
 # Python, so a handler runs once per delivered signal (a shell's trap may merge two).
 # Every process appends "<role> <signal>" per signal received to $OUT, then exits ~0.3 s after
@@ -66,7 +66,7 @@ def _start(server: ServerProcess, tmp_path: Path, *extra: str) -> tuple[str, Pat
 
 
 def _ended(server: ServerProcess, job_id: str) -> dict[str, object]:
-    return wait_for(lambda: (j := server.client().job(int(job_id)))["state"] != "RUNNING" and j)
+    return wait_ended(server.client(), job_id)
 
 
 def test_cancel_sends_sigterm_once_to_each_process(server: ServerProcess, tmp_path: Path):

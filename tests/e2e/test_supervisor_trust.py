@@ -19,7 +19,7 @@ import pytest
 
 from gpuyard.services.ports import RunAs
 from tests.e2e.executor_rig import GRACE_S, Rig
-from tests.e2e.server import ServerProcess, pid_alive, wait_for
+from tests.e2e.server import ServerProcess, pid_alive, wait_ended, wait_for
 
 FORGED = '{"exit_code": 0, "signal": null, "timed_out": false, "ended_at": 0}'
 
@@ -250,7 +250,7 @@ def test_a_forged_status_and_a_killed_supervisor_neither_free_gpus_nor_stop_a_re
         f"printf '%s' '{FORGED}' > \"{jobs}/$GPUYARD_JOB_ID/status.json\"; kill -9 $PPID; wait"
     )
     job_id = int(server.cli("submit", "--gpus", "2", "--", "sh", "-c", script).stdout)
-    job = wait_for(lambda: (j := server.client().job(job_id))["state"] != "RUNNING" and j)
+    job = wait_ended(server.client(), job_id)
     assert job["state"] == "FAILED" and job["reason"].startswith("SupervisorLost")
     assert not pid_alive(int(pidfile.read_text()))
     server.kill9()
