@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,14 +17,19 @@ def submit(api: TestClient, **fields: object):  # type: ignore[no-untyped-def]
     return api.post("/api/v1/jobs", json=body)
 
 
-def wait_state(api: TestClient, job_id: int, *states: str) -> dict:  # type: ignore[type-arg]
+def wait_job(api: TestClient, job_id: int, ok: Callable[[dict], bool], what: str) -> dict:  # type: ignore[type-arg]
+    """The job once `ok` holds for it: the scheduler's passes are asynchronous."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         job = api.get(f"/api/v1/jobs/{job_id}").json()
-        if job["state"] in states:
+        if ok(job):
             return job  # type: ignore[no-any-return]
         time.sleep(0.05)
-    raise AssertionError(f"job {job_id} never reached {states}")
+    raise AssertionError(f"job {job_id} never {what}")
+
+
+def wait_state(api: TestClient, job_id: int, *states: str) -> dict:  # type: ignore[type-arg]
+    return wait_job(api, job_id, lambda job: job["state"] in states, f"reached {states}")
 
 
 def test_healthz_needs_no_token_but_everything_else_does(api: TestClient):
@@ -64,9 +70,8 @@ def test_pending_job_says_why(api: TestClient):
     wait_state(api, big["id"], "RUNNING")
     first = submit(api, gpus=1).json()
     second = submit(api, gpus=1).json()
-    time.sleep(0.3)
+    wait_job(api, second["id"], lambda job: job["reason"] == "Priority", "waited for Priority")
     assert api.get(f"/api/v1/jobs/{first['id']}").json()["reason"] == "Resources"
-    assert api.get(f"/api/v1/jobs/{second['id']}").json()["reason"] == "Priority"
     for job in (big, first, second):
         api.post(f"/api/v1/jobs/{job['id']}/cancel")
 
@@ -155,12 +160,8 @@ def test_pending_jobs_carry_an_estimated_start_and_running_ones_their_service(ap
     blocker = submit(api, gpus=4, time_limit="2h", preemptible=False).json()
     wait_state(api, blocker["id"], "RUNNING")
     waiting = submit(api, gpus=2).json()
-    deadline = time.monotonic() + 10  # the estimate comes with the scheduler's next pass
-    while True:
-        jobs = {j["id"]: j for j in api.get("/api/v1/jobs").json()}
-        if jobs[waiting["id"]]["estimated_start_at"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    wait_job(api, waiting["id"], lambda job: job["estimated_start_at"], "got an estimate")
+    jobs = {j["id"]: j for j in api.get("/api/v1/jobs").json()}
     started = time.mktime(
         time.strptime(jobs[blocker["id"]]["started_at"][:19], "%Y-%m-%dT%H:%M:%S")
     )
