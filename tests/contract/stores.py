@@ -133,6 +133,20 @@ EVERY_SPEC_FIELD: dict[str, object] = {
     "retry_on": ("failed", "launch"),
     "warn_signal": 10,
     "warn_before_s": 90,
+    "output_path": "logs/%x-%A_%a.out",
+    "error_path": "logs/%x-%j.err",
+    "ntasks_per_node": 4,
+    "dependency": "afterok:7:8,singleton",
+    "array_max_running": 8,
+    "kind": "service",
+    "service_port": 18_080,
+    "health_path": "/health",
+    "python": "/opt/envs/ü/bin/python",
+    "venv": "/opt/venvs/train",
+    "container": "docker://pytorch:2.13",
+    "notify": ("https://hooks.example.org/T0/secret", "http://127.0.0.1:9/hook"),
+    "notify_events": ("begin", "end", "fail"),
+    "gpu_type": "h100",
 }
 
 
@@ -173,4 +187,6 @@ def finished_job_with_every_field_set() -> Job:
         idempotency_key="7f0c2a9e-retry ü",
         not_before=1_700_000_005.5,
         log_dropped_bytes=65_536,
+        array_job_id=40,
+        array_task_id=3,
     )

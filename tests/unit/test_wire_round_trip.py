@@ -27,7 +27,13 @@ SUBMISSIONS: list[dict[str, Any]] = [
         "warn_signal": "USR2", "warn_before_s": 300,
     },
     {"command": ["python", "/home/a/t.py"], "workdir": "/data", "gpu_mem": "8G", "gpus": 2,
-     "name": "t.py", "script": "print('hi')\n", "script_index": 1},
+     "name": "t.py", "script": "print('hi')\n", "script_index": 1,
+     "output_path": "out/%x-%A_%a.out", "error_path": "out/%j.err", "ntasks_per_node": 2,
+     "dependency": "afterok:3:4?afternotok:5", "array": "0-9%3", "python": "/usr/bin/python3",
+     "notify": ["http://127.0.0.1:9/h"], "notify_events": ["begin", "fail"], "gpu_type": "a100"},
+    {"command": ["python", "-m", "srv"], "workdir": "/srv", "kind": "service",
+     "service_port": 8081, "health_path": "/health", "container": "/img/srv.sif"},
+    {"command": ["bash"], "workdir": "/", "kind": "interactive", "venv": "/opt/venv"},
 ]  # fmt: skip
 EXPECTED = [
     JobSpec(argv=("python", "train.py", "--lr", "0.1"), name="exp-1", workdir="/data/run", gpus=4,
@@ -35,7 +41,13 @@ EXPECTED = [
             preemptible=True, distributed="torchrun", nodes=2, stop_signal=10, retries=3,
             retry_on=("failed", "oom"), warn_signal=12, warn_before_s=300),
     JobSpec(argv=("python", "/home/a/t.py"), name="t.py", workdir="/data", gpus=2,
-            gpu_mem_mib=8192, script="print('hi')\n", script_index=1),
+            gpu_mem_mib=8192, script="print('hi')\n", script_index=1,
+            output_path="out/%x-%A_%a.out", error_path="out/%j.err", ntasks_per_node=2,
+            dependency="afterok:3:4?afternotok:5", array_max_running=3, python="/usr/bin/python3",
+            notify=("http://127.0.0.1:9/h",), notify_events=("begin", "fail"), gpu_type="a100"),
+    JobSpec(argv=("python", "-m", "srv"), name="python", workdir="/srv", kind="service",
+            service_port=8081, health_path="/health", container="/img/srv.sif"),
+    JobSpec(argv=("bash",), name="bash", workdir="/", kind="interactive", venv="/opt/venv"),
 ]  # fmt: skip
 SPEC_FIELDS = [f.name for f in fields(JobSpec)]
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from gpuyard.domain.arrays import parse_array
 from gpuyard.domain.job import Attempt, Drain, Job, JobSpec, display_state
 from gpuyard.domain.signals import SIGTERM, parse_signal
 from gpuyard.domain.spec_rules import SpecDraft, decide_spec
@@ -51,6 +52,13 @@ _FROM_WIRE: dict[str, tuple[str, Callable[[Any], Any]]] = {
         "warn_signal",
         lambda sig: 0 if sig is None else parse_signal(sig, field="warn_signal"),
     ),
+    # An array's %N; the indices make one job each (the submit route's part).
+    "array_max_running": (
+        "array",
+        lambda text: 0 if text is None else parse_array(text).max_running,
+    ),
+    "notify": ("notify", tuple),
+    "notify_events": ("notify_events", tuple),
 }
 _DRAFT_FIELDS: tuple[tuple[str, str, Callable[[Any], Any] | None], ...] = tuple(
     (f.name, *_FROM_WIRE.get(f.name, (f.name, None))) for f in fields(SpecDraft)
@@ -63,6 +71,7 @@ WRITE_ONLY_SPEC_FIELDS = {
     "env": "may hold secrets (API keys, tokens): a job list or record must not show them",
     "script": "up to 1 MiB per job: every list would carry it; it is in the job's folder",
     "script_index": "only means something with the script, which is not sent back",
+    "notify": "webhook URLs often carry a secret (a chat's incoming-hook token)",
 }
 _TO_WIRE = tuple(
     (f.name, _TO_WIRE_NAMES.get(f.name, f.name))
@@ -129,6 +138,8 @@ def job_to_wire(
         log_dropped_bytes=job.log_dropped_bytes,
         held=job.held,
         restart_of=job.restart_of,
+        array_job_id=job.array_job_id,
+        array_task_id=job.array_task_id,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),
         estimate_assumes=estimate_assumes,

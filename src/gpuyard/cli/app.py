@@ -12,7 +12,16 @@ import click
 import typer
 from typer.core import TyperCommand
 
-from gpuyard.cli import commands, identity, limits
+from gpuyard.cli import (
+    commands,
+    identity,
+    limits,
+    notify_cmd,
+    run_cmd,
+    serve_cmd,
+    slurm_cmd,
+    sweep_cmd,
+)
 from gpuyard.cli.when import since_timestamp
 from gpuyard.domain.errors import GpuyardError
 
@@ -563,6 +572,11 @@ admin = typer.Typer(help="Administer the server: GPUs, users, teams.", no_args_i
 app.add_typer(admin, name="admin")
 identity.register(app, admin)  # token, login, admin user|team (cli/identity.py)
 limits.register(app, admin)  # admin limit, share, usage (cli/limits.py)
+run_cmd.register(app, admin)  # run: interactive sessions, JupyterLab
+serve_cmd.register(app, admin)  # serve: services
+sweep_cmd.register(app, admin)  # sweep
+slurm_cmd.register(app, admin)  # sbatch, squeue, scancel, sacct
+notify_cmd.register(app, admin)  # notify: webhooks
 
 
 @admin.command("drain")

@@ -16,6 +16,17 @@ REASON_PREEMPTED = "Preempted"
 # Kept out of the queue by its user or an admin (`gpuyard hold`) until `gpuyard release`.
 REASON_HELD = "JobHeldUser"
 
+# Waiting for the jobs it depends on (`--dependency`); and never to run, because one of them
+# ended in a way the dependency excludes (the job is ended CANCELLED with this reason).
+REASON_DEPENDENCY = "Dependency"
+REASON_DEPENDENCY_NEVER = "DependencyNeverSatisfied"
+# An array's task waiting because `%N` of its tasks already run (Slurm's words).
+REASON_ARRAY_LIMIT = "JobArrayTaskLimit"
+
+JOB_KINDS = ("batch", "interactive", "service")
+# What a webhook can be told of (`--notify`, `--mail-type`).
+NOTIFY_EVENTS = ("begin", "end", "fail", "requeue", "time_limit", "cancel")
+
 # `--distributed`: how a multi-GPU job's processes find each other (docs/cli.md lists the
 # variables each sets).
 DISTRIBUTED_MODES = ("torchrun", "jax", "tf")
@@ -60,6 +71,35 @@ class JobSpec:
     # before the time limit so the job can checkpoint; 0: no such warning.
     warn_signal: int = 0
     warn_before_s: int = 0
+    # -- workflows (issue 13) --
+    # sbatch's `-o`/`-e`: where the job's output (and, apart, its errors) also go, patterns
+    # with %j %x %A %a %u %N %%, relative to workdir; None: only the job's own log.
+    output_path: str | None = None
+    error_path: str | None = None
+    # Tasks per node that `srun` starts inside the job (SLURM_NTASKS_PER_NODE).
+    ntasks_per_node: int = 1
+    # `--dependency` in Slurm's syntax (afterok:12:13,singleton...; `?` for "any of"); "": none.
+    dependency: str = ""
+    # An array's `%N` (`--array 0-99%8`): at most N of its tasks run at once; 0: no cap.
+    array_max_running: int = 0
+    # JOB_KINDS: a batch job; an interactive session (`gpuyard run`: a pty the terminal
+    # attaches to); a service (`gpuyard serve`: kept running, restarted on failure).
+    kind: str = "batch"
+    # A service's port on the server's machine (chosen at submit for `--port auto`; stable
+    # across restarts) and the path its health check asks (""; no HTTP check).
+    service_port: int = 0
+    health_path: str = ""
+    # The job's environment: an interpreter (`--python`), a virtualenv (`--venv`), or a
+    # container image run through apptainer or podman (`--container`).
+    python: str | None = None
+    venv: str | None = None
+    container: str | None = None
+    # Webhooks told of the job's state changes (`--notify URL`), and which (NOTIFY_EVENTS;
+    # `--mail-type` maps onto them; empty: the defaults, end and fail).
+    notify: tuple[str, ...] = ()
+    notify_events: tuple[str, ...] = ()
+    # A GPU model or vendor the job's GPUs must be (`--gpu-type`, `--gres=gpu:TYPE:N`); "": any.
+    gpu_type: str = ""
 
     @property
     def gpus_per_node(self) -> int:
@@ -120,6 +160,10 @@ class Job:
     # Bytes of output its log lost because the log's disk was full (the job ran on; the log
     # is marked truncated where the bytes are missing).
     log_dropped_bytes: int = 0
+    # An array's task (`--array`): the array's id (its first task's job id, Slurm's %A,
+    # SLURM_ARRAY_JOB_ID) and this task's index (%a, SLURM_ARRAY_TASK_ID); None: not in an array.
+    array_job_id: int | None = None
+    array_task_id: int | None = None
 
     def transition(self, target: JobState, **changes: object) -> Job:
         """Return this job moved to `target` (checked against the transition table)."""

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, fields
 
 from gpuyard.domain.errors import InvalidRequest
-from gpuyard.domain.job import DISTRIBUTED_MODES, JobSpec
+from gpuyard.domain.job import DISTRIBUTED_MODES, JOB_KINDS, NOTIFY_EVENTS, JobSpec
 from gpuyard.domain.retry import MAX_RETRIES, check_retry_on
 from gpuyard.domain.signals import SIGTERM, parse_signal
 
@@ -63,6 +63,20 @@ class SpecDraft:
     retry_on: tuple[str, ...] = ()
     warn_signal: int = 0  # 0: none
     warn_before_s: int = 0
+    output_path: str | None = None
+    error_path: str | None = None
+    ntasks_per_node: int = 1
+    dependency: str = ""
+    array_max_running: int = 0
+    kind: str = "batch"
+    service_port: int = 0
+    health_path: str = ""
+    python: str | None = None
+    venv: str | None = None
+    container: str | None = None
+    notify: tuple[str, ...] = ()
+    notify_events: tuple[str, ...] = ()
+    gpu_type: str = ""
 
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
@@ -83,6 +97,7 @@ def decide_spec(
     check_resources(draft)
     parse_signal(draft.stop_signal)
     check_warning(draft)
+    check_workflow(draft)
     decided = {
         "retry_on": check_retry_on(draft.retry_on, draft.retries),
         "name": draft.name or default_name(draft.argv),
@@ -118,6 +133,89 @@ def check_warning(draft: SpecDraft) -> None:
             f"warn_before_s {draft.warn_before_s} is not shorter than the time limit "
             f"({draft.time_limit_s} s): the warning would come at the start",
             field="warn_before_s",
+        )
+
+
+MAX_NOTIFY_URLS = 8
+MAX_URL_CHARS = 2048
+MAX_GPU_TYPE_CHARS = 64
+MAX_DEPENDENCY_CHARS = 4096
+
+
+def check_workflow(draft: SpecDraft) -> None:
+    """The workflow fields' shapes: paths, kinds, ports, URLs. What they refer to (a job a
+    dependency names, an interpreter on the server) is checked where it is known."""
+    for name in ("output_path", "error_path", "python", "venv", "container"):
+        value = getattr(draft, name)
+        if value is None:
+            continue
+        if not value or "\0" in value or _bytes(value) > MAX_WORKDIR_BYTES:
+            raise InvalidRequest(
+                f"{name}: give a non-empty path without NUL bytes, at most "
+                f"{MAX_WORKDIR_BYTES:,} bytes",
+                field=name,
+            )
+    for name in ("python", "venv"):
+        value = getattr(draft, name)
+        if value is not None and not os.path.isabs(value):
+            raise InvalidRequest(f"{name} {value!r} must be an absolute path", field=name)
+    if sum(v is not None for v in (draft.python, draft.venv, draft.container)) > 1:
+        raise InvalidRequest(
+            "--python, --venv and --container each choose the job's environment: give one",
+            field="python",
+        )
+    if draft.ntasks_per_node < 1:
+        raise InvalidRequest(
+            f"ntasks_per_node must be at least 1, not {draft.ntasks_per_node}",
+            field="ntasks_per_node",
+        )
+    if draft.array_max_running < 0:
+        raise InvalidRequest("an array's %N cap must be positive", field="array")
+    if draft.kind not in JOB_KINDS:
+        raise InvalidRequest(
+            f"kind {draft.kind!r}: use one of {', '.join(JOB_KINDS)}", field="kind"
+        )
+    if not 0 <= draft.service_port <= 65535:
+        raise InvalidRequest(
+            f"service_port {draft.service_port} is not a TCP port (1-65535)", field="service_port"
+        )
+    if (draft.service_port or draft.health_path) and draft.kind != "service":
+        raise InvalidRequest(
+            'service_port and health_path belong to a service: `gpuyard serve`, or kind "service"',
+            field="service_port",
+        )
+    if draft.health_path and (not draft.health_path.startswith("/") or
+                              not draft.health_path.isprintable()):  # fmt: skip
+        raise InvalidRequest(
+            f"health_path {draft.health_path[:64]!r} must be a URL path such as /health",
+            field="health_path",
+        )
+    if len(draft.dependency) > MAX_DEPENDENCY_CHARS or not draft.dependency.isprintable():
+        raise InvalidRequest(
+            f"dependency: printable, at most {MAX_DEPENDENCY_CHARS:,} characters",
+            field="dependency",
+        )
+    if len(draft.gpu_type) > MAX_GPU_TYPE_CHARS or not draft.gpu_type.isprintable():
+        raise InvalidRequest(
+            f"gpu_type: a GPU model or vendor (e.g. a100, h100, mi300x), at most "
+            f"{MAX_GPU_TYPE_CHARS} characters",
+            field="gpu_type",
+        )
+    check_notify(draft.notify, draft.notify_events)
+
+
+def check_notify(urls: tuple[str, ...], events: tuple[str, ...]) -> None:
+    if len(urls) > MAX_NOTIFY_URLS:
+        raise InvalidRequest(f"notify: at most {MAX_NOTIFY_URLS} URLs", field="notify")
+    for url in urls:
+        if (not url.startswith(("http://", "https://")) or len(url) > MAX_URL_CHARS
+                or not url.isprintable() or " " in url):  # fmt: skip
+            raise InvalidRequest(f"notify: {url[:80]!r} is not an http(s) URL", field="notify")
+    unknown = [e for e in events if e not in NOTIFY_EVENTS]
+    if unknown:
+        raise InvalidRequest(
+            f"notify_events: {', '.join(unknown)!s}: use {', '.join(NOTIFY_EVENTS)}",
+            field="notify_events",
         )
 
 

@@ -98,6 +98,63 @@ class JobSubmitIn(_Strict):
     warn_before_s: Annotated[
         StrictInt, Field(ge=0, description="how long before the time limit warn_signal comes")
     ] = 0
+    array: Annotated[
+        StrictStr | None,
+        Field(
+            max_length=4096,
+            description="a job array, sbatch's --array: 0-99%8, 1,3,5, 0-15:4; one task (job) "
+            "per index, %N: at most N running; the answer is the first task, whose id is the "
+            "array's (%A)",
+        ),
+    ] = None
+    output_path: Annotated[
+        StrictStr | None,
+        Field(description="sbatch -o: the output also goes here (%j %x %A %a %u %N), "
+              "relative to workdir"),
+    ] = None  # fmt: skip
+    error_path: Annotated[
+        StrictStr | None, Field(description="sbatch -e: standard error goes here apart")
+    ] = None
+    ntasks_per_node: Annotated[
+        StrictInt, Field(ge=1, le=1024, description="tasks per node srun starts in the job")
+    ] = 1
+    dependency: Annotated[
+        StrictStr,
+        Field(description="Slurm's --dependency: afterok:ID[:ID], afterany, afternotok, "
+              "aftercorr, singleton; ',' all of, '?' any of"),
+    ] = ""  # fmt: skip
+    kind: Annotated[
+        Literal["batch", "interactive", "service"],
+        Field(description="batch; interactive (gpuyard run: a terminal attaches through a "
+              "pty); service (gpuyard serve: kept running, restarted on failure)"),
+    ] = "batch"  # fmt: skip
+    service_port: Annotated[
+        StrictInt,
+        Field(ge=0, le=65535, description="a service's port; 0 with kind service: chosen "
+              "by the server"),
+    ] = 0  # fmt: skip
+    health_path: Annotated[
+        StrictStr, Field(max_length=2048, description="a service's HTTP health check path")
+    ] = ""
+    python: Annotated[
+        StrictStr | None, Field(description="the interpreter the job runs (absolute path)")
+    ] = None
+    venv: Annotated[
+        StrictStr | None, Field(description="a virtualenv the job runs in (absolute path)")
+    ] = None
+    container: Annotated[
+        StrictStr | None, Field(description="a container image run through apptainer or podman")
+    ] = None
+    notify: list[StrictStr] = Field(
+        default_factory=list, description="webhook URLs told of the job's state changes"
+    )
+    notify_events: list[StrictStr] = Field(
+        default_factory=list,
+        description="begin, end, fail, requeue, time_limit, cancel; empty: end and fail",
+    )
+    gpu_type: Annotated[
+        StrictStr, Field(max_length=64, description="a GPU model or vendor: a100, h100, mi300x")
+    ] = ""
 
 
 class AttemptOut(BaseModel):
@@ -207,6 +264,21 @@ class JobOut(BaseModel):
     hint: str | None = Field(
         None, description="submit only: advice for next time, e.g. a --gpu-mem from earlier runs"
     )
+    output_path: str | None = Field(None, description="sbatch -o pattern, as given")
+    error_path: str | None = Field(None, description="sbatch -e pattern, as given")
+    ntasks_per_node: int = Field(1, description="tasks per node srun starts")
+    dependency: str = Field("", description="--dependency, as given")
+    array_max_running: int = Field(0, description="an array's %N; 0: no cap")
+    array_job_id: int | None = Field(None, description="an array task's array id (%A)")
+    array_task_id: int | None = Field(None, description="an array task's index (%a)")
+    kind: str = Field("batch", description="batch, interactive or service")
+    service_port: int = Field(0, description="a service's port on the server's machine")
+    health_path: str = Field("", description="a service's health check path")
+    python: str | None = Field(None, description="--python")
+    venv: str | None = Field(None, description="--venv")
+    container: str | None = Field(None, description="--container")
+    notify_events: list[str] = Field(default_factory=list, description="events webhooks get")
+    gpu_type: str = Field("", description="GPU model or vendor asked for")
 
 
 class JobUpdateIn(_Strict):

@@ -53,6 +53,8 @@ jobs = Table(
     Column("idempotency_key", Text),  # the submit's Idempotency-Key header
     Column("not_before", Float),  # a retry's backoff: not started before this time
     Column("log_dropped_bytes", BYTE_COUNT, nullable=False, server_default="0"),  # log disk full
+    Column("array_job_id", Integer),  # an array task's array (its first task's id)
+    Column("array_task_id", Integer),  # an array task's index
 )
 # History pages are newest first by id (keyset): each filter has an index ending in id, so a
 # page reads `limit` index entries, however long the history.
@@ -67,6 +69,8 @@ Index("ix_jobs_submitted_at", jobs.c.submitted_at)
 Index("ix_jobs_owner_idempotency_key", jobs.c.owner, jobs.c.idempotency_key)
 # The server's start loads the most recently ended jobs, not all of them.
 Index("ix_jobs_ended_at_id", jobs.c.ended_at, jobs.c.id)
+# An array's tasks (`cancel A`, `sacct -j A`, aftercorr) after the book evicted them.
+Index("ix_jobs_array_job_id", jobs.c.array_job_id, jobs.c.array_task_id)
 
 # GPUs taken out of service (`gpuyard admin drain`, or automatically on a GPU failure), by GPU
 # UUID (indices are renumbered when a Ray cluster changes); rows from before migration 0005,

@@ -1,0 +1,9 @@
+"""`gpuyard sbatch|squeue|scancel|sacct`: Slurm's commands, printing what Slurm prints."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer, admin: typer.Typer) -> None:
+    """Add this module's commands to the app (and to `gpuyard admin`)."""
