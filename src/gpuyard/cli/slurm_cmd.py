@@ -7,3 +7,6 @@ import typer
 
 def register(app: typer.Typer, admin: typer.Typer) -> None:
     """Add this module's commands to the app (and to `gpuyard admin`)."""
+    from gpuyard.cli import slurm_queries
+
+    slurm_queries.register(app)  # squeue, scancel, sacct
