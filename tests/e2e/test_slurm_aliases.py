@@ -1,0 +1,66 @@
+"""`gpuyard squeue`, `sacct`, `scancel` against a real server: a Slurm user's habits work."""
+
+from __future__ import annotations
+
+from tests.e2e.server import ServerProcess, wait_ended, wait_for
+
+
+def _lines(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines()]
+
+
+def test_squeue_shows_running_and_pending_jobs_in_slurms_columns(server: ServerProcess) -> None:
+    big = server.cli("submit", "--gpus", "4", "-J", "blocker", "--", "sleep", "60").stdout.strip()
+    wait_for(lambda: server.client().job(int(big))["state"] == "RUNNING")
+    waiting = server.cli("submit", "--gpus", "2", "-J", "second", "--", "true").stdout.strip()
+    wait_for(lambda: server.client().job(int(waiting))["reason"] == "Resources")
+
+    rows = _lines(server.cli("squeue").stdout)
+    assert rows[0] == ["JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES",
+                       "NODELIST(REASON)"]  # fmt: skip
+    by_id = {row[0]: row for row in rows[1:]}
+    assert by_id[waiting][1:3] == ["gpuyard", "second"] and by_id[waiting][4] == "PD"
+    assert by_id[waiting][-1] == "(Resources)"
+    node = server.client().job(int(big))["node"]
+    assert by_id[big][4] == "R" and by_id[big][-1] == node
+    assert [row[0] for row in rows[1:]] == [waiting, big]  # pending first, as squeue sorts
+
+    only = server.cli("squeue", "-h", "-t", "R", "-o", "%i %T %b").stdout.split()
+    assert only == [big, "RUNNING", "gres/gpu:4"]
+    assert server.cli("squeue", "-h", "-u", "nobody-else").stdout == ""
+
+    assert server.cli("scancel", big, waiting).stdout == ""
+    for job in (big, waiting):
+        assert wait_ended(server.client(), job)["state"] == "CANCELLED"
+
+
+def test_sacct_reports_ends_and_exit_codes(server: ServerProcess) -> None:
+    ok = server.cli("submit", "-J", "ok", "--", "true").stdout.strip()
+    bad = server.cli("submit", "-J", "bad", "--", "sh", "-c", "exit 3").stdout.strip()
+    for job in (ok, bad):
+        wait_ended(server.client(), job)
+
+    out = server.cli("sacct", "-j", f"{ok},{bad}", "-X", "-P",
+                     "--format=JobID,JobName,State,ExitCode").stdout  # fmt: skip
+    assert out.splitlines() == [
+        "JobID|JobName|State|ExitCode",
+        f"{ok}|ok|COMPLETED|0:0",
+        f"{bad}|bad|FAILED|3:0",
+    ]
+    table = server.cli("sacct", "-j", ok).stdout.splitlines()
+    assert table[0].split() == ["JobID", "JobName", "Partition", "Account", "AllocCPUS",
+                                "State", "ExitCode"]  # fmt: skip
+    assert [line.split()[0] for line in table[2:]] == [ok, f"{ok}.batch"]
+
+
+def test_scancel_says_what_slurm_says_for_a_job_it_cannot_cancel(server: ServerProcess) -> None:
+    done = server.cli("submit", "--", "true").stdout.strip()
+    wait_ended(server.client(), done)
+    result = server.cli("scancel", done, "999999", check=False)
+    assert result.stderr.splitlines() == [
+        f"scancel: error: Kill job error on job id {done}: Job/step already completing or "
+        "completed",
+        "scancel: error: Kill job error on job id 999999: Invalid job id specified",
+    ]
+    refused = server.cli("scancel", "--signal", "USR1", done, check=False)
+    assert refused.returncode == 1 and "gpuyard cancel --signal" in refused.stderr
