@@ -203,6 +203,8 @@ def gpu_to_wire(
         name=gpu.name,
         memory_total_mib=gpu.memory_total_mib,
         detected=gpu.detected,
+        vendor=gpu.vendor,
+        arch=gpu.arch,
         drained=drain is not None,
         drain_reason=None if drain is None else drain.reason,
         hot=hot,

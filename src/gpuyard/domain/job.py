@@ -89,6 +89,8 @@ class JobSpec:
     # across restarts) and the path its health check asks (""; no HTTP check).
     service_port: int = 0
     health_path: str = ""
+    # A service's grace after each start before failed health checks count (`--health-grace`).
+    health_grace_s: int = 60
     # The job's environment: an interpreter (`--python`), a virtualenv (`--venv`), or a
     # container image run through apptainer or podman (`--container`).
     python: str | None = None
@@ -195,6 +197,10 @@ class Gpu:
     detected: bool
     node: str = "local"
     pci_bus_id: str = ""  # NVML's "00000000:3B:00.0" ("" when unknown: a declared GPU)
+    vendor: str = ""  # "nvidia" or "amd" for a detected GPU; "" for a declared one
+    # The GPU's architecture as its frameworks name it: NVIDIA's compute capability ("9.0"),
+    # AMD's gfx target ("gfx942"); "" when unknown.
+    arch: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -345,6 +345,10 @@ class GpuOut(BaseModel):
     name: str
     memory_total_mib: int | None
     detected: bool = Field(description="true from NVML, false when declared by the admin")
+    vendor: str = Field("", description='"nvidia" or "amd"; "" for a declared GPU')
+    arch: str = Field(
+        "", description='compute capability ("9.0") or AMD gfx target ("gfx942"); "": unknown'
+    )
     drained: bool = Field(False, description="out of service: no new job is placed on it")
     drain_reason: str | None = Field(None, description="why (admin or a detected failure)")
     hot: str | None = Field(

@@ -59,6 +59,8 @@ def detect_gpus() -> list[Gpu]:
                     memory_total_mib=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20,
                     detected=True,
                     pci_bus_id=_pci_bus_id(pynvml, handle),
+                    vendor="nvidia",
+                    arch=_compute_capability(pynvml, handle),
                 )
             )
         return gpus
@@ -66,6 +68,15 @@ def detect_gpus() -> list[Gpu]:
         raise NvmlUnavailable(f"NVML failed while listing GPUs: {exc}") from None
     finally:
         pynvml.nvmlShutdown()
+
+
+def _compute_capability(pynvml: Any, handle: Any) -> str:
+    """"9.0" for an H100; "" where the driver cannot say."""
+    try:
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+    except pynvml.NVMLError:
+        return ""
+    return f"{major}.{minor}"
 
 
 def _pci_bus_id(pynvml: Any, handle: Any) -> str:
