@@ -284,6 +284,16 @@ class Client:
         result: JobDict = self._json("POST", path)
         return result
 
+    def array(self, array_id: int) -> list[JobDict]:
+        """A job array's tasks (jobs), by task index; the array's id is its first task's."""
+        result: list[JobDict] = self._json("GET", f"/api/v1/arrays/{array_id}")
+        return result
+
+    def cancel_array(self, array_id: int) -> list[JobDict]:
+        """Cancel every pending and running task of the array (scancel A); its tasks after."""
+        result: list[JobDict] = self._json("POST", f"/api/v1/arrays/{array_id}/cancel")
+        return result
+
     def hold(self, job_id: int) -> JobDict:
         """Keep a pending job out of the queue until `release`."""
         result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/hold")

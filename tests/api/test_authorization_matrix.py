@@ -94,6 +94,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/jobs/{job_id}/release"): Rule("owner"),
     ("POST", "/api/v1/jobs/{job_id}/requeue"): Rule("owner"),
     ("POST", "/api/v1/jobs/{job_id}/restart"): Rule("owner"),
+    ("GET", "/api/v1/arrays/{array_id}"): Rule("owner"),
+    ("POST", "/api/v1/arrays/{array_id}/cancel"): Rule("owner"),
     ("POST", "/api/v1/gpus/{index}/drain"): Rule("admin", lambda rig: {"reason": "matrix"}),
     ("POST", "/api/v1/gpus/{index}/resume"): Rule("admin"),
     ("GET", "/api/v1/admin/users"): Rule("admin"),
@@ -241,6 +243,10 @@ class Rig:
             made = self.call(USER, "POST", "/api/v1/jobs", self.job_body())
             assert made.status_code == 201, made.text
             return path.replace("{job_id}", str(made.json()["id"]))
+        if "{array_id}" in path:
+            made = self.call(USER, "POST", "/api/v1/jobs", {**self.job_body(), "array": "0-1"})
+            assert made.status_code == 201, made.text
+            return path.replace("{array_id}", str(made.json()["array_job_id"]))
         if "{token_id}" in path:
             made = self.call(USER, "POST", "/api/v1/tokens", {"scope": "read"})
             assert made.status_code == 201, made.text

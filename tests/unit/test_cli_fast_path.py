@@ -22,7 +22,10 @@ from gpuyard.cli.fast import parse_fast
 CLICK_APP = typer.main.get_command(app)
 SUBMIT_FIELDS = ("command", "gpus", "cpus", "mem", "time", "name", "priority", "workdir", "env",
                  "export_env", "preemptible", "stop_signal", "distributed", "gpu_mem", "nodes",
-                 "gpus_per_node", "dry_run", "check", "retries", "retry_on")  # fmt: skip
+                 "gpus_per_node", "dry_run", "check", "retries", "retry_on", "output", "error",
+                 "gres", "ntasks_per_node", "mem_per_gpu", "array", "dependency", "export",
+                 "mail_type", "mail_user", "notify", "python", "venv", "container",
+                 "gpu_type")  # fmt: skip
 
 
 def typer_reads(args: list[str]) -> dict[str, Any] | None:
@@ -62,7 +65,15 @@ USUAL = [
     ["submit", "--", "true"],
     ["submit", "python", "train.py", "--lr", "0.1"],
     ["submit", "--gpus", "2", "--time", "2h", "--mem=16G", "-J", "exp", "--", "python", "t.py"],
-    ["submit", "-t90", "-e", "A=1", "--env", "B=2", "--no-export-env", "--", "sh", "-c", "x"],
+    ["submit", "-t90", "--env", "A=1", "--env", "B=2", "--no-export-env", "--", "sh", "-c", "x"],
+    ["submit", "-N", "2", "-G", "8", "-c8", "-D", "/tmp", "-J", "x", "-o", "%j.out", "-e",
+     "%j.err", "job.sh"],
+    ["submit", "--gres=gpu:a100:4", "--ntasks-per-node", "4", "--mem-per-gpu", "32G", "job.sh"],
+    ["submit", "--array", "0-9%2", "-d", "afterok:3", "--export=ALL,A=1", "--requeue", "x.sh"],
+    ["submit", "--mail-type", "END,FAIL", "--mail-user", "http://h/x", "--notify", "http://a",
+     "--notify", "http://b", "--python", "/usr/bin/python3", "--gpu-type", "h100", "x.py"],
+    ["submit", "--venv", "/v", "--no-requeue", "--cpus-per-task", "2", "--chdir", "d", "x.sh"],
+    ["submit", "--container", "img.sif", "-a1-3", "-ddep", "-oout", "-eerr", "--", "x"],
     ["submit", "--gpu-mem", "8G", "--no-preempt", "--priority", "-5", "--", "python", "t.py"],
     ["submit", "--nodes", "2", "--gpus-per-node", "4", "--distributed", "torchrun", "t.py"],
     ["submit", "--dry-run", "--gpus", "1", "--", "true"],
@@ -78,7 +89,8 @@ USUAL = [
 LEFT_TO_TYPER = [
     ["submit"], ["submit", "--help"], ["submit", "--gpus"], ["submit", "--gpus", "two", "x"],
     ["submit", "--frobnicate", "x"], ["submit", "--nodes", "0", "x"], ["submit", "--check=1", "x"],
-    ["submit", "--retries=-1", "x"],
+    ["submit", "--retries=-1", "x"], ["submit", "--cpus", "0", "x"], ["submit", "-G", "-1", "x"],
+    ["submit", "--ntasks-per-node", "0", "x"], ["submit", "--requeue=1", "x"],
     ["queue", "extra"], ["queue", "-ab"], ["queue", "--help"], ["show"], ["show", "x"],
     ["show", "1", "2"], ["cancel"], ["cancel", "-3"], ["gpus"], ["logs", "1"], ["--help"], [],
 ]  # fmt: skip
@@ -87,9 +99,7 @@ LEFT_TO_TYPER = [
 UNKNOWN_BEFORE_COMMAND = [
     (["submit", "--gpu", "1", "--", "echo", "hi"], "No such option: --gpu (Did you mean --gpus?)"),
     (["submit", "--json", "--", "true"], "No such option: --json"),
-    (["submit", "--array=1-3", "x"], "No such option: --array"),
-    (["submit", "--dependency", "afterok:1", "x"], "No such option: --dependency"),
-    (["submit", "-o", "out.log", "x"], "No such option: -o"),
+    (["submit", "-p", "gpu", "x"], "No such option: -p"),
     (["submit", "--gpus-per", "1", "x"],
      "No such option: --gpus-per (Did you mean --gpus-per-node?)"),
 ]  # fmt: skip
@@ -121,6 +131,10 @@ def test_help_and_usage_errors_are_left_to_typer(args: list[str]) -> None:
 
 WORDS = ["--gpus", "--cpus", "--mem", "--time", "-t", "-t2h", "--time=1h", "-J", "--name",
          "--name=a=b", "--priority", "--workdir", "--env", "-e", "-eA=1", "--export-env",
+         "-G", "-c", "-c4", "-N", "-N2", "-D", "--chdir", "--gres", "gpu:2", "--ntasks-per-node",
+         "--mem-per-gpu", "-a", "-d", "--export", "--mail-type", "--mail-user", "--notify",
+         "--python", "--venv", "--container", "--gpu-type", "--requeue", "--no-requeue",
+         "--cpus-per-task", "--error", "--output",
          "--no-export-env", "--no-preempt", "--no-preempt=1", "--distributed", "--gpu-mem",
          "--nodes", "--gpus-per-node", "--dry-run", "--check", "--", "-", "--help", "-h",
          "--frob", "--gpus=", "--gpus=3", "--json", "--all", "-a", "-ab", "0", "1", "2", "-5",

@@ -14,6 +14,7 @@ from gpuyard.api.errors import install_error_handlers
 from gpuyard.api.front_door import FrontDoor
 from gpuyard.api.routers import (
     admin,
+    arrays,
     gpu_history,
     gpus,
     jobs,
@@ -62,7 +63,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     install_error_handlers(app)
     routers = (system.router, jobs.router, verbs.router, gpus.router, admin.router,
                admin.accounts_router, tokens.router, limits.router, web.api_router, live.router,
-               web.router, gpu_history.router, progress.router)  # fmt: skip
+               web.router, gpu_history.router, progress.router, arrays.router)  # fmt: skip
     for router in routers:
         app.include_router(router)
     app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door

@@ -12,6 +12,10 @@ fresh uuid4 with every submit) makes a retried submit safe: the first request wi
 answered 201 with its new job; any later one with the same key from the same user is answered
 200, `Idempotent-Replayed: true`, with the same job as it is now (`services/submit_keys.py`).
 A malformed key is 400; the key reused for a different job is 422.
+
+A body with `array` (sbatch's `--array 0-99%8`) makes one task (job) per index in one durable
+write (`JobService.submit_array_async`), and is answered 201 with the first task, whose id is
+the array's (`array_job_id`); a retry with the same key answers that task, never a second array.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpuyard.api.convert import job_to_wire, spec_from_wire
 from gpuyard.api.errors import BAD_BODY, describe_invalid, error_response, status_of
+from gpuyard.domain.arrays import parse_array
 from gpuyard.domain.errors import GpuyardError, Unauthorized
 from gpuyard.domain.principal import Principal
 from gpuyard.schemas.v1 import JobSubmitIn
@@ -92,7 +97,16 @@ async def submit(
     earlier request with `idempotency_key` made the job). No pass has seen a new job yet: its
     reason is the record's ("None"); asking the scheduler would make the hottest route wait."""
     spec = spec_from_wire(body, service.owner_home(actor) or home, service.preemptible_default)
-    if idempotency_key is None:
+    if body.array is not None:  # one task per index, one write; the answer: the first task
+        indices = parse_array(body.array).indices
+        specs = [spec] * len(indices)
+        if idempotency_key is None:
+            job, replayed = (await service.submit_array_async(specs, indices, actor))[0], False
+        else:
+            job, replayed = await service.submit_array_once_async(
+                specs, indices, actor, idempotency_key
+            )
+    elif idempotency_key is None:
         job, replayed = await service.submit_async(spec, actor), False
     else:
         job, replayed = await service.submit_once_async(spec, actor, idempotency_key)

@@ -86,26 +86,46 @@ def no_such_option(name: str, close: list[str] | None) -> str:
 @app.command(cls=SubmitCommand, context_settings={"allow_interspersed_args": False})
 def submit(
     command: Annotated[list[str], typer.Argument(help="COMMAND [ARGS...] or a script file")],
-    gpus: Annotated[int, typer.Option(help="GPUs (whole devices)")] = 0,
-    cpus: Annotated[int, typer.Option(help="CPU cores")] = 1,
-    mem: Annotated[str | None, typer.Option(help="memory, e.g. 16G")] = None,
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", "-G", help="GPUs (whole devices) [0]", min=0)
+    ] = None,
+    cpus: Annotated[
+        int | None,
+        typer.Option(
+            "--cpus",
+            "-c",
+            "--cpus-per-task",
+            help="CPU cores per task (the job's cores with one task per node) [1]",
+            min=1,
+        ),
+    ] = None,
+    mem: Annotated[str | None, typer.Option(help="memory per node, e.g. 16G")] = None,
     time: Annotated[
         str | None, typer.Option("--time", "-t", help="time limit: minutes, [D-]HH:MM:SS, 2h")
     ] = None,
     name: Annotated[str | None, typer.Option("--name", "-J", help="job name")] = None,
-    priority: Annotated[int, typer.Option(help="higher runs first")] = 0,
-    workdir: Annotated[str | None, typer.Option(help="working directory (default: here)")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="K=V, repeatable")] = None,
+    priority: Annotated[int | None, typer.Option(help="higher runs first [0]")] = None,
+    workdir: Annotated[
+        str | None,
+        typer.Option("--workdir", "-D", "--chdir", help="working directory (default: here)"),
+    ] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="K=V, repeatable")] = None,
     export_env: Annotated[
-        bool, typer.Option(help="pass PATH and the active virtualenv/conda env to the job")
-    ] = True,
+        bool | None,
+        typer.Option(
+            "--export-env/--no-export-env",
+            help="pass PATH and the active virtualenv/conda env to the job [yes]",
+            show_default=False,
+        ),
+    ] = None,
     preemptible: Annotated[
         bool | None,
         typer.Option(
             "--preemptible/--no-preempt",
+            "--requeue/--no-requeue",
             help="--preemptible: the scheduler may stop this job to run another and requeue "
             "it (checkpoint on the stop signal); --no-preempt: never. Default: the server's "
-            "(never, unless its admin chose otherwise)",
+            "(never, unless its admin chose otherwise). --requeue/--no-requeue: sbatch's names",
             show_default=False,
         ),
     ] = None,
@@ -145,8 +165,9 @@ def submit(
         ),
     ] = None,
     nodes: Annotated[
-        int, typer.Option(help="machines the job spans (server --backend ray)", min=1)
-    ] = 1,
+        int | None,
+        typer.Option("--nodes", "-N", help="machines the job spans (server --backend ray)", min=1),
+    ] = None,
     gpus_per_node: Annotated[
         int | None, typer.Option(help="GPUs on each of --nodes (sets --gpus)", min=0)
     ] = None,
@@ -158,6 +179,71 @@ def submit(
         bool,
         typer.Option("--check", help="refuse the job if its Python frameworks cannot run here"),
     ] = False,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="sbatch -o: also write the output here (%j %x %A %a "
+            "%u %N), relative to the working directory",
+        ),
+    ] = None,
+    error: Annotated[
+        str | None,
+        typer.Option("--error", "-e", help="sbatch -e: standard error here apart (was -e: --env)"),
+    ] = None,
+    gres: Annotated[
+        str | None, typer.Option(help="gpu:N or gpu:TYPE:N: GPUs per node (sets --gpus)")
+    ] = None,
+    ntasks_per_node: Annotated[
+        int | None, typer.Option(help="tasks per node srun starts in the job [1]", min=1)
+    ] = None,
+    mem_per_gpu: Annotated[
+        str | None, typer.Option(help="memory per GPU (instead of --mem), e.g. 32G")
+    ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            "--array", "-a", help="a job array: 0-99%8, 1,3,5, 0-15:4 (%N: at most N running)"
+        ),
+    ] = None,
+    dependency: Annotated[
+        str | None,
+        typer.Option(
+            "--dependency", "-d", help="afterok:ID[:ID], afterany, afternotok, aftercorr, singleton"
+        ),
+    ] = None,
+    export: Annotated[
+        str | None,
+        typer.Option(
+            help="sbatch's --export: ALL, NONE, or [ALL,]VAR[=VALUE],... "
+            "(ALL: this shell's whole environment)"
+        ),
+    ] = None,
+    mail_type: Annotated[
+        str | None,
+        typer.Option(help="BEGIN,END,FAIL,REQUEUE,ALL...: the events --notify webhooks get"),
+    ] = None,
+    mail_user: Annotated[
+        str | None, typer.Option(help="an http(s) URL is a webhook (--notify); no mail is sent")
+    ] = None,
+    notify: Annotated[
+        list[str] | None,
+        typer.Option(metavar="URL", help="a webhook told of the job's state changes; repeatable"),
+    ] = None,
+    python: Annotated[
+        str | None, typer.Option(metavar="PATH", help="the interpreter the job runs")
+    ] = None,
+    venv: Annotated[
+        str | None, typer.Option(metavar="PATH", help="a virtualenv the job runs in")
+    ] = None,
+    container: Annotated[
+        str | None,
+        typer.Option(metavar="IMAGE", help="run the job in this image (apptainer or podman)"),
+    ] = None,
+    gpu_type: Annotated[
+        str | None, typer.Option(help="a GPU model or vendor the job's GPUs must be: a100, h100")
+    ] = None,
 ) -> None:
     """Queue a job; prints its id alone (JOB=$(gpuyard submit ...) works)."""
     options = commands.SubmitOptions(
@@ -165,7 +251,10 @@ def submit(
         priority=priority, workdir=workdir, env=env or [], export_env=export_env,
         preemptible=preemptible, stop_signal=stop_signal, distributed=distributed,
         gpu_mem=gpu_mem, nodes=nodes, gpus_per_node=gpus_per_node, dry_run=dry_run, check=check,
-        retries=retries, retry_on=retry_on,
+        retries=retries, retry_on=retry_on, output=output, error=error, gres=gres,
+        ntasks_per_node=ntasks_per_node, mem_per_gpu=mem_per_gpu, array=array,
+        dependency=dependency, export=export, mail_type=mail_type, mail_user=mail_user,
+        notify=notify or [], python=python, venv=venv, container=container, gpu_type=gpu_type,
     )  # fmt: skip
     _exit(commands.submit(options))
 

@@ -18,17 +18,25 @@ if TYPE_CHECKING:
 
 
 class SubmitOptions:
-    """`gpuyard submit`'s options, as typed (defaults: typer's)."""
+    """`gpuyard submit`'s options, as typed (defaults: typer's; None: not given, so a script's
+    directive or the server's default decides). Slurm's meanings: `cpus` is per task (the
+    job's cores with one task per node), `mem` per node."""
 
     def __init__(
-        self, command: list[str] | None = None, *, gpus: int = 0, cpus: int = 1,
-        mem: str | None = None, time: str | None = None, name: str | None = None,
-        priority: int = 0, workdir: str | None = None, env: list[str] | None = None,
-        export_env: bool = True, preemptible: bool | None = None,
-        stop_signal: str | None = None, distributed: str | None = None,
-        gpu_mem: str | None = None, nodes: int = 1, gpus_per_node: int | None = None,
-        dry_run: bool = False, check: bool = False, retries: int = 0,
-        retry_on: str | None = None,
+        self, command: list[str] | None = None, *, gpus: int | None = None,
+        cpus: int | None = None, mem: str | None = None, time: str | None = None,
+        name: str | None = None, priority: int | None = None, workdir: str | None = None,
+        env: list[str] | None = None, export_env: bool | None = None,
+        preemptible: bool | None = None, stop_signal: str | None = None,
+        distributed: str | None = None, gpu_mem: str | None = None, nodes: int | None = None,
+        gpus_per_node: int | None = None, dry_run: bool = False, check: bool = False,
+        retries: int = 0, retry_on: str | None = None, output: str | None = None,
+        error: str | None = None, gres: str | None = None,
+        ntasks_per_node: int | None = None, mem_per_gpu: str | None = None,
+        array: str | None = None, dependency: str | None = None, export: str | None = None,
+        mail_type: str | None = None, mail_user: str | None = None,
+        notify: list[str] | None = None, python: str | None = None, venv: str | None = None,
+        container: str | None = None, gpu_type: str | None = None,
     ) -> None:  # fmt: skip
         self.command = command or []
         self.gpus, self.cpus, self.mem, self.time, self.name = gpus, cpus, mem, time, name
@@ -38,6 +46,16 @@ class SubmitOptions:
         self.gpu_mem, self.nodes, self.gpus_per_node = gpu_mem, nodes, gpus_per_node
         self.dry_run, self.check = dry_run, check
         self.retries, self.retry_on = retries, retry_on
+        self.output, self.error, self.gres = output, error, gres
+        self.ntasks_per_node, self.mem_per_gpu = ntasks_per_node, mem_per_gpu
+        self.array, self.dependency, self.export = array, dependency, export
+        self.mail_type, self.mail_user, self.notify = mail_type, mail_user, notify or []
+        self.python, self.venv, self.container = python, venv, container
+        self.gpu_type = gpu_type
+        # `gpuyard sbatch`: "sbatch" prints `Submitted batch job N`, "parsable" N; its
+        # defaults (`-o slurm-%j.out`, `--export=ALL`) go under the script's directives.
+        self.style = "id"
+        self.defaults: dict[str, object] = {}
 
 
 def client() -> Client:
@@ -54,7 +72,12 @@ def print_json(data: object) -> None:
 
 def submit(opts: SubmitOptions) -> int:
     """Queue a job and print its id alone (or, with --dry-run, when it would start)."""
-    from gpuyard.cli.submitting import build_submission, retry_fields, signal_fields
+    from gpuyard.cli.submitting import (
+        apply_batch,
+        build_submission,
+        retry_fields,
+        signal_fields,
+    )
 
     problem = usage_problem(opts)
     if problem:
@@ -62,28 +85,19 @@ def submit(opts: SubmitOptions) -> int:
         return 2
 
     argv, fields = build_submission(opts.command, opts.name, opts.workdir, opts.env,
-                                    opts.export_env)  # fmt: skip
-    # --gpu-mem without --gpus means one GPU: the server decides that (domain/spec_rules.py).
-    fields.update(gpus=opts.gpus, cpus=opts.cpus, mem=opts.mem, time_limit=opts.time,
-                  priority=opts.priority)  # fmt: skip
-    if opts.preemptible is not None:  # else the server's default decides
-        fields["preemptible"] = opts.preemptible
+                                    opts.export_env is not False)  # fmt: skip
+    # The script's #SBATCH/#GPUYARD directives, the flags over them (domain/sbatch.py):
+    # gpus, cpus, mem, time_limit, priority... (--gpu-mem without --gpus means one GPU: the
+    # server decides that, domain/spec_rules.py).
+    apply_batch(opts, argv, fields, opts.defaults)
     if opts.stop_signal is not None:  # SIG: the stop signal; SIG@SECONDS: a warning before
         fields.update(signal_fields(opts.stop_signal))  # the time limit
     fields.update(retry_fields(opts.retries, opts.retry_on))
-    if opts.distributed:
-        fields["distributed"] = opts.distributed
-    if opts.gpu_mem is not None:
-        fields["gpu_mem"] = opts.gpu_mem
-    if opts.nodes > 1:
-        fields["nodes"] = opts.nodes
-    if opts.gpus_per_node is not None:
-        fields["gpus"] = opts.nodes * opts.gpus_per_node
     if opts.check:
         from gpuyard.cli.doctoring import check_submission
         from gpuyard.domain.spec_rules import implied_gpus
 
-        gpus = implied_gpus(fields["gpus"], shares_gpus=bool(opts.gpu_mem))
+        gpus = implied_gpus(fields["gpus"], shares_gpus=bool(fields.get("gpu_mem")))
         check_submission(argv, {**fields, "gpus": gpus})
     if opts.dry_run:
         from gpuyard.cli.render import dry_run_answer
@@ -92,7 +106,8 @@ def submit(opts: SubmitOptions) -> int:
         return 0
     session = client()
     job = session.submit(argv, on_retry=_say_retrying(session), **fields)
-    sys.stdout.write(f"{job['id']}\n")
+    job_id = job.get("array_job_id") or job["id"]
+    sys.stdout.write(f"Submitted batch job {job_id}\n" if opts.style == "sbatch" else f"{job_id}\n")
     if job.get("hint"):
         sys.stderr.write(f"gpuyard: hint: {job['hint']}\n")
     return 0
@@ -119,9 +134,9 @@ def usage_problem(opts: SubmitOptions) -> str | None:
     if opts.command[:1] == ["-"]:
         return ("`-` (a script on standard input, as sbatch reads it) is not supported: give a "
                 "script file, or a command after --")  # fmt: skip
-    per_node = opts.gpus_per_node
-    if per_node is not None and opts.gpus and opts.gpus != opts.nodes * per_node:
-        return (f"--gpus {opts.gpus} and --gpus-per-node {per_node} x --nodes {opts.nodes} "
+    per_node, nodes = opts.gpus_per_node, opts.nodes or 1
+    if per_node is not None and opts.gpus and opts.gpus != nodes * per_node:
+        return (f"--gpus {opts.gpus} and --gpus-per-node {per_node} x --nodes {nodes} "
                 "disagree: give one of them")  # fmt: skip
     return None
 

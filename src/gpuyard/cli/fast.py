@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 # "list" (repeatable), or a bool for flags (the value they set).
 _SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
     "--gpus": ("gpus", "int"),
+    "-G": ("gpus", "int"),
     "--cpus": ("cpus", "int"),
+    "-c": ("cpus", "int"),
+    "--cpus-per-task": ("cpus", "int"),
     "--mem": ("mem", "str"),
     "--time": ("time", "str"),
     "-t": ("time", "str"),
@@ -35,24 +38,49 @@ _SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
     "-J": ("name", "str"),
     "--priority": ("priority", "int"),
     "--workdir": ("workdir", "str"),
+    "-D": ("workdir", "str"),
+    "--chdir": ("workdir", "str"),
     "--env": ("env", "list"),
-    "-e": ("env", "list"),
     "--export-env": ("export_env", True),
     "--no-export-env": ("export_env", False),
     "--no-preempt": ("preemptible", False),
     "--preemptible": ("preemptible", True),
+    "--requeue": ("preemptible", True),
+    "--no-requeue": ("preemptible", False),
     "--signal": ("stop_signal", "str"),
     "--retries": ("retries", "int"),
     "--retry-on": ("retry_on", "str"),
     "--distributed": ("distributed", "str"),
     "--gpu-mem": ("gpu_mem", "str"),
     "--nodes": ("nodes", "int"),
+    "-N": ("nodes", "int"),
     "--gpus-per-node": ("gpus_per_node", "int"),
     "--dry-run": ("dry_run", True),
     "--check": ("check", True),
+    # sbatch's (cli/submitting.py reads them as the script's directives are read)
+    "--output": ("output", "str"),
+    "-o": ("output", "str"),
+    "--error": ("error", "str"),
+    "-e": ("error", "str"),
+    "--gres": ("gres", "str"),
+    "--ntasks-per-node": ("ntasks_per_node", "int"),
+    "--mem-per-gpu": ("mem_per_gpu", "str"),
+    "--array": ("array", "str"),
+    "-a": ("array", "str"),
+    "--dependency": ("dependency", "str"),
+    "-d": ("dependency", "str"),
+    "--export": ("export", "str"),
+    "--mail-type": ("mail_type", "str"),
+    "--mail-user": ("mail_user", "str"),
+    "--notify": ("notify", "list"),
+    "--python": ("python", "str"),
+    "--venv": ("venv", "str"),
+    "--container": ("container", "str"),
+    "--gpu-type": ("gpu_type", "str"),
 }
 # Lower bounds typer enforces (IntRange): below them typer gives the usage error.
-_SUBMIT_MIN = {"nodes": 1, "gpus_per_node": 0, "retries": 0}
+_SUBMIT_MIN = {"nodes": 1, "gpus_per_node": 0, "retries": 0, "gpus": 0, "cpus": 1,
+               "ntasks_per_node": 1}  # fmt: skip
 
 
 class _Unsure(Exception):
@@ -104,7 +132,7 @@ def _int(text: str, low: int | None = None) -> int:
 
 def _submit(args: list[str]) -> Parsed:
     opts = commands.SubmitOptions()
-    env: list[str] = []
+    lists: dict[str, list[str]] = {"env": [], "notify": []}
     i = 0
     while i < len(args):
         arg = args[i]
@@ -129,11 +157,11 @@ def _submit(args: list[str]) -> Parsed:
         if kind == "int":
             setattr(opts, field, _int(inline, _SUBMIT_MIN.get(field)))
         elif kind == "list":
-            env.append(inline)
+            lists[field].append(inline)
         else:
             setattr(opts, field, inline)
     opts.command = args[i:]
-    opts.env = env
+    opts.env, opts.notify = lists["env"], lists["notify"]
     if not opts.command:
         raise _Unsure  # typer's "Missing argument" usage error
     return commands.submit, (opts,)

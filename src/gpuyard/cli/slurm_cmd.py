@@ -10,3 +10,11 @@ def register(app: typer.Typer, admin: typer.Typer) -> None:
     from gpuyard.cli import slurm_queries
 
     slurm_queries.register(app)  # squeue, scancel, sacct
+    _register_sbatch(app)
+
+
+def _register_sbatch(app: typer.Typer) -> None:
+    """`gpuyard sbatch`: submit with sbatch's defaults and answer (cli/sbatch_cmd.py)."""
+    from gpuyard.cli import sbatch_cmd
+
+    sbatch_cmd.register(app)

@@ -153,3 +153,107 @@ def script_copy(path: str, run_by_kernel: bool) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None  # not text the submission can carry: run in place, as before
+
+
+# The submitting shell's variables that never go with `--export=ALL`: the CLI's own (its
+# token), a Slurm job's around the CLI, and the shell's bookkeeping of where it is.
+_NOT_EXPORTED_PREFIXES = ("GPUYARD_", "SLURM_")
+_NOT_EXPORTED = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
+# submit's Slurm-style flags -> the directive they mean (read by domain/sbatch.py's handlers).
+_SLURM_FLAGS = (("gres", "gres"), ("ntasks_per_node", "ntasks-per-node"),
+                ("mem_per_gpu", "mem-per-gpu"), ("array", "array"), ("export", "export"),
+                ("mail_type", "mail-type"), ("mail_user", "mail-user"))  # fmt: skip
+# submit's flags whose value is a directive's value as it is: SubmitOptions field -> key.
+_PLAIN_FLAGS = (("name", "name"), ("time", "time"), ("mem", "mem"), ("priority", "priority"),
+                ("gpu_mem", "gpu_mem"), ("distributed", "distributed"), ("output", "output"),
+                ("error", "error"), ("dependency", "dependency"), ("python", "python"),
+                ("venv", "venv"), ("container", "container"), ("gpu_type", "gpu_type"),
+                ("preemptible", "preemptible"), ("export_env", "export_env"),
+                ("nodes", "nodes"), ("gpus_per_node", "gpus_per_node"),
+                ("cpus", "cpus_per_task"))  # fmt: skip
+
+
+def flag_values(opts: Any) -> dict[str, object]:
+    """The values submit's flags set (SubmitOptions; None: not given), keyed as directives'
+    (domain/sbatch.py), so that `merge(script, flags)` lets each flag win."""
+    from gpuyard.domain.sbatch import read_option
+
+    values: dict[str, object] = {}
+    for attr, key in _SLURM_FLAGS:
+        value = getattr(opts, attr, None)
+        if value is not None:
+            values.update(read_option(key, str(value)))
+    for attr, key in _PLAIN_FLAGS:
+        value = getattr(opts, attr, None)
+        if value is not None:
+            values[key] = value
+    if opts.gpus is not None and not (opts.gpus == 0 and opts.gpus_per_node is not None):
+        values["gpus"] = opts.gpus
+    if opts.notify:
+        values["notify"] = tuple(opts.notify)
+    return values
+
+
+def apply_batch(opts: Any, argv: list[str], fields: dict[str, Any],
+                defaults: dict[str, object] | None = None) -> None:  # fmt: skip
+    """Complete `fields` (build_submission's) with the script's directives, then the flags
+    over them (sbatch's order), and `defaults` (`gpuyard sbatch`'s) under both. Directive
+    warnings go to stderr, one line each; a value that cannot mean what it says raises."""
+    import sys
+
+    from gpuyard.domain import sbatch
+
+    values = dict(defaults or {})
+    path = opts.command[0] if opts.command else ""
+    where = "gpuyard: warning: "
+    text = fields.get("script")
+    if text is not None and ("#SBATCH" in text or "#GPUYARD" in text):
+        found = sbatch.parse_directives(text, path)
+        for warning in found.warnings:
+            sys.stderr.write(f"{where}{path}:{warning.line}: {warning.message}\n")
+        values = sbatch.merge(values, found.values)
+    values = sbatch.merge(values, flag_values(opts))
+    resolved = sbatch.resolve(values)
+    for note in resolved.notes:
+        sys.stderr.write(f"{where}{path + ': ' if text is not None else ''}{note}\n")
+    for key in ("python", "venv"):
+        value = resolved.fields.get(key)
+        if isinstance(value, str) and value and "/" in value:
+            resolved.fields[key] = os.path.abspath(value)
+    fields.update(resolved.fields)
+    if opts.workdir is None and resolved.chdir:
+        fields["workdir"] = os.path.abspath(resolved.chdir)
+    is_script = os.path.isfile(path)
+    mode, names = resolved.export
+    if mode != "default" or names or resolved.env or is_script:
+        fields["env"] = _batch_env(mode, names, [*resolved.env, *opts.env])
+        if "script" in fields:
+            index = fields["script_index"]
+            _keep_imports(argv[index], argv[:index], fields["env"])
+    if is_script:  # sbatch's: where the script was submitted from (srun, -o paths)
+        fields["env"]["SLURM_SUBMIT_DIR"] = os.getcwd()
+
+
+def _batch_env(mode: str, names: tuple[str, ...], pairs: list[str]) -> dict[str, str]:
+    """The job's environment for `--export`: the usual exports (EXPORTED_VARS: "default"),
+    all of this shell's variables ("all") or none, then the variables named, then K=V pairs
+    (#GPUYARD --env, then the command line's --env)."""
+    if mode == "all":
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(_NOT_EXPORTED_PREFIXES) and k not in _NOT_EXPORTED}  # fmt: skip
+    elif mode == "none":
+        env = {}
+    else:
+        env = {k: os.environ[k] for k in EXPORTED_VARS if k in os.environ}
+    for name in names:
+        key, eq, value = name.partition("=")
+        if eq:
+            env[key] = value
+        elif key in os.environ:
+            env[key] = os.environ[key]
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidRequest(f"--env {pair!r}: use KEY=VALUE")
+        env[key] = value
+    return env

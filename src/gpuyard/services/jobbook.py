@@ -42,6 +42,7 @@ class JobBook:
         self._running: dict[int, Job] = {}
         self._finished: OrderedDict[int, None] = OrderedDict()  # oldest end first
         self._by_key: dict[tuple[str, str], int] = {}  # (owner, idempotency key) -> job id
+        self._by_array: dict[int, set[int]] = {}  # array id -> its tasks' job ids kept here
         self._next_id = next_id
         # Finished jobs enter in the order they ended, so the oldest end is evicted first.
         for job in sorted(jobs, key=_end_order):
@@ -53,6 +54,13 @@ class JobBook:
             job_id = self._next_id
             self._next_id += 1
             return job_id
+
+    def allocate_ids(self, count: int) -> int:
+        """`count` consecutive ids (an array's tasks); returns the first."""
+        with self.lock:
+            first = self._next_id
+            self._next_id += count
+            return first
 
     def peek_next_id(self) -> int:
         """The id the next submission will get (for what-if questions; allocates nothing)."""
@@ -69,6 +77,12 @@ class JobBook:
         with self.lock:
             job_id = self._by_key.get((owner, key))
             return None if job_id is None else self._jobs.get(job_id)
+
+    def array_tasks(self, array_id: int) -> list[Job]:
+        """The array's tasks kept in memory, by task index (evicted ones: the store's)."""
+        with self.lock:
+            found = [self._jobs[i] for i in self._by_array.get(array_id, ())]
+        return sorted(found, key=lambda j: (j.array_task_id or 0, j.id))
 
     def put(self, job: Job) -> None:
         """Record a new job or a new version of one; a stale version is refused."""
@@ -109,6 +123,8 @@ class JobBook:
         self._jobs[new.id] = new
         if new.idempotency_key is not None and old is None:
             self._by_key.setdefault((new.owner, new.idempotency_key), new.id)
+        if new.array_job_id is not None and old is None:
+            self._by_array.setdefault(new.array_job_id, set()).add(new.id)
         if new.state is JobState.PENDING:
             self._pending.add(new.id)
         elif new.state is JobState.RUNNING:
@@ -124,6 +140,12 @@ class JobBook:
 
     def _drop(self, job_id: int) -> None:
         job = self._jobs.pop(job_id)
+        if job.array_job_id is not None:
+            tasks = self._by_array.get(job.array_job_id)
+            if tasks is not None:
+                tasks.discard(job_id)
+                if not tasks:
+                    del self._by_array[job.array_job_id]
         if job.idempotency_key is not None:
             key = (job.owner, job.idempotency_key)
             if self._by_key.get(key) == job_id:

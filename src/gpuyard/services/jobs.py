@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, cast
 
@@ -214,13 +214,204 @@ class JobService:
         job = await asyncio.shield(self._submit_claimed(spec, actor, idempotency_key))
         return job, False
 
-    async def _submit_claimed(self, spec: JobSpec, actor: Principal, key: str) -> Job:
+    async def _submit_claimed(
+        self,
+        spec: JobSpec,
+        actor: Principal,
+        key: str,
+        make: Callable[[], Awaitable[Job]] | None = None,
+    ) -> Job:
         queued: Job | None = None
         try:
-            queued = await self.submit_async(spec, actor, idempotency_key=key)
+            if make is None:
+                queued = await self.submit_async(spec, actor, idempotency_key=key)
+            else:
+                queued = await make()
             return queued
         finally:
             self._keys.settle(actor.user, key, queued)
+
+    # -- arrays ---------------------------------------------------------------------------
+    def submit_array(
+        self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal
+    ) -> list[Job]:
+        """A job array (`--array`): one task (job) per index, all written in ONE durable write
+        with consecutive ids; each task's `array_job_id` is the first task's id (Slurm's %A),
+        its `array_task_id` its index (%a). `specs[i]` is task i's spec (a sweep's trials
+        differ; `--array` repeats one). Every task counts against the quotas. Returns the
+        tasks in index order, queued."""
+        self._check_array(specs, indices, actor)
+        for workdir in {spec.workdir for spec in specs}:
+            self._check_workdir_of(workdir)
+        tasks = self._new_tasks(specs, indices, actor)
+        self.store.write(tasks, [])
+        return self._queue_tasks(tasks)
+
+    async def submit_array_async(
+        self,
+        specs: Sequence[JobSpec],
+        indices: Sequence[int],
+        actor: Principal,
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[Job]:
+        """`submit_array` for the event loop: the one write is awaited without a thread.
+        `idempotency_key`: recorded on every task (a retry finds the first one); only
+        `submit_array_once_async` may pass one."""
+        self._check_array(specs, indices, actor)
+        for workdir in {spec.workdir for spec in specs}:
+            if not self._workdir_seen_recently(workdir):
+                await asyncio.to_thread(self._check_workdir_of, workdir)
+        tasks = self._new_tasks(specs, indices, actor, idempotency_key)
+        return await asyncio.shield(self._write_and_queue_tasks(tasks))
+
+    async def submit_array_once_async(
+        self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal, key: str
+    ) -> tuple[Job, bool]:
+        """`submit_array_async` with an `Idempotency-Key`: the array's first task and whether
+        an earlier request with this key made the array (a retry never makes a second one)."""
+        while True:
+            found = self._keys.claim(actor.user, key, specs[0])
+            if found is None:
+                break
+            if isinstance(found, Job):
+                return found, True
+            made = await asyncio.wrap_future(found)
+            if made is not None:
+                return made, True
+
+        async def make() -> Job:
+            tasks = await self.submit_array_async(specs, indices, actor, idempotency_key=key)
+            return tasks[0]
+
+        job = await asyncio.shield(self._submit_claimed(specs[0], actor, key, make))
+        return job, False
+
+    async def _write_and_queue_tasks(self, tasks: list[Job]) -> list[Job]:
+        await asyncio.wrap_future(self.store.write_future(tasks, []))
+        return self._queue_tasks(tasks)
+
+    def _check_array(
+        self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal
+    ) -> None:
+        if not indices or len(specs) != len(indices):
+            raise InvalidRequest(
+                f"an array needs one spec per task index ({len(specs)} specs, "
+                f"{len(indices)} indices)",
+                field="array",
+            )
+        if len(set(indices)) != len(indices):
+            raise InvalidRequest("an array's task indices must differ", field="array")
+        distinct = list({id(spec): spec for spec in specs}.values())
+        for spec in distinct:
+            self._check_fits(spec)
+        self._check_owner(actor)
+        # The quotas look at a spec's GPUs and time limit only: each pair once.
+        for spec in {(s.gpus, s.time_limit_s): s for s in distinct}.values():
+            self._check_quota(spec, actor)
+        self._check_pending_room(len(indices), actor)
+
+    def _check_pending_room(self, count: int, actor: Principal) -> None:
+        """Every task is a pending job: an array that would take its owner (or team) past the
+        most pending jobs allowed is refused whole, in one line."""
+        rules = self.scheduler.quota_rules
+        if not rules.limited(actor.user):
+            return
+        mine_limits, team, team_limits = rules.limits_of(actor.user)
+        mine = theirs = 0
+        for job in self.book.jobs(include_finished=False):
+            if job.state is JobState.PENDING:
+                mine += job.owner == actor.user
+                theirs += team is not None and rules.team_of.get(job.owner) == team
+        for who, lim, pending in ((f"user {actor.user}", mine_limits, mine),
+                                  (f"team {team}", team_limits, theirs)):  # fmt: skip
+            if (
+                lim is not None
+                and lim.max_pending is not None
+                and pending + count > lim.max_pending
+            ):
+                raise QuotaExceeded(
+                    f"the array's {count} tasks would give {who} {pending + count} pending "
+                    f"jobs, the most allowed is {lim.max_pending}; submit fewer tasks or wait "
+                    "for some jobs to start"
+                )
+
+    def _new_tasks(
+        self,
+        specs: Sequence[JobSpec],
+        indices: Sequence[int],
+        actor: Principal,
+        idempotency_key: str | None = None,
+    ) -> list[Job]:
+        first = self.book.allocate_ids(len(indices))
+        now = self._clock()
+        return [
+            Job(
+                id=first + i,
+                spec=spec,
+                owner=actor.user,
+                state=JobState.PENDING,
+                submitted_at=now,
+                idempotency_key=idempotency_key,
+                array_job_id=first,
+                array_task_id=index,
+            )
+            for i, (spec, index) in enumerate(zip(specs, indices, strict=True))
+        ]
+
+    def _queue_tasks(self, tasks: list[Job]) -> list[Job]:
+        for task in tasks:
+            self.journal.inserted(task, task.submitted_at)
+        self._wake()
+        return tasks
+
+    def array_tasks(self, array_id: int, actor: Principal) -> list[Job]:
+        """An array's tasks by index, as the actor may see them: the book's (pending, running,
+        recently finished), the store's for those the book evicted. NotFound for no such
+        array, or another user's."""
+        kept = self.book.array_tasks(array_id)
+        first = self.book.get(array_id)
+        # Every task kept and none evicted: the book alone answers (no database read).
+        stored: list[Job] = []
+        if not kept or first is None or _maybe_evicted(kept):
+            stored = self.store.array_tasks(array_id) if 0 < array_id <= MAX_JOB_ID else []
+        by_id = {job.id: job for job in stored}
+        by_id.update((job.id, job) for job in kept)  # the book is never older than the store
+        tasks = sorted(by_id.values(), key=lambda j: (j.array_task_id or 0, j.id))
+        if not tasks or not actor.may_see(tasks[0].owner):
+            raise NotFound(
+                f"array {array_id} not found: `gpuyard queue --all` lists every job (an "
+                "array's id is its first task's)"
+            )
+        return tasks
+
+    def cancel_array(self, array_id: int, actor: Principal) -> list[Job]:
+        """Cancel every pending task of the array at once (one durable write) and ask every
+        running one to stop; ended tasks stay as they are. Returns the tasks by index."""
+        tasks = self.array_tasks(array_id, actor)
+        owner = tasks[0].owner
+        if not (actor.is_admin or owner == actor.user):
+            raise Forbidden(f"array {array_id} is {owner}'s; only they or an admin may cancel it")
+        now = self._clock()
+        with self.journal.transaction() as tx:
+            cancelled = []
+            for task in tasks:
+                current = tx.current(task.id)
+                if current is not None and current.state is JobState.PENDING:
+                    cancelled.append(
+                        current.transition(
+                            JobState.CANCELLED, ended_at=now, reason="Cancelled by user"
+                        )
+                    )
+            tx.commit(cancelled, now)
+        for task in tasks:
+            current = self.book.get(task.id)
+            if current is not None and current.state is JobState.RUNNING:
+                self._stops.request(task.id, JobState.CANCELLED)
+        if owner != actor.user:
+            audit.warning("admin %s cancelled array %s of %s", actor.user, array_id, owner)
+        self._wake()
+        return [self.book.get(task.id) or task for task in tasks]
 
     def owner_home(self, actor: Principal) -> str | None:
         """Where a job that names no working directory runs: its owner's home on a server
@@ -553,13 +744,15 @@ class JobService:
         return self.monitor.job_stats(job_id) if self.monitor is not None else None
 
     def _check_workdir(self, spec: JobSpec) -> None:
-        if not os.path.isdir(spec.workdir):
+        self._check_workdir_of(spec.workdir)
+
+    def _check_workdir_of(self, workdir: str) -> None:
+        if not os.path.isdir(workdir):
             raise InvalidRequest(
-                f"workdir {spec.workdir!r} does not exist on the server; create it or pass "
-                "--workdir",
+                f"workdir {workdir!r} does not exist on the server; create it or pass --workdir",
                 field="workdir",
             )
-        self._seen_dirs[spec.workdir] = time.monotonic()
+        self._seen_dirs[workdir] = time.monotonic()
         if len(self._seen_dirs) > _SEEN_DIRS:
             self._seen_dirs.clear()
 
@@ -639,6 +832,18 @@ class JobService:
                 "--gpu-mem",
                 field="gpu_mem",
             )
+
+
+def _maybe_evicted(kept: list[Job]) -> bool:
+    """Whether an array's tasks kept in memory may lack some the book evicted: its ids are
+    consecutive from the array's, so a gap, or any finished task (the next to go), says so."""
+    ids = [job.id for job in kept]
+    first = kept[0].array_job_id
+    return (
+        min(ids) != first
+        or max(ids) - min(ids) + 1 != len(ids)
+        or any(job.state.is_terminal for job in kept)
+    )
 
 
 def _require_admin(actor: Principal, what: str) -> None:

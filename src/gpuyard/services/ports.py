@@ -64,6 +64,11 @@ class JobStore(Protocol):
         matches. Asked for a key the server no longer keeps in memory (a finished job)."""
         ...
 
+    def array_tasks(self, array_job_id: int) -> list[Job]:
+        """An array's tasks (the jobs whose `array_job_id` is this), by task index; [] for no
+        such array. Asked for an array some of whose tasks the server no longer keeps."""
+        ...
+
     def delete_finished(
         self, *, ended_before: float | None = None, owner: str | None = None
     ) -> list[int]:

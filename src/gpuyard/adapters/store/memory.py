@@ -96,6 +96,11 @@ class MemoryJobStore(MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore
             ]
         return min(found, key=lambda j: j.id, default=None)
 
+    def array_tasks(self, array_job_id: int) -> list[Job]:
+        with self.database.lock:
+            found = [j for j in self.database.jobs.values() if j.array_job_id == array_job_id]
+        return sorted(found, key=lambda j: (j.array_task_id or 0, j.id))
+
     def max_job_id(self) -> int:
         with self.database.lock:
             return max(max(self.database.jobs, default=0), self.database.max_deleted_id)

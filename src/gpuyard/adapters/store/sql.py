@@ -124,6 +124,15 @@ class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory, SqlProgress):
             raw.close()  # back to the pool (rolled back: nothing is left open)
         return None if row is None else self.get_job(int(row[0]))
 
+    def array_tasks(self, array_job_id: int) -> list[Job]:
+        """An array's tasks by index (index ix_jobs_array_job_id)."""
+        query = (
+            select(jobs)
+            .where(jobs.c.array_job_id == array_job_id)
+            .order_by(jobs.c.array_task_id, jobs.c.id)
+        )
+        return self._select(query)
+
     def max_job_id(self) -> int:
         """The highest id ever given (0 for none), deleted jobs' included: new ids start above."""
         with self._engine.connect() as conn:
