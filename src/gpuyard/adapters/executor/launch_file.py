@@ -23,6 +23,14 @@ Fields (`version` 1):
                               stdout and stderr (one pipe) there, dropping and counting what a
                               full disk refuses; null (node mode): the output stays as it is
     status_path               where the supervisor records the end
+    output_file, error_file   sbatch's -o and -e, expanded (`domain/output_paths.py`), absolute:
+                              the job's stdout (and stderr, without -e) and its stderr are
+                              also appended there; opened by the supervisor with the job's
+                              user's identity (one that cannot be opened: the job does not
+                              run, exit 127 with the reason in its log); absent: none
+    pty, attach_path          an interactive job (`gpuyard run`): the job gets a pty (its
+                              controlling terminal) and the supervisor relays it to clients
+                              of the Unix socket `attach_path` (frames in `supervisor.py`)
     marker                    a random token, also put in the job's environment as
                               GPUYARD_LAUNCH_ID: how the executor finds the job's processes
                               after its supervisor is lost (`tree.py`)

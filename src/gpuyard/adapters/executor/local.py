@@ -26,6 +26,7 @@ import py_compile
 import selectors
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -33,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -48,8 +50,10 @@ from gpuyard.adapters.executor.launch_file import (
     read_facts,
     write_launch_file,
 )
+from gpuyard.adapters.executor.srun_shim import prepare_srun, with_srun
 from gpuyard.adapters.executor.status import parse_status
 from gpuyard.domain.job import Job
+from gpuyard.domain.output_paths import expand_output_path
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, LaunchPlan, Recovered
 
@@ -153,6 +157,34 @@ def give_to_owner(jobdir: Path, plan: LaunchPlan) -> None:
         os.close(fd)
 
 
+ATTACH_SOCKET = "attach.sock"  # an interactive job's terminal (`gpuyard attach`)
+
+
+def job_io(job: Job, plan: LaunchPlan, jobdir: Path) -> dict[str, Any]:
+    """The launch file's I/O fields: sbatch's -o/-e expanded for this job on this machine, and
+    an interactive job's pty and attach socket."""
+    fields: dict[str, Any] = {}
+    spec = job.spec
+    if spec.output_path or spec.error_path:
+        user = plan.run_as.user if plan.run_as is not None else _my_name()
+        node = socket.gethostname()
+        for key, pattern in (("output_file", spec.output_path), ("error_file", spec.error_path)):
+            if pattern:
+                fields[key] = expand_output_path(pattern, job, user, node)
+    if spec.kind == "interactive":
+        fields.update(pty=True, attach_path=str(jobdir / ATTACH_SOCKET))
+    return fields
+
+
+def _my_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
 class LocalExecutor:
     """Implements the Executor port with local supervised process trees."""
 
@@ -174,6 +206,11 @@ class LocalExecutor:
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
         self._jobs_dir_str = str(jobs_dir)
         self._supervisor = _compile_supervisor(jobs_dir / ".supervisor.pyc")
+        try:  # gpuyard's `srun` for the jobs that want one (`srun_shim.py`)
+            self._srun_dir = prepare_srun(jobs_dir)
+        except OSError as exc:
+            log.warning("no srun for jobs: cannot write it in %s (%s)", jobs_dir, exc)
+            self._srun_dir = None
         self._on_exit = on_exit
         self._grace_s = grace_s
         self._margin_s = guard_margin_s
@@ -207,6 +244,8 @@ class LocalExecutor:
     # -- start / stop ---------------------------------------------------------------------
     def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         jobdir = self.job_dir(job.id)
+        if plan.srun_shim and self._srun_dir is not None:
+            plan = replace(plan, env=with_srun(plan.env, self._srun_dir))
         try:
             jobdir.mkdir(parents=True, exist_ok=True)
             for stale in ("status.json", "supervisor.pid", STOP_SIGNAL_FILE):  # an earlier run's
@@ -221,8 +260,10 @@ class LocalExecutor:
                 limits = self._cgroups.limits(job.spec.mem_mib, job.spec.cpus, job.gpus)
                 groups = self._cgroups.create(job.id, limits)
             marker = new_marker()
+            io = job_io(job, plan, jobdir)
             write_launch_file(
-                jobdir, launch_instructions(plan, jobdir, self._grace_s, marker, cgroups=groups)
+                jobdir,
+                launch_instructions(plan, jobdir, self._grace_s, marker, cgroups=groups, **io),
             )
         except OSError as exc:  # nothing started yet: a full disk is StateDiskFull (stays pending)
             if self._cgroups is not None:

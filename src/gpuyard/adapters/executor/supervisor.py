@@ -58,6 +58,11 @@ import os
 import sys
 import time
 
+TYPE_CHECKING = False  # `typing` is not imported at the start
+if TYPE_CHECKING:
+    import select
+    import socket
+
 PR_SET_CHILD_SUBREAPER = 36
 _job_pgid = 0
 _stage = 0  # 0 running, 1 stop signal sent, 2 SIGKILL sent
@@ -77,11 +82,14 @@ _unreported = 0  # of those, not yet marked in the log
 _line_start = True  # the last byte written to the log ended a line
 _status_fd = -1  # the status file's .tmp, opened (and space reserved) at the start
 _LOG_FULL_LINE = "gpuyard: *** log truncated: {} bytes lost, the disk was full ***\n"
+_session: "_Session | None" = None  # an interactive job's terminal (`pty` in the launch file)
 
 
 def _say(message: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     line = f"gpuyard: *** {stamp} {message} ***\n".encode()
+    if _session is not None:
+        _session.notice(line)
     if _log_fd >= 0:
         _log_write(line)
         return
@@ -304,18 +312,26 @@ def _write_atomic(path: str, text: str) -> None:
         os.close(dfd)
 
 
-def _run_child(plan: dict, own_fds: list[int], output: int) -> None:  # type: ignore[type-arg]
-    """In the forked child: own group, default signals (Python ignores SIGPIPE, and an
-    ignored signal stays ignored across exec), stdout and stderr the pump's pipe (`output`;
-    -1: as inherited), the user's identity, then exec."""
-    os.setpgid(0, 0)
+def _run_child(plan: dict, own_fds: list[int], stdio: tuple[int, int], go: int) -> None:  # type: ignore[type-arg]
+    """In the forked child: own group (an interactive job: own session, its pty its
+    controlling terminal), default signals (Python ignores SIGPIPE, and an ignored signal
+    stays ignored across exec), stdout and stderr the pump's pipes (`stdio`; -1: as
+    inherited), the user's identity, then exec (an interactive job: once its first client is
+    there, `go`)."""
+    tty = _session.slave if _session is not None else -1
+    if tty >= 0:
+        os.setsid()
+    else:
+        os.setpgid(0, 0)
     for sig in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     argv, workdir, env = plan["argv"], plan["workdir"], plan["env"]
     try:
-        if output >= 0:
-            os.dup2(output, 1)
-            os.dup2(output, 2)
+        if _session is not None:
+            _session.take_terminal()
+        for fd, target in ((stdio[0], 1), (stdio[1], 2)):
+            if fd >= 0:
+                os.dup2(fd, target)
         for fd in own_fds:  # the supervisor's own pipes and files: not the job's to hold
             os.close(fd)
         if plan.get("watch_fd") == 0:  # stdin is the actor's pipe: the job reads nothing
@@ -333,6 +349,8 @@ def _run_child(plan: dict, own_fds: list[int], output: int) -> None:  # type: ig
             os.setgid(who["gid"])
             os.setuid(who["uid"])  # last: the job can never take root back
         os.chdir(workdir)
+        if go >= 0 and not os.read(go, 1):
+            os._exit(1)  # the supervisor is gone before anyone attached: nothing to run for
         os.execve(_which(argv[0], env.get("PATH")), argv, env)
     except OSError as exc:
         os.write(2, f"gpuyard: cannot run {argv[0]!r} in {workdir!r}: {exc.strerror}\n".encode())
@@ -377,26 +395,33 @@ def _reap_leftovers() -> None:
         time.sleep(0.01)
 
 
-def _wait(child: int, watched: dict[int, tuple[str, str]], output: int) -> None:
-    """Until the job's main process ends: copy its output (`output`, the pump's read end; -1:
-    none) to the log, and in node mode stop it if a watched fd ends (the actor is gone) or a
-    watched pidfd fires (the raylet exited). Signals (stop, time limit) are handled by their
-    handlers meanwhile; the poll resumes after each."""
+def _wait(child: int, watched: dict[int, tuple[str, str]], streams: dict[int, int]) -> None:
+    """Until the job's main process ends: copy its output (`streams`: the pumps' read ends,
+    each with the -o/-e file it also goes to) to the log, relay an interactive job's
+    terminal (`_session`), and in node mode stop it if a watched fd ends (the actor is gone)
+    or a watched pidfd fires (the raylet exited). Signals (stop, time limit) are handled by
+    their handlers meanwhile; the poll resumes after each."""
     import select
 
     done = os.pidfd_open(child)
     poller = select.poll()
-    for fd in (done, *watched, *([output] if output >= 0 else [])):
+    for fd in (done, *watched, *streams):
         poller.register(fd, select.POLLIN)
+    if _session is not None:
+        _session.watch(poller)
     while True:
-        ready = [fd for fd, _ in poller.poll()]
-        if output in ready and not _pump(output):
-            poller.unregister(output)  # every writer closed it (the job may run on silently)
+        events = poller.poll()
+        for fd, event in events:
+            if fd in streams and not _pump(fd, streams[fd]):
+                poller.unregister(fd)  # every writer closed it (the job may run on silently)
+            elif _session is not None and fd != done and fd not in watched:
+                _session.handle(fd, event)
+        ready = [fd for fd, _ in events]
         if done in ready:
             os.close(done)
             return
         for fd in ready:
-            if fd in (done, output) or fd not in watched:
+            if fd == done or fd not in watched:
                 continue
             if fd == 0 and os.read(0, 4096):
                 continue  # the actor never writes; data is not an end
@@ -404,15 +429,75 @@ def _wait(child: int, watched: dict[int, tuple[str, str]], output: int) -> None:
             _begin_stop(*watched.pop(fd))
 
 
-def _pump(output: int) -> bool:
-    """What the job wrote, to the log; False at the end of the pipe (nothing left, no writer)."""
+def _pump(output: int, tee: int = -1) -> bool:
+    """What the job wrote, to the log (and to its -o/-e file `tee`, if any); False at the end
+    of the pipe (nothing left, no writer)."""
     try:
         data = os.read(output, 65536)
     except BlockingIOError:
         return True
     if data:
         _log_write(data)
+        if tee >= 0:
+            _tee(tee, data)
     return bool(data)
+
+
+def _tee(fd: int, data: bytes) -> None:
+    """Append `data` to an -o/-e file (non-blocking: a full disk, or a device that would block,
+    loses bytes there, never stalls the job; the log keeps them all)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except OSError:
+            return
+
+
+def _open_outputs(plan: dict) -> tuple[int, int, str]:  # type: ignore[type-arg]
+    """sbatch's -o and -e files (`output_file`, `error_file`, expanded by the executor),
+    opened for appending with the job's user's identity, so that a link, or a path that user
+    may not write, is never followed with the supervisor's rights; -1 for none. The third
+    value says why one could not be opened ("": both were)."""
+    fds: list[int] = []
+    who = plan.get("run_as")
+    for key, flag in (("output_file", "--output"), ("error_file", "--error")):
+        path = plan.get(key)
+        if not path:
+            fds.append(-1)
+            continue
+        try:
+            fds.append(_open_as(who, path))
+        except OSError as exc:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+            whom = f" as {who['user']}" if who is not None and who.get("user") else ""
+            return -1, -1, f"its {flag} file {path} cannot be opened{whom}: {exc.strerror}"
+    return fds[0], fds[1], ""
+
+
+def _open_as(who: dict | None, path: str) -> int:  # type: ignore[type-arg]
+    """`path` opened (append, created with the user's umask) with the effective identity of
+    `who` (this process is single-threaded: the switch is the whole process's, and undone)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    switch = who is not None and os.geteuid() == 0 and who["uid"] != 0
+    umask = os.umask(who.get("umask", 0o077)) if who is not None else None
+    groups, gid = (os.getgroups(), os.getegid()) if switch else ([], 0)
+    try:
+        if switch:
+            assert who is not None
+            os.setgroups(who["groups"])
+            os.setegid(who["gid"])
+            os.seteuid(who["uid"])
+        return os.open(path, flags, 0o666)
+    finally:
+        if switch:
+            os.seteuid(0)
+            os.setegid(gid)
+            os.setgroups(groups)
+        if umask is not None:
+            os.umask(umask)
 
 
 def _watched(plan: dict) -> dict[int, tuple[str, str]]:  # type: ignore[type-arg]
@@ -438,14 +523,28 @@ def _report(fd: int | None, line: str) -> None:
 
 def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
     """Run the job to its end; its exit code (negative: the signal that killed it)."""
-    global _job_pgid, _log_fd
-    output = pipe_w = -1
+    global _job_pgid, _log_fd, _session
+    streams: dict[int, int] = {}  # the pumps' read ends -> the -o/-e file each also goes to
+    stdio = (-1, -1)  # the job's stdout and stderr (-1: as inherited)
     if plan.get("log_path"):
         log = os.open(plan["log_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(log, 1)  # our own last words (a traceback) too
         os.dup2(log, 2)
         _log_fd = log
-        output, pipe_w = os.pipe()
+        out_file, err_file, problem = _open_outputs(plan)
+        if problem:  # as sbatch: the job does not run (the controller reads this line)
+            os.write(log, f"gpuyard: cannot run {plan['argv'][0]!r}: {problem}\n".encode())
+            return 127
+        if plan.get("pty"):
+            _session = _Session(plan, out_file)
+        else:
+            output, out_w = os.pipe()
+            streams[output] = out_file
+            stdio = (out_w, out_w)
+            if err_file >= 0:
+                errors, err_w = os.pipe()
+                streams[errors] = err_file
+                stdio = (out_w, err_w)
     _become_subreaper()  # before the fork: an orphan made in the job's first ms must reach us
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
@@ -458,32 +557,42 @@ def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
         first = _limit_s - _warn_before_s if 0 < _warn_before_s < _limit_s else _limit_s
         signal.setitimer(signal.ITIMER_REAL, first)
     watched = _watched(plan)
-    mine = (plan.get("report_fd"), *watched, output, pipe_w, _log_fd)
-    own_fds = [fd for fd in mine if fd is not None and fd > 2]
+    tees = [fd for fd in streams.values() if fd >= 0]
+    session_fds = _session.own_fds() if _session is not None else []
+    mine = (plan.get("report_fd"), *watched, *streams, *stdio, *tees, *session_fds, _log_fd)
+    own_fds = sorted({fd for fd in mine if fd is not None and fd > 2})
+    go = _session.go_r if _session is not None else -1
     child = os.fork()
     if child == 0:
-        _run_child(plan, own_fds, pipe_w)
-    if pipe_w >= 0:
-        os.close(pipe_w)  # the job's alone: its end is the pipe's end
-    try:
-        os.setpgid(child, child)
-    except OSError:
-        pass
+        _run_child(plan, own_fds, stdio, go)
+    for fd in {*stdio} - {-1}:
+        os.close(fd)  # the job's alone: its end is the pipe's end
+    if _session is not None:
+        _session.forked()  # it is the session leader: its group is its own already
+    else:
+        try:
+            os.setpgid(child, child)
+        except OSError:
+            pass
     _job_pgid = child
     if _stage:
         _signal_tree(_stop_signal)  # a stop that arrived before the job existed
     _reserve_status(status_path)  # while the job starts: off its start's path
-    if watched or output >= 0:
-        _wait(child, watched, output)
+    if watched or streams or _session is not None:
+        _wait(child, watched, streams)
     _, status = os.waitpid(child, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _reap_leftovers()
-    if output >= 0:  # every writer is gone now: what they left in the pipe, then its end
+    for output, tee in streams.items():  # every writer is gone: what they left, then the end
         os.set_blocking(output, False)
-        while _pump(output):
+        while _pump(output, tee):
             pass
         os.close(output)
+    if _session is not None:
+        _session.finish()
+    for tee in tees:
+        os.close(tee)
     if _unreported:  # the disk may have room again by now
         _log_write(b"")
     return os.waitstatus_to_exitcode(status)
@@ -525,6 +634,283 @@ def main(jobdir: str) -> None:
         f'"ended_at": {time.time()!r}}}\n',
     )
     _report(report_fd, f"exit {code} {_cause}")
+
+
+# -- interactive jobs: the terminal ------------------------------------------------------------
+# The attach socket's frames, both ways: TYPE (1 byte) LENGTH (4 bytes, big-endian) PAYLOAD.
+#   d  data: keystrokes for the job, or the job's output for the client
+#   w  window size (client -> supervisor): rows, cols (2 bytes each, big-endian)
+#   q  detach: the client leaves (the session runs on); from the supervisor: another client
+#      attached and took the session over
+# The session's end closes the connection (after its last output): the client asks the server
+# how the job ended.
+_FRAME_HEADER = 5
+_MAX_FRAME = 1 << 20
+_OUT_HIGH = 256 << 10  # output for a client that does not read: the job waits (as over ssh)
+_IN_HIGH = 64 << 10  # keystrokes the job does not read: the client waits
+
+
+def frame(kind: bytes, payload: bytes = b"") -> bytes:
+    return kind + len(payload).to_bytes(4, "big") + payload
+
+
+class _Session:
+    """An interactive job's pty and the Unix socket its terminal attaches through.
+
+    The job is the session leader of a new session whose controlling terminal is the pty's
+    slave; the supervisor holds the master and relays it to one attached client (another
+    attach takes the session over) while copying everything the job writes to its log. The
+    socket (`attach_path`, in the job's folder) is the job's user's, mode 0600: the kernel's
+    permission check on connect is the access control (that user, or root), and the peer's
+    uid is checked again on accept. The job execs only once the first client has sent its
+    first frame (its window size): nothing it prints before anyone looks is lost, and it
+    starts with the right size."""
+
+    def __init__(self, plan: dict, tee: int) -> None:  # type: ignore[type-arg]
+        import fcntl
+        import socket
+        import termios
+
+        self._ioctl, self._termios, self._socket = fcntl.ioctl, termios, socket
+        self.master, self.slave = os.openpty()
+        os.set_blocking(self.master, False)
+        who = plan.get("run_as")
+        self.uid = who["uid"] if who is not None else os.geteuid()
+        if self.uid != os.geteuid():
+            os.fchown(self.slave, self.uid, -1)  # the user's own terminal, as login makes it
+            os.fchmod(self.slave, 0o620)
+        self.go_r, self.go_w = os.pipe()
+        self.path = plan["attach_path"]
+        self.listener = self._listen(who)
+        self.tee = tee
+        self.client: socket.socket | None = None  # the attached client's
+        self.into = bytearray()  # from the client, for the job
+        self.out = bytearray()  # from the job, for the client
+        self.frames = bytearray()  # what the client sent, not yet a whole frame
+        self.master_open = True
+        self.poller: select.poll | None = None
+        self.masks: dict[int, int] = {}
+
+    def _listen(self, who: dict | None) -> "socket.socket":  # type: ignore[type-arg]
+        socket = self._socket
+        try:
+            os.unlink(self.path)  # an earlier run's
+        except FileNotFoundError:
+            pass
+        # Through the folder's fd: a socket's path holds at most 107 bytes.
+        folder = os.open(os.path.dirname(self.path), os.O_PATH | os.O_DIRECTORY)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        umask = os.umask(0o177)
+        try:
+            sock.bind(f"/proc/self/fd/{folder}/{os.path.basename(self.path)}")
+        finally:
+            os.umask(umask)
+            os.close(folder)
+        if who is not None and who["uid"] != os.geteuid():
+            os.chown(self.path, who["uid"], who["gid"], follow_symlinks=False)
+        sock.listen(4)
+        sock.setblocking(False)
+        return sock  # type: ignore[no-any-return]
+
+    def own_fds(self) -> list[int]:
+        """What the job must not hold (its pty's slave is dup'ed to 0-2 first)."""
+        fds = [self.master, self.slave, self.go_w, self.listener.fileno()]
+        return fds + ([self.tee] if self.tee >= 0 else [])
+
+    def take_terminal(self) -> None:
+        """In the child, after `setsid`: the slave becomes its controlling terminal and 0-2."""
+        self._ioctl(self.slave, self._termios.TIOCSCTTY, 0)
+        for fd in (0, 1, 2):
+            os.dup2(self.slave, fd)
+
+    def forked(self) -> None:
+        os.close(self.slave)
+        os.close(self.go_r)
+        self.slave = self.go_r = -1
+
+    def watch(self, poller: "select.poll") -> None:
+        self.poller = poller
+        self._update()
+
+    def _update(self) -> None:
+        """Poll for what can move now: input while its buffer has room, output likewise."""
+        import select
+
+        want = {self.listener.fileno(): select.POLLIN}
+        if self.master_open:
+            want[self.master] = (select.POLLIN if len(self.out) < _OUT_HIGH else 0) | (
+                select.POLLOUT if self.into else 0
+            )
+        if self.client is not None:
+            fd = self.client.fileno()
+            want[fd] = (select.POLLIN if len(self.into) < _IN_HIGH else 0) | (
+                select.POLLOUT if self.out else 0
+            )
+        poller = self.poller
+        assert poller is not None
+        for fd in set(self.masks) - set(want):
+            poller.unregister(fd)
+        for fd, mask in want.items():
+            if self.masks.get(fd) != mask:
+                poller.register(fd, mask)
+        self.masks = want
+
+    def handle(self, fd: int, event: int) -> None:
+        import select
+
+        if fd == self.listener.fileno():
+            self._accept()
+        elif fd == self.master:
+            if event & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                self._read_job()
+            if event & select.POLLOUT:
+                self._write_job()
+        elif self.client is not None and fd == self.client.fileno():
+            if event & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                self._read_client()
+            if self.client is not None and event & select.POLLOUT:
+                self._send()
+        self._update()
+
+    def _accept(self) -> None:
+        socket = self._socket
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        if int.from_bytes(cred[4:8], sys.byteorder) not in (0, self.uid, os.geteuid()):
+            conn.close()  # the socket's mode already keeps others out: a second lock
+            return
+        if self.client is not None:
+            self._drop(frame(b"q"))  # taken over: the earlier client is told, then let go
+        conn.setblocking(False)
+        self.client = conn
+        self.frames.clear()
+
+    def _drop(self, last: bytes = b"") -> None:
+        client, self.client = self.client, None
+        self.out.clear()
+        if client is None:
+            return
+        try:
+            if last:
+                client.send(last)
+        except OSError:
+            pass
+        client.close()
+
+    def _read_client(self) -> None:
+        assert self.client is not None
+        try:
+            data = self.client.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop()  # gone without a word: as a detach (the session runs on)
+            return
+        self.frames += data
+        while len(self.frames) >= _FRAME_HEADER and self.client is not None:
+            size = int.from_bytes(self.frames[1:5], "big")
+            if size > _MAX_FRAME:
+                self._drop()
+                return
+            if len(self.frames) < _FRAME_HEADER + size:
+                break
+            kind = bytes(self.frames[0:1])
+            payload = bytes(self.frames[_FRAME_HEADER : _FRAME_HEADER + size])
+            del self.frames[: _FRAME_HEADER + size]
+            self._frame(kind, payload)
+        if self.into:
+            self._write_job()
+
+    def _frame(self, kind: bytes, payload: bytes) -> None:
+        if kind == b"d":
+            self.into += payload
+        elif kind == b"w" and len(payload) == 4:
+            rows, cols = payload[0:2], payload[2:4]
+            order = sys.byteorder
+            size = (int.from_bytes(rows, "big").to_bytes(2, order)
+                    + int.from_bytes(cols, "big").to_bytes(2, order) + bytes(4))  # fmt: skip
+            try:
+                self._ioctl(self.master, self._termios.TIOCSWINSZ, size)  # SIGWINCH to the job
+            except OSError:
+                pass
+        elif kind == b"q":
+            self._drop()
+            return
+        if self.go_w >= 0:  # the first client's first frame: the job may start now
+            os.write(self.go_w, b"g")
+            os.close(self.go_w)
+            self.go_w = -1
+
+    def _write_job(self) -> None:
+        try:
+            done = os.write(self.master, self.into)
+        except BlockingIOError:
+            return
+        except OSError:
+            done = len(self.into)  # the terminal is gone: nobody reads keystrokes any more
+        del self.into[:done]
+
+    def _read_job(self) -> bool:
+        try:
+            data = os.read(self.master, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:  # EIO: no process holds the terminal any more
+            data = b""
+        if not data:
+            self.master_open = False
+            return False
+        _log_write(data)
+        if self.tee >= 0:
+            _tee(self.tee, data)
+        if self.client is not None:
+            self.out += frame(b"d", data)
+            self._send()
+        return True
+
+    def notice(self, line: bytes) -> None:
+        """One of the supervisor's own lines (a stop, the time limit), for the client too."""
+        if self.client is not None:
+            self.out += frame(b"d", b"\r\n" + line.replace(b"\n", b"\r\n"))
+
+    def _send(self) -> None:
+        assert self.client is not None
+        try:
+            done = self.client.send(self.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop()
+            return
+        del self.out[:done]
+
+    def finish(self) -> None:
+        """The job is gone: what its terminal still holds, to the log and the client (for at
+        most 2 s), then the end of the connection and of the socket."""
+        import select
+
+        while self.master_open and self._read_job():
+            pass
+        os.close(self.master)
+        deadline = time.monotonic() + 2
+        poller = select.poll()
+        if self.client is not None:
+            poller.register(self.client.fileno(), select.POLLOUT)
+        while self.client is not None and self.out and time.monotonic() < deadline:
+            if poller.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+                self._send()
+        if self.client is not None:
+            self.client.close()
+        self.listener.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
 
 
 # -- fork-server mode --------------------------------------------------------------------------

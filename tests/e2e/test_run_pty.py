@@ -1,0 +1,206 @@
+"""`gpuyard run -- sh` under a real pty, against a real server: the session is a job whose
+terminal is this pty (typing, output, exit code, window size, Ctrl-C, cancel, queue)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import signal
+import struct
+import subprocess
+import termios
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.server import GPUYARD, ServerProcess, wait_ended, wait_for
+
+
+class Terminal:
+    """A `gpuyard` command whose stdin, stdout and stderr are a pty this test types into."""
+
+    def __init__(self, server: ServerProcess, *args: str, rows: int = 24, cols: int = 80) -> None:
+        self.master, slave = os.openpty()
+        self.resize(rows, cols, signal_client=False)
+        self.proc = subprocess.Popen(
+            [GPUYARD, *args], stdin=slave, stdout=slave, stderr=slave, env=server.cli_env(),
+            start_new_session=True,
+        )  # fmt: skip
+        os.close(slave)
+        self.seen = b""
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def expect(self, wanted: str, timeout_s: float = 30) -> str:
+        """Everything shown so far, once `wanted` is among it."""
+        deadline = time.monotonic() + timeout_s
+        while wanted.encode() not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{wanted!r} never appeared; the terminal shows {self.seen!r}"
+            if select.select([self.master], [], [], left)[0]:
+                try:
+                    self.seen += os.read(self.master, 65536)
+                except OSError:  # EIO: the client is gone and so is the terminal's other end
+                    assert wanted.encode() in self.seen, f"{wanted!r} never came: {self.seen!r}"
+        return self.seen.decode(errors="replace")
+
+    def resize(self, rows: int, cols: int, signal_client: bool = True) -> None:
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        if signal_client:
+            self.proc.send_signal(signal.SIGWINCH)  # as the terminal emulator's resize does
+
+    def exit_code(self, timeout_s: float = 30) -> int:
+        deadline = time.monotonic() + timeout_s
+        while self.proc.poll() is None:
+            assert time.monotonic() < deadline, f"gpuyard run did not exit: {self.seen!r}"
+            if select.select([self.master], [], [], 0.1)[0]:
+                try:
+                    self.seen += os.read(self.master, 65536)
+                except OSError:
+                    pass
+        return self.proc.returncode
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.master)
+
+
+@pytest.fixture
+def terminals(server: ServerProcess) -> Iterator[list[Terminal]]:
+    made: list[Terminal] = []
+    yield made
+    for terminal in made:
+        terminal.close()
+
+
+def _run_sh(server: ServerProcess, made: list[Terminal], **size: int) -> Terminal:
+    terminal = Terminal(server, "run", "--gpus", "1", "--", "sh", **size)
+    made.append(terminal)
+    return terminal
+
+
+def _session_id(server: ServerProcess) -> int:
+    return int(wait_for(lambda: server.cli("queue", "--format", "%i").stdout.split()[1:2])[0])
+
+
+def test_typed_commands_run_in_the_session_and_its_exit_code_is_runs(server, terminals):
+    term = _run_sh(server, terminals)
+    job_id = _session_id(server)
+    term.type("echo hi-from-$GPUYARD_JOB_ID; tty\n")
+    shown = term.expect(f"hi-from-{job_id}")
+    term.expect("/dev/pts/")
+    assert "not a tty" not in shown
+    # The session is a job while it runs: in the queue, RUNNING, holding its GPU.
+    queue = server.cli("queue").stdout
+    assert str(job_id) in queue and "RUNNING" in queue
+    term.type("exit 3\n")
+    assert term.exit_code() == 3
+    ended = wait_ended(server.client(), job_id)
+    assert (ended["state"], ended["exit_code"], ended["kind"]) == ("FAILED", 3, "interactive")
+    # What the session showed is in its log too.
+    assert f"hi-from-{job_id}" in server.cli("logs", str(job_id)).stdout
+
+
+def test_the_window_size_follows_the_terminal(server, terminals):
+    term = _run_sh(server, terminals, rows=30, cols=100)
+    term.type("echo $(stty size)-rows-cols\n")
+    term.expect("30 100-rows-cols")
+    term.resize(40, 132)
+    wait_for(lambda: _size_seen(term, "40 132"), timeout_s=30, interval_s=0.2)
+    term.type("exit\n")
+    assert term.exit_code() == 0
+
+
+def _size_seen(term: Terminal, size: str) -> bool:
+    """Asks the session its size until it answers `size` (a SIGWINCH is delivered once the
+    client has handled it: the order of the two is the client's, not the test's)."""
+    term.type("echo $(stty size)-rows-cols\n")
+    try:
+        term.expect(f"{size}-rows-cols", timeout_s=1)
+        return True
+    except AssertionError:
+        return False
+
+
+def test_ctrl_c_interrupts_the_sessions_command_not_the_session(server, terminals):
+    term = _run_sh(server, terminals)
+    job_id = _session_id(server)
+    term.type("echo ready-$((2+2))\n")
+    term.expect("ready-4")  # the session runs (what it prints, not the echo of what was typed)
+    term.type("sleep 100\n")
+    server_side = wait_for(lambda: _sleeping(job_id))
+    term.type("\x03")  # a byte through the pty: its line discipline sends the SIGINT
+    wait_for(lambda: not server_side.is_running() or server_side.status() == "zombie")
+    term.type("echo after-$?-$((1+1))\n")
+    term.expect("after-130-2")
+    term.type("exit 0\n")
+    assert term.exit_code() == 0
+
+
+def _sleeping(job_id: int):  # type: ignore[no-untyped-def]
+    """The session's `sleep 100`, once it runs (found by the job id in its environment)."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.info["cmdline"] != ["sleep", "100"]:
+            continue
+        try:
+            if proc.environ().get("GPUYARD_JOB_ID") == str(job_id):
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_cancel_from_another_terminal_ends_the_session_and_the_client(server, terminals):
+    term = _run_sh(server, terminals)
+    job_id = _session_id(server)
+    term.type("echo up-$((3+3))\n")
+    term.expect("up-6")
+    server.cli("cancel", str(job_id))
+    code = term.exit_code()
+    assert code != 0
+    assert f"job {job_id} CANCELLED" in term.seen.decode(errors="replace")
+    assert wait_ended(server.client(), job_id)["state"] == "CANCELLED"
+
+
+def test_a_session_waits_for_its_gpus_and_says_why(server, terminals):
+    hog = server.cli("submit", "--gpus", "4", "--", "sleep", "300").stdout.strip()
+    wait_for(lambda: server.client().job(int(hog))["state"] == "RUNNING")
+    term = _run_sh(server, terminals)
+    term.expect("is waiting to start: Resources")
+    server.cli("cancel", hog)
+    term.type("echo started-$((4+4))\n")
+    term.expect("started-8")
+    term.type("exit\n")
+    assert term.exit_code() == 0
+
+
+def test_detach_and_attach_again(server, terminals):
+    term = _run_sh(server, terminals)
+    job_id = _session_id(server)
+    term.type("X=kept; echo set-$((5+5))\n")
+    term.expect("set-10")
+    term.type("\r~.")
+    assert term.exit_code() == 0
+    assert f"gpuyard attach {job_id}" in term.seen.decode(errors="replace")
+    assert server.client().job(job_id)["state"] == "RUNNING"
+    again = Terminal(server, "attach", str(job_id))
+    terminals.append(again)
+    again.type("echo x-is-$X-$((6+6)); exit 4\n")
+    again.expect("x-is-kept-12")
+    assert again.exit_code() == 4
+
+
+def test_a_server_on_another_machine_is_refused_before_anything_is_queued(server):
+    env = {**server.cli_env(), "GPUYARD_URL": "http://192.0.2.1:8765"}  # TEST-NET: not here
+    done = subprocess.run([GPUYARD, "run", "--", "sh"], capture_output=True, text=True, env=env,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert "on another machine" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert server.client().jobs() == []
