@@ -66,12 +66,14 @@ from gpuyard.services.ports import (
     GpuHistoryStore,
     JobStore,
     ProgressStore,
+    SweepStore,
 )
 from gpuyard.services.progress import ProgressService
 from gpuyard.services.rendezvous import RendezvousPorts
 from gpuyard.services.run_as import RunAsPolicy
 from gpuyard.services.server import Background, ServerFacade, ServerInfo
 from gpuyard.services.stops import StopRequests, StopSignals, signal_new_stops
+from gpuyard.services.sweeps import SweepService
 from gpuyard.services.telemetry import GpuMonitor
 from gpuyard.settings import TOKEN_FILE as TOKEN
 from gpuyard.settings import Settings, is_loopback, masked_url
@@ -278,6 +280,8 @@ def build_server(
     background: list[Background] = [core.monitor] if core.monitor is not None else []
     if core.progress is not None:
         background.append(core.progress)
+    sweeps = SweepService(core.service, cast(SweepStore, store), core.progress)
+    background.append(sweeps)  # sweeps' early stop
     if core.monitor is not None and core.monitor.history is not None:
         background.append(core.monitor.history)  # after the sampler: its stop writes the last
     if ray is not None:
@@ -290,7 +294,7 @@ def build_server(
         tick_s=settings.tick_s, background=background,
         closers=[core.executor.close, core.scheduler.close, *closers,
                  accounts.flush_last_used, store.close],
-        accounts=accounts, progress=core.progress,
+        accounts=accounts, progress=core.progress, sweeps=sweeps,
         access=AccessRules(
             HostRules(settings.host, settings.port, settings.public_names, _machine_names),
             metrics_token=ensure_token(settings.state_dir / METRICS_TOKEN_FILE),

@@ -446,6 +446,25 @@ class Client:
         result: JobDict = self._json("GET", "/api/v1/info")
         return result
 
+    # -- sweeps ------------------------------------------------------------------------------
+    def submit_sweep(self, sweep: dict[str, Any], workdir: str | None = None) -> JobDict:
+        """Run a sweep: `sweep` is its file's table (docs/cli.md "Sweeps"); its trials run in
+        `workdir` (None: this process's working directory). The answer: the sweep (its id is
+        its job array's) with its trials."""
+        body = {"sweep": sweep, "workdir": workdir or os.getcwd()}
+        result: JobDict = self._json("POST", "/api/v1/sweeps", body)
+        return result
+
+    def sweep(self, sweep_id: int) -> JobDict:
+        """A sweep with its trials ranked by the metric (best first)."""
+        result: JobDict = self._json("GET", f"/api/v1/sweeps/{sweep_id}")
+        return result
+
+    def sweeps(self, all: bool = False) -> list[JobDict]:
+        """Your sweeps (an admin's with `all`: everyone's), without their trials."""
+        result: list[JobDict] = self._json("GET", "/api/v1/sweeps" + ("?all=true" if all else ""))
+        return result
+
     # -- charts (issue 14): None from a server that has no such route ------------------------
     def progress(self, job_id: int) -> JobDict | None:
         """The job's latest progress: step, total, fraction, rate_per_s, eta_s, metrics (the

@@ -118,6 +118,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/gpus/stream"): Rule("reader"),
     ("GET", "/api/v1/events"): Rule("reader"),
     ("GET", "/api/v1/events/stream"): Rule("reader"),
+    ("POST", "/api/v1/sweeps"): Rule("submitter", lambda rig: rig.sweep_body()),
+    ("GET", "/api/v1/sweeps"): Rule("reader"),
+    ("GET", "/api/v1/sweeps/{sweep_id}"): Rule("owner"),
 }
 
 
@@ -213,6 +216,9 @@ class Rig:
     def job_body(self) -> dict[str, Any]:
         return {"command": ["true"], "workdir": "/"}
 
+    def sweep_body(self) -> dict[str, Any]:
+        return {"sweep": {"command": ["true", "{x}"], "parameters": {"x": [1, 2]}}, "workdir": "/"}
+
     @contextlib.contextmanager
     def as_(self, caller: str) -> Iterator[dict[str, str]]:
         """The headers `caller` sends; a socket peer's requests carry the owner's uid."""
@@ -247,6 +253,10 @@ class Rig:
             made = self.call(USER, "POST", "/api/v1/jobs", {**self.job_body(), "array": "0-1"})
             assert made.status_code == 201, made.text
             return path.replace("{array_id}", str(made.json()["array_job_id"]))
+        if "{sweep_id}" in path:
+            made = self.call(USER, "POST", "/api/v1/sweeps", self.sweep_body())
+            assert made.status_code == 201, made.text
+            return path.replace("{sweep_id}", str(made.json()["id"]))
         if "{token_id}" in path:
             made = self.call(USER, "POST", "/api/v1/tokens", {"scope": "read"})
             assert made.status_code == 201, made.text

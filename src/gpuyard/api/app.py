@@ -21,6 +21,7 @@ from gpuyard.api.routers import (
     limits,
     live,
     progress,
+    sweeps,
     system,
     tokens,
     verbs,
@@ -64,7 +65,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     routers = (system.router, jobs.router, verbs.router, gpus.router, admin.router,
                admin.accounts_router, tokens.router, limits.router, web.api_router, live.router,
                web.router, gpu_history.router, progress.router, arrays.router)  # fmt: skip
-    for router in routers:
+    for router in (*routers, sweeps.router):
         app.include_router(router)
     app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door
     app.add_middleware(

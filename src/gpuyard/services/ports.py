@@ -13,6 +13,7 @@ from gpuyard.domain.limits import AccountLimits, LimitKind
 from gpuyard.domain.principal import Scope
 from gpuyard.domain.progress_series import ProgressPoint
 from gpuyard.domain.states import JobState
+from gpuyard.domain.sweep import SweepRecord
 
 
 class JobStore(Protocol):
@@ -234,6 +235,19 @@ class ProgressStore(Protocol):
 
     def load_progress(self, job_id: int) -> list[ProgressPoint]:
         """A job's stored points, oldest first ([] for none)."""
+        ...
+
+
+class SweepStore(Protocol):
+    """Sweeps' definitions (`services/sweeps.py`), by their job array's id. The stores that
+    implement JobStore implement this too; `tests/contract/test_sweep_store.py` covers them."""
+
+    def save_sweep(self, record: SweepRecord) -> None:
+        """Create the sweep (Conflict if one has its id)."""
+        ...
+
+    def load_sweeps(self) -> list[SweepRecord]:
+        """Every sweep, by id."""
         ...
 
 

@@ -16,6 +16,7 @@ from gpuyard.services.jobs import JobService
 from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.peers import PeerAuth
 from gpuyard.services.progress import ProgressService
+from gpuyard.services.sweeps import SweepService
 
 
 class Background(Protocol):
@@ -60,6 +61,8 @@ class ServerFacade:
     peers: PeerAuth | None = None
     # Jobs' progress and metric series (None: a server built without it, e.g. by a test rig).
     progress: ProgressService | None = None
+    # Sweeps and their early stop (None: a server built without them, e.g. by a test rig).
+    sweeps: SweepService | None = None
 
     def start(self) -> None:
         self.controller.recover()

@@ -20,6 +20,7 @@ from gpuyard.adapters.store.accounts_memory import MemoryAccounts, MemoryAccount
 from gpuyard.adapters.store.gpu_history_memory import MemoryGpuHistory, MemoryGpuHistoryStore
 from gpuyard.adapters.store.limits_memory import MemoryLimits, MemoryLimitStore
 from gpuyard.adapters.store.progress_memory import MemoryProgress, MemoryProgressRows
+from gpuyard.adapters.store.sweeps_memory import MemorySweepRows, MemorySweeps
 from gpuyard.domain.errors import Conflict, Unavailable
 from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
@@ -37,6 +38,7 @@ class MemoryDatabase:
     drains: dict[str, Drain] = field(default_factory=dict)
     gpu_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
     progress: MemoryProgressRows = field(default_factory=MemoryProgressRows)
+    sweeps: MemorySweepRows = field(default_factory=MemorySweepRows)
     max_deleted_id: int = 0  # the highest id `delete_finished` removed: never given again
     accounts: MemoryAccounts = field(default_factory=MemoryAccounts)
     limits: MemoryLimits = field(default_factory=MemoryLimits)
@@ -45,7 +47,9 @@ class MemoryDatabase:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class MemoryJobStore(MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore, MemoryProgress):
+class MemoryJobStore(
+    MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore, MemoryProgress, MemorySweeps
+):
     """Implements the JobStore and AccountStore ports over a MemoryDatabase (a new, empty one
     by default)."""
 
@@ -54,6 +58,7 @@ class MemoryJobStore(MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore
         self._accounts = self.database.accounts
         self._limits = self.database.limits
         self._progress = self.database.progress
+        self._sweeps = self.database.sweeps
         self._gpu_history = self.database.gpu_history
         self._closed = False
 

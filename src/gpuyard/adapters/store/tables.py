@@ -177,3 +177,19 @@ gpu_samples = Table(
     Column("holders", Text, nullable=False, server_default="[]"),
 )
 Index("ix_gpu_samples_at", gpu_samples.c.at)
+# Sweeps (migration 0013): a sweep's definition by its job array's id. `definition`: the
+# sweep file's table (JSON); `trials`: each trial's parameters by index (JSON list).
+sweeps = Table(
+    "sweeps",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("owner", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("submitted_at", Float, nullable=False),
+    Column("metric", Text),
+    Column("goal", Text),
+    Column("rule", Text),
+    Column("definition", Text, nullable=False),
+    Column("trials", Text, nullable=False, server_default="[]"),
+)
+Index("ix_sweeps_owner", sweeps.c.owner)

@@ -1,0 +1,271 @@
+"""Sweeps on the server: a sweep file becomes a job array of trials, and the median stopping
+rule cancels the trials that fall behind.
+
+Submit: the file's table is checked by the domain (`domain/sweep.py`), expanded into trials,
+each trial's draft decided by the spec rules like any submission, and the whole sweep queued
+as ONE job array (`JobService.submit_array`: one durable write; trial `i` is task `i`, the
+array's `array_max_running` is the sweep's `max_running`). Then the sweep's definition is
+saved (`SweepStore`, table `sweeps`) under the array's id, which is the sweep's id. Sweeps are
+few (people submit them): every one is kept in memory, loaded at start.
+
+Early stop: a thread of its own ticks every `period_s` (2 s). For each sweep with an
+`[early_stop]` and a running trial it reads every trial's metric series from the progress
+service (`(time, value)` points matched to the step reported by then: `median_stop.by_step`),
+asks `median_stop.should_stop` for each running trial against the others, and asks the losers
+to stop with stop intent CANCELLED and the reason (`EarlyStopped: val_loss 0.91 worse than the
+median 0.55 at step 300`), through the journal like any cancel: the trial ends CANCELLED with
+that reason (Slurm's word for a job stopped before its end; `sweep show` shows the reason).
+The series of trials that ended a while ago are kept while their sweep runs (they no longer
+change), so a tick reads only running trials' series again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuyard.domain.errors import Conflict, GpuyardError, NotFound
+from gpuyard.domain.job import Job
+from gpuyard.domain.median_stop import Series, by_step, should_stop
+from gpuyard.domain.principal import Principal
+from gpuyard.domain.spec_rules import decide_spec
+from gpuyard.domain.states import JobState
+from gpuyard.domain.sweep import Sweep, SweepRecord, Value, parse_sweep
+from gpuyard.services.jobs import JobService
+from gpuyard.services.ports import SweepStore
+from gpuyard.services.progress import ProgressService
+
+log = logging.getLogger("gpuyard.sweeps")
+
+SERIES_POINTS = 2000  # a series' points read (the progress service keeps at most as many)
+SETTLED_S = 10.0  # a trial that ended this long ago has all its points read: kept, not read
+
+
+@dataclass(frozen=True, slots=True)
+class TrialView:
+    """One trial as `sweep show` ranks it: its job (None: no longer kept), parameters, the
+    metric's best and latest value and the latest step reported."""
+
+    index: int
+    job: Job | None
+    params: Mapping[str, Value]
+    best: float | None = None
+    last: float | None = None
+    step: int | None = None
+
+
+class SweepService:
+    """Submits sweeps, answers what they became, and stops their losing trials (a server
+    Background thread)."""
+
+    def __init__(
+        self,
+        jobs: JobService,
+        store: SweepStore,
+        progress: ProgressService | None,
+        *,
+        period_s: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._jobs = jobs
+        self._store = store
+        self._progress = progress
+        self._period_s = period_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._sweeps: dict[int, SweepRecord] = {r.id: r for r in store.load_sweeps()}
+        self._parsed: dict[int, Sweep] = {}
+        self._settled: dict[int, Series] = {}  # job id -> series of a trial long ended
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- use cases --------------------------------------------------------------------------
+    def submit(
+        self, definition: Mapping[str, Any], actor: Principal, default_workdir: str
+    ) -> tuple[SweepRecord, list[Job]]:
+        """Check and expand the sweep, queue its trials as one job array, save it. `workdir`
+        in the definition's place: the client's (`default_workdir` when it sent none)."""
+        sweep = parse_sweep(definition)
+        trials = sweep.expand()
+        specs = [
+            decide_spec(
+                sweep.draft(i, params, None),
+                default_workdir=default_workdir,
+                default_preemptible=self._jobs.preemptible_default,
+            )
+            for i, params in enumerate(trials)
+        ]
+        tasks = self._jobs.submit_array(specs, range(len(specs)), actor)
+        first = tasks[0]
+        record = SweepRecord(
+            first.array_job_id or first.id, actor.user, sweep.name, first.submitted_at,
+            dict(definition), tuple(trials),
+        )  # fmt: skip
+        try:
+            self._store.save_sweep(record)
+        except GpuyardError:
+            self._cancel_all(tasks, actor)
+            raise
+        except Exception as exc:
+            self._cancel_all(tasks, actor)
+            raise Conflict(f"the sweep was not saved ({exc}); its trials were cancelled") from exc
+        with self._lock:
+            self._sweeps[record.id] = record
+            self._parsed[record.id] = sweep
+        return record, tasks
+
+    def get(self, sweep_id: int, actor: Principal) -> SweepRecord:
+        """A sweep the actor may see (another user's is not found, as their jobs are)."""
+        with self._lock:
+            record = self._sweeps.get(sweep_id)
+        if record is None or not actor.may_see(record.owner):
+            raise NotFound(f"sweep {sweep_id} not found: `gpuyard sweep list` lists yours")
+        return record
+
+    def list_sweeps(self, actor: Principal, *, everyone: bool = False) -> list[SweepRecord]:
+        """The actor's sweeps (an admin with `everyone`: all), by id."""
+        with self._lock:
+            records = sorted(self._sweeps.values(), key=lambda r: r.id)
+        if everyone and actor.is_admin:
+            return records
+        return [r for r in records if r.owner == actor.user]
+
+    def trials(self, record: SweepRecord) -> list[TrialView]:
+        """The sweep's trials ranked: by the metric's best value (its goal's way), those that
+        reported nothing after, in trial order."""
+        sweep = self._sweep(record)
+        tasks = self._tasks(record)
+        views = []
+        for index, params in enumerate(record.trials):
+            job = tasks.get(index)
+            best = last = None
+            step: int | None = None
+            if job is not None and sweep.metric is not None:
+                series = self._series(job, sweep.metric.name)
+                if series:
+                    values = [v for _, v in series]
+                    best = min(values) if sweep.metric.goal == "minimize" else max(values)
+                    step, last = series[-1]
+            if job is not None and self._progress is not None:
+                step = self._progress.progress(job).step or step
+            views.append(TrialView(index, job, params, best, last, step))
+        sign = -1.0 if sweep.metric is not None and sweep.metric.goal == "maximize" else 1.0
+        return sorted(views, key=lambda v: (v.best is None, sign * (v.best or 0.0), v.index))
+
+    def summary(self, record: SweepRecord) -> dict[str, int]:
+        """How many of the sweep's trials are in each state (by the state's name)."""
+        counts: dict[str, int] = {}
+        for job in self._tasks(record).values():
+            counts[job.state.value] = counts.get(job.state.value, 0) + 1
+        return counts
+
+    # -- the thread --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpuyard-sweeps", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            try:
+                self.tick()
+            except Exception:  # a bad tick must not end the thread
+                log.exception("sweep tick failed")
+
+    def tick(self) -> list[tuple[int, str]]:
+        """Judge every running trial of every sweep with early stop; returns the trials asked
+        to stop now, with why."""
+        with self._lock:
+            records = list(self._sweeps.values())
+        stopped: list[tuple[int, str]] = []
+        for record in records:
+            sweep = self._sweep(record)
+            if sweep.early_stop is None or sweep.metric is None or self._progress is None:
+                continue
+            tasks = self._tasks(record)
+            running = [j for j in tasks.values() if j.state is JobState.RUNNING]
+            if not running:
+                if all(j.state.is_terminal for j in tasks.values()):
+                    self._forget_settled(tasks.values())
+                continue
+            stopped += self._judge(sweep, tasks, running)
+        return stopped
+
+    def _judge(
+        self, sweep: Sweep, tasks: Mapping[int, Job], running: list[Job]
+    ) -> list[tuple[int, str]]:
+        assert sweep.metric is not None and sweep.early_stop is not None
+        rule, metric = sweep.early_stop, sweep.metric
+        series = {j.id: self._series(j, metric.name) for j in tasks.values()}
+        stopped = []
+        for job in running:
+            if job.stop_intent is not None:
+                continue
+            others = [s for job_id, s in series.items() if job_id != job.id]
+            decision = should_stop(
+                series[job.id], others, minimize=metric.goal == "minimize",
+                min_steps=rule.min_steps, min_trials=rule.min_trials,
+            )  # fmt: skip
+            if decision is None:
+                continue
+            why = decision.reason(metric.name)
+            if self._jobs.stops.request(job.id, JobState.CANCELLED, why) is not None:
+                log.info("job %s (sweep %s, trial %s): %s", job.id, job.array_job_id,
+                         job.array_task_id, why)  # fmt: skip
+                stopped.append((job.id, why))
+        if stopped:
+            self._jobs.wake()
+        return stopped
+
+    # -- inside ------------------------------------------------------------------------------
+    def _sweep(self, record: SweepRecord) -> Sweep:
+        with self._lock:
+            found = self._parsed.get(record.id)
+        if found is None:
+            found = parse_sweep(record.definition)
+            with self._lock:
+                self._parsed[record.id] = found
+        return found
+
+    def _tasks(self, record: SweepRecord) -> dict[int, Job]:
+        """The sweep's trials' jobs by trial index (the book's, else the store's)."""
+        kept = self._jobs.book.array_tasks(record.id)
+        if len(kept) < len(record.trials):
+            stored = {j.id: j for j in self._jobs.store.array_tasks(record.id)}
+            stored.update({j.id: j for j in kept})  # the book is never older than the store
+            kept = list(stored.values())
+        return {j.array_task_id: j for j in kept if j.array_task_id is not None}
+
+    def _series(self, job: Job, metric: str) -> Series:
+        settled = self._settled.get(job.id)
+        if settled is not None:
+            return settled
+        if self._progress is None:
+            return []
+        found = self._progress.series(job, ["step", metric], SERIES_POINTS)
+        series = by_step(found.get("step", []), found.get(metric, []))
+        ended = job.ended_at
+        if job.state.is_terminal and ended is not None and self._clock() - ended > SETTLED_S:
+            self._settled[job.id] = series
+        return series
+
+    def _forget_settled(self, jobs: Any) -> None:
+        for job in jobs:
+            self._settled.pop(job.id, None)
+
+    def _cancel_all(self, tasks: list[Job], actor: Principal) -> None:
+        for task in tasks:
+            try:
+                self._jobs.cancel(task.id, actor)
+            except GpuyardError:
+                pass

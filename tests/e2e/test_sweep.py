@@ -1,0 +1,112 @@
+"""`gpuyard sweep` end to end: a real server with declared GPUs runs a grid sweep of a small
+script whose loss depends on its parameter; the trials that fall behind the others are stopped
+early with the median rule's reason, the best run to their end, and `sweep show` ranks them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.server import ServerProcess, wait_for
+
+STEPS = 40
+TRAIN = f"""\
+import os, time
+x = float(os.environ["SWEEP_X"])
+assert os.environ["SWEEP_TRIAL"] in "0123"
+for step in range(1, {STEPS + 1}):
+    loss = x + 1 / step
+    print(f"::gpuyard progress step={{step}} total={STEPS} val_loss={{loss:.4f}}", flush=True)
+    time.sleep(0.25)
+"""
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """Two declared GPUs: two one-GPU trials at a time, the good ones first (grid order)."""
+    srv = ServerProcess(tmp_path / "state", "--gpus", "2", "--cpus", "8", "--kill-grace", "1")
+    srv.start()
+    yield srv
+    srv.stop()
+    srv.kill_jobs()
+
+
+def test_a_sweep_stops_its_worst_trials_early_and_ranks_them(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text(TRAIN)
+    (work / "sweep.toml").write_text(
+        f"""\
+name = "x-sweep"
+command = [{json.dumps(sys.executable)}, "train.py", "--x", "{{x}}"]
+max_running = 2
+[resources]
+gpus = 1
+[parameters]
+x = [0.1, 0.2, 0.9, 1.0]
+[metric]
+name = "val_loss"
+goal = "minimize"
+[early_stop]
+rule = "median"
+min_steps = 5
+min_trials = 2
+"""
+    )
+    said = server.cli("sweep", "sweep.toml", cwd=work).stdout
+    assert said.startswith("sweep ") and "4 trials queued, at most 2 at once" in said, said
+    sweep_id = int(said.split()[1])
+    client = server.client()
+
+    def ended() -> dict | None:  # type: ignore[type-arg]
+        found = client.sweep(sweep_id)
+        return found if set(found["states"]) <= TERMINAL else None
+
+    sweep = wait_for(ended, timeout_s=120, interval_s=0.5)
+    trials = sweep["trials"]
+    assert [t["params"]["x"] for t in trials] == [0.1, 0.2, 0.9, 1.0]  # ranked by best loss
+    for best in trials[:2]:
+        assert (best["state"], best["step"], best["reason"]) == ("COMPLETED", STEPS, None), best
+        assert best["best"] == pytest.approx(best["params"]["x"] + 1 / STEPS, abs=0.02)
+    for worst in trials[2:]:
+        assert worst["state"] == "CANCELLED", worst
+        assert worst["reason"].startswith("EarlyStopped: val_loss "), worst
+        assert "worse than the median" in worst["reason"], worst
+        assert 5 <= worst["step"] < STEPS, worst
+    assert sweep["states"] == {"COMPLETED": 2, "CANCELLED": 2}
+    # The trial's job got its parameter as an argument too (the command's {x}).
+    job = client.job(trials[0]["job_id"])
+    assert job["command"][-2:] == ["--x", "0.1"] and job["array_job_id"] == sweep_id
+
+    shown = server.cli("sweep", "show", str(sweep_id)).stdout.splitlines()
+    assert shown[0].startswith(f"sweep {sweep_id} x-sweep (")
+    header = shown[2].split()
+    assert header == ["RANK", "TRIAL", "PARAMS", "BEST", "LAST", "STEP", "STATE", "REASON"]
+    rows = [line.split() for line in shown[3:]]
+    assert [r[:3] for r in rows[:2]] == [["1", f"{sweep_id}_0", "x=0.1"],
+                                         ["2", f"{sweep_id}_1", "x=0.2"]]  # fmt: skip
+    assert all("EarlyStopped:" in line for line in shown[5:7])
+    listed = server.cli("sweep", "list").stdout
+    row = next(line for line in listed.splitlines() if line.split()[0] == str(sweep_id))
+    assert row.split()[1] == "x-sweep" and row.split()[3] == "4"
+    assert "2 CANCELLED 2 COMPLETED" in row and "val_loss (minimize)" in row
+    as_json = json.loads(server.cli("sweep", "show", str(sweep_id), "--json").stdout)
+    assert as_json["trials"] == trials
+
+
+def test_sweep_commands_say_what_is_wrong_in_one_line(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    missing = server.cli("sweep", "show", "424242", check=False)
+    assert missing.returncode == 1
+    assert missing.stderr == "gpuyard: sweep 424242 not found: `gpuyard sweep list` lists yours\n"
+    absent = server.cli("sweep", str(tmp_path / "none.toml"), check=False)
+    assert absent.returncode == 1 and absent.stderr.startswith("gpuyard: cannot read the sweep")
+    assert server.cli("sweep", "list").stdout == "no sweeps: `gpuyard sweep FILE` runs one\n"
