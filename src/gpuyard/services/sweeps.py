@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,7 +150,7 @@ class SweepService:
                     values = [v for _, v in series]
                     best = min(values) if sweep.metric.goal == "minimize" else max(values)
                     step, last = series[-1]
-            if job is not None and self._progress is not None:
+            if job is not None and job.started_at is not None and self._progress is not None:
                 step = self._progress.progress(job).step or step
             views.append(TrialView(index, job, params, best, last, step))
         sign = -1.0 if sweep.metric is not None and sweep.metric.goal == "maximize" else 1.0
@@ -192,12 +192,13 @@ class SweepService:
             sweep = self._sweep(record)
             if sweep.early_stop is None or sweep.metric is None or self._progress is None:
                 continue
+            # Running trials are always in the book: a sweep with none costs no store read.
+            kept = self._jobs.book.array_tasks(record.id)
+            if not any(j.state is JobState.RUNNING for j in kept):
+                self._forget_settled(kept)
+                continue
             tasks = self._tasks(record)
             running = [j for j in tasks.values() if j.state is JobState.RUNNING]
-            if not running:
-                if all(j.state.is_terminal for j in tasks.values()):
-                    self._forget_settled(tasks.values())
-                continue
             stopped += self._judge(sweep, tasks, running)
         return stopped
 
@@ -206,7 +207,8 @@ class SweepService:
     ) -> list[tuple[int, str]]:
         assert sweep.metric is not None and sweep.early_stop is not None
         rule, metric = sweep.early_stop, sweep.metric
-        series = {j.id: self._series(j, metric.name) for j in tasks.values()}
+        started = [j for j in tasks.values() if j.started_at is not None]
+        series = {j.id: self._series(j, metric.name) for j in started}
         stopped = []
         for job in running:
             if job.stop_intent is not None:
@@ -250,8 +252,8 @@ class SweepService:
         settled = self._settled.get(job.id)
         if settled is not None:
             return settled
-        if self._progress is None:
-            return []
+        if self._progress is None or job.started_at is None:
+            return []  # never ran: nothing reported (and nothing to look up)
         found = self._progress.series(job, ["step", metric], SERIES_POINTS)
         series = by_step(found.get("step", []), found.get(metric, []))
         ended = job.ended_at
@@ -259,7 +261,7 @@ class SweepService:
             self._settled[job.id] = series
         return series
 
-    def _forget_settled(self, jobs: Any) -> None:
+    def _forget_settled(self, jobs: Iterable[Job]) -> None:
         for job in jobs:
             self._settled.pop(job.id, None)
 
