@@ -54,7 +54,8 @@ def fast_reads(args: list[str]) -> dict[str, Any] | None:
     if body is commands.queue:  # history filters are left to typer: none given here
         unset = dict.fromkeys(("limit", "before", "since", "user", "name"))
         views = {"me": False, "fmt": None, "sort": None}  # --me, --format, --sort: typer's too
-        return {"all": arguments[0], "json_out": arguments[1], "state": [], **unset, **views}
+        return {"all": arguments[0], "json_out": arguments[1], "state": [], **unset, **views,
+                "expand": arguments[5]}  # fmt: skip
     if body is commands.show:
         return {"job_id": arguments[0], "json_out": arguments[1]}
     assert body is commands.cancel
@@ -85,6 +86,8 @@ USUAL = [
     ["queue"], ["queue", "--all"], ["queue", "-a", "--json"], ["ps", "--json"],
     ["show", "12"], ["show", "--json", "12"], ["show", "12", "--json"],
     ["cancel", "3"], ["cancel", "3", "4", "5"],
+    ["queue", "--array"], ["queue", "-r", "-a"], ["show", "12_3"], ["show", "12_[1-3,5]"],
+    ["cancel", "12", "12_3", "13_[0-2]"],
 ]  # fmt: skip
 LEFT_TO_TYPER = [
     ["submit"], ["submit", "--help"], ["submit", "--gpus"], ["submit", "--gpus", "two", "x"],
@@ -93,6 +96,8 @@ LEFT_TO_TYPER = [
     ["submit", "--ntasks-per-node", "0", "x"], ["submit", "--requeue=1", "x"],
     ["queue", "extra"], ["queue", "-ab"], ["queue", "--help"], ["show"], ["show", "x"],
     ["show", "1", "2"], ["cancel"], ["cancel", "-3"], ["gpus"], ["logs", "1"], ["--help"], [],
+    ["show", "12_"], ["show", "_3"], ["show", "12_[]"], ["show", "12_x"], ["cancel", "0"],
+    ["cancel", "12_3_4"],
 ]  # fmt: skip
 
 
@@ -139,7 +144,8 @@ WORDS = ["--gpus", "--cpus", "--mem", "--time", "-t", "-t2h", "--time=1h", "-J",
          "--nodes", "--gpus-per-node", "--dry-run", "--check", "--", "-", "--help", "-h",
          "--frob", "--gpus=", "--gpus=3", "--json", "--all", "-a", "-ab", "0", "1", "2", "-5",
          " 7 ", "K=V", "x", "python", "16G", "torchrun", "--gpu", "-o", "--array=1-3",
-         "--dependency", "--retries", "--retry-on", "oom,launch", "USR1@60"]  # fmt: skip
+         "--dependency", "--retries", "--retry-on", "oom,launch", "USR1@60", "12_3",
+         "12_[1-3]", "1_", "_1", "--array", "-r", "-ar", "12_[x]"]  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)

@@ -290,6 +290,15 @@ def queue_cmd(
     user: Annotated[str | None, typer.Option("--user", "-u", help="only this user's")] = None,
     name: Annotated[str | None, typer.Option(help="only jobs of this name")] = None,
     me: Annotated[bool, typer.Option("--me", help="only my jobs (the token's user)")] = False,
+    expand: Annotated[
+        bool,
+        typer.Option(
+            "--array",
+            "-r",
+            help="a line per array task (else an array's pending tasks are one line, "
+            "12_[3-99%8], and each other task its own, 12_0)",
+        ),
+    ] = False,
     fmt: Annotated[
         str | None,
         typer.Option(
@@ -317,15 +326,35 @@ def queue_cmd(
         limit, before, since_timestamp(since) if since else None,
         tuple(s.upper() for s in state or ()), user, name, me,
     )  # fmt: skip
-    _exit(commands.queue(all, json_out, page, fmt, sort))
+    _exit(commands.queue(all, json_out, page, fmt, sort, expand))
 
 
 app.command("ps", hidden=True, help="Alias of `queue`.")(queue_cmd)
 
 
+def _job_ref(value: str) -> str:
+    """A job reference (cli/job_refs.py) checked as the fast path checks it."""
+    from gpuyard.cli.job_refs import check
+
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _job_refs(values: list[str]) -> list[str]:
+    return [_job_ref(value) for value in values]
+
+
+# A job (12), an array (its id: 12) or its tasks (12_3, 12_[1-3,5]).
+JobRef = Annotated[str, typer.Argument(metavar="JOB", callback=_job_ref)]
+JobRefs = Annotated[list[str], typer.Argument(metavar="JOB...", callback=_job_refs)]
+
+
 @app.command()
-def show(job_id: Annotated[int, typer.Argument(metavar="JOB")], json_out: JsonOpt = False) -> None:
-    """Everything about one job."""
+def show(job_id: JobRef, json_out: JsonOpt = False) -> None:
+    """Everything about one job; an array's id (12): its tasks by state and their table;
+    12_3: that task."""
     _exit(commands.show(job_id, json_out))
 
 
@@ -348,7 +377,7 @@ def logs(
 
 @app.command()
 def cancel(
-    job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
+    job_ids: JobRefs,
     signal: Annotated[
         str | None,
         typer.Option(
@@ -360,51 +389,48 @@ def cancel(
     ] = None,
 ) -> None:
     """Cancel jobs: pending ones at once, running ones by their stop signal (SIGTERM unless
-    submitted with --signal), a grace period, SIGKILL."""
+    submitted with --signal), a grace period, SIGKILL. An array's id cancels the whole array,
+    12_3 one task, 12_[1-3] those tasks."""
     _exit(commands.cancel(job_ids, signal))
 
 
-def _each(job_ids: list[int], act: str, said: str) -> None:
-    """Apply the client's `act` to each job: `said` (formatted with the job's id) on stdout, or
-    one line per job it could not be done to on stderr, and exit 1 if any."""
-    from gpuyard.client import ServerUnreachable
+def _each(refs: list[str], act: str, said: str, state: str) -> None:
+    """Apply the client's `act` to each job the references name: `said` (formatted with the
+    job's label, 12 or 12_3) on stdout, or one line per job it could not be done to on stderr,
+    and exit 1 if any. Of an array (or 12_[1-3]), the tasks in `state` (and not held, for a
+    hold; held, for a release)."""
+    from gpuyard.cli.job_refs import each_job
 
     client = _client()
-    failed = False
-    for job_id in job_ids:
-        try:
-            getattr(client, act)(job_id)
-        except ServerUnreachable:
-            raise
-        except GpuyardError as exc:
-            sys.stderr.write(f"gpuyard: {exc.message}\n")
-            failed = True
-            continue
-        sys.stdout.write(said.format(id=job_id) + "\n")
-    _exit(1 if failed else 0)
+
+    def applies(job: dict[str, object]) -> bool:
+        held = bool(job.get("held"))
+        return job["state"] == state and (held if act == "release" else not held)
+
+    _exit(each_job(refs, lambda job: getattr(client, act)(job["id"]), said, applies))
 
 
-JobIds = Annotated[list[int], typer.Argument(metavar="JOB...")]
+JobIds = JobRefs
 
 
 @app.command()
 def hold(job_ids: JobIds) -> None:
     """Keep pending jobs out of the queue (reason JobHeldUser) until released; a hold
     survives a server restart."""
-    _each(job_ids, "hold", "job {id} held (`gpuyard release {id}` lets it run)")
+    _each(job_ids, "hold", "job {id} held (`gpuyard release {id}` lets it run)", "PENDING")
 
 
 @app.command()
 def release(job_ids: JobIds) -> None:
     """Let held jobs back in the queue."""
-    _each(job_ids, "release", "job {id} released")
+    _each(job_ids, "release", "job {id} released", "PENDING")
 
 
 @app.command()
 def requeue(job_ids: JobIds) -> None:
     """Stop running jobs and put them back in the queue, as a preemption does (their restart
     count grows; GPUYARD_RESTART_COUNT tells the next run)."""
-    _each(job_ids, "requeue", "job {id} is stopping and goes back to the queue")
+    _each(job_ids, "requeue", "job {id} is stopping and goes back to the queue", "RUNNING")
 
 
 @app.command()
@@ -463,10 +489,9 @@ def clean(
 
 
 @app.command()
-def wait(job_ids: Annotated[list[int], typer.Argument(metavar="JOB...")],
-         quiet: QuietOpt = False) -> None:  # fmt: skip
-    """Block until the jobs end; exit 0 only if all COMPLETED. On a terminal, a progress bar
-    per job (on stderr) until then."""
+def wait(job_ids: JobRefs, quiet: QuietOpt = False) -> None:
+    """Block until the jobs end; exit 0 only if all COMPLETED. An array's id waits for every
+    task (12_3: one). On a terminal, a progress bar per job (on stderr) until then."""
     _exit(commands.wait(job_ids, quiet))
 
 

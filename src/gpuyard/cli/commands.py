@@ -13,8 +13,12 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
+    from gpuyard.cli.job_refs import Resolved
     from gpuyard.client import Client
+
+    JobDict = dict[str, Any]
 
 
 class SubmitOptions:
@@ -106,6 +110,7 @@ def submit(opts: SubmitOptions) -> int:
         return 0
     session = client()
     job = session.submit(argv, on_retry=_say_retrying(session), **fields)
+    # An array's id (its first task's, %A) alone: what `wait`, `cancel` and `show` take.
     job_id = job.get("array_job_id") or job["id"]
     sys.stdout.write(f"Submitted batch job {job_id}\n" if opts.style == "sbatch" else f"{job_id}\n")
     if job.get("hint"):
@@ -147,9 +152,12 @@ def queue(
     page: HistoryPage | None = None,
     fmt: str | None = None,
     sort: str | None = None,
+    expand: bool = False,
 ) -> int:
     """Pending and running jobs (and a page of finished ones with `all`), maybe filtered,
-    sorted (`sort`) and laid out (`fmt`) in squeue's style (cli/queue_format.py)."""
+    sorted (`sort`) and laid out (`fmt`) in squeue's style (cli/queue_format.py). An array's
+    pending tasks are one line (`12_[3-99%8]`), each running task its own (`12_0`); `expand`
+    (`--array`): a line per task. JSON is always a record per job."""
     page = page or HistoryPage()
     session = client()
     user = page.user
@@ -168,17 +176,26 @@ def queue(
 
         jobs = sort_jobs(jobs, sort) if sort else jobs
         if fmt and not json_out:
-            sys.stdout.write(format_jobs(jobs, fmt) + "\n")
+            sys.stdout.write(format_jobs(_folded(jobs, expand), fmt) + "\n")
             return 0
     if json_out:
         print_json(jobs)
         return 0
     from gpuyard.cli.render import queue_rows
 
-    sys.stdout.write(queue_rows(jobs) + "\n")
+    sys.stdout.write(queue_rows(_folded(jobs, expand)) + "\n")
     if all and page.limit is not None and len(jobs) >= page.limit and jobs:
         sys.stderr.write(f"gpuyard: more: add --before {jobs[0]['id']} for older jobs\n")
     return 0
+
+
+def _folded(jobs: list[JobDict], expand: bool) -> list[JobDict]:
+    """Arrays folded as squeue shows them, unless `expand`; jobs of no array as they are."""
+    if expand or not any(job.get("array_job_id") is not None for job in jobs):
+        return jobs
+    from gpuyard.cli.queue_format import fold_arrays
+
+    return fold_arrays(jobs)
 
 
 class HistoryPage:
@@ -198,10 +215,25 @@ class HistoryPage:
         self.states, self.user, self.name, self.me = states, user, name, me
 
 
-def show(job_id: int, json_out: bool) -> int:
-    """Everything about one job; with its progress and sparklines once it has run."""
+def show(ref: str, json_out: bool) -> int:
+    """Everything about one job; with its progress and sparklines once it has run. `ref` an
+    array's id (or `12_[1-3]`): a summary of its tasks by state and their table (JSON: the
+    tasks' records); `12_3`: that task."""
     session = client()
-    job = session.job(job_id)
+    if ref.isdigit():  # the usual case: one request, unless it is an array's id
+        job = session.job(int(ref))
+        from gpuyard.cli.job_refs import is_array_head
+
+        if is_array_head(job):
+            return _show_tasks(session.array(int(job["id"])), json_out)
+    else:
+        from gpuyard.cli.job_refs import resolve
+
+        named = resolve(session, ref)
+        if named.tasks is not None:
+            return _show_tasks(named.tasks, json_out)
+        assert named.job is not None
+        job = named.job
     if json_out:
         print_json(job)
         return 0
@@ -209,6 +241,17 @@ def show(job_id: int, json_out: bool) -> int:
 
     charts = _charts(session, job) if job.get("started_at") else []
     sys.stdout.write(job_record(job, charts) + "\n")
+    return 0
+
+
+def _show_tasks(tasks: list[JobDict], json_out: bool) -> int:
+    if json_out:
+        print_json(tasks)
+        return 0
+    from gpuyard.cli.queue_format import array_summary
+    from gpuyard.cli.render import queue_rows
+
+    sys.stdout.write(array_summary(tasks) + "\n\n" + queue_rows(tasks) + "\n")
     return 0
 
 
@@ -234,14 +277,19 @@ def _charts(session: Client, job: dict[str, object]) -> list[tuple[str, object]]
     return chart_fields(progress, metric, series, history)
 
 
-def wait(job_ids: list[int], quiet: bool = False) -> int:
-    """Block until the jobs end; exit 0 only if all COMPLETED. On a terminal (stderr), a
-    progress bar per job until then (cli/live.py); piped or `quiet`, nothing but the lines
-    of the jobs that did not complete, as always."""
+def wait(refs: list[str], quiet: bool = False) -> int:
+    """Block until the jobs end; exit 0 only if all COMPLETED (an array: every task; its worst
+    task decides). On a terminal (stderr), a progress bar per job until then (cli/live.py);
+    piped or `quiet`, nothing but the lines of the jobs that did not complete, as always."""
+    from gpuyard.cli.job_refs import label, resolve
     from gpuyard.cli.live import wants_live
 
     session = client()
-    if wants_live(quiet):
+    named = [resolve(session, ref) for ref in refs]
+    job_ids = list(dict.fromkeys(int(job["id"]) for one in named for job in one.jobs()))
+    if any(one.tasks is not None for one in named):
+        jobs = _wait_arrays(session, named)  # an array's tasks: one request per array a round
+    elif wants_live(quiet):
         from gpuyard.cli.live import wait_live
 
         jobs = wait_live(session, job_ids)
@@ -249,8 +297,38 @@ def wait(job_ids: list[int], quiet: bool = False) -> int:
         jobs = session.wait(job_ids)
     bad = [j for j in jobs if j["state"] != "COMPLETED"]
     for job in bad:
-        sys.stderr.write(f"gpuyard: job {job['id']} {job['state']}: {job['reason']}\n")
+        sys.stderr.write(f"gpuyard: job {label(job)} {job['state']}: {job['reason']}\n")
     return 1 if bad else 0
+
+
+def _wait_arrays(session: Client, named: list[Resolved], poll_s: float = 0.5) -> list[JobDict]:
+    """The final records of every job `named`, each array's tasks read in one request."""
+    import time
+
+    from gpuyard.domain.states import TERMINAL_STATES
+
+    ended = {state.value for state in TERMINAL_STATES}
+    done: dict[int, JobDict] = {}
+    while True:
+        waiting = False
+        for one in named:
+            wanted = [int(job["id"]) for job in one.jobs() if int(job["id"]) not in done]
+            if not wanted:
+                continue
+            if one.array_id is not None and len(wanted) > 1:
+                jobs = [j for j in session.array(one.array_id) if int(j["id"]) in wanted]
+            else:
+                jobs = [session.job(job_id) for job_id in wanted]
+            for job in jobs:
+                if job["state"] in ended:
+                    done[int(job["id"])] = job
+                else:
+                    waiting = True
+        if not waiting:
+            break
+        time.sleep(poll_s)
+    ordered = [int(job["id"]) for one in named for job in one.jobs()]
+    return [done[job_id] for job_id in dict.fromkeys(ordered)]
 
 
 def logs(job_id: int, follow: bool, tail: int | None, quiet: bool = False) -> int:
@@ -279,20 +357,69 @@ def _following_lost() -> None:
     sys.stderr.write("gpuyard: the server went away; following again once it is back\n")
 
 
-def cancel(job_ids: list[int], signal: str | None = None) -> int:
+def cancel(refs: list[str], signal: str | None = None) -> int:
     """Cancel each job; one line per job that could not be, and exit 1 if any. `signal`: what
-    running jobs' processes get instead of their own stop signal (`--signal`)."""
+    running jobs' processes get instead of their own stop signal (`--signal`). An array's id
+    cancels the whole array (as scancel), `12_3` one task, `12_[1-3]` those tasks."""
     from gpuyard.client import ServerUnreachable
     from gpuyard.domain.errors import GpuyardError
 
     session = client()
     failed = False
-    for job_id in job_ids:
+    for ref in refs:
         try:
-            session.cancel(job_id, signal)
+            if ref.isdigit():
+                _cancel_id(session, int(ref), signal)
+            else:
+                _cancel_tasks(session, ref, signal)
         except ServerUnreachable:
             raise
         except GpuyardError as exc:
             sys.stderr.write(f"gpuyard: {exc.message}\n")
             failed = True
     return 1 if failed else 0
+
+
+def _cancel_id(session: Client, job_id: int, signal: str | None) -> None:
+    """Cancel job `job_id` (one request), and when it is an array's first task, the rest of
+    the array too; an array whose first task already ended is still cancelled whole."""
+    from gpuyard.cli.job_refs import is_array_head
+    from gpuyard.domain.errors import Conflict
+
+    try:
+        job = session.cancel(job_id, signal)
+    except Conflict:  # it ended: an array's first task often ends before the rest
+        job = session.job(job_id)
+        if not is_array_head(job):
+            raise
+    if not is_array_head(job):
+        return
+    if signal is None:
+        session.cancel_array(job_id)
+        return
+    for task in session.array(job_id):  # the signal is each running task's
+        if task["state"] in ("PENDING", "RUNNING"):
+            _cancel_quietly(session, int(task["id"]), signal)
+
+
+def _cancel_tasks(session: Client, ref: str, signal: str | None) -> None:
+    from gpuyard.cli.job_refs import resolve
+
+    named = resolve(session, ref)
+    if named.tasks is None:  # one task: cancelled as a job, its errors said
+        assert named.job is not None
+        session.cancel(int(named.job["id"]), signal)
+        return
+    for task in named.tasks:
+        if task["state"] in ("PENDING", "RUNNING"):
+            _cancel_quietly(session, int(task["id"]), signal)
+
+
+def _cancel_quietly(session: Client, job_id: int, signal: str | None) -> None:
+    """Cancel one of several tasks: one that ended meanwhile is no failure."""
+    from gpuyard.domain.errors import Conflict
+
+    try:
+        session.cancel(job_id, signal)
+    except Conflict:
+        pass

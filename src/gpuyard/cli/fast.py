@@ -130,6 +130,16 @@ def _int(text: str, low: int | None = None) -> int:
     return value
 
 
+def _ref(text: str) -> str:
+    """A job reference (12, 12_3, 12_[1-3]) as typer's callback checks it."""
+    from gpuyard.cli.job_refs import check
+
+    try:
+        return check(text)
+    except ValueError:
+        raise _Unsure from None
+
+
 def _submit(args: list[str]) -> Parsed:
     opts = commands.SubmitOptions()
     lists: dict[str, list[str]] = {"env": [], "notify": []}
@@ -171,6 +181,8 @@ _LIST_FLAGS: dict[str, tuple[str, str | bool]] = {
     "--all": ("all", True),
     "-a": ("all", True),
     "--json": ("json", True),
+    "--array": ("array", True),
+    "-r": ("array", True),
 }
 _JSON_FLAG: dict[str, tuple[str, str | bool]] = {"--json": ("json", True)}
 
@@ -198,21 +210,21 @@ def _queue(args: list[str]) -> Parsed:
     seen, words = _flags_and_words(args, _LIST_FLAGS)
     if words:
         raise _Unsure
-    return commands.queue, ("all" in seen, "json" in seen)
+    return commands.queue, ("all" in seen, "json" in seen, None, None, None, "array" in seen)
 
 
 def _show(args: list[str]) -> Parsed:
     seen, words = _flags_and_words(args, _JSON_FLAG)
     if len(words) != 1:
         raise _Unsure
-    return commands.show, (_int(words[0]), "json" in seen)
+    return commands.show, (_ref(words[0]), "json" in seen)
 
 
 def _cancel(args: list[str]) -> Parsed:
     _, words = _flags_and_words(args, {})
     if not words:
         raise _Unsure
-    return commands.cancel, ([_int(word) for word in words],)
+    return commands.cancel, ([_ref(word) for word in words],)
 
 
 _PARSERS: dict[str, Callable[[list[str]], Parsed]] = {

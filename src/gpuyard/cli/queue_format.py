@@ -8,6 +8,8 @@
 column is as wide as its widest cell. `--sort`: keys separated by commas, `-` before a key for
 descending: `i` id, `j` name, `u` user, `t`/`T` state, `p` priority, `M` time used, `l` time
 limit, `b` GPUs, `D` nodes, `V` submit time, `S` start time.
+Arrays fold as squeue folds them (`fold_arrays`): an array's pending tasks are one line,
+`12_[3-99%8]`, each of its other tasks a line of its own, `12_0`.
 Standard library only: the CLI's start path.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from gpuyard.cli.job_refs import label
 from gpuyard.cli.render import gpu_list, printable, shown_state
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.units import format_duration, format_size_mib
@@ -53,7 +56,7 @@ def _reason(job: dict[str, Any]) -> str:
 
 # letter -> (header, cell)
 FIELDS: dict[str, tuple[str, Field]] = {
-    "i": ("JOBID", lambda j: str(j["id"])),
+    "i": ("JOBID", label),
     "j": ("NAME", lambda j: str(j["name"])),
     "u": ("USER", lambda j: str(j["owner"])),
     "T": ("STATE", shown_state),
@@ -133,3 +136,68 @@ def format_jobs(jobs: Sequence[dict[str, Any]], fmt: str) -> str:
             cells.append(cell)
         lines.append("".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def fold_arrays(jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs as squeue lists them: an array's pending tasks folded into one line where the
+    first of them was (`12_[3-99%8]`: their indices, and the array's cap on running tasks),
+    every other task a line of its own (`12_0`); jobs of no array as they are. A folded line
+    is its first pending task's record with `shown_id` set and `array_pending` its count."""
+    pending: dict[int, list[dict[str, Any]]] = {}
+    for job in jobs:
+        array_id = job.get("array_job_id")
+        if array_id is not None and job["state"] == "PENDING":
+            pending.setdefault(array_id, []).append(job)
+    folded: list[dict[str, Any]] = []
+    for job in jobs:
+        array_id = job.get("array_job_id")
+        tasks = pending.get(array_id) if array_id is not None else None
+        if tasks is None or job["state"] != "PENDING":
+            folded.append(job)
+        elif tasks[0] is job:
+            indices = [int(task["array_task_id"]) for task in tasks]
+            cap = job.get("array_max_running") or 0
+            shown = f"{array_id}_[{index_ranges(indices)}{f'%{cap}' if cap else ''}]"
+            if len(tasks) == 1 and not cap:
+                shown = f"{array_id}_{indices[0]}"
+            folded.append({**job, "shown_id": shown, "array_pending": len(tasks)})
+    return folded
+
+
+def index_ranges(indices: Sequence[int]) -> str:
+    """Task indices as sbatch's --array writes them: `0-3,7,9-10`."""
+    parts: list[str] = []
+    ordered = sorted(set(indices))
+    start = prev = ordered[0] if ordered else 0
+    for index in ordered[1:]:
+        if index == prev + 1:
+            prev = index
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = index
+    if ordered:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+def array_summary(tasks: Sequence[dict[str, Any]]) -> str:
+    """`show`'s first line for an array: its tasks by state, and its cap on running ones.
+
+    Array 12: 100 tasks (0-99), at most 8 running: 8 RUNNING, 90 PENDING, 2 COMPLETED
+    """
+    if not tasks:
+        return "no tasks"
+    first = tasks[0]
+    counts: dict[str, int] = {}
+    for task in tasks:
+        state = shown_state(task)
+        counts[state] = counts.get(state, 0) + 1
+    by_state = ", ".join(f"{count} {state}" for state, count in counts.items())
+    cap = first.get("array_max_running") or 0
+    capped = f", at most {cap} running" if cap else ""
+    indices = index_ranges([int(task["array_task_id"]) for task in tasks])
+    count = len(tasks)
+    return (
+        f"Array {first['array_job_id']}: {count} task{'' if count == 1 else 's'} ({indices})"
+        f"{capped}: {by_state}"
+    )

@@ -36,6 +36,8 @@ def gpu_list(gpus: Sequence[int]) -> str:
 
 
 def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
+    from gpuyard.cli.job_refs import label  # `12_3` for an array's task
+
     rows = []
     for job in jobs:
         pending = job["state"] == "PENDING"
@@ -46,7 +48,7 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
             where = f"{where} (idle since {_local(job['idle_since'], short=True)})"
         rows.append(
             [
-                str(job["id"]),
+                label(job),
                 _clip(job["name"], 24),
                 job["owner"],
                 shown_state(job),
@@ -61,6 +63,17 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
         )
     return table(["JOBID", "NAME", "USER", "STATE", "GPUS", "TIME", "TIME_LIMIT", "PREEMPT",
                   "START", "NODE", "GPU_IDS(REASON)"], rows)  # fmt: skip
+
+
+def _array_fields(job: dict[str, Any]) -> list[tuple[str, object]]:
+    """An array's task: its array (%A) and index (%a), as scontrol shows them."""
+    if job.get("array_job_id") is None:
+        return []
+    cap = job.get("array_max_running") or 0
+    return [
+        ("ArrayJobId", job["array_job_id"]),
+        ("ArrayTaskId", f"{job['array_task_id']}" + (f" (at most {cap} running)" if cap else "")),
+    ]
 
 
 def shown_state(job: dict[str, Any]) -> str:
@@ -182,6 +195,7 @@ def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -
     shown after RunTime when there are any."""
     fields = [
         ("JobId", job["id"]),
+        *_array_fields(job),
         ("Name", job["name"]),
         ("User", job["owner"]),
         ("State", shown_state(job)),
