@@ -110,3 +110,38 @@ def test_sweep_commands_say_what_is_wrong_in_one_line(
     absent = server.cli("sweep", str(tmp_path / "none.toml"), check=False)
     assert absent.returncode == 1 and absent.stderr.startswith("gpuyard: cannot read the sweep")
     assert server.cli("sweep", "list").stdout == "no sweeps: `gpuyard sweep FILE` runs one\n"
+
+
+def test_the_sweeps_cap_holds_and_cancel_of_its_id_cancels_every_trial(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    (tmp_path / "sweep.toml").write_text(
+        'command = ["sleep", "{secs}"]\nmax_running = 1\n[resources]\ngpus = 1\n'
+        "[parameters]\nsecs = [60, 61, 62]\n"
+    )
+    said = server.cli("sweep", "sweep.toml", cwd=tmp_path).stdout
+    sweep_id = int(said.split()[1])
+    client = server.client()
+
+    def one_running() -> dict | None:  # type: ignore[type-arg]
+        found = client.sweep(sweep_id)
+        return found if found["states"].get("RUNNING") else None
+
+    # Two GPUs free, but at most one trial at a time: the others wait for the array's cap.
+    sweep = wait_for(one_running, timeout_s=30)
+    pending = [t["job_id"] for t in sweep["trials"] if t["state"] == "PENDING"]
+    assert len(pending) == 2, sweep
+
+    def capped() -> bool:
+        return all(client.job(j)["reason"] == "JobArrayTaskLimit" for j in pending)
+
+    wait_for(capped, timeout_s=30)
+    assert client.sweep(sweep_id)["states"] == {"RUNNING": 1, "PENDING": 2}
+    server.cli("cancel", str(sweep_id))
+
+    def all_cancelled() -> dict | None:  # type: ignore[type-arg]
+        found = client.sweep(sweep_id)
+        return found if found["states"] == {"CANCELLED": 3} else None
+
+    sweep = wait_for(all_cancelled, timeout_s=30)
+    assert {t["reason"] for t in sweep["trials"]} == {"Cancelled by user"}
