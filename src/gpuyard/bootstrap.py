@@ -41,6 +41,7 @@ from gpuyard.services.access import AccessRules, HostRules
 from gpuyard.services.accounts import AccountService
 from gpuyard.services.auth import TokenAuth
 from gpuyard.services.controller import Controller, ExitInbox, Wakeup
+from gpuyard.services.dependencies import NamedJobs
 from gpuyard.services.drains import DrainService
 from gpuyard.services.feed import ChangeFeed
 from gpuyard.services.gpu_history import GpuHistory
@@ -160,6 +161,7 @@ def build_core(
     )  # fmt: skip
     if settle is not None:
         settle(controller, drains)
+    scheduler.set_job_lookup(NamedJobs(book, store))  # the jobs a dependency names
     scheduler.rebuild(active)
     stops = StopRequests(journal, clock, stop_signals)
     idle = IdleWatch(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
+from gpuyard.domain.dependency import parse_dependency
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import DISTRIBUTED_MODES, JOB_KINDS, NOTIFY_EVENTS, JobSpec
 from gpuyard.domain.retry import MAX_RETRIES, check_retry_on
@@ -195,6 +196,7 @@ def check_workflow(draft: SpecDraft) -> None:
             f"dependency: printable, at most {MAX_DEPENDENCY_CHARS:,} characters",
             field="dependency",
         )
+    parse_dependency(draft.dependency)  # its syntax; the jobs it names: at submit
     if len(draft.gpu_type) > MAX_GPU_TYPE_CHARS or not draft.gpu_type.isprintable():
         raise InvalidRequest(
             f"gpu_type: a GPU model or vendor (e.g. a100, h100, mi300x), at most "

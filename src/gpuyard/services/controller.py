@@ -20,6 +20,7 @@ from gpuyard.domain.retry import REASON_LAUNCH_FAILED, RetryRules, attempt_of, r
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.crashpoints import crash_point
+from gpuyard.services.dependencies import end_never_satisfied
 from gpuyard.services.disk_waits import DiskFullWaits
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.journal import Journal, Transaction
@@ -163,6 +164,7 @@ class Controller:
         if started:
             crash_point("start_recorded")
             self._launch(started)
+        end_never_satisfied(self.journal, decided.never, self._clock)  # outside the pass lock
         if decided.passed:  # idle ticks would drown the passes in the histogram
             self.metrics.pass_s.observe(time.perf_counter() - began)
         return decided

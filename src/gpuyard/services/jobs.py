@@ -24,6 +24,7 @@ from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.scheduling.projection import StartEstimates
 from gpuyard.services import job_verbs
+from gpuyard.services.dependencies import check_dependency_of
 from gpuyard.services.drains import DrainService
 from gpuyard.services.gpu_mem import PeakHistory
 from gpuyard.services.idle import IdleWatch
@@ -164,6 +165,7 @@ class JobService:
         self._check_fits(spec)
         self._check_owner(actor)
         self._check_quota(spec, actor)
+        check_dependency_of(self, spec, actor)
         self._check_workdir(spec)
         job = self._new_job(spec, actor, restart_of)
         self.store.write([job], [])
@@ -179,6 +181,7 @@ class JobService:
         self._check_fits(spec)
         self._check_owner(actor)
         self._check_quota(spec, actor)
+        check_dependency_of(self, spec, actor)
         if not self._workdir_seen_recently(spec.workdir):
             await asyncio.to_thread(self._check_workdir, spec)
         job = self._new_job(spec, actor, idempotency_key=idempotency_key)
@@ -310,6 +313,7 @@ class JobService:
         for spec in {(s.gpus, s.time_limit_s): s for s in distinct}.values():
             self._check_quota(spec, actor)
         self._check_pending_room(len(indices), actor)
+        check_dependency_of(self, specs[0], actor)  # an array's tasks share one
 
     def _check_pending_room(self, count: int, actor: Principal) -> None:
         """Every task is a pending job: an array that would take its owner (or team) past the
@@ -482,6 +486,7 @@ class JobService:
         self._check_fits(spec)
         self._check_owner(actor)
         self._check_quota(spec, actor)
+        check_dependency_of(self, spec, actor)
         self._check_workdir(spec)
         probe_id = self.book.peek_next_id()
         projection = self.scheduler.dry_run(spec, actor.user, probe_id)

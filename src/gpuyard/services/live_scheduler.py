@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from gpuyard.domain.dependency import Ref
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import (
     REASON_PREEMPTING,
@@ -43,6 +44,8 @@ from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policy import Policy
 from gpuyard.scheduling.projection import Projection, StartEstimates
 from gpuyard.scheduling.quotas import QuotaJob, QuotaLedger, QuotaRules, admission, next_recheck_at
+from gpuyard.scheduling.workflow_gate import Named, WorkflowGate
+from gpuyard.services.dependencies import gate_job, gated
 from gpuyard.services.estimates import Batch, Estimator, copy_world
 from gpuyard.services.gpu_binding import GpuBinding, Launch
 from gpuyard.services.inventory import Inventory
@@ -75,6 +78,9 @@ class Decisions:
     launches: list[Launch] = field(default_factory=list)
     preempt: list[int] = field(default_factory=list)
     passed: bool = False  # the policy ran a pass (else nothing it could act on happened)
+    # Pending jobs whose dependency can never hold (id, why): to end CANCELLED
+    # (DependencyNeverSatisfied) after the pass, through the journal.
+    never: list[tuple[int, str]] = field(default_factory=list)
 
 
 class LiveScheduler:
@@ -118,6 +124,13 @@ class LiveScheduler:
         # to be woken then). `_begin_at` is the copy `reason_for` reads (BeginTime), swapped.
         self._backoff: dict[int, float] = {}
         self._begin_at: Mapping[int, float] = MappingProxyType({})
+        # Dependencies, array caps, singleton (`scheduling/workflow_gate.py`, pure: the
+        # simulator runs it too): gated jobs are parked out of the policy until it lets them
+        # in; its reasons are read lock-free. `named_jobs` looks up the jobs a dependency
+        # names (the book, else the store: `set_job_lookup`).
+        self._named: Callable[[Ref], Sequence[Named]] = lambda ref: []
+        self.workflow = WorkflowGate(lambda ref: self._named(ref))
+        self._never: list[tuple[int, str]] = []
         self.estimator = Estimator(
             clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live,
             in_process=estimates_in_process,
@@ -165,6 +178,10 @@ class LiveScheduler:
         """New limits (any thread): the next pass holds and releases jobs by them."""
         self._quota_rules = rules
 
+    def set_job_lookup(self, named: Callable[[Ref], Sequence[Named]]) -> None:
+        """How the gate finds the jobs a dependency names (wired once, before `rebuild`)."""
+        self._named = named
+
     @property
     def quota_rules(self) -> QuotaRules:
         return self._quota_rules
@@ -188,6 +205,7 @@ class LiveScheduler:
             if self._assigned.pop(job_id, None) is not None:
                 self._view = replace(self._view, assigned=frozenset(self._assigned))
             self.binding.holding[job_id] = gpus
+            self.workflow.began(job_id, self._clock())  # `after` holds from its start
 
     # -- the pass (controller thread) ----------------------------------------------------------
     def decide(self) -> Decisions:
@@ -196,6 +214,7 @@ class LiveScheduler:
             now = self._clock()
             fed = self._apply_inbox()
             fed = self._release_due(now) or fed
+            fed = self._apply_workflow(now) or fed
             if self._shares is not self._shares_applied:
                 self._shares_applied = self._shares
                 self._feed.set_shares(self._shares_applied)
@@ -220,6 +239,7 @@ class LiveScheduler:
                     self.policy.next_decision_at(now),
                     next_recheck_at(self._quota_held, now),
                     min(self._backoff.values(), default=None),
+                    self.workflow.next_at(),
                 )
                 self._wake_at = min((w for w in wakes if w is not None), default=None)
             launches, waiting_busy = self.binding.launchable(self._assigned, self.cluster)
@@ -227,7 +247,27 @@ class LiveScheduler:
             if ops:
                 self.estimator.record(Batch(generation, ops))
             self._publish(generation, now, waiting_busy, refresh_head=passed)
-            return Decisions(launches, list(self._unrecorded_stops), passed)
+            never, self._never = self._never, []
+            return Decisions(launches, list(self._unrecorded_stops), passed, never)
+
+    def _apply_workflow(self, now: float) -> bool:
+        """The workflow stages' outcome since the last pass: jobs whose dependency now holds
+        and whose array has room go to the policy (with their own submit time, as a release);
+        jobs that can never run stay parked and are handed to the controller to end."""
+        workflow = self.workflow
+        if not workflow.busy and not self._timed_due(now):
+            return False
+        released, never = workflow.take(now)
+        self._never.extend(never)
+        fed = False
+        for job_id in released:
+            if not self._kept_out(job_id):
+                fed = self._feed.unpark(job_id, now) or fed
+        return fed
+
+    def _timed_due(self, now: float) -> bool:
+        due = self.workflow.next_at()
+        return due is not None and due <= now
 
     def _apply_decisions(self, decided: list[Decision]) -> None:
         for decision in decided:
@@ -250,6 +290,7 @@ class LiveScheduler:
         ] + [
             feed.parked[i] for i in self._quota_held
             if i in feed.parked and gate.reason(i) is None and i not in self._backoff
+            and self.workflow.reason(i) is None
         ]  # fmt: skip
         held = admission(
             rules, ledger,
@@ -317,7 +358,10 @@ class LiveScheduler:
         for a held job; the job next in line waits for Resources, the ones behind it for
         Priority; a job already chosen waits for the jobs it preempted (Preempting). Reads
         only the last pass's snapshot: never waits for a pass (the event loop calls this)."""
-        held = self.gate.reason(job_id) or self._quota_held.get(job_id)
+        held = (
+            self.gate.reason(job_id) or self.workflow.reason(job_id)
+            or self._quota_held.get(job_id)
+        )  # fmt: skip
         if held is not None:
             return held
         if job_id in self._begin_at:
@@ -349,11 +393,14 @@ class LiveScheduler:
             match event:
                 case Submitted(job, at):
                     self._note_backoff(job)
+                    if gated(job):
+                        self.workflow.arrive(gate_job(job), at)
                     parked = self._kept_out(job.id)
                     feed.submit(job, at, parked)
                     fed = fed or not parked
                 case Cancelled(job_id, at):
                     gate.forget(job_id)
+                    self.workflow.ended(job_id, JobState.CANCELLED, None, at)
                     self._end_backoff(job_id)
                     fed = self._forget(job_id, at) or fed
                 case Drained(gpu, out_of_service, _):
@@ -368,7 +415,7 @@ class LiveScheduler:
                     held = gate.reason(job_id) is not None and job_id not in self._assigned
                     fed = (held and feed.park(job_id, at)) or fed
                 case Released(job_id, at):  # a job still in its backoff stays out
-                    fed = (job_id not in self._backoff and feed.unpark(job_id, at)) or fed
+                    fed = (not self._kept_out(job_id) and feed.unpark(job_id, at)) or fed
         self.binding.charge_drained(feed)
         return fed
 
@@ -383,6 +430,7 @@ class LiveScheduler:
         requeued = record.state is JobState.PENDING
         if not requeued:
             self.gate.forget(job_id)
+            self.workflow.ended(job_id, record.state, record.exit_code, at)
             self._end_backoff(job_id)
         else:  # a retry waits out its backoff; a job held by the server (NodeFailLimit) waits
             self._note_backoff(record)
@@ -428,8 +476,12 @@ class LiveScheduler:
         return self._kept_out(job_id) and self._feed.park(job_id, at)
 
     def _kept_out(self, job_id: int) -> bool:
-        """Held by the gate, or not to start before its backoff ends."""
-        return self.gate.reason(job_id) is not None or job_id in self._backoff
+        """Held by the gate (a hold, a dependency, an array's cap), or not to start before its
+        backoff ends."""
+        return (
+            self.gate.reason(job_id) is not None or job_id in self._backoff
+            or self.workflow.reason(job_id) is not None
+        )  # fmt: skip
 
     def _note_backoff(self, record: Job) -> None:
         """A pending job whose `not_before` is still ahead waits for it (BeginTime)."""
@@ -448,7 +500,7 @@ class LiveScheduler:
         fed = False
         for job_id in due:
             self._end_backoff(job_id)
-            if self.gate.reason(job_id) is None:
+            if not self._kept_out(job_id):
                 fed = self._feed.unpark(job_id, now) or fed
         return fed
 
@@ -480,11 +532,26 @@ class LiveScheduler:
                 self.gate.hold(job.id, hold_reason(job))
             if job.state is JobState.PENDING:
                 self._note_backoff(job)
+        self._rebuild_workflow(jobs)
         with self._lock:
             for at, kind, _, record in events:
                 self._replay(kind, at, record)
             ops = self._feed.take_ops()
             self.estimator.record(Batch(self._view.generation, ops))
+
+    def _rebuild_workflow(self, jobs: list[Job]) -> None:
+        """Running jobs hold their places under their caps; pending ones arrive again in
+        submit order, their dependencies judged anew from the stored jobs (the jobs they name
+        may have left the book: the lookup asks the store)."""
+        workflow, now = self.workflow, self._clock()
+        for job in sorted(jobs, key=lambda j: j.id):
+            if job.state is JobState.RUNNING:
+                workflow.occupy(gate_job(job))
+        for job in sorted(jobs, key=lambda j: j.id):
+            if job.state is JobState.PENDING and gated(job):
+                workflow.arrive(gate_job(job), now)
+        _, never = workflow.take(now)  # the jobs it let in are not parked by the replay
+        self._never.extend(never)
 
     def _replay(self, kind: int, at: float, record: Job) -> None:
         feed = self._feed

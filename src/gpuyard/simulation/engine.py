@@ -8,17 +8,26 @@ pays the restart penalty (default 60 s, Tiresias' measurement) before it makes p
 With `quotas`, the replay runs the live server's quota gate (`scheduling/quotas.py`, the same
 `admission`) before each pass: a job over its user's or team's limit leaves the policy (as
 `cancel`) and comes back (`submit`) when usage drops, exactly as the live pass parks it.
+
+Trace jobs with a dependency, an array cap or singleton pass the live gate's workflow stages
+(`scheduling/workflow_gate.py`, the same code): the policy hears of such a job only when the
+gate lets it in (`submit`, its own submit time kept); one whose dependency can never hold is
+cancelled unseen. A job the gate lets in because another *started* (`after`) is let in by a
+second pass at that instant, as the live server's next pass does.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gpuyard.domain.dependency import Ref, parse_dependency
+from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
 from gpuyard.scheduling.quotas import QuotaJob, QuotaLedger, QuotaRules, admission, next_recheck_at
+from gpuyard.scheduling.workflow_gate import GateJob, Named, WorkflowGate
 from gpuyard.simulation.trace import TraceJob
 
 _ARRIVE, _FINISH, _WAKE = 0, 1, 2
@@ -45,6 +54,7 @@ class ReplayResult:
     busy_gpu_s_in_window: float
     window_s: float
     restart_penalty_s: float
+    cancelled: list[int] = field(default_factory=list)  # never ran: dependency never satisfied
 
 
 @dataclass(slots=True, eq=False)
@@ -106,6 +116,13 @@ class Replay:
         self._waiting: dict[int, SchedJob] = {}  # pending in the policy (quotas only)
         self._parked: dict[int, SchedJob] = {}  # held by the quota gate
         self._held: dict[int, str] = {}  # the last gate's holds, in its order (as the live one)
+        self._gated = {t.id: g for t in trace if (g := _gate_job(t)).gated}
+        self._workflow = WorkflowGate(self._named) if self._gated else None
+        self._arrays: dict[int, list[int]] = {}
+        for t in trace:
+            if t.array_job_id is not None:
+                self._arrays.setdefault(t.array_job_id, []).append(t.id)
+        self._cancelled: dict[int, float] = {}
 
     def _push(self, at: float, kind: int, run: _Run | None, version: int = 0) -> None:
         self._seq += 1
@@ -119,6 +136,8 @@ class Replay:
         if self._quotas is not None:
             self._waiting.pop(job.id, None)
             self._ledger.start(job.id, job.user, job.gpus, self.now)
+        if self._workflow is not None:
+            self._workflow.began(job.id, self.now)
         run.penalty_s = self.penalty_s if job.restarts else 0.0
         run.version += 1
         finish = self.now + run.penalty_s + (run.trace.duration_s - run.done_s)
@@ -144,9 +163,9 @@ class Replay:
             while events and events[0][0] == self.now:
                 _, _, kind, run, version = heapq.heappop(events)
                 if kind == _ARRIVE and run is not None:
-                    policy.submit(run.job, self.now)
-                    if self._quotas is not None:
-                        self._waiting[run.job.id] = run.job
+                    # A job the gate parks tells the policy nothing: no pass for it (live too).
+                    happened = self._arrive(run) or happened
+                    continue
                 elif kind == _FINISH and run is not None and version == run.version:
                     self._finish(run)
                     finished += 1
@@ -154,23 +173,95 @@ class Replay:
                         progress(finished)
                 elif kind == _FINISH:
                     continue  # the end of a run that was preempted: nothing happened
-                elif self._quotas is not None and self.now != self._next_wake:
+                elif self._gates and self.now != self._next_wake:
                     continue  # a wake-up the policy no longer asks for (the live pass's rule)
                 happened = True
-            if not happened:
+            if not happened and self._workflow is None:
                 continue
-            recheck = self._gate() if self._quotas is not None else None
-            policy.schedule(self)
+            ran, recheck = self._pass(happened)
+            if not ran:
+                continue
             wake = policy.next_decision_at(self.now)
-            if recheck is not None and (wake is None or recheck < wake):
-                wake = recheck
+            for also in (recheck, self._workflow.next_at() if self._workflow else None):
+                if also is not None and (wake is None or also < wake):
+                    wake = also
             if wake is not None and wake > self.now and wake != self._next_wake:
                 self._next_wake = wake
                 self._push(wake, _WAKE, None)
-            elif wake is None and self._quotas is not None:
+            elif wake is None and self._gates:
                 self._next_wake = None
         self._account()
         return self._result()
+
+    @property
+    def _gates(self) -> bool:
+        return self._quotas is not None or self._workflow is not None
+
+    def _pass(self, happened: bool) -> tuple[bool, float | None]:
+        """The live pass: the gate's stages, then the policy, only if the policy was told
+        something (an event, or a job the workflow stage let in); again at this instant while
+        that stage lets jobs in because others started (`after`), as the live server's next
+        pass would. Returns whether the policy ran, and when the quota gate wants to look
+        again."""
+        ran, recheck = False, None
+        while True:
+            if not self._let_in() and not happened:
+                return ran, recheck
+            recheck = self._gate() if self._quotas is not None else None
+            self.policy.schedule(self)
+            ran, happened = True, False
+            if self._workflow is None or not self._workflow.busy:
+                return ran, recheck
+
+    def _arrive(self, run: _Run) -> bool:
+        """A trace job arrives; True if the policy heard of it (the gate did not park it)."""
+        job = run.job
+        gated = self._gated.get(job.id)
+        workflow = self._workflow
+        if gated is not None and workflow is not None and workflow.arrive(gated, self.now):
+            return False  # parked until the gate lets it in
+        self._submit(job)
+        return True
+
+    def _submit(self, job: SchedJob) -> None:
+        self.policy.submit(job, self.now)
+        if self._quotas is not None:
+            self._waiting[job.id] = job
+
+    def _let_in(self) -> bool:
+        """The workflow stage (the live pass's order: after the events, before quotas)."""
+        if self._workflow is None:
+            return False
+        released, never = self._workflow.take(self.now)
+        for job_id, _ in never:  # cancelled, never seen by the policy
+            self._cancelled[job_id] = self.now
+            self._workflow.ended(job_id, JobState.CANCELLED, None, self.now)
+        for job_id in released:
+            self._submit(self._runs[job_id].job)
+        return bool(released)
+
+    def _named(self, ref: Ref) -> list[Named]:
+        """The trace jobs a reference names, as they are now (an array's id: its tasks)."""
+        if ref.task is not None:
+            ids = [i for i in self._arrays.get(ref.job_id, ())
+                   if self._runs[i].trace.array_task_id == ref.task]  # fmt: skip
+        elif ref.job_id in self._arrays:
+            ids = self._arrays[ref.job_id]
+        else:
+            ids = [ref.job_id] if ref.job_id in self._runs else []
+        return [self._state_of(self._runs[i]) for i in ids]
+
+    def _state_of(self, run: _Run) -> Named:
+        job_id = run.job.id
+        if job_id in self._cancelled:
+            return Named(job_id, JobState.CANCELLED, None, self._cancelled[job_id])
+        if run.finished_at is not None:
+            state = JobState.COMPLETED if run.trace.exit_code == 0 else JobState.FAILED
+            began = run.job.first_started_at
+            return Named(job_id, state, run.trace.exit_code, began)
+        started = run.job.first_started_at
+        return Named(job_id, JobState.PENDING if started is None else JobState.RUNNING, None,
+                     started)  # fmt: skip
 
     def _finish(self, run: _Run) -> None:
         job = run.job
@@ -180,6 +271,10 @@ class Replay:
             self._ledger.end(job.id, self.now)
         run.done_s = run.trace.duration_s
         run.finished_at = self.now
+        if self._workflow is not None:
+            failed = run.trace.exit_code != 0
+            state = JobState.FAILED if failed else JobState.COMPLETED
+            self._workflow.ended(job.id, state, run.trace.exit_code, self.now)
 
     def _gate(self) -> float | None:
         """The live pass's quota gate: park the jobs over a limit, let back those under it;
@@ -219,6 +314,8 @@ class Replay:
         outcomes = []
         for run in self._runs.values():
             job = run.job
+            if job.id in self._cancelled:
+                continue
             if run.finished_at is None or job.first_started_at is None:
                 raise RuntimeError(f"job {job.id} never finished: the policy starved it")
             outcomes.append(
@@ -235,5 +332,13 @@ class Replay:
             )
         start, end = self._window
         return ReplayResult(
-            outcomes, self.cluster.total_gpus, self._busy_in_window, end - start, self.penalty_s
-        )
+            outcomes, self.cluster.total_gpus, self._busy_in_window, end - start, self.penalty_s,
+            sorted(self._cancelled),
+        )  # fmt: skip
+
+
+def _gate_job(t: TraceJob) -> GateJob:
+    return GateJob(
+        t.id, t.user, t.name, parse_dependency(t.dependency), t.array_job_id, t.array_task_id,
+        t.array_max_running if t.array_job_id is not None else 0,
+    )  # fmt: skip

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from gpuyard.domain.dependency import parse_dependency
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.scheduling.cluster import ClusterState
 from gpuyard.scheduling.policies import ORACLES, make_policy, policy_names
@@ -121,6 +122,21 @@ def _check_request(
         make_policy(name)  # refuses an unknown name before any replay runs
 
 
+def _check_dependency(job: TraceJob, seen: set[int]) -> None:
+    """A dependency's syntax, naming only jobs the trace submits before it (as a live submit
+    can only name jobs that exist)."""
+    try:
+        dep = parse_dependency(job.dependency)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"job {job.id}: {exc.message}") from None
+    for _, ref in dep.refs():
+        if ref.job_id not in seen or ref.job_id == job.id:
+            raise InvalidRequest(
+                f"job {job.id} depends on job {ref.job_id}, which the trace does not submit "
+                "before it"
+            )
+
+
 def _check_trace(
     trace: Sequence[TraceJob], cluster: ClusterState, gpus: int, per_node: int
 ) -> None:
@@ -142,6 +158,7 @@ def _check_trace(
         limit = job.time_limit_s
         if limit is not None and not (math.isfinite(limit) and limit > 0):
             raise InvalidRequest(f"job {job.id}: time_limit_s must be > 0 (or empty), not {limit}")
+        _check_dependency(job, seen)
         if not cluster.can_ever_fit(job.gpus):
             raise InvalidRequest(
                 f"job {job.id} needs {job.gpus} GPUs: more than the simulated cluster can give "

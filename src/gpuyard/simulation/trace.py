@@ -1,6 +1,9 @@
 """Loading job traces: CSV with `job_id,user,submit_time_s,num_gpus,duration_s`; optional
 `time_limit_s` (seconds) and `no_preempt` (1/true: the job must never be preempted, like
-`gpuyard submit --no-preempt`).
+`gpuyard submit --no-preempt`). Workflows, optional too: `dependency` (`--dependency` syntax,
+naming jobs submitted earlier in the trace), `name` (for singleton), `array_job_id`,
+`array_task_id`, `array_max_running` (an array's `%N`) and `exit_code` (how the job ends: 0
+COMPLETED, else FAILED, for afterok/afternotok), gated exactly as the live server gates them.
 
 A trace job is preemptible unless its row says `no_preempt`, although a server's jobs are not
 unless they opt in (`--preemptible`): the published traces come from clusters whose jobs were
@@ -35,6 +38,12 @@ class TraceJob:
     duration_s: float
     time_limit_s: float | None = None
     preemptible: bool = True
+    name: str = ""
+    dependency: str = ""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_max_running: int = 0
+    exit_code: int = 0
 
 
 def load_trace(path: Path) -> list[TraceJob]:
@@ -68,9 +77,19 @@ def _row(row: dict[str, str], has_limit: bool, line: int) -> TraceJob:
             duration_s=float(row["duration_s"]),
             time_limit_s=float(limit) if limit else None,
             preemptible=not no_preempt,
+            name=row.get("name") or "",
+            dependency=(row.get("dependency") or "").strip(),
+            array_job_id=_int_or_none(row.get("array_job_id")),
+            array_task_id=_int_or_none(row.get("array_task_id")),
+            array_max_running=int(row.get("array_max_running") or 0),
+            exit_code=int(row.get("exit_code") or 0),
         )
     except (TypeError, ValueError):
         raise InvalidRequest(f"trace line {line}: a number is malformed: {row}") from None
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return int(text) if text and text.strip() else None
 
 
 def with_preemptible_fraction(trace: list[TraceJob], fraction: float) -> list[TraceJob]:
