@@ -7,6 +7,7 @@ import fcntl
 import os
 import select
 import signal
+import stat
 import struct
 import subprocess
 import termios
@@ -95,6 +96,9 @@ def test_typed_commands_run_in_the_session_and_its_exit_code_is_runs(server, ter
     shown = term.expect(f"hi-from-{job_id}")
     term.expect("/dev/pts/")
     assert "not a tty" not in shown
+    # Its terminal's socket is for its user alone (the kernel checks that on connect).
+    sock = server.state_dir / "jobs" / str(job_id) / "attach.sock"
+    assert stat.S_ISSOCK(sock.stat().st_mode) and stat.S_IMODE(sock.stat().st_mode) == 0o600
     # The session is a job while it runs: in the queue, RUNNING, holding its GPU.
     queue = server.cli("queue").stdout
     assert str(job_id) in queue and "RUNNING" in queue
@@ -195,6 +199,20 @@ def test_detach_and_attach_again(server, terminals):
     again.type("echo x-is-$X-$((6+6)); exit 4\n")
     again.expect("x-is-kept-12")
     assert again.exit_code() == 4
+
+
+def test_another_attach_takes_the_session_over(server, terminals):
+    first = _run_sh(server, terminals)
+    job_id = _session_id(server)
+    first.type("echo one-$((7+7))\n")
+    first.expect("one-14")
+    second = Terminal(server, "attach", str(job_id))
+    terminals.append(second)
+    assert first.exit_code() == 0
+    assert "taken over" in first.seen.decode(errors="replace")
+    second.type("echo two-$((8+8)); exit\n")
+    second.expect("two-16")
+    assert second.exit_code() == 0
 
 
 def test_a_server_on_another_machine_is_refused_before_anything_is_queued(server):

@@ -27,6 +27,17 @@ the signal), never a pipe that stays full forever, and the executor ends what is
 tree (`tree.py`). The status file is made (room for it written) as the job starts, so
 that a full disk cannot keep the end from being recorded.
 
+sbatch's -o/-e (`output_file`, `error_file`): tees of the pump, opened before the fork with
+the job's user's identity (`_open_as`: seteuid/setegid/setgroups around the open, undone), so
+the kernel refuses a link or a folder exactly as it would refuse the user; one that cannot be
+opened: no fork, one `gpuyard: cannot run ...` line in the log, exit 127 (LaunchFailed). With
+-e, stderr is a second pipe in the same poll loop.
+
+An interactive job (`pty`): the job is the leader of a new session whose controlling terminal
+is a pty; the supervisor relays the master to a client of the Unix socket `attach_path`
+(`_Session`, frames documented above it) and copies every byte to the log. The job execs once
+the first client has sent its first frame.
+
 Time: the time limit and the warning before it (`--signal SIG@SECONDS`: `warn_signal` once to
 every process of the job, `warn_before_s` before the limit) are one interval timer
 (ITIMER_REAL, which Linux runs on the monotonic clock: a wall-clock step neither kills nor
@@ -789,15 +800,18 @@ class _Session:
         self.frames.clear()
 
     def _drop(self, last: bytes = b"") -> None:
+        """Let the client go; `last`: a frame it is sent first, after what it has not yet had
+        (whole frames: it must read `last` as one), for at most half a second."""
         client, self.client = self.client, None
-        self.out.clear()
+        pending, self.out = bytes(self.out) + last, bytearray()
         if client is None:
             return
-        try:
-            if last:
-                client.send(last)
-        except OSError:
-            pass
+        if last:
+            try:
+                client.settimeout(0.5)
+                client.sendall(pending)
+            except OSError:
+                pass
         client.close()
 
     def _read_client(self) -> None:
