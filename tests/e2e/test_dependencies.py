@@ -1,0 +1,77 @@
+"""`submit -d` on a real server through the real CLI: a job after a failing one is cancelled
+(DependencyNeverSatisfied), after a succeeding one it runs; `queue` says Dependency while it
+waits; an array's %N holds; a dependency on no job is refused in one line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.server import ServerProcess, wait_ended, wait_for
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path / "state", "--gpus", "2", "--cpus", "8", "--kill-grace", "1")
+    srv.start()
+    yield srv
+    srv.stop()
+    srv.kill_jobs()
+
+
+def submit(server: ServerProcess, *args: str) -> str:
+    return server.cli("submit", "--gpus", "0", *args).stdout.strip().splitlines()[-1]
+
+
+def test_afterok_a_failing_job_is_never_satisfied_and_a_succeeding_one_lets_it_run(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    gate = tmp_path / "go"
+    # A waits for a file, so its dependents are seen waiting first.
+    wait_then = f"while [ ! -e {gate} ]; do sleep 0.05; done; "
+    bad = submit(server, "--", "sh", "-c", wait_then + "exit 3")
+    good = submit(server, "--", "sh", "-c", wait_then + "true")
+    after_bad = submit(server, "-d", f"afterok:{bad}", "--", "true")
+    after_good = submit(server, "--dependency", f"afterok:{good}", "--", "true")
+    client = server.client()
+    wait_for(lambda: client.job(int(after_bad))["reason"] == "Dependency")
+    queue = server.cli("queue").stdout
+    assert "Dependency" in queue
+    assert client.job(int(after_good))["state"] == "PENDING"
+    gate.touch()
+    ended = wait_ended(client, after_bad)
+    assert (ended["state"], ended["reason"]) == ("CANCELLED", "DependencyNeverSatisfied")
+    assert ended["started_at"] is None  # it never ran
+    ran = wait_ended(client, after_good)
+    assert (ran["state"], ran["exit_code"]) == ("COMPLETED", 0)
+    assert wait_ended(client, bad)["state"] == "FAILED"
+
+
+def test_a_dependency_on_no_job_is_refused_in_one_line(server: ServerProcess) -> None:
+    result = server.cli("submit", "-d", "afterok:4242", "--", "true", check=False)
+    assert result.returncode != 0
+    assert "4242" in result.stderr and "does not exist" in result.stderr
+    bad = server.cli("submit", "-d", "afterok:x", "--", "true", check=False)
+    assert bad.returncode != 0 and "afterok:x" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_an_array_cap_holds_on_a_real_server(server: ServerProcess, tmp_path: Path) -> None:
+    gate = tmp_path / "go"
+    out = server.cli("submit", "--gpus", "0", "--array", "0-3%1", "--", "sh", "-c",
+                     f"while [ ! -e {gate} ]; do sleep 0.05; done").stdout  # fmt: skip
+    array_id = int(out.strip().splitlines()[-1].split("_")[0])
+    client = server.client()
+    tasks = wait_for(lambda: (t := client.array(array_id)) and
+                     any(j["state"] == "RUNNING" for j in t) and t)  # fmt: skip
+    assert [j["state"] for j in tasks].count("RUNNING") == 1
+
+    def reasons() -> list[str]:
+        return [j["reason"] for j in client.array(array_id) if j["state"] == "PENDING"]
+
+    wait_for(lambda: reasons() == ["JobArrayTaskLimit"] * 3)
+    gate.touch()
+    for task in tasks:
+        assert wait_ended(client, task["id"])["state"] == "COMPLETED"
