@@ -29,12 +29,14 @@ from gpuyard.adapters.gpus.processes import PsutilProcessOwners
 from gpuyard.adapters.gpus.select import choose_gpus
 from gpuyard.adapters.identity import mapped_identity
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
+from gpuyard.adapters.webhook import HttpPoster
 from gpuyard.domain.accounts import DEFAULT_TEAM
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import NodeCapacity
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.retry import RetryRules
 from gpuyard.domain.states import JobState
+from gpuyard.domain.webhooks import UrlPolicy
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.policy import Policy
 from gpuyard.services.access import AccessRules, HostRules
@@ -54,6 +56,7 @@ from gpuyard.services.jobs import JobService
 from gpuyard.services.journal import JobObserver, Journal
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.metrics import QueueMetrics
+from gpuyard.services.notify import NotifyService
 from gpuyard.services.observers import (
     finished_job_stats,
     queue_metrics,
@@ -66,6 +69,7 @@ from gpuyard.services.ports import (
     ExitCallback,
     GpuHistoryStore,
     JobStore,
+    NotifyStore,
     ProgressStore,
     SweepStore,
 )
@@ -105,6 +109,7 @@ class Core:
     executor: Executor
     monitor: GpuMonitor | None
     progress: ProgressService | None = None  # jobs' progress and metric series
+    notify: NotifyService | None = None  # webhooks (None: a store without their tables)
 
 
 def build_core(
@@ -141,10 +146,11 @@ def build_core(
     after: list[JobObserver] = [signal_new_stops(executor, stop_signals)]
     if monitor is not None:
         after.append(finished_job_stats(store, monitor, peaks))
+    notify = _notifier(store, settings, clock)  # in order: it only queues (services/notify.py)
     journal = Journal(
         book, store,
         in_order=[scheduler_events(scheduler), queue_metrics(metrics), release_ports(ports), feed,
-                  wakeup],
+                  wakeup, *([notify] if notify is not None else [])],
         after=after,
     )  # fmt: skip
     controller = Controller(
@@ -180,7 +186,21 @@ def build_core(
     progress = ProgressService(book, cast(ProgressStore, store), executor.log_path, clock=clock)
     return Core(
         book, journal, scheduler, controller, drains, service, feed, metrics, executor, monitor,
-        progress,
+        progress, notify=notify,
+    )  # fmt: skip
+
+
+def _notifier(
+    store: JobStore, settings: Settings, clock: Callable[[], float]
+) -> NotifyService | None:
+    """Webhooks over the store's tables, POSTing through the standard library to the hosts
+    GPUYARD_NOTIFY_ALLOW allows (never this server's own API port)."""
+    if not hasattr(store, "load_notify_settings"):
+        return None
+    policy = UrlPolicy.parse(settings.notify_allow, own_ports=(settings.port,))
+    return NotifyService(
+        cast(NotifyStore, store), HttpPoster(policy), policy, clock=clock,
+        retry_first_s=settings.notify_retry_s,
     )  # fmt: skip
 
 
@@ -282,6 +302,9 @@ def build_server(
     background: list[Background] = [core.monitor] if core.monitor is not None else []
     if core.progress is not None:
         background.append(core.progress)
+    if core.notify is not None:
+        core.notify.team_of = lambda name: _team_of(accounts, name)
+        background.append(core.notify)
     sweeps = SweepService(core.service, cast(SweepStore, store), core.progress)
     background.append(sweeps)  # sweeps' early stop
     if core.monitor is not None and core.monitor.history is not None:
@@ -297,6 +320,7 @@ def build_server(
         closers=[core.executor.close, core.scheduler.close, *closers,
                  accounts.flush_last_used, store.close],
         accounts=accounts, progress=core.progress, sweeps=sweeps,
+        notify=core.notify,
         access=AccessRules(
             HostRules(settings.host, settings.port, settings.public_names, _machine_names),
             metrics_token=ensure_token(settings.state_dir / METRICS_TOKEN_FILE),
@@ -377,6 +401,12 @@ def _unix_name(uid: int) -> str | None:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return None
+
+
+def _team_of(accounts: AccountService, owner: str) -> str | None:
+    """The team an account is in (its team's webhook defaults apply to its jobs)."""
+    account = accounts.account(owner)
+    return account.team if account is not None else None
 
 
 def _unix_user_of(accounts: AccountService, owner: str) -> str | None:

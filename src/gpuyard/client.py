@@ -417,6 +417,39 @@ class Client:
 
         self._request("DELETE", f"/api/v1/admin/limits/{quote(kind)}/{quote(name)}").read()
 
+    # -- webhooks (`gpuyard notify`) ----------------------------------------------------
+    def notify_settings(self) -> list[JobDict]:
+        """Your webhook defaults and your team's (admins: everyone's)."""
+        result: list[JobDict] = self._json("GET", "/api/v1/notify")
+        return result
+
+    def set_notify(
+        self, urls: Sequence[str], events: Sequence[str] = (), team: str | None = None
+    ) -> JobDict:
+        """Set your (or, as an admin, a team's) webhook URLs and events; the answer carries
+        the signing secret when this made the first one (`secret`, shown once)."""
+        body = {"urls": list(urls), "events": list(events)}
+        result: JobDict = self._json("PUT", "/api/v1/notify" + _team_query(team), body)
+        return result
+
+    def clear_notify(self, team: str | None = None) -> None:
+        self._request("DELETE", "/api/v1/notify" + _team_query(team)).read()
+
+    def rotate_notify_secret(self, team: str | None = None) -> JobDict:
+        """A new webhook signing secret (`secret`), shown once."""
+        result: JobDict = self._json("POST", "/api/v1/notify/secret" + _team_query(team))
+        return result
+
+    def notify_deliveries(self, limit: int = 50) -> list[JobDict]:
+        """Your webhook deliveries, newest first (the URL's host only)."""
+        result: list[JobDict] = self._json("GET", f"/api/v1/notify/deliveries?limit={limit}")
+        return result
+
+    def notify_test(self, url: str | None = None) -> list[JobDict]:
+        """Queue a `ping` to `url` (else to each of your webhook URLs); the deliveries made."""
+        result: list[JobDict] = self._json("POST", "/api/v1/notify/test", {"url": url})
+        return result
+
     def share(self) -> list[JobDict]:
         """Fair share per user (as `sshare`): shares, decayed usage, factor."""
         result: list[JobDict] = self._json("GET", "/api/v1/share")
@@ -690,6 +723,10 @@ def new_idempotency_key() -> str:
 
 # What the server's 404 says when the path is no route at all (api/errors.py), not a job.
 NO_SUCH_ROUTE = "no such API route"
+
+
+def _team_query(team: str | None) -> str:
+    return "" if team is None else f"?team={_query_value(team)}"
 
 
 def _query_value(text: str) -> str:

@@ -106,6 +106,12 @@ class Settings:
     retry_backoff_s: float = 10.0
     retry_backoff_max_s: float = 600.0
     node_fail_requeues: int = 3
+    # Webhooks (`--notify`, `gpuyard notify`): the hosts the server may POST to (a comma list
+    # of loopback, private, public, addresses or networks, host names, .domains; "none": no
+    # webhooks; "": private,public, so never loopback or link-local: `domain/webhooks.py`
+    # UrlPolicy says why), and the first retry's wait (doubled at each of the 5 tries).
+    notify_allow: str = ""
+    notify_retry_s: float = 40.0
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -126,6 +132,7 @@ class Settings:
             ("fair_share_half_life_s", float),
             ("retry_backoff_s", float), ("retry_backoff_max_s", float),
             ("node_fail_requeues", int),
+            ("notify_allow", str), ("notify_retry_s", float),
             ("socket", str), ("register_local_users", _flag), ("standby", _flag),
         ):  # fmt: skip
             raw = env.get(f"GPUYARD_{name.upper()}")

@@ -110,6 +110,15 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/admin/limits"): Rule("reader"),  # a user: their own and their team's
     ("PUT", "/api/v1/admin/limits/{kind}/{name}"): Rule("admin", lambda rig: {"max_gpus": 8}),
     ("DELETE", "/api/v1/admin/limits/{kind}/{name}"): Rule("admin"),
+    # Webhooks: one's own settings (a team's: `?team=`, admins), secret, log, a test ping.
+    ("GET", "/api/v1/notify"): Rule("reader"),
+    ("PUT", "/api/v1/notify"): Rule(
+        "submitter", lambda rig: {"urls": ["https://192.0.2.1/hook"], "events": ["end"]}
+    ),
+    ("DELETE", "/api/v1/notify"): Rule("submitter"),
+    ("POST", "/api/v1/notify/secret"): Rule("submitter"),
+    ("GET", "/api/v1/notify/deliveries"): Rule("reader"),
+    ("POST", "/api/v1/notify/test"): Rule("submitter", lambda rig: {"url": "https://192.0.2.1/"}),
     ("GET", "/api/v1/share"): Rule("reader"),
     ("GET", "/api/v1/usage"): Rule("reader"),
     # A one-time dashboard login as the caller, with the caller's scope (a read token's: a

@@ -156,6 +156,7 @@ class LiveRig:
         self.book, self.scheduler = core.book, core.scheduler
         self.controller, self.service, self.journal = core.controller, core.service, core.journal
         self.feed, self.drains = core.feed, core.drains
+        self.notify = core.notify  # webhooks (its thread not started: tests call step())
         self.actor = Principal("ada", role="admin")
 
     def clock(self) -> float:

@@ -20,6 +20,7 @@ from gpuyard.api.routers import (
     jobs,
     limits,
     live,
+    notify,
     progress,
     sweeps,
     system,
@@ -67,6 +68,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
                web.router, gpu_history.router, progress.router, arrays.router)  # fmt: skip
     for router in (*routers, sweeps.router):
         app.include_router(router)
+    app.include_router(notify.router)  # webhooks (services/notify.py)
     app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door
     app.add_middleware(
         FrontDoor, auth=server.auth, access=server.access, peers=server.peers, sessions=sessions

@@ -14,6 +14,7 @@ from gpuyard.domain.principal import Scope
 from gpuyard.domain.progress_series import ProgressPoint
 from gpuyard.domain.states import JobState
 from gpuyard.domain.sweep import SweepRecord
+from gpuyard.domain.webhooks import Delivery, NotifyKind, NotifySettings
 
 
 class JobStore(Protocol):
@@ -249,6 +250,62 @@ class SweepStore(Protocol):
     def load_sweeps(self) -> list[SweepRecord]:
         """Every sweep, by id."""
         ...
+
+
+class NotifyStore(Protocol):
+    """Webhook settings per user and team and the delivery log (`services/notify.py`). The
+    stores that implement JobStore implement this too; `tests/contract/test_notify_store.py`
+    covers them."""
+
+    def load_notify_settings(self) -> list[NotifySettings]:
+        """Every entry, by kind then name."""
+        ...
+
+    def save_notify_settings(self, entry: NotifySettings) -> None:
+        """Create or replace the entry of (kind, name)."""
+        ...
+
+    def clear_notify_settings(self, kind: NotifyKind, name: str) -> None:
+        """Remove the entry of (kind, name); NotFound if there is none."""
+        ...
+
+    def save_deliveries(self, deliveries: Sequence[Delivery]) -> None:
+        """Create or replace each (by id), in one transaction."""
+        ...
+
+    def load_deliveries(self, owner: str | None, limit: int) -> list[Delivery]:
+        """The newest `limit` deliveries of `owner` (None: anyone's), newest first."""
+        ...
+
+    def load_pending_deliveries(self) -> list[Delivery]:
+        """Every delivery still `pending`, oldest first (a restart retries them)."""
+        ...
+
+    def prune_deliveries(self, before: float, keep_per_owner: int) -> int:
+        """Delete finished deliveries made before `before`, and each owner's beyond their
+        newest `keep_per_owner`; how many went. Pending ones stay."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PostResult:
+    """How one webhook POST went: `status` the HTTP status (None: no answer), `error` why it
+    failed (""), `final` when trying again cannot help (a refused host)."""
+
+    status: int | None
+    error: str = ""
+    final: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+class WebhookPoster(Protocol):
+    """POSTs a body to a URL (`adapters/webhook.py`): no redirect followed, a timeout, the
+    host checked against the server's allow-list at connection time."""
+
+    def post(self, url: str, headers: Mapping[str, str], body: bytes) -> PostResult: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from gpuyard.services.controller import Controller
 from gpuyard.services.feed import ChangeFeed
 from gpuyard.services.jobs import JobService
 from gpuyard.services.metrics import QueueMetrics
+from gpuyard.services.notify import NotifyService
 from gpuyard.services.peers import PeerAuth
 from gpuyard.services.progress import ProgressService
 from gpuyard.services.sweeps import SweepService
@@ -61,6 +62,8 @@ class ServerFacade:
     peers: PeerAuth | None = None
     # Jobs' progress and metric series (None: a server built without it, e.g. by a test rig).
     progress: ProgressService | None = None
+    # Webhooks: settings, deliveries, the delivery log (None: a server built without them).
+    notify: NotifyService | None = None
     # Sweeps and their early stop (None: a server built without them, e.g. by a test rig).
     sweeps: SweepService | None = None
 

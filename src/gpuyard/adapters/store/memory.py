@@ -19,6 +19,7 @@ from typing import Any
 from gpuyard.adapters.store.accounts_memory import MemoryAccounts, MemoryAccountStore
 from gpuyard.adapters.store.gpu_history_memory import MemoryGpuHistory, MemoryGpuHistoryStore
 from gpuyard.adapters.store.limits_memory import MemoryLimits, MemoryLimitStore
+from gpuyard.adapters.store.notify_memory import MemoryNotify, MemoryNotifyRows
 from gpuyard.adapters.store.progress_memory import MemoryProgress, MemoryProgressRows
 from gpuyard.adapters.store.sweeps_memory import MemorySweepRows, MemorySweeps
 from gpuyard.domain.errors import Conflict, Unavailable
@@ -43,12 +44,14 @@ class MemoryDatabase:
     accounts: MemoryAccounts = field(default_factory=MemoryAccounts)
     limits: MemoryLimits = field(default_factory=MemoryLimits)
     gpu_history: MemoryGpuHistory = field(default_factory=MemoryGpuHistory)
+    notify: MemoryNotifyRows = field(default_factory=MemoryNotifyRows)
     lock_holder: object | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class MemoryJobStore(
-    MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore, MemoryProgress, MemorySweeps
+    MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore, MemoryProgress, MemorySweeps,
+    MemoryNotify,
 ):
     """Implements the JobStore and AccountStore ports over a MemoryDatabase (a new, empty one
     by default)."""
@@ -60,6 +63,7 @@ class MemoryJobStore(
         self._progress = self.database.progress
         self._sweeps = self.database.sweeps
         self._gpu_history = self.database.gpu_history
+        self._notify = self.database.notify
         self._closed = False
 
     def lock_exclusive(self) -> None:

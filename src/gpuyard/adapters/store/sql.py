@@ -30,6 +30,7 @@ from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.gpu_history_sql import SqlGpuHistory
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
 from gpuyard.adapters.store.limits_sql import SqlLimits
+from gpuyard.adapters.store.notify_sql import SqlNotify
 from gpuyard.adapters.store.progress_sql import SqlProgress
 from gpuyard.adapters.store.sweeps_sql import SqlSweeps
 from gpuyard.adapters.store.tables import counters, gpu_drains, job_gpu_stats, job_progress, jobs
@@ -46,7 +47,9 @@ _MAX_JOB_ID = "max_job_id"
 _DELETE_CHUNK = 500  # ids per DELETE (SQLite's default limit on bound parameters is 32,766)
 
 
-class SqlJobStore(SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory, SqlProgress, SqlSweeps):
+class SqlJobStore(
+    SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory, SqlProgress, SqlSweeps, SqlNotify
+):
     """Implements the JobStore and AccountStore ports (accounts: `accounts_sql.py`). One
     server process per database (`lock_exclusive`).
 

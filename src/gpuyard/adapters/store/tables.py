@@ -193,3 +193,40 @@ sweeps = Table(
     Column("trials", Text, nullable=False, server_default="[]"),
 )
 Index("ix_sweeps_owner", sweeps.c.owner)
+
+# Webhooks (migration 0014): what a user or team set once (`gpuyard notify set`; `urls` and
+# `events` JSON lists, `secret` signs their deliveries), and the delivery log: one row per
+# event per URL, stored before it is sent (a restart retries the pending ones), kept bounded.
+notify_settings = Table(
+    "notify_settings",
+    metadata,
+    Column("kind", String(8), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("urls", Text, nullable=False, server_default="[]"),
+    Column("events", Text, nullable=False, server_default="[]"),
+    Column("secret", Text),
+    Column("updated_at", Float, nullable=False),
+    Column("secret_at", Float),
+)
+notify_deliveries = Table(
+    "notify_deliveries",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    Column("job_id", Integer),
+    Column("event", String(16), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("signer", Text, nullable=False),
+    Column("job", Text, nullable=False, server_default="{}"),
+    Column("created_at", Float, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_at", Float, nullable=False),
+    Column("last_status", Integer),
+    Column("last_error", Text, nullable=False, server_default=""),
+    Column("updated_at", Float, nullable=False),
+)
+Index(
+    "ix_notify_deliveries_owner_created", notify_deliveries.c.owner, notify_deliveries.c.created_at
+)
+Index("ix_notify_deliveries_state", notify_deliveries.c.state)
