@@ -185,6 +185,31 @@ def test_a_session_waits_for_its_gpus_and_says_why(server, terminals):
     assert term.exit_code() == 0
 
 
+def test_giving_up_before_the_start_cancels_the_session(server, terminals):
+    hog = server.cli("submit", "--gpus", "4", "--", "sleep", "300").stdout.strip()
+    wait_for(lambda: server.client().job(int(hog))["state"] == "RUNNING")
+    term = _run_sh(server, terminals)
+    term.expect("is waiting to start")
+    job_id = max(job["id"] for job in server.client().jobs())
+    term.proc.send_signal(signal.SIGINT)  # Ctrl-C while it waits (the terminal is not raw yet)
+    assert term.exit_code() == 130
+    assert f"job {job_id} cancelled before it started" in term.seen.decode(errors="replace")
+    assert server.client().job(job_id)["state"] == "CANCELLED"
+
+
+def test_the_time_limit_ends_the_session_and_says_so(server, terminals):
+    term = Terminal(server, "run", "-t", "0:0:3", "--", "sh")
+    terminals.append(term)
+    job_id = _session_id(server)
+    term.type("echo in-$((9+9))\n")
+    term.expect("in-18")
+    assert term.exit_code() != 0
+    shown = term.seen.decode(errors="replace")
+    assert "time limit of 3s reached" in shown  # the supervisor's line, on the terminal too
+    assert f"job {job_id} TIMEOUT" in shown
+    assert wait_ended(server.client(), job_id)["state"] == "TIMEOUT"
+
+
 def test_detach_and_attach_again(server, terminals):
     term = _run_sh(server, terminals)
     job_id = _session_id(server)

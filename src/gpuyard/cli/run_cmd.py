@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gpuyard.client import Client
 
 _POLL_S = 0.2
+_QUIET_S = 0.5  # a job that starts this soon after its submit is not said to wait
 _SOCKET_WAIT_S = 30.0  # a running session's socket not there by then: not on this machine
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -98,6 +99,9 @@ def attach(job_id: Annotated[int, typer.Argument(metavar="JOB")]) -> None:
             f"job): `gpuyard logs -f {job_id}` follows its output",
             2,
         )
+    if job["state"] not in ("PENDING", "RUNNING"):
+        _fail(f"job {job_id} has ended ({job['state']}): `gpuyard logs {job_id}` shows what its "
+              "session showed")  # fmt: skip
     raise typer.Exit(open_session(session, job_id, submitted=False))
 
 
@@ -134,12 +138,13 @@ def _wait_started(session: Client, job_id: int) -> dict[str, Any]:
     """The job once it runs or has ended; while it is pending, each new reason it waits for
     in one line on stderr."""
     said = ""
+    quiet_until = time.monotonic() + _QUIET_S
     while True:
         job = session.job(job_id)
         if job["state"] != "PENDING":
             return job
         reason = str(job.get("reason") or "")
-        if reason != said:
+        if reason != said and time.monotonic() >= quiet_until:
             sys.stderr.write(f"gpuyard: job {job_id} is waiting to start: {reason}\n")
             sys.stderr.flush()
             said = reason
