@@ -23,6 +23,7 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import DBAPIError
 
 from gpuyard.adapters.executor.cgroups import JobCgroups
+from gpuyard.adapters.executor.container_runtime import find_container_runtime
 from gpuyard.adapters.executor.local import LocalExecutor
 from gpuyard.adapters.gpus.nvml import NvmlTelemetry
 from gpuyard.adapters.gpus.processes import PsutilProcessOwners
@@ -524,7 +525,7 @@ def _local_inventory(settings: Settings) -> Inventory:
         cpus=settings.cpus or os.cpu_count() or 1,
         mem_mib=settings.mem_mib or psutil.virtual_memory().total // 2**20,
     )
-    return Inventory(tuple(gpus), node, source)
+    return Inventory(tuple(gpus), node, source, container_runtime=find_container_runtime())
 
 
 @dataclass

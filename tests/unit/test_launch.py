@@ -105,7 +105,7 @@ def _multinode(argv: tuple[str, ...], distributed: str | None) -> Job:
 def test_each_node_of_a_multi_node_job_gets_its_rank_and_rank_zeros_address() -> None:
     torchrun = node_argv(_multinode(("python", "train.py"), "torchrun"), 1, "10.0.0.5", 40000)
     assert torchrun == [
-        "env", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[rank${rank}] ",
+        "env", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[rank${rank}] ", "SLURM_NODEID=1",
         "python", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
         "--node-rank=1", "--master-addr=10.0.0.5", "--master-port=40000", "--max-restarts=0",
         "--tee=3", "train.py",
@@ -116,4 +116,7 @@ def test_each_node_of_a_multi_node_job_gets_its_rank_and_rank_zeros_address() ->
     assert assigned["JAX_COORDINATOR_ADDRESS"] == "10.0.0.5:40000"
     assert (assigned["JAX_NUM_PROCESSES"], assigned["JAX_PROCESS_ID"]) == ("2", "1")
     plain = node_argv(_multinode(("./run.sh",), None), 0, "10.0.0.5", 40000)
-    assert plain == ["env", "MASTER_ADDR=10.0.0.5", "MASTER_PORT=40000", "./run.sh"]
+    assert plain == [
+        "env", "MASTER_ADDR=10.0.0.5", "MASTER_PORT=40000", "SLURM_NODEID=0",
+        "SLURMD_NODENAME=local", "./run.sh",
+    ]  # fmt: skip

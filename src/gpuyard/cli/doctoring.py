@@ -110,7 +110,15 @@ def check_submission(argv: Sequence[str], fields: dict[str, Any]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
     env.update(fields.get("env") or {})
     workdir = str(fields.get("workdir") or os.getcwd())
-    python, why = job_python(argv, env, workdir)
+    if fields.get("container"):
+        skipped = "the job runs in a container image: framework checks skipped (not this Python)"
+        _warn(Check("python", Status.WARN, skipped))
+        return
+    python, why = _chosen_python(fields, env)
+    if why is not None:  # --python/--venv that cannot run: the launch would fail
+        raise GpuyardError(f"--check: the job cannot start: {why}")
+    if python is None:
+        python, why = job_python(argv, env, workdir)
     if python is None:
         if os.path.basename(argv[0]).startswith("python"):
             raise GpuyardError(f"--check: the job cannot start: {why}")
@@ -127,6 +135,28 @@ def check_submission(argv: Sequence[str], fields: dict[str, Any]) -> None:
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
         hint = f"; {first.hint}" if first.hint else ""
         raise GpuyardError(f"--check refused the job: {first.name}: {first.message}{hint}{more}")
+
+
+def _chosen_python(fields: dict[str, Any], env: dict[str, str]) -> tuple[str | None, str | None]:
+    """The interpreter `--python` or `--venv` gives the job (its PATH and VIRTUAL_ENV set in
+    `env` as the server sets them, `services/launch.py`), or (None, why not); (None, None):
+    neither was given."""
+    venv, python = fields.get("venv"), fields.get("python")
+    if venv:
+        python = os.path.join(str(venv), "bin", "python")
+        env["PATH"] = os.path.join(str(venv), "bin") + os.pathsep + env.get("PATH", "")
+        env["VIRTUAL_ENV"] = str(venv)
+        env.pop("PYTHONHOME", None)
+        what = f"--venv {venv}: {python}"
+    elif python:
+        env["PATH"] = os.path.dirname(str(python)) + os.pathsep + env.get("PATH", "")
+        env.pop("PYTHONHOME", None)
+        what = f"--python {python}"
+    else:
+        return None, None
+    if not (os.path.isfile(str(python)) and os.access(str(python), os.X_OK)):
+        return None, f"{what} is not an executable file"
+    return str(python), None
 
 
 def judge_submission(python: PythonFacts, driver: DriverFacts, gpus: int) -> list[Check]:

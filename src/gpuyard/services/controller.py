@@ -24,7 +24,7 @@ from gpuyard.services.dependencies import end_never_satisfied
 from gpuyard.services.disk_waits import DiskFullWaits
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.journal import Journal, Transaction
-from gpuyard.services.launch import launch_plan, rank_failure
+from gpuyard.services.launch import launch_plan, needs_port, rank_failure
 from gpuyard.services.live_scheduler import Decisions, Launch, LiveScheduler
 from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.oom import oom_line
@@ -203,12 +203,12 @@ class Controller:
         launched: list[tuple[Job, Launched]] = []
         for job in started:
             try:
-                port = self._ports.take(job.id) if job.spec.distributed else None
+                port = self._ports.take(job.id) if needs_port(job.spec) else None
                 # Looked up again at launch: a user removed since the submit fails the job here.
                 who = self._identities.for_owner(job.owner) if self._identities else None
                 plan = launch_plan(
                     job, self._base_env, self.inventory.gpu_mem_mib(), port,
-                    self.executor.log_path(job.id), who,
+                    self.executor.log_path(job.id), who, self.inventory.container_runtime,
                 )  # fmt: skip
                 launched.append((job, self.executor.launch(job, plan)))
             except StateDiskFull as exc:  # nothing started: it waits for space, never fails

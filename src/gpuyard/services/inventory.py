@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuyard.domain.job import Gpu, NodeCapacity
+from gpuyard.services.ports import ContainerRuntime
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,9 @@ class Inventory:
     # Whether jobs may share GPUs (`--gpu-mem`): not on Ray, which hands out whole GPUs and
     # chooses which one a job gets.
     sharing: bool = True
+    # What runs a `--container` job here (found on the server's PATH at start); None: none,
+    # such a job is refused at submit.
+    container_runtime: ContainerRuntime | None = None
 
     @property
     def nodes(self) -> tuple[NodeCapacity, ...]:

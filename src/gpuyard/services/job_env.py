@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from gpuyard.domain.job import Job
@@ -18,6 +19,21 @@ _FROM_SERVER_PREFIXES = ("LC_",)
 # handles): a job's allocator is capped this much below its --gpu-mem, so that what NVML
 # counts for the process (what the hard limit judges) stays within --gpu-mem.
 CUDA_CONTEXT_MIB = 1024
+
+
+# What the CLI sends of a submitting shell's Slurm variables, on purpose: where `sbatch` ran. Any
+# other SLURM_* a submitter sent (a submit from inside a Slurm job) would describe that job.
+_SLURM_FROM_SUBMITTER = frozenset({"SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST"})
+# A job's Slurm cluster name (SLURM_CLUSTER_NAME).
+CLUSTER_NAME = "gpuyard"
+# The variables of a step's tasks: set in the batch step of a job that asked for tasks
+# (`--ntasks-per-node` > 1, not `--distributed`), else only inside an `srun` step (the shim
+# sets them per task). Lightning takes a job for a Slurm job launched by srun when
+# SLURM_NTASKS is set (then every process must be one of SLURM_NTASKS tasks, started by srun).
+TASK_VARIABLES = (
+    "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
+    "SLURM_PROCID", "SLURM_LOCALID",
+)  # fmt: skip
 
 
 def _from_server(name: str) -> bool:
@@ -37,6 +53,7 @@ def build_job_env(
     run_as: RunAs | None = None,
     checkpoint_dir: str | None = None,
     progress_file: str | None = None,
+    array: tuple[int, int, int] | None = None,
 ) -> dict[str, str]:
     """The allowed part of the server's environment (`_FROM_SERVER`), then the identity of
     `run_as` (HOME, USER, LOGNAME, SHELL: a job run as another user must not get the
@@ -44,11 +61,19 @@ def build_job_env(
     what gpuyard guarantees. `gpu_total_mib`: memory of each of the job's GPUs, for
     frameworks capped by a fraction; `checkpoint_dir`: GPUYARD_CHECKPOINT_DIR, the job's folder
     for checkpoints, the same for all its runs; `progress_file`: GPUYARD_PROGRESS_FILE, where
-    `gpuyard.progress()` appends its reports."""
+    `gpuyard.progress()` appends its reports; `array`: (count, lowest, highest index) of the
+    job's array when the caller knows them (SLURM_ARRAY_TASK_COUNT/MIN/MAX); the
+    `SLURM_*` variables (`slurm_env`) unless the job says `GPUYARD_SLURM_ENV=0` (then none of
+    them, and the submitter's own pass as sent)."""
     env = {k: v for k, v in base.items() if _from_server(k)}
+    slurm = wants_slurm_env(job)
     if run_as is not None:
         env.update(HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user, SHELL=run_as.shell)
-    env.update(dict(job.spec.env))
+    env.update(
+        (k, v)
+        for k, v in job.spec.env
+        if not k.startswith("SLURM_") or k in _SLURM_FROM_SUBMITTER or not slurm
+    )
     env.update(
         {
             # Exactly the job's GPUs; an empty string hides every GPU from a 0-GPU job.
@@ -71,11 +96,93 @@ def build_job_env(
         env.setdefault("OMP_NUM_THREADS", str(job.spec.cpus))
     if job.spec.gpu_mem_mib:
         env.update(_gpu_mem_env(job.spec.gpu_mem_mib, env, gpu_total_mib))
+    env["GPUYARD_NTASKS_PER_NODE"] = str(job.spec.ntasks_per_node)
+    if slurm:
+        env.update(slurm_env(job, env, run_as, array))
     return env
 
 
 def _gpu_mem_env(
     gpu_mem_mib: int, env: Mapping[str, str], gpu_total_mib: int | None
+def slurm_env(
+    job: Job,
+    env: Mapping[str, str],
+    run_as: RunAs | None = None,
+    array: tuple[int, int, int] | None = None,
+) -> dict[str, str]:
+    """The `SLURM_*` variables an sbatch script reads, true for `job` (docs/cli.md, "What a
+    job sees of Slurm"). Every job gets the job's and its allocation's; the task variables
+    (TASK_VARIABLES) only a job that asked for tasks (`ntasks_per_node` > 1) and is not
+    `--distributed` (torchrun, JAX and TF give their ranks themselves): so a plain
+    `python train.py` on 4 GPUs is never taken by Lightning for one task of a Slurm step, and
+    each process `srun` starts gets its own task's (the shim). `env`: the job's environment so
+    far (SLURM_SUBMIT_DIR/HOST the CLI sent). Node 0's values: `launch.node_argv` gives every
+    other node of a multi-node job its own SLURM_NODEID (and task ids)."""
+    spec = job.spec
+    nodes = max(1, spec.nodes)
+    names = job.node.split(",") if job.node else []
+    cpus_on_node = -(-spec.cpus // nodes) if spec.cpus else 0
+    out = {
+        "SLURM_JOB_ID": str(job.id),
+        "SLURM_JOBID": str(job.id),
+        "SLURM_JOB_NAME": spec.name,
+        "SLURM_JOB_USER": run_as.user if run_as is not None else job.owner,
+        "SLURM_CLUSTER_NAME": CLUSTER_NAME,
+        "SLURM_JOB_NUM_NODES": str(nodes),
+        "SLURM_NNODES": str(nodes),
+        "SLURM_NODELIST": job.node,
+        "SLURM_JOB_NODELIST": job.node,
+        "SLURM_NODEID": "0",
+        "SLURMD_NODENAME": names[0] if names else job.node,
+        "SLURM_SUBMIT_DIR": env.get("SLURM_SUBMIT_DIR") or spec.workdir,
+        "SLURM_SUBMIT_HOST": env.get("SLURM_SUBMIT_HOST") or os.uname().nodename,
+        "SLURM_CPUS_PER_TASK": str(max(1, spec.cpus // (nodes * spec.ntasks_per_node))),
+        "SLURM_CPUS_ON_NODE": str(max(1, cpus_on_node)),
+        "SLURM_JOB_CPUS_PER_NODE": str(max(1, cpus_on_node)),
+        "SLURM_RESTART_COUNT": str(job.restarts),
+    }
+    if spec.mem_mib:
+        out["SLURM_MEM_PER_NODE"] = str(-(-spec.mem_mib // nodes))
+    if job.gpus:
+        out["SLURM_GPUS_ON_NODE"] = str(len(job.gpus) // nodes)
+        out["SLURM_JOB_GPUS"] = ",".join(str(i) for i in job.gpus)
+    if job.array_job_id is not None and job.array_task_id is not None:
+        out["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
+        out["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
+        if array is not None:
+            count, low, high = array
+            out["SLURM_ARRAY_TASK_COUNT"] = str(count)
+            out["SLURM_ARRAY_TASK_MIN"] = str(low)
+            out["SLURM_ARRAY_TASK_MAX"] = str(high)
+    if has_batch_tasks(job):
+        out.update(task_env(spec.ntasks_per_node, nodes, node_rank=0))
+    return out
+
+
+def wants_slurm_env(job: Job) -> bool:
+    """False when the job asked for no Slurm variables (`--env GPUYARD_SLURM_ENV=0`)."""
+    return dict(job.spec.env).get("GPUYARD_SLURM_ENV", "1") != "0"
+
+
+def has_batch_tasks(job: Job) -> bool:
+    """Whether the batch step holds the task variables (see `slurm_env`)."""
+    return job.spec.ntasks_per_node > 1 and job.spec.distributed is None
+
+
+def task_env(per_node: int, nodes: int, node_rank: int) -> dict[str, str]:
+    """The task variables of the batch step on node `node_rank`: its first task's (Slurm's
+    batch step is task 0 of the first node)."""
+    total = per_node * nodes
+    return {
+        "SLURM_NTASKS": str(total),
+        "SLURM_NPROCS": str(total),
+        "SLURM_NTASKS_PER_NODE": str(per_node),
+        "SLURM_TASKS_PER_NODE": f"{per_node}(x{nodes})" if nodes > 1 else str(per_node),
+        "SLURM_PROCID": str(node_rank * per_node),
+        "SLURM_LOCALID": "0",
+    }
+
+
 ) -> dict[str, str]:
     """Make each framework keep itself within a shared GPU's budget (soft enforcement; the
     server stops a job that goes over anyway): PyTorch through a startup hook that caps its

@@ -33,6 +33,7 @@ from gpuyard.services.inventory import Inventory
 from gpuyard.services.job_files import open_job_file
 from gpuyard.services.jobbook import jobs_by_gpu
 from gpuyard.services.journal import Journal
+from gpuyard.services.launch import check_container
 from gpuyard.services.limits import DEFAULT_HALF_LIFE_S, LimitService, LimitStores
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import JobStore
@@ -782,6 +783,8 @@ class JobService:
         cpus, mem_mib = -(-spec.cpus // spec.nodes), -(-spec.mem_mib // spec.nodes)
         most_cpus = max(node.cpus for node in inv.nodes)
         most_mem = max(node.mem_mib for node in inv.nodes)
+        if spec.container is not None:
+            check_container(spec, inv.container_runtime)
         each = " per machine" if spec.nodes > 1 else ""
         if cpus > most_cpus:
             raise InvalidRequest(

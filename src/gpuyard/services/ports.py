@@ -379,6 +379,15 @@ class IdentityResolver(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerRuntime:
+    """A container runtime on the server's machine: `kind` apptainer, singularity or podman,
+    `path` its executable."""
+
+    kind: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchPlan:
     """Everything an executor needs to start one job, decided by the services: the command
     (one machine: `argv`; node `rank` of a multi-node job: `argv_for(rank, master_addr,
@@ -406,6 +415,9 @@ class LaunchPlan:
     # GPUYARD_PROGRESS_FILE: where `gpuyard.progress()` appends (the job's folder); the executor
     # creates it, the job's user's, 0600, before the job starts. None: none.
     progress_file: str | None = None
+    # gpuyard's `srun` on the job's PATH (`launch.wants_srun`): the executor appends the
+    # folder where it wrote it, unless a real Slurm's `srun` is on the server's PATH.
+    srun_shim: bool = False
 
 
 class Executor(Protocol):

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gpuyard.adapters.executor.srun_shim import SRUN_WANTED
 from gpuyard.adapters.ray import gang
 from gpuyard.adapters.ray.cluster import RayConnection
 from gpuyard.adapters.ray.gang import GangHandle, GangLaunchError, GangOutcome, GangResult
@@ -109,9 +110,11 @@ class RayExecutor:
         ]
         argv = plan.argv
         argv_for = plan.argv_for or (lambda rank, addr, port: list(argv))
+        # Each node writes gpuyard's `srun` itself (a machine of the cluster has no state dir).
+        env = {**plan.env, SRUN_WANTED: "1"} if plan.srun_shim else plan.env
         try:
             handle = gang.launch(
-                job.id, per_node, argv_for, plan.env, plan.log_path, self._grace_s,
+                job.id, per_node, argv_for, env, plan.log_path, self._grace_s,
                 plan.time_limit_s, workdir=plan.workdir, stop_signal=plan.stop_signal,
                 warn=(plan.warn_signal, plan.warn_before_s),
             )  # fmt: skip

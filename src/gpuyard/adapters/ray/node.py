@@ -114,6 +114,12 @@ class NodeRunner:
         """Start the command under a (detached) supervisor; returns the supervisor's pid.
         `warn`: (signal, seconds) before the time limit (`--signal SIG@SECONDS`); (0, 0): none."""
         from gpuyard.adapters.executor import launch_file as lf
+        from gpuyard.adapters.executor.srun_shim import (
+            SRUN_WANTED,
+            install_srun,
+            real_srun,
+            with_srun,
+        )
 
         assert not self._started, "a NodeRunner runs one command"
         self._started = True
@@ -121,10 +127,12 @@ class NodeRunner:
         child_env = node_environment(dict(os.environ), env)
         # Ray's GPUs for this bundle, whatever the job's env said.
         child_env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        self._jobdir = Path(tempfile.mkdtemp(prefix="gpuyard-node-"))
+        if child_env.pop(SRUN_WANTED, None) == "1" and real_srun() is None:
+            child_env = with_srun(child_env, install_srun(self._jobdir / "bin"))
         plan = lf.NodePlan(
             argv, child_env, workdir or os.getcwd(), time_limit_s, stop_signal, *warn
         )
-        self._jobdir = Path(tempfile.mkdtemp(prefix="gpuyard-node-"))
         self._marker = lf.new_marker()
         control_r, self._control_w = os.pipe()  # all four ends close-on-exec
         status_r, status_w = os.pipe()

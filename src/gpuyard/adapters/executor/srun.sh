@@ -1,0 +1,187 @@
+#!/bin/sh
+# srun for gpuyard jobs: runs one step of the job, this node's tasks, each with its own
+# SLURM_PROCID (node rank x tasks per node + local), SLURM_LOCALID, SLURM_NODEID and
+# SLURM_STEP_ID, all on the job's GPUs (CUDA_VISIBLE_DEVICES as it is: Slurm's default).
+# Their output goes where srun's goes (the job's log); `-l` prefixes each line with the
+# task's rank. srun exits with the worst task's code (the first failure's, when it stopped
+# the others: by default a failing task stops the rest of its step, `-K0` waits for them).
+# Written by the gpuyard server (src/gpuyard/adapters/executor/srun.sh); POSIX sh only, so
+# a job run as any user can run it. Options that place or bind tasks mean nothing here and
+# are accepted silently; an unknown one is one warning line.
+me="srun (gpuyard)"
+die() { echo "$me: $*" >&2; exit 1; }
+number() {
+	case $2 in '' | *[!0-9]*) die "$1 takes a whole number, not '$2'" ;; esac
+	[ "$2" -gt 0 ] || die "$1 must be at least 1"
+}
+ntasks='' per_node='' step_nodes='' label=0 kill_bad=1 chdir='' exports=''
+while [ $# -gt 0 ]; do
+	case $1 in
+	--) shift; break ;;
+	-n | --ntasks) [ $# -ge 2 ] || die "$1 needs a value"; ntasks=$2; shift ;;
+	--ntasks=*) ntasks=${1#*=} ;;
+	-n*) ntasks=${1#-n} ;;
+	--ntasks-per-node) [ $# -ge 2 ] || die "$1 needs a value"; per_node=$2; shift ;;
+	--ntasks-per-node=*) per_node=${1#*=} ;;
+	-N | --nodes) [ $# -ge 2 ] || die "$1 needs a value"; step_nodes=$2; shift ;;
+	--nodes=*) step_nodes=${1#*=} ;;
+	-N*) step_nodes=${1#-N} ;;
+	-l | --label) label=1 ;;
+	-K | -K1 | --kill-on-bad-exit | --kill-on-bad-exit=1) kill_bad=1 ;;
+	-K0 | --kill-on-bad-exit=0) kill_bad=0 ;;
+	-D | --chdir) [ $# -ge 2 ] || die "$1 needs a value"; chdir=$2; shift ;;
+	--chdir=*) chdir=${1#*=} ;;
+	--export) [ $# -ge 2 ] || die "$1 needs a value"; exports=$2; shift ;;
+	--export=*) exports=${1#*=} ;;
+	-c | -G | -t | -J | -p | -w | -m | -o | -e | -i | -A | -q | --cpus-per-task | --cpu-bind | \
+		--cpu_bind | --gpus-per-task | --gpus | --gres | --gpu-bind | --gpus-per-node | \
+		--cpus-per-gpu | --mpi | --mem | --mem-per-cpu | --mem-per-gpu | --time | --job-name | \
+		--partition | --nodelist | --distribution | --jobid | --output | --error | --input | \
+		--account | --qos | --signal | --constraint | --exclude | --ntasks-per-gpu)
+		[ $# -ge 2 ] || die "$1 needs a value"; shift ;;
+	-u | --unbuffered | --pty | --overlap | --exclusive | --exact | --whole | -v | --verbose | \
+		-Q | --quiet | -X | --disable-status | -O | --overcommit | --wait | --cpu-bind* | \
+		--*=* | -c* | -G* | -t* | -J* | -p* | -w* | -m* | -o* | -e* | -i* | -A* | -q*) ;;
+	-*) echo "$me: ignoring the option $1 (not one gpuyard's srun knows)" >&2 ;;
+	*) break ;;
+	esac
+	shift
+done
+[ $# -gt 0 ] || die "no command to run (srun [options] command [arguments...])"
+for value in "$ntasks:-n" "$per_node:--ntasks-per-node" "$step_nodes:-N"; do
+	[ -z "${value%%:*}" ] || number "${value#*:}" "${value%%:*}"
+done
+
+nnodes=${SLURM_JOB_NUM_NODES:-1}
+node=${SLURM_NODEID:-0}
+if [ -z "$step_nodes" ] || [ "$step_nodes" -gt "$nnodes" ]; then step_nodes=$nnodes; fi
+if [ -n "$per_node" ]; then
+	total=${ntasks:-$((per_node * step_nodes))}
+elif [ -n "$ntasks" ]; then
+	total=$ntasks
+	per_node=$(((ntasks + step_nodes - 1) / step_nodes))
+else
+	per_node=${GPUYARD_NTASKS_PER_NODE:-1}
+	total=$((per_node * step_nodes))
+fi
+first=$((node * per_node))
+count=$((total - first))
+[ "$count" -le "$per_node" ] || count=$per_node
+# This node has no task in the step (fewer tasks than nodes): nothing to run here.
+if [ "$node" -ge "$step_nodes" ] || [ "$count" -le 0 ]; then exit 0; fi
+
+# The step's number: one folder per step, made atomically (steps may start side by side).
+umask 077
+steps=${TMPDIR:-/tmp}/gpuyard-srun.${SLURM_JOB_ID:-0}.${GPUYARD_LAUNCH_ID:-$$}
+mkdir "$steps" 2>/dev/null
+if [ -d "$steps" ] && [ -O "$steps" ] && [ ! -L "$steps" ]; then
+	step=0
+	while ! mkdir "$steps/$step" 2>/dev/null; do
+		step=$((step + 1))
+		[ "$step" -lt 100000 ] || die "cannot number this step in $steps"
+	done
+	dir=$steps/$step # kept (emptied) at the end: it holds the step's number
+	temporary=0
+else
+	step=0
+	dir=$(mktemp -d) || die "no folder for the step's bookkeeping"
+	temporary=1
+fi
+finish() {
+	if [ "$temporary" -eq 1 ]; then rm -rf "$dir"; else rm -rf "$dir"/*; fi
+}
+
+if [ -n "$chdir" ]; then cd "$chdir" || die "cannot enter $chdir"; fi
+old_ifs=$IFS
+IFS=,
+for item in $exports; do
+	case $item in *=*) export "$item" ;; esac # ALL, NONE and names: the job's as they are
+done
+IFS=$old_ifs
+
+export SLURM_STEP_ID="$step" SLURM_STEPID="$step" SLURM_NTASKS="$total" SLURM_NPROCS="$total" \
+	SLURM_NTASKS_PER_NODE="$per_node" SLURM_STEP_NUM_TASKS="$total" \
+	SLURM_STEP_NUM_NODES="$step_nodes" SLURM_NODEID="$node" \
+	SLURM_STEP_NODELIST="${SLURM_JOB_NODELIST:-}" SLURM_STEP_GPUS="${SLURM_JOB_GPUS:-}"
+if [ "$step_nodes" -gt 1 ]; then
+	export SLURM_TASKS_PER_NODE="$per_node(x$step_nodes)" SLURM_STEP_TASKS_PER_NODE="$per_node(x$step_nodes)"
+else
+	export SLURM_TASKS_PER_NODE="$per_node" SLURM_STEP_TASKS_PER_NODE="$per_node"
+fi
+# Where rank 0 listens (torch.distributed's env://, Lightning): the job's own port when it
+# has one (several tasks, or several nodes); else one derived from the job's id.
+if [ "$nnodes" -le 1 ]; then export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"; fi
+export MASTER_PORT="${MASTER_PORT:-$((15000 + ${SLURM_JOB_ID:-0} % 20000))}"
+
+# One task, unlabelled: it is srun's own process (signals, the terminal, stdin as they are).
+if [ "$count" -eq 1 ] && [ "$label" -eq 0 ]; then
+	finish
+	export SLURM_PROCID="$first" SLURM_LOCALID=0
+	exec "$@"
+fi
+
+stop_all() {
+	for file in "$dir"/pid.*; do
+		[ -f "$file" ] && kill -TERM "$(cat "$file")" 2>/dev/null
+	done
+}
+trap stop_all USR1
+exec 3<&0
+host=${SLURMD_NODENAME:-$(uname -n)}
+i=0
+pids=''
+while [ "$i" -lt "$count" ]; do
+	rank=$((first + i))
+	(
+		export SLURM_PROCID="$rank" SLURM_LOCALID="$i"
+		# stdin goes to task 0 (Slurm's default for a step's input), the others read nothing.
+		if [ "$rank" -ne 0 ]; then exec 3</dev/null; fi
+		if [ "$label" -eq 1 ]; then
+			mkfifo "$dir/out.$rank" || exit 1
+			awk -v p="$rank: " '{ print p $0; fflush() }' <"$dir/out.$rank" &
+			"$@" <&3 >"$dir/out.$rank" 2>&1 &
+		else
+			"$@" <&3 &
+		fi
+		task=$!
+		echo "$task" >"$dir/pid.$rank"
+		wait "$task" 2>/dev/null # (not dash's "Terminated": the lines below say it)
+		code=$?
+		echo "$code" >"$dir/code.$rank"
+		wait # the labeller, once the task's output is all out
+		if [ "$code" -ne 0 ] && [ ! -d "$dir/failed" ]; then
+			echo "srun: error: $host: task $rank: Exited with exit code $code" >&2
+			if [ "$kill_bad" -eq 1 ] && mkdir "$dir/failed" 2>/dev/null; then
+				echo "$code" >"$dir/failed/code"
+				echo "srun: error: task $rank failed: stopping the step's other tasks (-K0: let them run)" >&2
+				kill -USR1 $$ 2>/dev/null
+			fi
+		fi
+		exit "$code"
+	) &
+	pids="$pids $!"
+	i=$((i + 1))
+done
+exec 3<&-
+for pid in $pids; do
+	while :; do
+		wait "$pid"
+		status=$?
+		# A trap (a failed task's USR1) interrupts the wait with a status above 128.
+		if [ "$status" -gt 128 ] && kill -0 "$pid" 2>/dev/null; then continue; fi
+		break
+	done
+done
+worst=0
+if [ -f "$dir/failed/code" ]; then
+	worst=$(cat "$dir/failed/code")
+else
+	i=0
+	while [ "$i" -lt "$count" ]; do
+		code=$(cat "$dir/code.$((first + i))" 2>/dev/null || echo 1)
+		[ "$code" -le "$worst" ] || worst=$code
+		i=$((i + 1))
+	done
+fi
+finish
+exit "$worst"
