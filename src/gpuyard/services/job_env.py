@@ -94,16 +94,14 @@ def build_job_env(
         env["GPUYARD_PROGRESS_FILE"] = progress_file
     if job.spec.cpus:
         env.setdefault("OMP_NUM_THREADS", str(job.spec.cpus))
-    if job.spec.gpu_mem_mib:
-        env.update(_gpu_mem_env(job.spec.gpu_mem_mib, env, gpu_total_mib))
     env["GPUYARD_NTASKS_PER_NODE"] = str(job.spec.ntasks_per_node)
     if slurm:
         env.update(slurm_env(job, env, run_as, array))
+    if job.spec.gpu_mem_mib:
+        env.update(_gpu_mem_env(job.spec.gpu_mem_mib, env, gpu_total_mib))
     return env
 
 
-def _gpu_mem_env(
-    gpu_mem_mib: int, env: Mapping[str, str], gpu_total_mib: int | None
 def slurm_env(
     job: Job,
     env: Mapping[str, str],
@@ -183,6 +181,8 @@ def task_env(per_node: int, nodes: int, node_rank: int) -> dict[str, str]:
     }
 
 
+def _gpu_mem_env(
+    gpu_mem_mib: int, env: Mapping[str, str], gpu_total_mib: int | None
 ) -> dict[str, str]:
     """Make each framework keep itself within a shared GPU's budget (soft enforcement; the
     server stops a job that goes over anyway): PyTorch through a startup hook that caps its
