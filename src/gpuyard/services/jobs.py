@@ -778,13 +778,13 @@ class JobService:
             )
         if spec.gpu_mem_mib:
             self._check_gpu_mem(spec)
+        if spec.container is not None:
+            check_container(spec, inv.container_runtime)
         self._check_machines(spec)
         # Per machine: a job on several has its CPUs and memory split over them.
         cpus, mem_mib = -(-spec.cpus // spec.nodes), -(-spec.mem_mib // spec.nodes)
         most_cpus = max(node.cpus for node in inv.nodes)
         most_mem = max(node.mem_mib for node in inv.nodes)
-        if spec.container is not None:
-            check_container(spec, inv.container_runtime)
         each = " per machine" if spec.nodes > 1 else ""
         if cpus > most_cpus:
             raise InvalidRequest(
