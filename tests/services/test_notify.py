@@ -238,3 +238,31 @@ def test_who_may_set_what(tmp_path: Path, hook: Receiver) -> None:
     (got,) = hook.wait(1)
     assert (got.event, got.json["job"], ping.event) == ("ping", None, "ping")
     assert json.loads(got.body)["delivery_id"] == ping.id
+
+
+def test_a_job_with_a_time_limit_is_warned_at_90_percent_of_it_once(
+    tmp_path: Path, hook: Receiver
+) -> None:
+    rig, notify = make_rig(tmp_path)
+    warned = rig.submit(1000.0, gpus=1, time_limit_s=100, notify=(hook.url,),
+                        notify_events=("time_limit",))  # fmt: skip
+    rig.settle()
+    notify.step()
+    rig.now = 89.0
+    notify.step()
+    assert hook.received() == []
+    rig.now = 90.0
+    notify.step()
+    notify.step()
+    (warning,) = hook.wait(1)
+    assert (warning.event, warning.json["job"]["state"]) == ("time_limit", "RUNNING")
+    assert warning.json["job"]["time_limit_s"] == 100
+    rig.service.cancel(warned.id, ADA)
+    rig.settle()
+    # One that ends before 90% of its limit is not warned.
+    quick = rig.submit(10.0, gpus=1, time_limit_s=100, notify=(hook.url,),
+                       notify_events=("time_limit",))  # fmt: skip
+    run_to_end(rig, notify, quick)
+    rig.now += 1000.0
+    notify.step()
+    assert len(hook.received()) == 1

@@ -148,6 +148,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "gpus": list(job.gpus),
         "node": job.node,
         "restarts": job.restarts,
+        "time_limit_s": job.spec.time_limit_s,
         "submitted_at": job.submitted_at,
         "started_at": job.started_at,
         "ended_at": job.ended_at,

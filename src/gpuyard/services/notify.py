@@ -14,7 +14,9 @@ The path of an event:
    again after 40 s, 80 s, 160 s, 320 s (five tries over about ten minutes), then it is
    `failed`; a host the server's allow-list refuses fails at once. Deliveries of one job to one
    URL are sent one after the other, in the order of the changes (begin before end), each
-   waiting for the one before to be delivered or given up.
+   waiting for the one before to be delivered or given up;
+4. a job that begins with a time limit gets a `time_limit` warning at 90% of it (planned by
+   the sender when it takes the begin, dropped by the job's next change).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ WORKERS = 4
 KEEP_PER_OWNER = 1_000
 KEEP_S = 30 * 86400.0
 PRUNE_EVERY_S = 3600.0
+WARN_AT = 0.9  # the share of a job's time limit at which `time_limit` warns
 MAX_LOG = 1_000
 
 
@@ -107,6 +110,7 @@ class NotifyService:
         self._work: queue.Queue[Delivery] = queue.Queue()  # due, for the workers
         self._workers: list[threading.Thread] = []
         self._last_prune = 0.0
+        self._warnings: dict[int, _Event] = {}  # job id -> its time-limit warning (sender's)
 
     # -- the journal's observer (in order: cheap, never blocks) --------------------------
     def __call__(self, change: JobChange) -> None:
@@ -289,12 +293,12 @@ class NotifyService:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()  # before the round: a wake-up during it is not lost
             try:
                 self.step()
             except Exception:  # a database hiccup: the next round tries again
                 log.exception("webhooks: a round of deliveries failed")
             self._wake.wait(self._next_wait())
-            self._wake.clear()
 
     def step(self) -> int:
         """One round: take queued events into stored deliveries, send what is due; returns
@@ -320,6 +324,12 @@ class NotifyService:
             except queue.Empty:
                 break
             made += self._deliveries_of(event)
+            self._plan_warning(event)
+        now = self._clock()
+        for job_id, warning in list(self._warnings.items()):
+            if warning.at <= now:
+                del self._warnings[job_id]
+                made += self._deliveries_of(warning)
         if made:
             for signer in dict.fromkeys(d.signer for d in made):
                 self._ensure_secret(signer)
@@ -355,6 +365,16 @@ class NotifyService:
                 )
         return out
 
+    def _plan_warning(self, event: _Event) -> None:
+        """A job that begins with a time limit is warned (`time_limit`, the job RUNNING) at
+        WARN_AT of it, as Slurm's TIME_LIMIT_90 mail; any later change of the job cancels
+        the warning. Kept in memory: a warning due while the server was down is not sent."""
+        job = event.job
+        self._warnings.pop(job.id, None)
+        if event.events == ("begin",) and job.spec.time_limit_s and job.started_at is not None:
+            at = job.started_at + WARN_AT * job.spec.time_limit_s
+            self._warnings[job.id] = _Event(job, ("time_limit",), at)
+
     def _due(self, now: float) -> list[Delivery]:
         """Pending deliveries whose time has come and that no earlier one of the same job and
         URL holds back."""
@@ -374,6 +394,7 @@ class NotifyService:
     def _next_wait(self) -> float:
         with self._lock:
             waiting = [d.next_at for d in self._pending if d.id not in self._in_flight]
+        waiting += [w.at for w in list(self._warnings.values())]
         if not waiting:
             return 5.0
         return max(0.01, min(5.0, min(waiting) - self._clock()))
