@@ -23,9 +23,7 @@ def _queued(server: ServerProcess) -> list[dict[str, object]]:
     [
         (["--gpu", "1", "--", "echo", "hi"], "No such option: --gpu (Did you mean --gpus?)"),
         (["--json", "--", "true"], "No such option: --json"),
-        (["--array=1-3", "true"], "No such option: --array"),
-        (["--dependency", "afterok:1", "true"], "No such option: --dependency"),
-        (["-o", "out.log", "true"], "No such option: -o"),
+        (["-p", "gpu", "true"], "No such option: -p"),
     ],
 )
 def test_an_unknown_option_before_the_command_is_a_usage_error(

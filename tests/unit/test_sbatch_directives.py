@@ -266,3 +266,20 @@ def test_mail_user_url_is_a_webhook_and_flags_replace_it(tmp_path: Path) -> None
     fields, _ = _submit_fields(tmp_path, script, notify=["https://h.example/b"],
                                mail_type="END")  # fmt: skip
     assert fields["notify"] == ["https://h.example/b"] and fields["notify_events"] == ["end"]
+
+
+def test_gpuyards_cpus_and_mem_stay_the_jobs_totals_on_any_node_count(tmp_path: Path) -> None:
+    """`--cpus 4 --mem 8G --nodes 2`: 4 cores and 8 GiB in all, as before (split over the
+    nodes); a script's --cpus-per-task and --mem are per task and per node (sbatch's)."""
+    script = "#!/bin/sh\n#SBATCH -N 2 --gpus-per-node=1 -c 3 --mem=2G\nx\n"
+    fields, _ = _submit_fields(tmp_path, script)
+    assert (fields["cpus"], fields["mem"], fields["gpus"]) == (6, "4096M", 2)
+    fields, _ = _submit_fields(tmp_path, script, cpus=4, mem="8G")
+    assert (fields["cpus"], fields["mem"], fields["nodes"]) == (4, "8G", 2)
+
+
+def test_a_heterogeneous_job_reads_its_first_component_only() -> None:
+    text = "#!/bin/sh\n#SBATCH -G 1\n#SBATCH hetjob\n#SBATCH -G 4\n#GPUYARD --retries 1\nx\n"
+    found = parse_directives(text)
+    assert found.values == {"gpus": 1, "retries": 1}
+    assert [w.line for w in found.warnings] == [3]

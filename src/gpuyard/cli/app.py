@@ -95,11 +95,13 @@ def submit(
             "--cpus",
             "-c",
             "--cpus-per-task",
-            help="CPU cores per task (the job's cores with one task per node) [1]",
+            help="CPU cores, the job's in all (split over --nodes) [1]",
             min=1,
         ),
     ] = None,
-    mem: Annotated[str | None, typer.Option(help="memory per node, e.g. 16G")] = None,
+    mem: Annotated[
+        str | None, typer.Option(help="memory, the job's in all (split over --nodes), e.g. 16G")
+    ] = None,
     time: Annotated[
         str | None, typer.Option("--time", "-t", help="time limit: minutes, [D-]HH:MM:SS, 2h")
     ] = None,

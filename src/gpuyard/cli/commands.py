@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 
 class SubmitOptions:
     """`gpuyard submit`'s options, as typed (defaults: typer's; None: not given, so a script's
-    directive or the server's default decides). Slurm's meanings: `cpus` is per task (the
-    job's cores with one task per node), `mem` per node."""
+    directive or the server's default decides)."""
 
     def __init__(
         self, command: list[str] | None = None, *, gpus: int | None = None,

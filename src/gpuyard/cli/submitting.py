@@ -164,18 +164,20 @@ _SLURM_FLAGS = (("gres", "gres"), ("ntasks_per_node", "ntasks-per-node"),
                 ("mem_per_gpu", "mem-per-gpu"), ("array", "array"), ("export", "export"),
                 ("mail_type", "mail-type"), ("mail_user", "mail-user"))  # fmt: skip
 # submit's flags whose value is a directive's value as it is: SubmitOptions field -> key.
-_PLAIN_FLAGS = (("name", "name"), ("time", "time"), ("mem", "mem"), ("priority", "priority"),
+_PLAIN_FLAGS = (("name", "name"), ("time", "time"), ("mem", "mem_total"),
+                ("priority", "priority"),
                 ("gpu_mem", "gpu_mem"), ("distributed", "distributed"), ("output", "output"),
                 ("error", "error"), ("dependency", "dependency"), ("python", "python"),
                 ("venv", "venv"), ("container", "container"), ("gpu_type", "gpu_type"),
                 ("preemptible", "preemptible"), ("export_env", "export_env"),
                 ("nodes", "nodes"), ("gpus_per_node", "gpus_per_node"),
-                ("cpus", "cpus_per_task"))  # fmt: skip
+                ("cpus", "cpus"))  # fmt: skip
 
 
 def flag_values(opts: Any) -> dict[str, object]:
     """The values submit's flags set (SubmitOptions; None: not given), keyed as directives'
-    (domain/sbatch.py), so that `merge(script, flags)` lets each flag win."""
+    (domain/sbatch.py), so that `merge(script, flags)` lets each flag win. `--cpus` (`-c`)
+    and `--mem` keep gpuyard's meaning: the job's in all, split over its nodes."""
     from gpuyard.domain.sbatch import read_option
 
     values: dict[str, object] = {}
@@ -213,6 +215,9 @@ def apply_batch(opts: Any, argv: list[str], fields: dict[str, Any],
             sys.stderr.write(f"{where}{path}:{warning.line}: {warning.message}\n")
         values = sbatch.merge(values, found.values)
     values = sbatch.merge(values, flag_values(opts))
+    sbatch_style = getattr(opts, "style", "id") != "id"
+    if sbatch_style and values.get("output") is None:  # sbatch's default, in the workdir
+        values["output"] = "slurm-%A_%a.out" if values.get("array") else "slurm-%j.out"
     resolved = sbatch.resolve(values)
     for note in resolved.notes:
         sys.stderr.write(f"{where}{path + ': ' if text is not None else ''}{note}\n")
@@ -223,7 +228,7 @@ def apply_batch(opts: Any, argv: list[str], fields: dict[str, Any],
     fields.update(resolved.fields)
     if opts.workdir is None and resolved.chdir:
         fields["workdir"] = os.path.abspath(resolved.chdir)
-    is_script = os.path.isfile(path)
+    is_script = sbatch_style or os.path.isfile(path)
     mode, names = resolved.export
     if mode != "default" or names or resolved.env or is_script:
         fields["env"] = _batch_env(mode, names, [*resolved.env, *opts.env])

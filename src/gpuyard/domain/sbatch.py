@@ -43,9 +43,9 @@ GPUYARD = "#GPUYARD"
 # script, #GPUYARD over #SBATCH) that sets one of a group replaces the lower layer's whole group.
 MERGE_GROUPS: tuple[frozenset[str], ...] = (
     frozenset({"gpus", "gpus_per_node", "gpus_per_task"}),
-    frozenset({"mem", "mem_per_gpu", "mem_per_cpu"}),
+    frozenset({"mem", "mem_per_gpu", "mem_per_cpu", "mem_total"}),
     frozenset({"ntasks", "ntasks_per_node"}),
-    frozenset({"cpus_per_task", "cpus_per_gpu"}),
+    frozenset({"cpus_per_task", "cpus_per_gpu", "cpus"}),
 )
 # Values that merge by variable name rather than being replaced.
 _MERGED_LISTS = ("env",)
@@ -93,7 +93,7 @@ _IGNORED: dict[str, str] = {
     "clusters": "one cluster here",
     "nodelist": "nodes are chosen by the scheduler",
     "exclude": "nodes are chosen by the scheduler",
-    "open-mode": "output files are written as sbatch's default (truncate)",
+    "open-mode": "the -o/-e files are always appended to here",
     "comment": "no comments are stored",
     "licenses": "no licenses here",
     "begin": "a job starts as soon as it can (hold it: gpuyard hold JOB)",
@@ -207,6 +207,7 @@ def parse_directives(text: str, source: str = "script") -> Directives:
     Raises InvalidRequest for a value that cannot mean what it says."""
     found = Directives()
     gpuyard = Directives()
+    hetjob = False  # a heterogeneous job's later components are not read
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if number == 1 and line.startswith("#!"):
@@ -216,9 +217,17 @@ def parse_directives(text: str, source: str = "script") -> Directives:
         if not line.startswith("#"):
             break  # the first command: sbatch reads no directive after it
         for prefix, into, dialect in ((SBATCH, found, "sbatch"), (GPUYARD, gpuyard, "gpuyard")):
-            if line.startswith(prefix) and (len(line) == len(prefix) or
-                                            line[len(prefix)].isspace()):  # fmt: skip
-                _read_line(line[len(prefix) :], _Line(number, source, into), dialect)
+            if not line.startswith(prefix) or (len(line) > len(prefix) and
+                                               not line[len(prefix)].isspace()):  # fmt: skip
+                continue
+            rest = line[len(prefix) :]
+            if prefix == SBATCH and rest.split("#")[0].strip() in ("hetjob", "packjob"):
+                if not hetjob:
+                    message = "a heterogeneous job: only its first component's directives are read"
+                    found.warnings.append(DirectiveWarning(number, message))
+                hetjob = True
+            elif not (hetjob and prefix == SBATCH):
+                _read_line(rest, _Line(number, source, into), dialect)
     # #GPUYARD lines win over #SBATCH lines, whatever their order.
     found.values = merge(found.values, gpuyard.values)
     found.warnings = sorted([*found.warnings, *gpuyard.warnings], key=lambda w: w.line)
@@ -561,7 +570,10 @@ _SLURM: dict[str, tuple[str, Act]] = {
 # #GPUYARD lines: gpuyard's own long options, with the command line's meanings.
 _GPUYARD: dict[str, tuple[str, Act]] = {
     **_SLURM,
-    "cpus": ("value", _count("cpus_per_task", "--cpus")),
+    # gpuyard's --cpus and --mem are the job's in all (split over its nodes), as on the
+    # command line; sbatch's --cpus-per-task and --mem are per task and per node.
+    "cpus": ("value", _count("cpus", "--cpus")),
+    "mem": ("value", _size("mem_total", "--mem")),
     "name": ("value", _text("name")),
     "workdir": ("value", _text("chdir")),
     "env": ("value", _env),
@@ -684,7 +696,11 @@ def resolve(values: dict[str, object]) -> Resolved:
         cpus_per_node = max(1, _get_int(v, "cpus_per_gpu", 1) * max(node_gpus, 1))
     f["cpus"] = cpus_per_node * nodes
     mem = _mem_per_node(v, node_gpus, cpus_per_node)
-    if mem is not None:
+    if "cpus" in v:  # gpuyard's --cpus: the job's cores in all
+        f["cpus"] = _get_int(v, "cpus", 1)
+    if v.get("mem_total") is not None:  # gpuyard's --mem: the job's memory in all
+        f["mem"] = v["mem_total"]
+    elif mem is not None:
         f["mem"] = mem if nodes == 1 and isinstance(mem, str) else f"{_mib(mem) * nodes}M"
     f["priority"] = _get_int(v, "priority", 0)
     for key, name in (("time", "time_limit"), ("name", "name"), ("output", "output_path"),
