@@ -185,13 +185,14 @@ def test_a_session_waits_for_its_gpus_and_says_why(server, terminals):
     assert term.exit_code() == 0
 
 
-def test_giving_up_before_the_start_cancels_the_session(server, terminals):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_giving_up_before_the_start_cancels_the_session(server, terminals, sig):
     hog = server.cli("submit", "--gpus", "4", "--", "sleep", "300").stdout.strip()
     wait_for(lambda: server.client().job(int(hog))["state"] == "RUNNING")
     term = _run_sh(server, terminals)
     term.expect("is waiting to start")
     job_id = max(job["id"] for job in server.client().jobs())
-    term.proc.send_signal(signal.SIGINT)  # Ctrl-C while it waits (the terminal is not raw yet)
+    term.proc.send_signal(sig)  # Ctrl-C while it waits (not raw yet), or its terminal closed
     assert term.exit_code() == 130
     assert f"job {job_id} cancelled before it started" in term.seen.decode(errors="replace")
     assert server.client().job(job_id)["state"] == "CANCELLED"
@@ -247,3 +248,21 @@ def test_a_server_on_another_machine_is_refused_before_anything_is_queued(server
     assert done.returncode == 2
     assert "on another machine" in done.stderr and len(done.stderr.splitlines()) == 1
     assert server.client().jobs() == []
+
+
+def test_a_session_nobody_attaches_to_ends_without_running(tmp_path, monkeypatch):
+    """Its `gpuyard run` was killed while it waited: the job does not hold its GPUs until its
+    time limit, its program never runs, and its reason says why."""
+    from gpuyard.adapters.executor import local
+    from tests.e2e.executor_rig import Rig
+
+    monkeypatch.setattr(local, "ATTACH_TIMEOUT_S", 0.5)
+    rig = Rig(tmp_path)
+    try:
+        rig.start(1, "touch ran", kind="interactive")
+        assert rig.wait_end(1).exit_code == 127
+        assert "cannot run 'sh': nobody attached to the session in time" in rig.log(1)
+        assert not (tmp_path / "ran").exists()
+        assert not (rig.executor.job_dir(1) / "attach.sock").exists()
+    finally:
+        rig.executor.close()

@@ -110,12 +110,8 @@ def open_session(session: Client, job_id: int, *, submitted: bool) -> int:
     and return the exit status `gpuyard run` exits with."""
     from gpuyard.cli.attach import DETACHED, ENDED, relay, say, socket_path
 
-    try:
-        job = _wait_started(session, job_id)
-    except KeyboardInterrupt:
-        if submitted:  # given up before it started: nothing of it should be left queued
-            session.cancel(job_id)
-            say(f"job {job_id} cancelled before it started")
+    job = _wait_or_give_up(session, job_id, submitted)
+    if job is None:
         return 130
     if job["state"] != "RUNNING":
         return _ended(job)
@@ -132,6 +128,30 @@ def open_session(session: Client, job_id: int, *, submitted: bool) -> int:
     else:
         say(f"job {job_id}'s session was taken over by another `gpuyard attach`")
     return 0
+
+
+def _wait_or_give_up(session: Client, job_id: int, submitted: bool) -> dict[str, Any] | None:
+    """The job once it runs or has ended; None if the user gave up first (Ctrl-C, the
+    terminal closed, SIGTERM): a session `run` submitted is then cancelled, so that none is
+    left to start later with nobody there."""
+    import signal
+
+    from gpuyard.cli.attach import say
+
+    def give_up(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    before = {sig: signal.signal(sig, give_up) for sig in (signal.SIGHUP, signal.SIGTERM)}
+    try:
+        return _wait_started(session, job_id)
+    except KeyboardInterrupt:
+        if submitted:
+            session.cancel(job_id)
+            say(f"job {job_id} cancelled before it started")
+        return None
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _wait_started(session: Client, job_id: int) -> dict[str, Any]:

@@ -28,9 +28,11 @@ Fields (`version` 1):
                               also appended there; opened by the supervisor with the job's
                               user's identity (one that cannot be opened: the job does not
                               run, exit 127 with the reason in its log); absent: none
-    pty, attach_path          an interactive job (`gpuyard run`): the job gets a pty (its
-                              controlling terminal) and the supervisor relays it to clients
-                              of the Unix socket `attach_path` (frames in `supervisor.py`)
+    pty, attach_path,         an interactive job (`gpuyard run`): the job gets a pty (its
+    attach_timeout_s          controlling terminal) and the supervisor relays it to clients
+                              of the Unix socket `attach_path` (frames in `supervisor.py`);
+                              its program runs once a client is there, and never if none
+                              comes within `attach_timeout_s` (exit 127, LaunchFailed)
     marker                    a random token, also put in the job's environment as
                               GPUYARD_LAUNCH_ID: how the executor finds the job's processes
                               after its supervisor is lost (`tree.py`)

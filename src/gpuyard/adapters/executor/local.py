@@ -158,6 +158,9 @@ def give_to_owner(jobdir: Path, plan: LaunchPlan) -> None:
 
 
 ATTACH_SOCKET = "attach.sock"  # an interactive job's terminal (`gpuyard attach`)
+# A session nobody attaches to by then (its `gpuyard run` was killed while it waited) ends
+# without running, rather than hold its GPUs until its time limit.
+ATTACH_TIMEOUT_S = 300.0
 
 
 def job_io(job: Job, plan: LaunchPlan, jobdir: Path) -> dict[str, Any]:
@@ -172,7 +175,9 @@ def job_io(job: Job, plan: LaunchPlan, jobdir: Path) -> dict[str, Any]:
             if pattern:
                 fields[key] = expand_output_path(pattern, job, user, node)
     if spec.kind == "interactive":
-        fields.update(pty=True, attach_path=str(jobdir / ATTACH_SOCKET))
+        fields.update(
+            pty=True, attach_path=str(jobdir / ATTACH_SOCKET), attach_timeout_s=ATTACH_TIMEOUT_S
+        )
     return fields
 
 

@@ -361,7 +361,7 @@ def _run_child(plan: dict, own_fds: list[int], stdio: tuple[int, int], go: int) 
             os.setuid(who["uid"])  # last: the job can never take root back
         os.chdir(workdir)
         if go >= 0 and not os.read(go, 1):
-            os._exit(1)  # the supervisor is gone before anyone attached: nothing to run for
+            os._exit(127)  # nobody attached in time (or the supervisor is gone): never run
         os.execve(_which(argv[0], env.get("PATH")), argv, env)
     except OSError as exc:
         os.write(2, f"gpuyard: cannot run {argv[0]!r} in {workdir!r}: {exc.strerror}\n".encode())
@@ -421,7 +421,9 @@ def _wait(child: int, watched: dict[int, tuple[str, str]], streams: dict[int, in
     if _session is not None:
         _session.watch(poller)
     while True:
-        events = poller.poll()
+        events = poller.poll(_session.wait_ms() if _session is not None else None)
+        if not events and _session is not None:
+            _session.abandon()  # nobody attached in time: the job ends without running
         for fd, event in events:
             if fd in streams and not _pump(fd, streams[fd]):
                 poller.unregister(fd)  # every writer closed it (the job may run on silently)
@@ -691,6 +693,9 @@ class _Session:
             os.fchown(self.slave, self.uid, -1)  # the user's own terminal, as login makes it
             os.fchmod(self.slave, 0o620)
         self.go_r, self.go_w = os.pipe()
+        self.program = plan["argv"][0]
+        wait_s = float(plan.get("attach_timeout_s") or 0)
+        self.attach_by = time.monotonic() + wait_s if wait_s > 0 else 0.0
         self.path = plan["attach_path"]
         self.listener = self._listen(who)
         self.tee = tee
@@ -727,6 +732,22 @@ class _Session:
         """What the job must not hold (its pty's slave is dup'ed to 0-2 first)."""
         fds = [self.master, self.slave, self.go_w, self.listener.fileno()]
         return fds + ([self.tee] if self.tee >= 0 else [])
+
+    def wait_ms(self) -> int | None:
+        """How long the poll may wait: until the attach deadline while nobody has come."""
+        if self.go_w < 0 or not self.attach_by:
+            return None
+        return max(0, int((self.attach_by - time.monotonic()) * 1000) + 1)
+
+    def abandon(self) -> None:
+        """No client came by the deadline: the job's program is never run (it exits 127 on
+        the pipe's end) and the log says why, as the controller reads it (LaunchFailed)."""
+        if self.go_w < 0 or time.monotonic() < self.attach_by:
+            return
+        line = f"gpuyard: cannot run {self.program!r}: nobody attached to the session in time\n"
+        _log_write(line.encode())
+        os.close(self.go_w)
+        self.go_w = -1
 
     def take_terminal(self) -> None:
         """In the child, after `setsid`: the slave becomes its controlling terminal and 0-2."""
