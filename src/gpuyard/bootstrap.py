@@ -78,6 +78,7 @@ from gpuyard.services.progress import ProgressService
 from gpuyard.services.rendezvous import RendezvousPorts
 from gpuyard.services.run_as import RunAsPolicy
 from gpuyard.services.server import Background, ServerFacade, ServerInfo
+from gpuyard.services.service_health import ServiceHealth
 from gpuyard.services.stops import StopRequests, StopSignals, signal_new_stops
 from gpuyard.services.sweeps import SweepService
 from gpuyard.services.telemetry import GpuMonitor
@@ -110,6 +111,7 @@ class Core:
     executor: Executor
     monitor: GpuMonitor | None
     progress: ProgressService | None = None  # jobs' progress and metric series
+    health: ServiceHealth | None = None  # services' health checks (`serve --health`)
     notify: NotifyService | None = None  # webhooks (None: a store without their tables)
 
 
@@ -159,7 +161,9 @@ def build_core(
         exits=exits, clock=clock, metrics=metrics,
         gpu_peak_mib=lambda job_id: _peak_mib(monitor, job_id), identities=identities,
         retry_rules=RetryRules(
-            settings.retry_backoff_s, settings.retry_backoff_max_s, settings.node_fail_requeues
+            settings.retry_backoff_s, settings.retry_backoff_max_s, settings.node_fail_requeues,
+            settings.service_backoff_s, settings.service_backoff_max_s,
+            settings.service_healthy_s,
         ),
     )  # fmt: skip
     drains = DrainService(
@@ -185,9 +189,14 @@ def build_core(
     if monitor is not None:
         _watch_samples(monitor, store, book, service, drains, stops, idle, scheduler, settings)
     progress = ProgressService(book, cast(ProgressStore, store), executor.log_path, clock=clock)
+    service.service_health = health = ServiceHealth(
+        book, lambda job, why: stops.request(job.id, JobState.PENDING, why),
+        period_s=settings.service_check_s, failures=settings.service_check_failures,
+        local=settings.backend == "local", clock=clock,
+    )  # fmt: skip
     return Core(
         book, journal, scheduler, controller, drains, service, feed, metrics, executor, monitor,
-        progress, notify=notify,
+        progress, health, notify=notify,
     )  # fmt: skip
 
 
@@ -303,6 +312,8 @@ def build_server(
     background: list[Background] = [core.monitor] if core.monitor is not None else []
     if core.progress is not None:
         background.append(core.progress)
+    if core.health is not None:
+        background.append(core.health)
     if core.notify is not None:
         core.notify.team_of = lambda name: _team_of(accounts, name)
         background.append(core.notify)

@@ -106,6 +106,15 @@ class Settings:
     retry_backoff_s: float = 10.0
     retry_backoff_max_s: float = 600.0
     node_fail_requeues: int = 3
+    # Services (`gpuyard serve`): restart n of short runs in a row waits service_backoff_s *
+    # 2^(n-1), at most service_backoff_max_s; a run of service_healthy_s starts the count
+    # over. The health check asks every service_check_s; service_check_failures failures in a
+    # row past a service's grace period restart it.
+    service_backoff_s: float = 2.0
+    service_backoff_max_s: float = 300.0
+    service_healthy_s: float = 300.0
+    service_check_s: float = 3.0
+    service_check_failures: int = 3
     # Webhooks (`--notify`, `gpuyard notify`): the hosts the server may POST to (a comma list
     # of loopback, private, public, addresses or networks, host names, .domains; "none": no
     # webhooks; "": private,public, so never loopback or link-local: `domain/webhooks.py`
@@ -132,6 +141,9 @@ class Settings:
             ("fair_share_half_life_s", float),
             ("retry_backoff_s", float), ("retry_backoff_max_s", float),
             ("node_fail_requeues", int),
+            ("service_backoff_s", float), ("service_backoff_max_s", float),
+            ("service_healthy_s", float), ("service_check_s", float),
+            ("service_check_failures", int),
             ("notify_allow", str), ("notify_retry_s", float),
             ("socket", str), ("register_local_users", _flag), ("standby", _flag),
         ):  # fmt: skip
@@ -166,6 +178,11 @@ class Settings:
             raise ValueError(
                 f"retry backoff {settings.retry_backoff_s} s (at most "
                 f"{settings.retry_backoff_max_s} s): give 0 or more, and a maximum not below it"
+            )
+        if not 0.05 <= settings.service_check_s <= 3600 or settings.service_check_failures < 1:
+            raise ValueError(
+                f"service health checks every {settings.service_check_s} s, "
+                f"{settings.service_check_failures} failures: use 0.05-3600 s and 1 or more"
             )
         if settings.node_fail_requeues < 0:
             raise ValueError(

@@ -27,8 +27,10 @@ from gpuyard.schemas.v1 import (
     JobGpuStatsOut,
     JobOut,
     JobSubmitIn,
+    ServiceHealthOut,
 )
 from gpuyard.services.jobs import DryRun, GpuHolding
+from gpuyard.services.service_health import HealthState, service_url
 from gpuyard.services.telemetry import GpuTelemetry, JobGpuStats
 
 # JobSpec fields the wire spells otherwise (units a person writes, a mapping): spec field ->
@@ -116,6 +118,7 @@ def job_to_wire(
     gpu_stats: JobGpuStats | None = None,
     idle_since: float | None = None,
     estimate_assumes: Literal["preemption"] | None = None,
+    service_health: HealthState | None = None,
 ) -> JobOut:
     end = job.ended_at if job.ended_at is not None else time.time()
     running_s = end - job.started_at if job.started_at is not None else 0.0
@@ -147,6 +150,18 @@ def job_to_wire(
         not_before=_iso(job.not_before) if job.state is JobState.PENDING else None,
         idle_since=_iso(idle_since),
         gpu_stats=None if gpu_stats is None else gpu_stats_to_wire(gpu_stats),
+        service_url=service_url(job),
+        service_health=None if service_health is None else health_to_wire(service_health),
+    )
+
+
+def health_to_wire(health: HealthState) -> ServiceHealthOut:
+    return ServiceHealthOut.model_construct(
+        state=health.state,
+        since=_iso(health.since),
+        checked_at=_iso(health.checked_at),
+        last_error=health.last_error,
+        failures=health.failures,
     )
 
 

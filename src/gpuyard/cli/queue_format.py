@@ -19,6 +19,7 @@ import re
 
 from gpuyard.cli.job_refs import label
 from gpuyard.cli.render import gpu_list, printable, shown_state
+from gpuyard.cli.service_format import service_note
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.units import format_duration, format_size_mib
 
@@ -50,7 +51,8 @@ def _reason(job: dict[str, Any]) -> str:
     if job["state"] == "PENDING":
         return f"({job['reason']})"
     if job["state"] == "RUNNING":
-        return f"{job.get('node') or '-'}:{gpu_list(job.get('gpus') or [])}"
+        where = f"{job.get('node') or '-'}:{gpu_list(job.get('gpus') or [])}"
+        return f"{where} {service_note(job)}" if job.get("kind") == "service" else where
     return f"({job['reason']})" if job.get("reason") not in (None, "None") else "-"
 
 

@@ -37,6 +37,7 @@ def gpu_list(gpus: Sequence[int]) -> str:
 
 def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
     from gpuyard.cli.job_refs import label  # `12_3` for an array's task
+    from gpuyard.cli.service_format import service_note
 
     rows = []
     for job in jobs:
@@ -46,6 +47,8 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
             where = f"{gpu_list(job['gpus'])} ({job['reason']})"
         if job.get("idle_since"):
             where = f"{where} (idle since {_local(job['idle_since'], short=True)})"
+        if job.get("kind") == "service":  # `(service :PORT healthy)`
+            where = f"{where} {service_note(job)}"
         rows.append(
             [
                 label(job),
@@ -193,6 +196,8 @@ def dry_run_answer(answer: dict[str, Any]) -> str:
 def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -> str:
     """scontrol's record of a job; `charts`: its progress and sparklines (`chart_fields`),
     shown after RunTime when there are any."""
+    from gpuyard.cli.service_format import service_fields
+
     fields = [
         ("JobId", job["id"]),
         *_array_fields(job),
@@ -228,6 +233,7 @@ def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -
         ),
         ("EndTime", _local(job["ended_at"])),
         ("RunTime", format_duration(job["runtime_s"])),
+        *service_fields(job, _local),
         *charts,
         ("Log", job["log_path"] + _log_lost(job.get("log_dropped_bytes") or 0)),
     ]

@@ -11,6 +11,16 @@ A job whose GPU or machine failed (NODE_FAIL) is requeued without `--retries`, u
 server's limit, as Slurm requeues on a node failure; past it the job is held with the reason
 (`gpuyard release` runs it again). Every run that ended is kept on the job (`Job.attempts`).
 
+A service (`gpuyard serve`, kind "service") is restarted after any end but a cancel or its own
+time limit, without a count: exited 0, failed, killed, out of memory, its node lost, stopped by
+its health check. The back-off grows with each short run in a row (`service_backoff_s` ·
+2^(n-1), at most `service_backoff_max_s`) and starts over after a run that lasted
+`service_healthy_s`: a server that crashes at once is not restarted in a busy loop, and one
+that ran for a day and crashed once comes back at once.
+
+    settle_service_end(service, JobState.FAILED, 1, "NonZeroExitCode: ...", now, RetryRules())
+        -> PENDING, not_before = now + 2 s (4 s, 8 s, ... after more short runs in a row)
+
     settle_end(job, JobState.FAILED, 1, "NonZeroExitCode: ...", now, RetryRules())
         -> PENDING, attempts + (run 1,), not_before = now + 10 s   (with --retries 1)
         -> FAILED                                                     (without)
@@ -33,6 +43,8 @@ MAX_ATTEMPTS_KEPT = 200
 REASON_LAUNCH_FAILED = "LaunchFailed"  # the command could not be started
 REASON_NODE_FAIL_LIMIT = "NodeFailLimit"  # held: its node failed more often than the limit
 REASON_BEGIN_TIME = "BeginTime"  # waiting out a retry's backoff (Slurm's word)
+REASON_SERVICE_RESTART = "ServiceRestart"  # a service requeued after its run ended
+REASON_UNHEALTHY = "Unhealthy"  # a service stopped by its health check (then restarted)
 _CLASS_OF_STATE = {JobState.TIMEOUT: "timeout", JobState.OUT_OF_MEMORY: "oom"}
 
 
@@ -62,10 +74,23 @@ class RetryRules:
     backoff_s: float = 10.0
     backoff_max_s: float = 600.0
     node_fail_requeues: int = 3
+    # Services: the back-off before restart n of short runs in a row, and the run length
+    # after which the count starts over.
+    service_backoff_s: float = 2.0
+    service_backoff_max_s: float = 300.0
+    service_healthy_s: float = 300.0
 
     def backoff_for(self, retry: int) -> float:
         """Seconds to wait before retry number `retry` (1 for the first)."""
         return min(self.backoff_max_s, self.backoff_s * 2.0 ** min(max(retry - 1, 0), 60))
+
+    def service_backoff_for(self, short_runs: int) -> float:
+        """Seconds before a service's restart after `short_runs` short runs in a row (0: the
+        run that ended was long: at once)."""
+        if short_runs <= 0:
+            return 0.0
+        exponent = min(max(short_runs - 1, 0), 60)
+        return min(self.service_backoff_max_s, self.service_backoff_s * 2.0**exponent)
 
 
 def failure_class(state: JobState, reason: str) -> str | None:
@@ -132,6 +157,39 @@ def settle_end(
     return job.transition(state, exit_code=exit_code, ended_at=ended_at, reason=reason)
 
 
+def settle_service_end(
+    job: Job,
+    state: JobState,
+    exit_code: int | None,
+    reason: str,
+    ended_at: float,
+    rules: RetryRules,
+) -> Job:
+    """The record of a service (kind "service") whose run ended in `state`: CANCELLED and
+    TIMEOUT (its own `--time`) end it; any other end requeues it with the back-off of its
+    short runs in a row (`service_backoff_for`), for as long as it takes."""
+    if state in (JobState.CANCELLED, JobState.TIMEOUT):
+        return job.transition(state, exit_code=exit_code, ended_at=ended_at, reason=reason)
+    run = attempt_of(job, state, exit_code, reason, ended_at)
+    short = short_runs(job, run, rules.service_healthy_s)
+    wait_s = rules.service_backoff_for(short)
+    why = f"{REASON_SERVICE_RESTART}: restart {job.restarts + 1} after {state.value} ({reason})"
+    return requeue(job, run, ended_at, why, not_before=ended_at + wait_s if wait_s else None)
+
+
+def short_runs(job: Job, run: Attempt, healthy_s: float) -> int:
+    """How many runs in a row, `run` (the one that just ended) included, lasted less than
+    `healthy_s`; 0 when `run` itself lasted that long (the back-off starts over)."""
+    count = 0
+    for attempt in (run, *reversed(job.attempts)):
+        if attempt.state is JobState.PENDING:
+            continue  # a preemption says nothing of the service's health
+        if attempt.ended_at - attempt.started_at >= healthy_s:
+            break
+        count += 1
+    return count
+
+
 def attempt_of(
     job: Job, state: JobState, exit_code: int | None, reason: str, ended_at: float
 ) -> Attempt:
@@ -166,7 +224,8 @@ def requeue(
 
 def _kept(attempts: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
     """At most MAX_ATTEMPTS_KEPT runs: the oldest preemptions go first (a preemptible job may
-    be preempted without end; retries and node failures are bounded and counted)."""
+    be preempted without end; retries and node failures are bounded and counted), then the
+    oldest runs (a service is restarted without end)."""
     extra = len(attempts) - MAX_ATTEMPTS_KEPT
     if extra <= 0:
         return attempts
@@ -176,7 +235,7 @@ def _kept(attempts: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
             extra -= 1
             continue
         kept.append(attempt)
-    return tuple(kept)
+    return tuple(kept[-MAX_ATTEMPTS_KEPT:])
 
 
 def hold_reason(job: Job) -> str:

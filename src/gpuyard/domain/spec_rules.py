@@ -72,6 +72,7 @@ class SpecDraft:
     kind: str = "batch"
     service_port: int = 0
     health_path: str = ""
+    health_grace_s: int = 60
     python: str | None = None
     venv: str | None = None
     container: str | None = None
@@ -184,6 +185,16 @@ def check_workflow(draft: SpecDraft) -> None:
         raise InvalidRequest(
             'service_port and health_path belong to a service: `gpuyard serve`, or kind "service"',
             field="service_port",
+        )
+    if not 0 <= draft.health_grace_s <= 86_400:
+        raise InvalidRequest(
+            f"health_grace_s {draft.health_grace_s}: give 0 to 86400 seconds (a day)",
+            field="health_grace_s",
+        )
+    if draft.kind == "service" and draft.nodes != 1:
+        raise InvalidRequest(
+            "a service runs on one machine (its address is that machine's): give --nodes 1",
+            field="nodes",
         )
     if draft.health_path and (not draft.health_path.startswith("/") or
                               not draft.health_path.isprintable()):  # fmt: skip

@@ -136,6 +136,11 @@ class JobSubmitIn(_Strict):
     health_path: Annotated[
         StrictStr, Field(max_length=2048, description="a service's HTTP health check path")
     ] = ""
+    health_grace_s: Annotated[
+        StrictInt,
+        Field(ge=0, le=86_400, description="a service's grace after each start before failed "
+              "health checks count"),
+    ] = 60  # fmt: skip
     python: Annotated[
         StrictStr | None, Field(description="the interpreter the job runs (absolute path)")
     ] = None
@@ -172,6 +177,20 @@ class AttemptOut(BaseModel):
     reason: str
     node: str
     gpus: list[int] = Field(description="indices of the GPUs this run held")
+
+
+class ServiceHealthOut(BaseModel):
+    """A running service's health check (`gpuyard serve`). Times are ISO 8601 in UTC."""
+
+    state: Literal["starting", "healthy", "unhealthy", "unchecked"] = Field(
+        description="starting: not answered yet since its start; healthy: its last check "
+        "answered; unhealthy: its checks fail (restarted past its grace); unchecked: not "
+        "checked from the server (on another machine)"
+    )
+    since: str | None = Field(description="in this state since")
+    checked_at: str | None = Field(description="the last check")
+    last_error: str | None = Field(description="what the last failed check saw")
+    failures: int = Field(0, description="failed checks in a row")
 
 
 class JobGpuStatsOut(BaseModel):
@@ -274,6 +293,13 @@ class JobOut(BaseModel):
     kind: str = Field("batch", description="batch, interactive or service")
     service_port: int = Field(0, description="a service's port on the server's machine")
     health_path: str = Field("", description="a service's health check path")
+    health_grace_s: int = Field(60, description="a service's grace after each start")
+    service_url: str | None = Field(
+        None, description="a service's local address on the server's machine (http://HOST:PORT)"
+    )
+    service_health: ServiceHealthOut | None = Field(
+        None, description="a running service's health check; null: not a running service"
+    )
     python: str | None = Field(None, description="--python")
     venv: str | None = Field(None, description="--venv")
     container: str | None = Field(None, description="--container")

@@ -16,7 +16,15 @@ from collections.abc import Callable, Mapping
 from gpuyard.domain.errors import StateDiskFull
 from gpuyard.domain.job import REASON_NONE, Job
 from gpuyard.domain.outcome import judge_exit
-from gpuyard.domain.retry import REASON_LAUNCH_FAILED, RetryRules, attempt_of, requeue, settle_end
+from gpuyard.domain.retry import (
+    REASON_LAUNCH_FAILED,
+    REASON_UNHEALTHY,
+    RetryRules,
+    attempt_of,
+    requeue,
+    settle_end,
+    settle_service_end,
+)
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.crashpoints import crash_point
@@ -278,6 +286,13 @@ class Controller:
             judged = status.reason
         if state is JobState.FAILED and not reason:
             state, reason = self._diagnose(job, judged, tail, exit_code)
+        if job.spec.kind == "service":  # restarted after any end but a cancel or its limit
+            if state is JobState.PENDING and job.reason.startswith(REASON_UNHEALTHY):
+                state, reason = JobState.FAILED, job.reason  # stopped by its health check
+            if state is not JobState.PENDING:
+                return settle_service_end(
+                    job, state, exit_code, reason or judged, ended_at, self._retry_rules
+                )
         if state is JobState.PENDING:  # preempted or requeued: the run is kept as an attempt
             why = job.reason if job.reason != REASON_NONE else judged
             run = attempt_of(job, state, None, why, ended_at)

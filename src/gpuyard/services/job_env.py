@@ -88,6 +88,8 @@ def build_job_env(
             "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1"),
         }
     )
+    if job.spec.kind == "service" and job.spec.service_port:  # chosen at submit, kept
+        env["PORT"] = env["GPUYARD_SERVICE_PORT"] = str(job.spec.service_port)
     if checkpoint_dir is not None:
         env["GPUYARD_CHECKPOINT_DIR"] = checkpoint_dir
     if progress_file is not None:

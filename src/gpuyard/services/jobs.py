@@ -38,6 +38,8 @@ from gpuyard.services.limits import DEFAULT_HALF_LIFE_S, LimitService, LimitStor
 from gpuyard.services.live_scheduler import LiveScheduler
 from gpuyard.services.ports import JobStore
 from gpuyard.services.run_as import RunAsPolicy
+from gpuyard.services.service_health import ServiceHealth
+from gpuyard.services.service_ports import ServicePorts
 from gpuyard.services.stops import StopRequests
 from gpuyard.services.submit_keys import SubmitKeys
 from gpuyard.services.telemetry import (
@@ -149,6 +151,9 @@ class JobService:
         self.monitor = monitor
         self.idle = idle
         self.peaks = peaks or PeakHistory()  # earlier runs' GPU memory, for --gpu-mem advice
+        self.service_ports = ServicePorts(self.book)  # `serve --port auto`: chosen at submit
+        # Services' health checks (`serve --health`), read by JobOut; None: not checked.
+        self.service_health: ServiceHealth | None = None
         self._seen_dirs: dict[str, float] = {}  # workdir -> when it last existed (monotonic)
         # Quotas, shares and usage (`limits.py`): the server's stores implement its ports; a
         # store that does not (a test's) runs without limits.
@@ -464,7 +469,7 @@ class JobService:
     ) -> Job:
         return Job(
             id=self.book.allocate_id(),
-            spec=spec,
+            spec=self.service_ports.assign(spec),
             owner=actor.user,
             state=JobState.PENDING,
             submitted_at=self._clock(),

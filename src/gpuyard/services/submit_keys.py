@@ -95,6 +95,8 @@ def _check_same(made: JobSpec, asked: JobSpec, job_id: int | None) -> None:
     job without its script copy, so the script is then not compared)."""
     if made.script is None and asked.script is not None:
         asked = dataclasses.replace(asked, script=None)
+    if made.kind == "service" and asked.service_port == 0:  # `--port auto`: the server chose
+        asked = dataclasses.replace(asked, service_port=made.service_port)
     if made != asked:
         which = f"job {job_id}" if job_id is not None else "a submit still in progress"
         raise InvalidRequest(

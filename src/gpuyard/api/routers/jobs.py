@@ -46,6 +46,7 @@ def _out(service: JobService, job: Job, estimates: StartEstimates | None) -> Job
         service.idle_since(job),
         estimate_assumes="preemption" if estimates and estimates.assumes_preemption(job.id)
         else None,
+        service_health=service.service_health.of(job) if service.service_health else None,
     )  # fmt: skip
 
 
