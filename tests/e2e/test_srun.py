@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,6 +101,39 @@ def test_srun_is_on_a_scripts_path_and_not_on_a_plain_commands(
     assert stat.S_IMODE(shim.parent.stat().st_mode) == 0o755
     assert hostname == socket.gethostname()  # the job's node list: this machine
     assert log_of(server, plain["id"])[-1] == "no-srun"
+
+
+LIGHTNING = """
+import warnings
+warnings.simplefilter("ignore")
+import pytorch_lightning as pl
+trainer = pl.Trainer(accelerator="cpu", devices=2, logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False)
+env = trainer.strategy.cluster_environment
+print("lightning", type(env).__name__, trainer.global_rank, trainer.local_rank,
+      trainer.world_size, env.main_address, flush=True)
+"""
+
+
+def test_a_lightning_script_launched_with_srun_gets_one_rank_per_task(
+    server: ServerProcess, tmp_path: Path
+):
+    """The many sbatch scripts that end in `srun python train.py` with --ntasks-per-node 2:
+    Lightning (for real) is SLURMEnvironment in each task, ranks 0 and 1 of 2, on this
+    machine."""
+    pytest.importorskip("pytorch_lightning")  # the `test` extra installs it
+    (tmp_path / "train.py").write_text(LIGHTNING)
+    job_id = submit_script(server, f"srun {sys.executable} train.py\n", tmp_path,
+                           ntasks_per_node=2)  # fmt: skip
+    with server.client() as client:
+        ended = wait_ended(client, job_id, timeout_s=120)
+    log = log_of(server, job_id)
+    assert ended["state"] == "COMPLETED", log[-20:]
+    ranks = sorted(line.split()[1:] for line in log if line.startswith("lightning "))
+    assert ranks == [
+        ["SLURMEnvironment", "0", "0", "2", "127.0.0.1"],
+        ["SLURMEnvironment", "1", "1", "2", "127.0.0.1"],
+    ]
 
 
 @pytest.fixture(scope="module")
