@@ -316,6 +316,9 @@ def build_server(
         background.append(core.health)
     if core.notify is not None:
         core.notify.team_of = lambda name: _team_of(accounts, name)
+        core.notify.team_exists = lambda team: any(
+            t.name == team for t in accounts.teams(auth.principal)
+        )
         background.append(core.notify)
     sweeps = SweepService(core.service, cast(SweepStore, store), core.progress)
     background.append(sweeps)  # sweeps' early stop

@@ -93,6 +93,8 @@ def test_a_teams_defaults_are_an_admins_and_its_members_see_their_host(
 ) -> None:
     assert api.post("/api/v1/admin/teams", json={"name": "vision"}).status_code == 201
     ada = member(api, "nobody", "vision")
+    missing = api.put("/api/v1/notify?team=nosuch", json={"urls": [hook.url]})
+    assert missing.status_code == 404 and "gpuyard admin team add nosuch" in missing.text
     refused = api.put("/api/v1/notify?team=vision", json={"urls": [hook.url]}, headers=ada)
     assert refused.status_code == 403 and "only an admin" in refused.text
     team = api.put("/api/v1/notify?team=vision", json={"urls": [hook.url + "/t?k=s"]})

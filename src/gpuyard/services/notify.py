@@ -95,6 +95,7 @@ class NotifyService:
         self.workers = workers
         # Who is in which team (set by the server once accounts exist; None: no team).
         self.team_of: Callable[[str], str | None] = lambda _user: None
+        self.team_exists: Callable[[str], bool] = lambda _team: True
         self._queue: queue.Queue[_Event] = queue.Queue(maxsize=queue_size)
         self.dropped = 0  # events a full queue refused
         self._lock = threading.Lock()  # the settings cache and the pending list
@@ -209,6 +210,8 @@ class NotifyService:
             raise Forbidden(
                 f"only an admin sets team {team}'s webhooks; set your own without --team"
             )
+        if not self.team_exists(team):
+            raise NotFound(f"no team {team}; add it first: gpuyard admin team add {team}")
         return "team", team
 
     # -- the log and a test --------------------------------------------------------------
@@ -331,9 +334,12 @@ class NotifyService:
                 del self._warnings[job_id]
                 made += self._deliveries_of(warning)
         if made:
-            for signer in dict.fromkeys(d.signer for d in made):
-                self._ensure_secret(signer)
-            self._store.save_deliveries(made)  # stored before any is sent
+            try:
+                for signer in dict.fromkeys(d.signer for d in made):
+                    self._ensure_secret(signer)
+                self._store.save_deliveries(made)  # stored before any is sent
+            except Exception:  # the database: sent all the same, only a restart forgets them
+                log.exception("webhooks: storing %d deliveries failed; sending them", len(made))
             with self._lock:
                 self._pending.extend(made)
 
@@ -401,14 +407,16 @@ class NotifyService:
 
     def _send(self, d: Delivery) -> None:
         try:
-            secret = self._ensure_secret(d.signer)
-            sent_at = self._clock()
-            body = body_of(d, sent_at)
             try:
+                secret = self._ensure_secret(d.signer)
+                sent_at = self._clock()
+                body = body_of(d, sent_at)
                 result = self._poster.post(d.url, headers_of(d, secret, sent_at, body), body)
-            except Exception as exc:  # an adapter's bug is one failed try, not a dead worker
-                result = PostResult(None, f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # the store, an adapter's bug: a failed try, not a
+                result = PostResult(None, f"{type(exc).__name__}: {exc}")  # dead worker
             self._record(d, result)
+        except Exception:
+            log.exception("webhooks: delivery %s", d.id)
         finally:
             with self._lock:
                 self._in_flight.discard(d.id)
