@@ -110,6 +110,18 @@ def test_sbatch_answers_as_sbatch_and_the_job_knows_its_submit_dir(
     log = server.cli("logs", job_id.strip()).stdout
     assert f"from {tmp_path}" in log
 
+    # sbatch's own options that submit has no flag for, and --signal in sbatch's meaning
+    taken = server.cli("sbatch", "--parsable", "-n", "2", "--gpus-per-task=1", "--mem-per-cpu",
+                       "1G", "--signal=B:USR1@60", "-t", "10", "-A", "lab", "--wrap", "sleep 60",
+                       cwd=tmp_path)  # fmt: skip
+    job = server.client().job(int(taken.stdout))
+    assert (job["ntasks_per_node"], job["num_gpus"], job["cpus"], job["mem_mib"]) == (2, 2, 2, 2048)
+    assert (job["warn_signal"], job["warn_before_s"], job["command"]) == (
+        10, 60, ["/bin/sh", "-c", "sleep 60"])  # fmt: skip
+    assert taken.stderr == ("gpuyard: warning: -A lab ignored: accounting is per user and team "
+                            "here\n")  # fmt: skip
+    server.cli("cancel", taken.stdout.strip())
+
     parsable = server.cli("sbatch", "--parsable", "-a", "0-2", "--wrap", "true", cwd=tmp_path)
     array = server.client().job(int(parsable.stdout))
     assert array["output_path"] == "slurm-%A_%a.out" and array["array_task_id"] == 0

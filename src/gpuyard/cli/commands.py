@@ -59,6 +59,7 @@ class SubmitOptions:
         # defaults (`-o slurm-%j.out`, `--export=ALL`) go under the script's directives.
         self.style = "id"
         self.defaults: dict[str, object] = {}
+        self.slurm_values: dict[str, object] = {}  # sbatch's options submit has no flag for
 
 
 def client() -> Client:
@@ -93,8 +94,8 @@ def submit(opts: SubmitOptions) -> int:
     # gpus, cpus, mem, time_limit, priority... (--gpu-mem without --gpus means one GPU: the
     # server decides that, domain/spec_rules.py).
     apply_batch(opts, argv, fields, opts.defaults)
-    if opts.stop_signal is not None:  # SIG: the stop signal; SIG@SECONDS: a warning before
-        fields.update(signal_fields(opts.stop_signal))  # the time limit
+    if opts.stop_signal is not None and opts.style == "id":  # SIG: the stop signal;
+        fields.update(signal_fields(opts.stop_signal))  # SIG@SECONDS: a warning before the limit
     fields.update(retry_fields(opts.retries, opts.retry_on))
     if opts.check:
         from gpuyard.cli.doctoring import check_submission

@@ -63,7 +63,8 @@ def register(app: typer.Typer) -> None:
         the script) taken out with a warning each, as the same directives in a script are."""
 
         def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-            return super().parse_args(ctx, _drop_ignored(self, args))
+            args, ctx.meta["sbatch_values"] = _take_slurm_options(self, args)
+            return super().parse_args(ctx, args)
 
     app.command("sbatch", cls=SbatchCommand,
                 context_settings={"allow_interspersed_args": False})(sbatch)  # fmt: skip
@@ -85,6 +86,7 @@ def run_sbatch(given: dict[str, Any]) -> int:
     opts = commands.SubmitOptions(command, **given)
     opts.style = "parsable" if parsable else "sbatch"
     opts.defaults = {"export": "ALL"}
+    opts.slurm_values = click.get_current_context().meta.get("sbatch_values", {})
     return commands.submit(opts)
 
 
@@ -93,9 +95,12 @@ def _exit(code: int) -> None:
         raise typer.Exit(code)
 
 
-def _drop_ignored(command: click.Command, args: list[str]) -> list[str]:
-    """`args` without the sbatch options this command does not have but a script's directive
-    would accept and ignore (`-p gpu`, `--qos=high`, `--exclusive`), each said on stderr."""
+def _take_slurm_options(command: click.Command, args: list[str]
+                        ) -> tuple[list[str], dict[str, object]]:  # fmt: skip
+    """`args` without the sbatch options this command does not have, before the script, and
+    the values they set: those a script's directive would read (`-n 4`, `--gpus-per-task 1`,
+    `--mem-per-cpu 4G`) as its directive reads them, those it would ignore (`-p gpu`,
+    `--qos=high`, `--exclusive`) each said on stderr."""
     from gpuyard.domain import sbatch
 
     takes_value: dict[str, bool] = {}
@@ -104,6 +109,7 @@ def _drop_ignored(command: click.Command, args: list[str]) -> list[str]:
             for name in (*param.opts, *param.secondary_opts):
                 takes_value[name] = not param.is_flag
     kept: list[str] = []
+    values: dict[str, object] = {}
     i = 0
     while i < len(args):
         arg = args[i]
@@ -118,10 +124,17 @@ def _drop_ignored(command: click.Command, args: list[str]) -> list[str]:
                 i += 1
             i += 1
             continue
-        ignored = sbatch.ignored_option(arg, args[i + 1] if i + 1 < len(args) else None)
+        after = args[i + 1] if i + 1 < len(args) else None
+        taken = sbatch.sbatch_option(arg, after)
+        if taken is not None:
+            used, found = taken
+            values = sbatch.merge(values, found)
+            i += used
+            continue
+        ignored = sbatch.ignored_option(arg, after)
         if ignored is None:
             break  # not Slurm's either: submit's usage error says so
         used, message = ignored
         sys.stderr.write(f"gpuyard: warning: {message}\n")
         i += used
-    return [*kept, *args[i:]]
+    return [*kept, *args[i:]], values

@@ -178,7 +178,7 @@ def flag_values(opts: Any) -> dict[str, object]:
     """The values submit's flags set (SubmitOptions; None: not given), keyed as directives'
     (domain/sbatch.py), so that `merge(script, flags)` lets each flag win. `--cpus` (`-c`)
     and `--mem` keep gpuyard's meaning: the job's in all, split over its nodes."""
-    from gpuyard.domain.sbatch import read_option
+    from gpuyard.domain.sbatch import merge, read_option
 
     values: dict[str, object] = {}
     for attr, key in _SLURM_FLAGS:
@@ -193,6 +193,12 @@ def flag_values(opts: Any) -> dict[str, object]:
         values["gpus"] = opts.gpus
     if opts.notify:
         values["notify"] = tuple(opts.notify)
+    if getattr(opts, "style", "id") != "id":
+        # `gpuyard sbatch`: --signal in sbatch's meaning ([B:]SIG[@TIME], before the time
+        # limit), and sbatch's options submit has no flag for (`-n 4`: cli/sbatch_cmd.py).
+        if opts.stop_signal is not None:
+            values.update(read_option("signal", opts.stop_signal, dialect="sbatch"))
+        values = merge(values, getattr(opts, "slurm_values", {}))
     return values
 
 

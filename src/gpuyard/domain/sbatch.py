@@ -605,6 +605,31 @@ def read_option(name: str, value: str, dialect: str = "gpuyard") -> dict[str, ob
     return found.values
 
 
+def sbatch_option(word: str, after: str | None) -> tuple[int, dict[str, object]] | None:
+    """A command-line word that is one of sbatch's options with a meaning here (`-n 4`,
+    `--gpus-per-task=1`, `--nice`): the words it takes and the values it sets, read as its
+    directive is; None for anything else."""
+    if word.startswith("--"):
+        name, eq, value = word[2:].partition("=")
+        inline: str | None = value if eq else None
+    elif word[:2] in _SHORT:
+        name, inline = _SHORT[word[:2]], word[2:].removeprefix("=") or None
+    else:
+        return None
+    handler = _SLURM.get(name)
+    if handler is None:
+        return None
+    takes, act = handler
+    used = 1
+    if inline is None and takes == "value":
+        if after is None:
+            raise InvalidRequest(f"{word} needs a value")
+        inline, used = after, 2
+    found = Directives()
+    act(_Line(0, "", found), inline or "")
+    return used, found.values
+
+
 def _handler(name: str, dialect: str) -> tuple[str, Act] | None:
     return (_GPUYARD if dialect == "gpuyard" else _SLURM).get(name)
 
