@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.domain.median_stop import StopDecision, by_step, should_stop
+from gpuyard.domain.median_stop import Curve, StopDecision, by_step, should_stop
 
 A = [(100, 0.9), (200, 0.7), (300, 0.5)]
 B = [(100, 0.8), (200, 0.6), (300, 0.4)]
@@ -82,3 +82,28 @@ def test_a_metric_over_time_is_matched_to_the_step_reported_by_then() -> None:
     assert by_step(steps, values) == [(0, 4.0), (1, 3.0), (2, 2.0), (5, 1.0)]
     assert by_step([], values) == [(0, 4.0), (0, 3.0), (0, 2.0), (0, 1.0)]
     assert by_step(steps, []) == []
+
+
+def test_a_prepared_curve_answers_as_the_series_does_steps_in_any_order() -> None:
+    restarted = [(100, 0.9), (200, 0.7), (50, 2.0), (150, 0.8)]  # a new run reported step 50
+    curve = Curve(restarted)
+    assert curve.last_step == 200
+    assert curve.average_upto(40) is None
+    assert curve.average_upto(100) == pytest.approx((0.9 + 2.0) / 2)
+    assert curve.average_upto(10**9) == pytest.approx((0.9 + 0.7 + 2.0 + 0.8) / 4)
+    trial = [(150, 1.5)]
+    assert should_stop(trial, [curve, Curve(B)], min_trials=2) == should_stop(
+        trial, [restarted, B], min_trials=2
+    )
+
+
+def test_a_curve_grows_point_by_point_as_one_made_at_once() -> None:
+    points = [(10, 3.0), (20, 1.0), (5, 4.0), (30, 2.0), (20, 0.5), (1, 9.0)]
+    grown = Curve()
+    for step, value in points:
+        grown.add(step, value)
+    whole = Curve(points)
+    for step in (0, 1, 4, 5, 10, 19, 20, 29, 30, 99):
+        assert grown.average_upto(step) == pytest.approx(whole.average_upto(step)), step
+    assert (len(grown), grown.last_step, grown.low, grown.high) == (6, 30, 0.5, 9.0)
+    assert grown.average_upto(20) == pytest.approx((3.0 + 1.0 + 4.0 + 0.5 + 9.0) / 5)

@@ -16,6 +16,9 @@ reads the series from the jobs' progress and cancels what this decides.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,9 +42,50 @@ class StopDecision:
         )
 
 
+class Curve:
+    """A series made ready for many questions "your running average up to step s?": its values
+    ordered by step with prefix sums, so each answer is a binary search (a tick asks every
+    running trial's question of every other trial); it grows by `add` (a step going back, a
+    new run, is put in its place), and keeps its lowest and highest value."""
+
+    __slots__ = ("_prefix", "_steps", "_values", "high", "last_step", "low")
+
+    def __init__(self, series: Series = ()) -> None:
+        self._steps: list[int] = []
+        self._values: list[float] = []
+        self._prefix: list[float] = [0.0]
+        self.last_step = -1  # the highest step (-1: none)
+        self.low, self.high = math.inf, -math.inf
+        for step, value in sorted(series, key=lambda p: p[0]):
+            self.add(step, value)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def add(self, step: int, value: float) -> None:
+        self.low, self.high = min(self.low, value), max(self.high, value)
+        if step >= self.last_step:
+            self._steps.append(step)
+            self._values.append(value)
+            self._prefix.append(self._prefix[-1] + value)
+            self.last_step = step
+            return
+        i = bisect.bisect_right(self._steps, step)
+        self._steps.insert(i, step)
+        self._values.insert(i, value)
+        self._prefix[i + 1 :] = list(
+            itertools.accumulate(self._values[i:], initial=self._prefix[i])
+        )[1:]
+
+    def average_upto(self, step: int) -> float | None:
+        """The mean of the values reported at steps up to `step` (None: none)."""
+        n = bisect.bisect_right(self._steps, step)
+        return self._prefix[n] / n if n else None
+
+
 def should_stop(
-    trial: Series,
-    others: Sequence[Series],
+    trial: Series | Curve,
+    others: Sequence[Series | Curve],
     *,
     minimize: bool = True,
     min_steps: int = 0,
@@ -50,19 +94,21 @@ def should_stop(
     """Whether `trial` should stop now (None: it runs on). Judged at its latest step `s`:
     after the grace (`s >= min_steps`), against the others that reached `s` (at least
     `min_trials` of them), each by its running average of values up to `s`."""
-    if not trial:
+    judged = trial if isinstance(trial, Curve) else Curve(trial)
+    if not len(judged):
         return None
-    step = max(s for s, _ in trial)
+    step = judged.last_step
     if step < min_steps:
         return None
-    best = min(v for _, v in trial) if minimize else max(v for _, v in trial)
+    best = judged.low if minimize else judged.high
     averages = []
     for other in others:
-        if not other or max(s for s, _ in other) < step:
+        curve = other if isinstance(other, Curve) else Curve(other)
+        if curve.last_step < step:
             continue  # not as far as this trial yet: its average would be of fewer steps
-        upto = [v for s, v in other if s <= step]
-        if upto:
-            averages.append(sum(upto) / len(upto))
+        average = curve.average_upto(step)
+        if average is not None:
+            averages.append(average)
     if len(averages) < max(1, min_trials):
         return None
     median = statistics.median(averages)

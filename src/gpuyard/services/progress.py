@@ -197,6 +197,21 @@ class ProgressService:
         with self._lock:
             return tracked.timeline.series(names, max_points)
 
+    def points_after(
+        self, job: Job, name: str, after: float | None
+    ) -> list[tuple[float, int | None, float | None]]:
+        """`job`'s timeline points later than `after` (None: all), oldest first, as (time,
+        step, metric `name`'s value), None where the point has none: for a reader that follows
+        a job (the sweeps' early stop) and reads only what is new. The last point may still
+        take in reports (its bucket is open) until the next one begins."""
+        tracked = self._tracked(job.id)
+        with self._lock:
+            points = tracked.timeline.points
+            i = len(points)
+            while i > 0 and (after is None or points[i - 1].at > after):
+                i -= 1
+            return [(p.at, p.step, p.metrics.get(name)) for p in points[i:]]
+
     def running_views(self) -> list[tuple[Job, ProgressView]]:
         """Every running job that reported progress, with it (for `/metrics`)."""
         now = self._clock()

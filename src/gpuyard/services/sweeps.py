@@ -9,14 +9,16 @@ saved (`SweepStore`, table `sweeps`) under the array's id, which is the sweep's 
 few (people submit them): every one is kept in memory, loaded at start.
 
 Early stop: a thread of its own ticks every `period_s` (2 s). For each sweep with an
-`[early_stop]` and a running trial it reads every trial's metric series from the progress
-service (`(time, value)` points matched to the step reported by then: `median_stop.by_step`),
-asks `median_stop.should_stop` for each running trial against the others, and asks the losers
-to stop with stop intent CANCELLED and the reason (`EarlyStopped: val_loss 0.91 worse than the
-median 0.55 at step 300`), through the journal like any cancel: the trial ends CANCELLED with
-that reason (Slurm's word for a job stopped before its end; `sweep show` shows the reason).
-The series of trials that ended a while ago are kept while their sweep runs (they no longer
-change), so a tick reads only running trials' series again.
+`[early_stop]` and a running trial it follows every trial's metric in the progress service's
+timeline (`ProgressService.points_after`: only the points new since the last tick, each value
+at the step reported by then), kept as a `median_stop.Curve` (values by step, prefix sums),
+asks `median_stop.should_stop` for each running trial against the others' curves, and asks
+the losers to stop with stop intent CANCELLED and the reason (`EarlyStopped: val_loss 0.91
+worse than the median 0.55 at step 300`), through the journal like any cancel: the trial ends
+CANCELLED with that reason (Slurm's word for a job stopped before its end; `sweep show` shows
+the reason). A tick costs what the trials reported since the last one, plus a binary search
+per running trial and other trial (`bench/sweeps.py`). What was read is dropped when the
+sweep has no running trial.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuyard.domain.errors import Conflict, GpuyardError, NotFound
 from gpuyard.domain.job import Job
-from gpuyard.domain.median_stop import Series, by_step, should_stop
+from gpuyard.domain.median_stop import Curve, should_stop
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.spec_rules import decide_spec
 from gpuyard.domain.states import JobState
@@ -41,7 +43,6 @@ from gpuyard.services.progress import ProgressService
 
 log = logging.getLogger("gpuyard.sweeps")
 
-SERIES_POINTS = 2000  # a series' points read (the progress service keeps at most as many)
 SETTLED_S = 10.0  # a trial that ended this long ago has all its points read: kept, not read
 
 
@@ -56,6 +57,28 @@ class TrialView:
     best: float | None = None
     last: float | None = None
     step: int | None = None
+
+
+@dataclass(slots=True)
+class _Follow:
+    """What was read of one trial's metric: its curve (values by step), the time of the last
+    timeline point taken in (`after`), the step reported by then, its latest value; `final`:
+    it ended long enough ago that nothing more will come."""
+
+    curve: Curve = field(default_factory=Curve)
+    after: float | None = None
+    step: int = 0
+    last: float | None = None
+    final: bool = False
+
+    def take(self, points: list[tuple[float, int | None, float | None]]) -> None:
+        for at, step, value in points:
+            if step is not None:
+                self.step = step
+            if value is not None:
+                self.curve.add(self.step, value)
+                self.last = value
+            self.after = at
 
 
 class SweepService:
@@ -79,7 +102,8 @@ class SweepService:
         self._lock = threading.Lock()
         self._sweeps: dict[int, SweepRecord] = {r.id: r for r in store.load_sweeps()}
         self._parsed: dict[int, Sweep] = {}
-        self._settled: dict[int, Series] = {}  # job id -> series of a trial long ended
+        # What the tick read of each trial, by sweep then job id (only the tick's thread).
+        self._reads: dict[int, dict[int, _Follow]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -145,11 +169,11 @@ class SweepService:
             best = last = None
             step: int | None = None
             if job is not None and sweep.metric is not None:
-                series = self._series(job, sweep.metric.name)
-                if series:
-                    values = [v for _, v in series]
-                    best = min(values) if sweep.metric.goal == "minimize" else max(values)
-                    step, last = series[-1]
+                read = self._read(job, sweep.metric.name, None)
+                if len(read.curve):
+                    minimize = sweep.metric.goal == "minimize"
+                    best = read.curve.low if minimize else read.curve.high
+                    step, last = read.step, read.last
             if job is not None and job.started_at is not None and self._progress is not None:
                 step = self._progress.progress(job).step or step
             views.append(TrialView(index, job, params, best, last, step))
@@ -195,27 +219,32 @@ class SweepService:
             # Running trials are always in the book: a sweep with none costs no store read.
             kept = self._jobs.book.array_tasks(record.id)
             if not any(j.state is JobState.RUNNING for j in kept):
-                self._forget_settled(kept)
+                self._reads.pop(record.id, None)
                 continue
             tasks = self._tasks(record)
             running = [j for j in tasks.values() if j.state is JobState.RUNNING]
-            stopped += self._judge(sweep, tasks, running)
+            stopped += self._judge(sweep, tasks, running, self._reads.setdefault(record.id, {}))
         return stopped
 
     def _judge(
-        self, sweep: Sweep, tasks: Mapping[int, Job], running: list[Job]
+        self,
+        sweep: Sweep,
+        tasks: Mapping[int, Job],
+        running: list[Job],
+        reads: dict[int, _Follow],
     ) -> list[tuple[int, str]]:
         assert sweep.metric is not None and sweep.early_stop is not None
         rule, metric = sweep.early_stop, sweep.metric
-        started = [j for j in tasks.values() if j.started_at is not None]
-        series = {j.id: self._series(j, metric.name) for j in started}
+        started = {j.id: self._read(j, metric.name, reads) for j in tasks.values()
+                   if j.started_at is not None}  # fmt: skip
+        curves = {job_id: read.curve for job_id, read in started.items()}
         stopped = []
         for job in running:
             if job.stop_intent is not None:
                 continue
-            others = [s for job_id, s in series.items() if job_id != job.id]
+            others = [c for job_id, c in curves.items() if job_id != job.id]
             decision = should_stop(
-                series[job.id], others, minimize=metric.goal == "minimize",
+                curves[job.id], others, minimize=metric.goal == "minimize",
                 min_steps=rule.min_steps, min_trials=rule.min_trials,
             )  # fmt: skip
             if decision is None:
@@ -248,22 +277,25 @@ class SweepService:
             kept = list(stored.values())
         return {j.array_task_id: j for j in kept if j.array_task_id is not None}
 
-    def _series(self, job: Job, metric: str) -> Series:
-        settled = self._settled.get(job.id)
-        if settled is not None:
-            return settled
+    def _read(self, job: Job, metric: str, reads: dict[int, _Follow] | None) -> _Follow:
+        """The trial's metric by step, following it: only the timeline points after those
+        read before (`reads`: the tick's; None: read it all now, keep nothing). The last point
+        of a running trial is left for the next read (its bucket may still take reports);
+        once it ended long enough ago, nothing more is read."""
+        known = reads.get(job.id) if reads is not None else None
+        if known is not None and known.final:
+            return known
         if self._progress is None or job.started_at is None:
-            return []  # never ran: nothing reported (and nothing to look up)
-        found = self._progress.series(job, ["step", metric], SERIES_POINTS)
-        series = by_step(found.get("step", []), found.get(metric, []))
+            return _Follow()  # never ran: nothing reported (and nothing to look up)
+        follow = known if known is not None else _Follow()
+        points = self._progress.points_after(job, metric, follow.after)
         ended = job.ended_at
-        if job.state.is_terminal and ended is not None and self._clock() - ended > SETTLED_S:
-            self._settled[job.id] = series
-        return series
-
-    def _forget_settled(self, jobs: Iterable[Job]) -> None:
-        for job in jobs:
-            self._settled.pop(job.id, None)
+        settled = job.state.is_terminal and ended is not None and self._clock() - ended > SETTLED_S
+        follow.take(points if settled or reads is None else points[:-1])
+        follow.final = settled
+        if reads is not None:
+            reads[job.id] = follow
+        return follow
 
     def _cancel_all(self, tasks: list[Job], actor: Principal) -> None:
         for task in tasks:
