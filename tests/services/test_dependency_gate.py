@@ -232,5 +232,18 @@ def test_the_lookup_finds_jobs_the_book_no_longer_keeps(tmp_path: Path) -> None:
             assert named(Ref(12345)) == []
         finally:
             store.close()
+        reads: list[int] = []
+
+        class Counting:  # the rig's store, counting the array reads a pass would make
+            def array_tasks(self, array_id: int) -> list[Job]:
+                reads.append(array_id)
+                return rig.store.array_tasks(array_id)
+
+            def get_job(self, job_id: int) -> Job | None:
+                return rig.store.get_job(job_id)
+
+        kept = NamedJobs(rig.book, Counting())  # type: ignore[arg-type]
+        assert [n.id for n in kept(Ref(tasks[0].id))] == [t.id for t in tasks]
+        assert reads == []  # the book keeps the whole array: no database read in the pass
     finally:
         rig.close()

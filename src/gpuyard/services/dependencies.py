@@ -70,13 +70,22 @@ class NamedJobs:
 
     def _tasks(self, array_id: int) -> list[Job]:
         kept = self._book.array_tasks(array_id)
-        ids = [j.id for j in kept]
-        whole = bool(kept) and ids[0] == array_id and ids[-1] - ids[0] + 1 == len(ids)
-        if whole and not any(j.state.is_terminal for j in kept):
-            return kept  # none finished, none evicted: the book alone answers
+        if kept and self._whole(array_id, [j.id for j in kept]):
+            return kept  # the book alone answers: no database read inside a pass
         by_id = {j.id: j for j in self._store.array_tasks(array_id)}
         by_id.update((j.id, j) for j in kept)  # the book is never older than the store
         return list(by_id.values())
+
+    def _whole(self, array_id: int, ids: list[int]) -> bool:
+        """Whether the book keeps every task: an array's ids are consecutive from its own, so
+        none is missing when they are, and the id after the last is no task of it."""
+        if ids[0] != array_id or ids[-1] - ids[0] + 1 != len(ids):
+            return False
+        after = ids[-1] + 1
+        if after >= self._book.peek_next_id():
+            return True
+        following = self._book.get(after)
+        return following is not None and following.array_job_id != array_id
 
 
 class _Visible(Protocol):
