@@ -257,7 +257,24 @@ def test_a_job_with_a_time_limit_is_warned_at_90_percent_of_it_once(
     (warning,) = hook.wait(1)
     assert (warning.event, warning.json["job"]["state"]) == ("time_limit", "RUNNING")
     assert warning.json["job"]["time_limit_s"] == 100
+    # A restarted server plans the warnings of the jobs still running again, and knows from
+    # the log that this one was sent.
+    policy = UrlPolicy.parse("loopback")
+    again = NotifyService(rig.store, HttpPoster(policy), policy, clock=rig.clock)
+    again.resume_warnings([rig.job(warned.id)])
+    again.step()
+    assert len(hook.received()) == 1
+    late = rig.submit(1000.0, gpus=1, time_limit_s=100, notify=(hook.url,),
+                      notify_events=("time_limit",))  # fmt: skip
     rig.service.cancel(warned.id, ADA)
+    rig.settle()
+    assert rig.state(late.id) is JobState.RUNNING
+    rig.now += 95.0  # the server was down when its warning was due: sent at the restart
+    again = NotifyService(rig.store, HttpPoster(policy), policy, clock=rig.clock)
+    again.resume_warnings([rig.job(late.id)])
+    again.step()
+    assert [r.json["job"]["id"] for r in hook.wait(2)] == [warned.id, late.id]
+    rig.service.cancel(late.id, ADA)
     rig.settle()
     # One that ends before 90% of its limit is not warned.
     quick = rig.submit(10.0, gpus=1, time_limit_s=100, notify=(hook.url,),
@@ -265,4 +282,4 @@ def test_a_job_with_a_time_limit_is_warned_at_90_percent_of_it_once(
     run_to_end(rig, notify, quick)
     rig.now += 1000.0
     notify.step()
-    assert len(hook.received()) == 1
+    assert len(hook.received()) == 2

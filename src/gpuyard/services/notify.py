@@ -27,13 +27,14 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gpuyard.domain.errors import Forbidden, InvalidRequest, NotFound
 from gpuyard.domain.job import Job
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.spec_rules import check_notify
+from gpuyard.domain.states import JobState
 from gpuyard.domain.webhooks import (
     PING,
     Delivery,
@@ -371,10 +372,30 @@ class NotifyService:
                 )
         return out
 
+    def resume_warnings(self, running: Iterable[Job]) -> None:
+        """At a restart, before the sender starts: the time-limit warnings of the jobs still
+        running (one whose time passed while the server was down is sent at once, unless the
+        delivery log shows it was sent before)."""
+        now = self._clock()
+        for job in running:
+            if job.state is not JobState.RUNNING or not (job.spec.notify or self._any_defaults):
+                continue
+            self._plan_warning(_Event(job, ("begin",), job.started_at or 0.0))
+            warning = self._warnings.get(job.id)
+            if warning is not None and warning.at <= now and self._warned(job):
+                del self._warnings[job.id]
+
+    def _warned(self, job: Job) -> bool:
+        started = job.started_at or 0.0
+        return any(
+            d.job_id == job.id and d.event == "time_limit" and d.created_at >= started
+            for d in self._store.load_deliveries(job.owner, MAX_LOG)
+        )
+
     def _plan_warning(self, event: _Event) -> None:
         """A job that begins with a time limit is warned (`time_limit`, the job RUNNING) at
         WARN_AT of it, as Slurm's TIME_LIMIT_90 mail; any later change of the job cancels
-        the warning. Kept in memory: a warning due while the server was down is not sent."""
+        the warning. Kept in memory (a restart plans them again: `resume_warnings`)."""
         job = event.job
         self._warnings.pop(job.id, None)
         if event.events == ("begin",) and job.spec.time_limit_s and job.started_at is not None:
