@@ -5,6 +5,7 @@ good. `run --jupyter` (`cli/jupyter.py`) serves a real JupyterLab behind its tok
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import signal
@@ -17,8 +18,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpuyard.cli.jupyter import run_jupyter
-from gpuyard.domain.errors import InvalidRequest
 from tests.e2e.server import ServerProcess, pid_alive, wait_ended, wait_for
 
 # The service: answers GET /health (503 while a file `sick` exists) with its pid, records each
@@ -178,25 +177,21 @@ def test_ports_are_distinct_and_kept_across_a_server_restart(tmp_path: Path, wor
         srv.kill_jobs()
 
 
-def test_jupyter_serves_jupyterlab_behind_a_token_that_no_command_line_shows(
-    server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+def test_run_jupyter_serves_jupyterlab_behind_a_token_that_no_command_line_shows(
+    server: ServerProcess, tmp_path: Path
+) -> None:
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
     (notebooks / "hello.txt").write_text("hi")
-    for name, value in server.cli_env().items():
-        monkeypatch.setenv(name, value)
-    code = run_jupyter(gpus=1, workdir=str(notebooks), python=sys.executable)
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    job = server.client().job(int(out.err.split()[2].rstrip(":")))
+    out = server.cli("run", "--gpus", "1", "--jupyter", "--python", sys.executable, "--workdir",
+                     str(notebooks), timeout_s=180)  # fmt: skip
+    job = server.client().job(int(out.stderr.split()[2].rstrip(":")))
     port, url = job["service_port"], job["service_url"]
-    lines = out.out.splitlines()
+    lines = out.stdout.splitlines()
     assert lines[0] == f"JupyterLab is running (job {job['id']}):"
     token = lines[1].strip().removeprefix(f"{url}/lab?token=")
     assert len(token) >= 32 and lines[3].strip().startswith(
-        f"ssh -N -L {port}:127.0.0.1:{port} {os.environ.get('USER', 'root')}@"
+        f"ssh -N -L {port}:127.0.0.1:{port} {getpass.getuser()}@"
     )
     # The token opens it; nothing opens it without.
     status, body = get(f"{url}/api/contents?token={token}")
@@ -205,23 +200,21 @@ def test_jupyter_serves_jupyterlab_behind_a_token_that_no_command_line_shows(
     lab = [p for p in psutil.process_iter(["cmdline"])
            if "jupyterlab" in (p.info["cmdline"] or [])]  # fmt: skip
     assert lab and all(token not in " ".join(p.info["cmdline"]) for p in lab)
+    assert f"(service :{port} healthy)" in server.cli("queue").stdout
     server.cli("cancel", str(job["id"]))
     assert wait_ended(server.client(), job["id"])["state"] == "CANCELLED"
 
 
-def test_jupyter_without_jupyterlab_in_the_environment_says_how_to_install_it(
-    server: ServerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+def test_run_jupyter_without_jupyterlab_in_the_environment_says_how_to_install_it(
+    server: ServerProcess, tmp_path: Path
 ) -> None:
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    python = bare / "python"
+    python = tmp_path / "bare" / "python"
+    python.parent.mkdir()
     python.write_text("#!/bin/sh\nexit 1\n")  # an interpreter that has no jupyterlab
     python.chmod(0o755)
-    for name, value in server.cli_env().items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(InvalidRequest) as refused:
-        run_jupyter(python=str(python))
-    assert refused.value.message == (
-        f"JupyterLab is not installed for {python}: `{python} -m pip install jupyterlab`"
+    refused = server.cli("run", "--jupyter", "--python", str(python), check=False)
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"gpuyard: JupyterLab is not installed for {python}: `{python} -m pip install jupyterlab`\n"
     )
     assert server.client().jobs() == []  # nothing was queued

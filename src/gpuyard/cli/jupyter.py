@@ -32,8 +32,9 @@ HEALTH_PATH = "/api"
 # `--port` comes from the job's environment (chosen by the server), so a shell expands it;
 # port_retries 0: a port taken meanwhile fails the run instead of moving to another port.
 _LAUNCH = 'exec "$0" "$@" --port="$PORT"'
+# What the job's log says when its environment has no JupyterLab.
 _MISSING = ("No module named jupyterlab", "No module named 'jupyterlab'",
-            "'lab' is not a Jupyter command", "jupyter: not found", "cannot run")  # fmt: skip
+            "'lab' is not a Jupyter command")  # fmt: skip
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "")
 
 
