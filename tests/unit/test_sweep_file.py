@@ -188,3 +188,16 @@ def test_dry_run_prints_the_trials_without_a_server(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "8 trials (random); nothing queued" in run.stdout
     assert math.isfinite(float(run.stdout.splitlines()[1].split()[1].split("=")[1]))
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["show"], "gpuyard: give the sweep's id: gpuyard sweep show ID\n"),
+        (["show", "x1"], "gpuyard: 'x1' is not a sweep id (a number, as `sweep list` shows)\n"),
+        (["a.toml", "b"], "gpuyard: unexpected 'b': gpuyard sweep FILE | show ID | list\n"),
+    ],
+)
+def test_a_usage_mistake_is_one_line(args: list[str], said: str) -> None:
+    run = subprocess.run([GPUYARD, "sweep", *args], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stderr, run.stdout) == (2, said, "")

@@ -12,7 +12,8 @@ line and key) and checked again by the server, which expands it the same way.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Annotated, Any
+import sys
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -52,18 +53,24 @@ def sweep(
         _list(everyone, json_out)
     elif what == "show":
         if sweep_id is None:
-            raise typer.BadParameter("give the sweep's id: gpuyard sweep show ID")
+            _usage("give the sweep's id: gpuyard sweep show ID")
         _show(_sweep_id(sweep_id), json_out)
     elif sweep_id is not None:
-        raise typer.BadParameter(f"unexpected {sweep_id!r}: gpuyard sweep FILE | show ID | list")
+        _usage(f"unexpected {sweep_id!r}: gpuyard sweep FILE | show ID | list")
     else:
         _submit(what, dry_run, json_out)
+
+
+def _usage(message: str) -> NoReturn:
+    """A usage mistake: one line, exit 2 (as click's own)."""
+    sys.stderr.write(f"gpuyard: {message}\n")
+    raise typer.Exit(2)
 
 
 def _sweep_id(text: str) -> int:
     value = int(text) if text.isdigit() else 0
     if value <= 0:
-        raise typer.BadParameter(f"{text!r} is not a sweep id (a number, as `sweep list` shows)")
+        _usage(f"{text!r} is not a sweep id (a number, as `sweep list` shows)")
     return value
 
 
