@@ -316,6 +316,7 @@ def build_server(
         background.append(core.health)
     if core.notify is not None:
         core.notify.team_of = lambda name: _team_of(accounts, name)
+        core.notify.resume_warnings(core.book.jobs(include_finished=False))
         core.notify.team_exists = lambda team: any(
             t.name == team for t in accounts.teams(auth.principal)
         )
