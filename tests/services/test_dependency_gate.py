@@ -247,3 +247,20 @@ def test_the_lookup_finds_jobs_the_book_no_longer_keeps(tmp_path: Path) -> None:
         assert reads == []  # the book keeps the whole array: no database read in the pass
     finally:
         rig.close()
+
+
+def test_after_starts_once_the_job_named_started_and_its_minutes_passed(tmp_path: Path) -> None:
+    rig = rig_at(tmp_path)
+    try:
+        first = rig.submit(1_000, gpus=1)
+        right_after = rig.submit(10, gpus=1, dependency=f"after:{first.id}")
+        later = rig.submit(10, gpus=1, dependency=f"after:{first.id}+2")
+        rig.settle()
+        assert rig.state(right_after.id) is JobState.RUNNING  # the pass after first's start
+        assert why(rig, later) == "Dependency"
+        assert rig.scheduler.next_pass_at == 120.0  # the scheduler asks to be woken then
+        while rig.state(later.id) is JobState.PENDING:
+            rig.advance(rig.next_time())
+        assert rig.job(later.id).started_at == 120.0
+    finally:
+        rig.close()
