@@ -129,10 +129,12 @@ ENV = {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "1,3", "SLURM_JOB_ID": "9", "
 
 def test_apptainer_runs_the_job_with_its_gpus_and_only_its_variables() -> None:
     runtime = ContainerRuntime("apptainer", "/usr/bin/apptainer")
-    argv, env = container_argv(runtime, "img.sif", ["python", "t.py"], ENV, "/w", (1, 3), 1000)
+    argv, env = container_argv(
+        runtime, "img.sif", ["python", "t.py"], ENV, "/w", (1, 3), 1000, ("/s/jobs/7",)
+    )  # fmt: skip
     assert argv == [
-        "/usr/bin/apptainer", "exec", "--nv", "--cleanenv", "--bind", "/w", "--pwd", "/w",
-        "img.sif", "python", "t.py",
+        "/usr/bin/apptainer", "exec", "--nv", "--cleanenv", "--bind", "/w,/s/jobs/7",
+        "--pwd", "/w", "img.sif", "python", "t.py",
     ]  # fmt: skip
     assert env["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "1,3"
     assert env["APPTAINERENV_SLURM_JOB_ID"] == "9"
@@ -147,13 +149,16 @@ def test_apptainer_runs_the_job_with_its_gpus_and_only_its_variables() -> None:
 
 def test_podman_runs_the_job_in_its_cgroup_with_each_gpu_by_cdi() -> None:
     runtime = ContainerRuntime("podman", "/usr/bin/podman")
-    argv, env = container_argv(runtime, "img", ["python", "t.py"], ENV, "/w", (1, 3), 1000)
+    argv, env = container_argv(
+        runtime, "img", ["python", "t.py"], ENV, "/w", (1, 3), 1000, ("/s/jobs/7",)
+    )  # fmt: skip
     assert argv[:2] == ["/usr/bin/podman", "run"] and argv[-3:] == ["img", "python", "t.py"]
     options = argv[2:-3]
     for wanted in ("--rm", "--cgroups=disabled", "--userns=keep-id", "--network=host",
                    "--device=nvidia.com/gpu=1", "--device=nvidia.com/gpu=3"):  # fmt: skip
         assert wanted in options
-    assert options[options.index("-v") + 1] == "/w:/w" and options[options.index("-w") + 1] == "/w"
+    for wanted in ("--volume=/w:/w", "--volume=/s/jobs/7:/s/jobs/7", "--workdir=/w"):
+        assert wanted in options
     # Variables by name only (podman reads their values from its environment: none in `ps`).
     assert "--env=CUDA_VISIBLE_DEVICES" in options and "--env=PATH" not in options
     assert not any("1,3" in option for option in options) and env == ENV
@@ -196,3 +201,22 @@ def test_submit_check_probes_the_jobs_venv_or_python(venv: Path, tmp_path: Path)
         check_submission(["python", "-c", "pass"], {"venv": str(tmp_path), "gpus": 0})
     with pytest.raises(GpuyardError, match="the job cannot start: --python"):
         check_submission(["train.sh"], {"python": str(tmp_path / "python3"), "gpus": 0})
+
+
+def test_a_container_jobs_plan_runs_its_script_in_the_image() -> None:
+    """The script copied at submit, its checkpoint folder and progress file are in the job's
+    folder: mounted at its own path beside the workdir."""
+    spec = JobSpec(
+        argv=("job.sh",), name="t", workdir="/w", gpus=1, container="img.sif",
+        script="#!/bin/sh\necho hi\n",
+    )  # fmt: skip
+    job = Job(7, spec, "ada", JobState.RUNNING, 0.0, gpus=(2,))
+    apptainer = ContainerRuntime("apptainer", "/a")
+    plan = launch_plan(job, {"PATH": "/bin"}, None, None, "/s/jobs/7/output.log", None, apptainer)
+    assert plan.argv == (
+        "/a", "exec", "--nv", "--cleanenv", "--bind", "/w,/s/jobs/7", "--pwd", "/w", "img.sif",
+        "/s/jobs/7/script",
+    )  # fmt: skip
+    assert plan.env["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "2"
+    with pytest.raises(ValueError, match="neither apptainer"):  # the runtime went meanwhile
+        launch_plan(job, {"PATH": "/bin"}, None, None, "/s/jobs/7/output.log", None, None)

@@ -61,8 +61,10 @@ def launch_plan(
         if container is None:
             raise ValueError(container_refusal(job.spec))
         uid = run_as.uid if run_as is not None else os.geteuid()
+        # The job's folder too: its script copy, checkpoint folder and progress file.
+        jobdir = os.path.dirname(log_path)
         argv, env = container_argv(
-            container, job.spec.container, argv, env, job.spec.workdir, job.gpus, uid
+            container, job.spec.container, argv, env, job.spec.workdir, job.gpus, uid, (jobdir,)
         )
     return LaunchPlan(
         argv=tuple(argv),
@@ -394,8 +396,10 @@ def container_argv(
     workdir: str,
     gpus: Sequence[int],
     uid: int,
+    binds: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
-    """The command and environment that run `argv` in `image` (docs/cli.md, "Containers").
+    """The command and environment that run `argv` in `image` (docs/cli.md, "Containers");
+    `binds`: more folders seen at their own paths (the job's folder).
 
     apptainer/singularity: `exec --nv --cleanenv --bind WORKDIR --pwd WORKDIR IMAGE argv`;
     the job's variables (but the host's paths, `_HOST_ONLY`) go in as APPTAINERENV_K (what
@@ -414,13 +418,13 @@ def container_argv(
         for name in names:
             out[prefix + name] = env[name]
         options = ["--nv"] if gpus else []
-        options += ["--cleanenv", "--bind", workdir, "--pwd", workdir]
+        options += ["--cleanenv", "--bind", ",".join([workdir, *binds]), "--pwd", workdir]
         return [runtime.path, "exec", *options, image, *argv], out
     devices = [f"--device=nvidia.com/gpu={i}" for i in gpus]
     userns = ["--userns=keep-id"] if uid != 0 else []
     options = [
         "--rm", "--cgroups=disabled", "--network=host", "--ipc=host", *userns, *devices,
-        "-v", f"{workdir}:{workdir}", "-w", workdir,
+        *(f"--volume={path}:{path}" for path in (workdir, *binds)), f"--workdir={workdir}",
         *(f"--env={name}" for name in names),
     ]  # fmt: skip
     return [runtime.path, "run", *options, image, *argv], out
