@@ -6,6 +6,7 @@ service's; its health check restarts it once it fails past its grace."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -228,3 +229,12 @@ def test_the_health_check_restarts_a_service_failing_past_its_grace_once_per_run
     again = health.of(rig.job(job_id))
     assert rig.state(job_id) is JobState.RUNNING and again is not None
     assert (again.state, again.failures) == ("starting", 0)
+
+
+def test_an_array_of_services_gives_each_task_its_own_port(rig: LiveRig) -> None:
+    spec = JobSpec(argv=("serve",), name="s", workdir="/", kind="service")
+    tasks = rig.service.submit_array([spec] * 3, [0, 1, 2], Principal("ada"))
+    assert len({task.spec.service_port for task in tasks} - {0}) == 3
+    fixed = dataclasses.replace(spec, service_port=PORT_RANGE[1] + 1)  # no auto port's
+    with pytest.raises(Conflict, match="held by service another task of this array"):
+        rig.service.submit_array([fixed] * 2, [0, 1], Principal("ada"))

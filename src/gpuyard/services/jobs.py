@@ -355,6 +355,7 @@ class JobService:
     ) -> list[Job]:
         first = self.book.allocate_ids(len(indices))
         now = self._clock()
+        specs = self.service_ports.assign_many(specs)  # each service task its own port
         return [
             Job(
                 id=first + i,

@@ -19,7 +19,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from gpuyard.domain.errors import Conflict
@@ -61,33 +61,50 @@ class ServicePorts:
         self._lock = threading.Lock()
         self._recent: dict[int, float] = {}  # port -> when it was given (monotonic)
 
-    def assign(self, spec: JobSpec, job_id: int | None = None) -> JobSpec:
+    def assign(self, spec: JobSpec) -> JobSpec:
         """`spec` with its port: a service that asked for any gets a free one; one that named
         a port another service holds is refused (Conflict). Other jobs are returned as they are."""
         if spec.kind != "service":
             return spec
-        with self._lock:
-            held = self._held(job_id)
-            if spec.service_port:
-                owner = held.get(spec.service_port)
-                if owner is not None:
-                    raise Conflict(
-                        f"port {spec.service_port} is held by service {owner}: choose another "
-                        "port, or --port auto"
-                    )
-                return spec
-            port = self._choose(held)
-            self._recent[port] = self._monotonic()
-            return replace(spec, service_port=port)
+        return self.assign_many([spec])[0]
 
-    def _held(self, job_id: int | None) -> dict[int, int | str]:
+    def assign_many(self, specs: Sequence[JobSpec]) -> list[JobSpec]:
+        """`assign` for the tasks of one array: each service its own port."""
+        if all(spec.kind != "service" for spec in specs):
+            return list(specs)
+        with self._lock:
+            held = self._held()
+            assigned = []
+            for spec in specs:
+                if spec.kind == "service":
+                    spec = self._assign(spec, held)
+                    held[spec.service_port] = "another task of this array"
+                assigned.append(spec)
+            now = self._monotonic()
+            for spec, asked in zip(assigned, specs, strict=True):
+                if asked.kind == "service" and not asked.service_port:
+                    self._recent[spec.service_port] = now
+            return assigned
+
+    def _assign(self, spec: JobSpec, held: dict[int, int | str]) -> JobSpec:
+        if spec.service_port:
+            owner = held.get(spec.service_port)
+            if owner is not None:
+                raise Conflict(
+                    f"port {spec.service_port} is held by service {owner}: choose another "
+                    "port, or --port auto"
+                )
+            return spec
+        return replace(spec, service_port=self._choose(held))
+
+    def _held(self) -> dict[int, int | str]:
         """Ports of pending and running services (port -> job id), and those just given."""
         now = self._monotonic()
         for port in [p for p, at in self._recent.items() if now - at > _RECENT_S]:
             del self._recent[port]
         held: dict[int, int | str] = dict.fromkeys(self._recent, "just submitted")
         for job in self._book.jobs(include_finished=False):
-            if job.spec.kind == "service" and job.spec.service_port and job.id != job_id:
+            if job.spec.kind == "service" and job.spec.service_port:
                 held[job.spec.service_port] = job.id
         return held
 
