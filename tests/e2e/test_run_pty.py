@@ -266,3 +266,61 @@ def test_a_session_nobody_attaches_to_ends_without_running(tmp_path, monkeypatch
         assert not (rig.executor.job_dir(1) / "attach.sock").exists()
     finally:
         rig.executor.close()
+
+
+@pytest.fixture(scope="module")
+def users():  # type: ignore[no-untyped-def]
+    from tests.e2e.unix_users import unix_users
+
+    with unix_users() as made:
+        yield made
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as other users only on a root server")
+def test_a_users_session_is_hers_alone(users):  # type: ignore[no-untyped-def]
+    """On a root server alice's session runs as alice on a terminal that is hers; its socket
+    is hers, 0600: bob cannot connect (the kernel says no), root can."""
+    import pwd
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from gpuyard.adapters.identity import unix_identity
+    from gpuyard.cli.attach import connect, frame
+    from gpuyard.services.run_as import RunAsPolicy
+    from tests.e2e.executor_rig import Rig
+
+    state = Path(tempfile.mkdtemp(prefix="gpuyard-pty-", dir="/tmp"))
+    state.chmod(0o711)
+    rig = Rig(state)
+    try:
+        alice = RunAsPolicy(unix_identity, 0, "root").for_owner(users.alice)
+        rig.start(1, "exec sh", kind="interactive", run_as=alice, workdir=Path("/"))
+        path = rig.executor.job_dir(1) / "attach.sock"
+        wait_for(path.exists)
+        info = path.stat()
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (alice.uid, 0o600)
+        bob = pwd.getpwnam(users.bob)
+        child = os.fork()
+        if child == 0:  # bob tries
+            os.setgid(bob.pw_gid)
+            os.setuid(bob.pw_uid)
+            try:
+                connect(str(path)).close()
+                os._exit(0)
+            except PermissionError:
+                os._exit(13)
+            except BaseException:
+                os._exit(1)
+        assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 13
+        with connect(str(path)) as sock:  # root may
+            sock.sendall(frame(b"w", (24).to_bytes(2, "big") + (80).to_bytes(2, "big")))
+            sock.sendall(frame(b"d", b"id -un; ls -l $(tty) | cut -d' ' -f3; exit 7\n"))
+            seen = b""
+            while chunk := sock.recv(65536):
+                seen += chunk
+        assert seen.count(users.alice.encode()) >= 2  # her name, and her terminal's owner
+        assert rig.wait_end(1).exit_code == 7
+    finally:
+        rig.executor.close()
+        shutil.rmtree(state, ignore_errors=True)
