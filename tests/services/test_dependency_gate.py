@@ -264,3 +264,21 @@ def test_after_starts_once_the_job_named_started_and_its_minutes_passed(tmp_path
         assert rig.job(later.id).started_at == 120.0
     finally:
         rig.close()
+
+
+def test_a_held_task_does_not_take_a_place_under_its_arrays_cap(tmp_path: Path) -> None:
+    rig = rig_at(tmp_path)
+    try:
+        tasks = array(rig, 3, 100, cap=1)
+        rig.service.hold(tasks[0].id, rig.actor)
+        rig.settle()
+        assert why(rig, tasks[0]) == "JobHeldUser"
+        assert [rig.state(t.id) for t in tasks][1:] == [JobState.RUNNING, JobState.PENDING]
+        rig.service.release(tasks[0].id, rig.actor)
+        rig.settle()
+        assert why(rig, tasks[0]) == "JobArrayTaskLimit"
+        rig.advance(100.0)
+        assert rig.state(tasks[0].id) is JobState.RUNNING  # before task 2: by index
+        assert why(rig, tasks[2]) == "JobArrayTaskLimit"
+    finally:
+        rig.close()

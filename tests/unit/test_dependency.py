@@ -239,3 +239,20 @@ def test_an_unknown_job_lifts_the_dependency_and_lookups_are_shared() -> None:
     gate.ended(1, JobState.COMPLETED, 0, 1.0)
     released, _ = gate.take(1.0)
     assert released == list(range(3, 50))
+
+
+def test_a_held_task_gives_its_place_under_the_cap_and_queues_again_on_release() -> None:
+    gate = WorkflowGate(World())
+    tasks = [gj(10 + i, array_id=10, task=i, array_cap=1) for i in range(3)]
+    assert [gate.arrive(t, 0.0) for t in tasks] == [None, "JobArrayTaskLimit", "JobArrayTaskLimit"]
+    gate.step_aside(10)  # task 0 held before it started
+    assert gate.take(1.0) == ([11], [])
+    gate.step_aside(12)  # a waiting task held: it will not be let in while held
+    gate.come_back(10)
+    assert gate.reason(10) == "JobArrayTaskLimit"
+    gate.ended(11, JobState.COMPLETED, 0, 2.0)
+    assert gate.take(2.0) == ([10], [])
+    gate.ended(10, JobState.COMPLETED, 0, 3.0)
+    assert gate.take(3.0) == ([], [])  # 12 is still held
+    gate.come_back(12)
+    assert gate.take(3.0) == ([12], [])

@@ -111,6 +111,11 @@ class _Group:
     active: set[int] = field(default_factory=set)  # let in: pending in the policy, or running
     heap: list[int] = field(default_factory=list)  # waiting, lowest id (submit order) first
     queued: set[int] = field(default_factory=set)
+    aside: set[int] = field(default_factory=set)  # held by another stage: no place taken
+
+    @property
+    def empty(self) -> bool:
+        return not (self.active or self.queued or self.aside)
 
 
 def _succeeded(state: JobState, exit_code: int | None) -> bool:
@@ -134,6 +139,7 @@ class WorkflowGate:
         self._groups: dict[GroupKey, _Group] = {}
         self._group_of: dict[int, GroupKey] = {}
         self._never_at: dict[int, float] = {}  # judged never here; not ended by the caller yet
+        self._aside: set[int] = set()  # held elsewhere (a user's hold): take no place under a cap
         self._dirty: set[int] = set()
         self._released: list[int] = []
         self._never: list[tuple[int, str]] = []
@@ -177,6 +183,34 @@ class WorkflowGate:
             key, cap = group
             self._groups.setdefault(key, _Group(cap)).active.add(job.id)
             self._group_of[job.id] = key
+
+    def step_aside(self, job_id: int) -> None:
+        """A pending job is held by another stage (a user's hold): it gives up its place under
+        its cap (the next task takes it) and takes none until `come_back`."""
+        self._aside.add(job_id)
+        key = self._group_of.get(job_id)
+        if key is None:
+            return
+        state = self._groups[key]
+        if job_id in state.active:
+            state.active.discard(job_id)
+            self._admit(state)
+        state.queued.discard(job_id)
+        state.aside.add(job_id)
+        self._reasons.pop(job_id, None)
+
+    def come_back(self, job_id: int) -> None:
+        """Its hold was lifted: it queues for a place again, in id order."""
+        if job_id not in self._aside:
+            return
+        self._aside.discard(job_id)
+        key = self._group_of.get(job_id)
+        if key is None:
+            return
+        state = self._groups[key]
+        state.aside.discard(job_id)
+        self._queue(state, key, job_id)
+        self._admit(state)
 
     def began(self, job_id: int, at: float) -> None:
         """A job started (for `after`)."""
@@ -289,14 +323,21 @@ class WorkflowGate:
         key, cap = group
         state = self._groups.setdefault(key, _Group(cap))
         self._group_of[job.id] = key
+        if job.id in self._aside:  # held elsewhere: it queues when that hold is lifted
+            state.aside.add(job.id)
+            self._reasons.pop(job.id, None)
+            return None
         if len(state.active) < state.cap and not state.queued:
             state.active.add(job.id)
             self._reasons.pop(job.id, None)
             return None
-        heapq.heappush(state.heap, job.id)
-        state.queued.add(job.id)
+        return self._queue(state, key, job.id)
+
+    def _queue(self, state: _Group, key: GroupKey, job_id: int) -> str:
+        heapq.heappush(state.heap, job_id)
+        state.queued.add(job_id)
         why = REASON_DEPENDENCY if key[0] == "singleton" else REASON_ARRAY_LIMIT
-        self._reasons[job.id] = why
+        self._reasons[job_id] = why
         return why
 
     def _leave(self, job_id: int) -> None:
@@ -304,16 +345,18 @@ class WorkflowGate:
         if job is not None:
             self._unwatch(job)
         self._reasons.pop(job_id, None)
+        self._aside.discard(job_id)
         key = self._group_of.pop(job_id, None)
         if key is None:
             return
         state = self._groups[key]
+        state.aside.discard(job_id)
         if job_id in state.active:
             state.active.discard(job_id)
             self._admit(state)
         else:
             state.queued.discard(job_id)  # its heap entry is skipped when reached
-        if not state.active and not state.queued:
+        if state.empty:
             del self._groups[key]
 
     def _admit(self, state: _Group) -> None:

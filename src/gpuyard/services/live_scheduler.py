@@ -69,6 +69,9 @@ __all__ = ["Decisions", "Launch", "LiveScheduler", "PassView", "sched_job"]
 # Jobs that ended longer ago than this many jobs back teach a restarted policy nothing new:
 # every policy's memory of the past is bounded (histories, decayed usage).
 _REBUILD_HISTORY_JOBS = 20_000
+# A backlog of events (a 10,000-task array arrives at once) is fed to the policy this many at
+# a time, the lock released between chunks, so no single hold grows with the backlog.
+_INBOX_CHUNK = 500
 
 
 @dataclass(slots=True)
@@ -131,6 +134,7 @@ class LiveScheduler:
         self._named: Callable[[Ref], Sequence[Named]] = lambda ref: []
         self.workflow = WorkflowGate(lambda ref: self._named(ref))
         self._never: list[tuple[int, str]] = []
+        self._fed_early = False  # events fed by `_feed_backlog` since the last pass
         self.estimator = Estimator(
             clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live,
             in_process=estimates_in_process,
@@ -210,9 +214,11 @@ class LiveScheduler:
     # -- the pass (controller thread) ----------------------------------------------------------
     def decide(self) -> Decisions:
         """Apply the events since the last pass, let the policy decide, and say what to do."""
+        self._feed_backlog()
         with self._lock:
             now = self._clock()
-            fed = self._apply_inbox()
+            fed = self._apply_inbox() or self._fed_early
+            self._fed_early = False
             fed = self._release_due(now) or fed
             fed = self._apply_workflow(now) or fed
             if self._shares is not self._shares_applied:
@@ -383,12 +389,21 @@ class LiveScheduler:
         return dict(self._view.shared_free)
 
     # -- applying events (under the lock) -----------------------------------------------------
-    def _apply_inbox(self) -> bool:
-        """Feed the queued events to the policy, through the gate; True if it was told
-        anything."""
+    def _feed_backlog(self) -> None:
+        """Feed a long inbox to the policy in chunks, each under the lock on its own (the pass
+        that follows sees them all, as if fed in one hold: they keep their own times)."""
+        while len(self._inbox) > _INBOX_CHUNK:
+            with self._lock:
+                self._fed_early = self._apply_inbox(_INBOX_CHUNK) or self._fed_early
+
+    def _apply_inbox(self, limit: int | None = None) -> bool:
+        """Feed the queued events (at most `limit`) to the policy, through the gate; True if it
+        was told anything."""
         inbox, feed, gate = self._inbox, self._feed, self.gate
         fed = False
-        while inbox:
+        taken = 0
+        while inbox and (limit is None or taken < limit):
+            taken += 1
             event = inbox.popleft()
             match event:
                 case Submitted(job, at):
@@ -414,7 +429,10 @@ class LiveScheduler:
                 case Held(job_id, _, at):
                     held = gate.reason(job_id) is not None and job_id not in self._assigned
                     fed = (held and feed.park(job_id, at)) or fed
+                    if held and (job_id in feed.parked or job_id not in feed.jobs):
+                        self.workflow.step_aside(job_id)  # no place under its array's cap
                 case Released(job_id, at):  # a job still in its backoff stays out
+                    self.workflow.come_back(job_id)
                     fed = (not self._kept_out(job_id) and feed.unpark(job_id, at)) or fed
         self.binding.charge_drained(feed)
         return fed
