@@ -302,7 +302,9 @@ def wait(refs: list[str], quiet: bool = False) -> int:
 
 
 def _wait_arrays(session: Client, named: list[Resolved], poll_s: float = 0.5) -> list[JobDict]:
-    """The final records of every job `named`, each array's tasks read in one request."""
+    """The final records of every job `named`, each array's tasks read in one request. A large
+    array's read costs the server time: the next round waits at least twice as long as this
+    one's reads took (10,000 tasks: about a round a second, never a busy server)."""
     import time
 
     from gpuyard.domain.states import TERMINAL_STATES
@@ -310,6 +312,7 @@ def _wait_arrays(session: Client, named: list[Resolved], poll_s: float = 0.5) ->
     ended = {state.value for state in TERMINAL_STATES}
     done: dict[int, JobDict] = {}
     while True:
+        began = time.monotonic()
         waiting = False
         for one in named:
             wanted = [int(job["id"]) for job in one.jobs() if int(job["id"]) not in done]
@@ -326,7 +329,7 @@ def _wait_arrays(session: Client, named: list[Resolved], poll_s: float = 0.5) ->
                     waiting = True
         if not waiting:
             break
-        time.sleep(poll_s)
+        time.sleep(max(poll_s, 2 * (time.monotonic() - began)))
     ordered = [int(job["id"]) for one in named for job in one.jobs()]
     return [done[job_id] for job_id in dict.fromkeys(ordered)]
 

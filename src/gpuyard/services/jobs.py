@@ -100,6 +100,8 @@ class Cleaned:
     folders_kept: tuple[int, ...] = ()
 
 
+# An array's cancel: tasks cancelled per durable write (and per hold of the journal's lock).
+_CANCEL_CHUNK = 1_000
 # Listing history: a page is at most this many jobs (the store pages through the rest).
 MAX_PAGE = 10_000
 MAX_JOB_ID = 2**63 - 1  # the store's integers: a larger id in a request is no job's
@@ -404,18 +406,23 @@ class JobService:
         if not (actor.is_admin or owner == actor.user):
             raise Forbidden(f"array {array_id} is {owner}'s; only they or an admin may cancel it")
         now = self._clock()
-        with self.journal.transaction() as tx:
-            cancelled = []
-            for task in tasks:
-                current = tx.current(task.id)
-                if current is not None and current.state is JobState.PENDING:
-                    cancelled.append(
-                        current.transition(
-                            JobState.CANCELLED, ended_at=now, reason="Cancelled by user"
+        active = [t for t in tasks if not t.state.is_terminal]
+        # A write per chunk, the journal's lock released between them: a pass (which takes
+        # it) never waits for all of a 10,000-task array. A task started meanwhile is RUNNING
+        # by the time the stops below look at it.
+        for at in range(0, len(active), _CANCEL_CHUNK):
+            with self.journal.transaction() as tx:
+                cancelled = []
+                for task in active[at : at + _CANCEL_CHUNK]:
+                    current = tx.current(task.id)
+                    if current is not None and current.state is JobState.PENDING:
+                        cancelled.append(
+                            current.transition(
+                                JobState.CANCELLED, ended_at=now, reason="Cancelled by user"
+                            )
                         )
-                    )
-            tx.commit(cancelled, now)
-        for task in tasks:
+                tx.commit(cancelled, now)
+        for task in active:
             current = self.book.get(task.id)
             if current is not None and current.state is JobState.RUNNING:
                 self._stops.request(task.id, JobState.CANCELLED)

@@ -150,8 +150,10 @@ def spec_from_json(text: str, columns: Mapping[str, Any]) -> JobSpec:
     return spec
 
 
-def job_to_row(job: Job) -> dict[str, Any]:
-    row: dict[str, Any] = {"spec": spec_to_json(job.spec)}
+def job_to_row(job: Job, spec_json: str | None = None) -> dict[str, Any]:
+    """`spec_json`: the job's spec as `spec_to_json` writes it, when the caller has it (an
+    array's tasks share one spec: encoded once per write, not once per task)."""
+    row: dict[str, Any] = {"spec": spec_to_json(job.spec) if spec_json is None else spec_json}
     for name, enc in _JOB_TO_ROW:
         value = getattr(job, name)
         if enc is not None:

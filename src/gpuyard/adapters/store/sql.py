@@ -25,7 +25,7 @@ from sqlalchemy import (
 from gpuyard.adapters.disk_full import translate_disk_full
 from gpuyard.adapters.store.accounts_sql import SqlAccounts
 from gpuyard.adapters.store.advisory_lock import AdvisoryLock
-from gpuyard.adapters.store.codec import job_to_row, row_to_job
+from gpuyard.adapters.store.codec import job_to_row, row_to_job, spec_to_json
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.gpu_history_sql import SqlGpuHistory
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
@@ -36,7 +36,7 @@ from gpuyard.adapters.store.sweeps_sql import SqlSweeps
 from gpuyard.adapters.store.tables import counters, gpu_drains, job_gpu_stats, job_progress, jobs
 from gpuyard.adapters.store.usage_sql import SqlUsage
 from gpuyard.domain.errors import Conflict, InvalidRequest
-from gpuyard.domain.job import Drain, Job
+from gpuyard.domain.job import Drain, Job, JobSpec
 from gpuyard.domain.states import TERMINAL_STATES, JobState
 
 _Batch = tuple[Sequence[Job], Sequence[Job]]
@@ -269,7 +269,8 @@ class SqlJobStore(
     def _commit_batch(self, batch: Sequence[_Batch]) -> None:
         """One transaction for the whole batch, on the writer thread's own connection (on
         PostgreSQL under the exclusive lock, the lock's session: `advisory_lock.py`)."""
-        inserts = [_values(job) for inserts, _ in batch for job in inserts]
+        specs: _SpecCache = {}  # an array's tasks share one spec: encoded once
+        inserts = [_values(job, specs) for inserts, _ in batch for job in inserts]
         updates = [(*_values(job), job.id, job.version - 1) for _, ups in batch for job in ups]
         lock = self._lock
         if isinstance(lock, AdvisoryLock) and (lock.held or lock.lost):
@@ -335,8 +336,17 @@ class SqlJobStore(
             cursor.close()
 
 
-def _values(job: Job) -> tuple[Any, ...]:
-    row = job_to_row(job)
+_SpecCache = dict[int, tuple[JobSpec, str]]  # id(spec) -> (the spec, kept alive; its JSON)
+
+
+def _values(job: Job, specs: _SpecCache | None = None) -> tuple[Any, ...]:
+    spec_json = None
+    if specs is not None:
+        known = specs.get(id(job.spec))
+        if known is None or known[0] is not job.spec:
+            known = specs[id(job.spec)] = (job.spec, spec_to_json(job.spec))
+        spec_json = known[1]
+    row = job_to_row(job, spec_json)
     return tuple(row[c] for c in _COLUMNS)
 
 
