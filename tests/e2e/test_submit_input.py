@@ -23,7 +23,11 @@ def _queued(server: ServerProcess) -> list[dict[str, object]]:
     [
         (["--gpu", "1", "--", "echo", "hi"], "No such option: --gpu (Did you mean --gpus?)"),
         (["--json", "--", "true"], "No such option: --json"),
-        (["-p", "gpu", "true"], "No such option: -p"),
+        (
+            ["--qos", "low", "true"],
+            "No such option: --qos (sbatch's, which means nothing here: "
+            "limits are per user and team here (gpuyard admin limit); gpuyard sbatch ignores it)",
+        ),
     ],
 )
 def test_an_unknown_option_before_the_command_is_a_usage_error(

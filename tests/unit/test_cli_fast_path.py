@@ -104,7 +104,10 @@ LEFT_TO_TYPER = [
 UNKNOWN_BEFORE_COMMAND = [
     (["submit", "--gpu", "1", "--", "echo", "hi"], "No such option: --gpu (Did you mean --gpus?)"),
     (["submit", "--json", "--", "true"], "No such option: --json"),
-    (["submit", "-p", "gpu", "x"], "No such option: -p"),
+    (["submit", "-p", "gpu", "x"], "No such option: -p (sbatch's, which means nothing here: one "
+     "queue per server here; gpuyard sbatch ignores it)"),
+    (["submit", "--ntasks", "4", "x"], "No such option: --ntasks (sbatch's: give it as #SBATCH "
+     "--ntasks in the script, or use gpuyard sbatch)"),
     (["submit", "--gpus-per", "1", "x"],
      "No such option: --gpus-per (Did you mean --gpus-per-node?)"),
 ]  # fmt: skip

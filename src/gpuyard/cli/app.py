@@ -68,7 +68,7 @@ class SubmitCommand(TyperCommand):
     """`submit` refuses an unknown option before the command instead of running it as one.
 
     Options end at the command's first word (`gpuyard submit python t.py --lr 1`); before it,
-    `--gpu 1` or a Slurm habit (`--array`, `-o`) is a typo to point at, not a program to run.
+    `--gpu 1` or a Slurm habit (`-p gpu`) is a typo to point at, not a program to run.
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -79,7 +79,13 @@ class SubmitCommand(TyperCommand):
 
 
 def no_such_option(name: str, close: list[str] | None) -> str:
-    """`No such option: --gpu (Did you mean --gpus?)`: the closest match only, once."""
+    """`No such option: --gpu (Did you mean --gpus?)`: the closest match only, once; one of
+    sbatch's options says where it is taken instead (domain/sbatch.py)."""
+    from gpuyard.domain.sbatch import sbatch_hint
+
+    hint = sbatch_hint(name)
+    if hint:
+        return f"No such option: {name} ({hint})"
     return f"No such option: {name}" + (f" (Did you mean {close[0]}?)" if close else "")
 
 

@@ -605,6 +605,17 @@ def read_option(name: str, value: str, dialect: str = "gpuyard") -> dict[str, ob
     return found.values
 
 
+def sbatch_hint(option: str) -> str | None:
+    """For a submit option that does not exist but is sbatch's: where it is taken (a script's
+    directive, `gpuyard sbatch`) or why it means nothing here; None for any other."""
+    name = option[2:] if option.startswith("--") else _SHORT.get(option[:2], "")
+    if name in _IGNORED:
+        return f"sbatch's, which means nothing here: {_IGNORED[name]}; gpuyard sbatch ignores it"
+    if name in _SLURM:
+        return f"sbatch's: give it as #SBATCH {option} in the script, or use gpuyard sbatch"
+    return None
+
+
 def sbatch_option(word: str, after: str | None) -> tuple[int, dict[str, object]] | None:
     """A command-line word that is one of sbatch's options with a meaning here (`-n 4`,
     `--gpus-per-task=1`, `--nice`): the words it takes and the values it sets, read as its
