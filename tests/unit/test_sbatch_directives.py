@@ -283,3 +283,12 @@ def test_a_heterogeneous_job_reads_its_first_component_only() -> None:
     found = parse_directives(text)
     assert found.values == {"gpus": 1, "retries": 1}
     assert [w.line for w in found.warnings] == [3]
+
+
+def test_python_and_venv_become_this_machines_absolute_paths(tmp_path: Path) -> None:
+    import shutil
+
+    fields, _ = _submit_fields(tmp_path, "#!/bin/sh\n#GPUYARD --python sh\nx\n")
+    assert fields["python"] == shutil.which("sh")
+    fields, _ = _submit_fields(tmp_path, "#!/bin/sh\nx\n", venv=".venv")
+    assert fields["venv"] == os.path.abspath(".venv")

@@ -227,10 +227,15 @@ def apply_batch(opts: Any, argv: list[str], fields: dict[str, Any],
     resolved = sbatch.resolve(values)
     for note in resolved.notes:
         sys.stderr.write(f"{where}{path + ': ' if text is not None else ''}{note}\n")
-    for key in ("python", "venv"):
-        value = resolved.fields.get(key)
-        if isinstance(value, str) and value and "/" in value:
-            resolved.fields[key] = os.path.abspath(value)
+    # Paths on this machine, as the server needs them: `--venv .venv`, `--python python3`.
+    venv, python = resolved.fields.get("venv"), resolved.fields.get("python")
+    if isinstance(venv, str) and venv:
+        resolved.fields["venv"] = os.path.abspath(venv)
+    if isinstance(python, str) and python:
+        import shutil
+
+        found = python if "/" in python else shutil.which(python)
+        resolved.fields["python"] = os.path.abspath(found) if found else python
     fields.update(resolved.fields)
     if opts.workdir is None and resolved.chdir:
         fields["workdir"] = os.path.abspath(resolved.chdir)
