@@ -234,8 +234,8 @@ def apply_batch(opts: Any, argv: list[str], fields: dict[str, Any],
     if isinstance(python, str) and python:
         import shutil
 
-        found = python if "/" in python else shutil.which(python)
-        resolved.fields["python"] = os.path.abspath(found) if found else python
+        where_python = python if "/" in python else shutil.which(python)
+        resolved.fields["python"] = os.path.abspath(where_python) if where_python else python
     fields.update(resolved.fields)
     if opts.workdir is None and resolved.chdir:
         fields["workdir"] = os.path.abspath(resolved.chdir)
