@@ -197,10 +197,19 @@ class Gpu:
     detected: bool
     node: str = "local"
     pci_bus_id: str = ""  # NVML's "00000000:3B:00.0" ("" when unknown: a declared GPU)
+    serial: str = ""  # the board's serial number (amdsmi; "" when unknown)
+    # AMD partition modes where the library reports them: compute ("SPX", "DPX", "CPX"...),
+    # memory ("NPS1", "NPS4"...) and this GPU's partition among its board's; "": none.
+    compute_partition: str = ""
+    memory_partition: str = ""
+    partition_id: int = 0
     vendor: str = ""  # "nvidia" or "amd" for a detected GPU; "" for a declared one
     # The GPU's architecture as its frameworks name it: NVIDIA's compute capability ("9.0"),
     # AMD's gfx target ("gfx942"); "" when unknown.
     arch: str = ""
+    # The GPU's index in its vendor's own numbering on its machine (NVML's, amdsmi's): what
+    # CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES name. None: the same as `index`.
+    device_index: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,6 +217,7 @@ class Controller:
                 plan = launch_plan(
                     job, self._base_env, self.inventory.gpu_mem_mib(), port,
                     self.executor.log_path(job.id), who, self.inventory.container_runtime,
+                    self.inventory.gpus,
                 )  # fmt: skip
                 launched.append((job, self.executor.launch(job, plan)))
             except StateDiskFull as exc:  # nothing started: it waits for space, never fails

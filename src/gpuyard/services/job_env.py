@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from gpuyard.domain.job import Job
+from gpuyard.domain.job import Gpu, Job
 from gpuyard.jobhooks import HOOK_DIR
 from gpuyard.services.ports import RunAs
 
@@ -54,6 +54,7 @@ def build_job_env(
     checkpoint_dir: str | None = None,
     progress_file: str | None = None,
     array: tuple[int, int, int] | None = None,
+    gpus: Sequence[Gpu] = (),
 ) -> dict[str, str]:
     """The allowed part of the server's environment (`_FROM_SERVER`), then the identity of
     `run_as` (HOME, USER, LOGNAME, SHELL: a job run as another user must not get the
@@ -62,7 +63,8 @@ def build_job_env(
     frameworks capped by a fraction; `checkpoint_dir`: GPUYARD_CHECKPOINT_DIR, the job's folder
     for checkpoints, the same for all its runs; `progress_file`: GPUYARD_PROGRESS_FILE, where
     `gpuyard.progress()` appends its reports; `array`: (count, lowest, highest index) of the
-    job's array when the caller knows them (SLURM_ARRAY_TASK_COUNT/MIN/MAX); the
+    job's array when the caller knows them (SLURM_ARRAY_TASK_COUNT/MIN/MAX); `gpus`: the
+    server's GPUs, for the vendors' visibility variables (`visible_devices`); the
     `SLURM_*` variables (`slurm_env`) unless the job says `GPUYARD_SLURM_ENV=0` (then none of
     them, and the submitter's own pass as sent)."""
     env = {k: v for k, v in base.items() if _from_server(k)}
@@ -76,8 +78,8 @@ def build_job_env(
     )
     env.update(
         {
-            # Exactly the job's GPUs; an empty string hides every GPU from a 0-GPU job.
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in job.gpus),
+            # Exactly the job's GPUs (`visible_devices`: each vendor's own mask); an empty
+            # string hides every GPU from a 0-GPU job.
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "GPUYARD_JOB_ID": str(job.id),
             "GPUYARD_JOB_NAME": job.spec.name,
@@ -88,6 +90,11 @@ def build_job_env(
             "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1"),
         }
     )
+    for name, value in visible_devices(job, gpus).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     if job.spec.kind == "service" and job.spec.service_port:  # chosen at submit, kept
         env["PORT"] = env["GPUYARD_SERVICE_PORT"] = str(job.spec.service_port)
     if checkpoint_dir is not None:
@@ -102,6 +109,68 @@ def build_job_env(
     if job.spec.gpu_mem_mib:
         env.update(_gpu_mem_env(job.spec.gpu_mem_mib, env, gpu_total_mib))
     return env
+
+
+# What the ROCm stack reads to choose GPUs, besides ROCR_VISIBLE_DEVICES: HIP (and HIP reads
+# CUDA_VISIBLE_DEVICES as its own when HIP_VISIBLE_DEVICES is unset), and HIP/OpenCL's older
+# GPU_DEVICE_ORDINAL. Each indexes into what ROCR left visible: a second mask.
+_AMD_SECOND_MASKS = ("HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+
+
+def visible_devices(job: Job, gpus: Sequence[Gpu]) -> dict[str, str | None]:
+    """The device masks of a job on the server's `gpus` (None: removed from the job's
+    environment, whatever the submitter sent). Each vendor's runtime is told its own
+    numbering (`Gpu.device_index`):
+
+    - NVIDIA (and declared GPUs): CUDA_VISIBLE_DEVICES names the job's GPUs, as always.
+    - AMD: ROCR_VISIBLE_DEVICES names them (the ROCm runtime's mask: HIP, PyTorch's ROCm
+      build, JAX's ROCm plugin and RCCL see only those, numbered from 0), and no second mask
+      remaps them again: HIP_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL are removed, and
+      CUDA_VISIBLE_DEVICES too, because HIP reads it when HIP_VISIBLE_DEVICES is unset. On a
+      machine with NVIDIA GPUs as well, CUDA_VISIBLE_DEVICES must hide those (""), and an empty
+      mask read by HIP would hide the job's AMD GPUs: there HIP_VISIBLE_DEVICES is set to all
+      of ROCR's (0..n-1, which remaps nothing) so HIP never reads CUDA's.
+    - Any job on a machine with AMD GPUs and none of them: ROCR_VISIBLE_DEVICES="" hides them
+      (an NVIDIA job, a CPU job).
+    A job on no GPUs gets CUDA_VISIBLE_DEVICES="" as before."""
+    by_index = {gpu.index: gpu for gpu in gpus}
+    mine = [by_index.get(i) for i in job.gpus]
+    node = job.node.split(",")[0] if job.node else None
+    here = [gpu for gpu in gpus if node is None or not job.gpus or gpu.node == node]
+    has_amd = any(gpu.vendor == "amd" for gpu in here)
+    has_other = any(gpu.vendor != "amd" for gpu in here)
+    amd = [gpu for gpu in mine if gpu is not None and gpu.vendor == "amd"]
+    if not amd:
+        out: dict[str, str | None] = {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(_device_index(g, i, gpus))
+                                             for g, i in zip(mine, job.gpus, strict=True)),
+        }  # fmt: skip
+        if has_amd:
+            out["ROCR_VISIBLE_DEVICES"] = ""
+            out.update(dict.fromkeys(_AMD_SECOND_MASKS))
+        return out
+    out = {"ROCR_VISIBLE_DEVICES": ",".join(str(_device_index(g, g.index, gpus)) for g in amd)}
+    out.update(dict.fromkeys(_AMD_SECOND_MASKS))
+    if has_other:
+        out["CUDA_VISIBLE_DEVICES"] = ""
+        out["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(amd)))
+    else:
+        out["CUDA_VISIBLE_DEVICES"] = None
+    return out
+
+
+def _device_index(gpu: Gpu | None, index: int, gpus: Sequence[Gpu]) -> int:
+    """A GPU's index in its vendor's numbering: `device_index` when detection set it; else the
+    server's index less the GPUs of other vendors before it on its machine (NVIDIA's come
+    first); a GPU the server does not list (an old record): its index."""
+    if gpu is None:
+        return index
+    if gpu.device_index is not None:
+        return gpu.device_index
+    before = sum(
+        1 for g in gpus if g.node == gpu.node and g.vendor != gpu.vendor and g.index < gpu.index
+    )
+    return gpu.index - before
 
 
 def slurm_env(

@@ -18,6 +18,7 @@ from gpuyard.domain.errors import (
     NotFound,
     QuotaExceeded,
 )
+from gpuyard.domain.gpu_types import check_gpu_type
 from gpuyard.domain.job import Drain, Gpu, Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
@@ -789,6 +790,7 @@ class JobService:
                 f"({inv.source}); ask for fewer",
                 field="gpus",
             )
+        check_gpu_type(spec.gpu_type, spec.gpus, spec.nodes, inv.gpus)
         if spec.gpu_mem_mib:
             self._check_gpu_mem(spec)
         if spec.container is not None:

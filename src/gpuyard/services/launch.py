@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 
 from gpuyard.domain.errors import InvalidRequest
-from gpuyard.domain.job import Job, JobSpec
+from gpuyard.domain.job import Gpu, Job, JobSpec
 from gpuyard.services.job_env import build_job_env, has_batch_tasks, wants_slurm_env
 from gpuyard.services.ports import ContainerRuntime, LaunchPlan, RunAs
 
@@ -43,16 +43,18 @@ def launch_plan(
     log_path: str,
     run_as: RunAs | None = None,
     container: ContainerRuntime | None = None,
+    gpus: Sequence[Gpu] = (),
 ) -> LaunchPlan:
     """The whole recipe an executor carries out for `job`: the one-machine command and
     environment (`build_job_env` + `job_process`), and `argv_for`, the command of each node
     when a backend spreads the job over machines (`node_argv`), so no adapter rebuilds it.
-    `container`: the server's container runtime (a `--container` job needs one). Raises
+    `container`: the server's container runtime (a `--container` job needs one); `gpus`: the
+    server's GPUs (each vendor's device mask, `job_env.visible_devices`). Raises
     ValueError (the job fails LaunchFailed with its one line) when the job's `--python` or
     `--venv` cannot be run by the job's user."""
     checkpoints = checkpoint_dir(log_path)
     progress = progress_file(log_path)
-    env = build_job_env(job, base_env, gpu_total_mib, run_as, checkpoints, progress)
+    env = build_job_env(job, base_env, gpu_total_mib, run_as, checkpoints, progress, gpus=gpus)
     check_interpreter(job.spec, run_as)
     env = job_environment(job.spec, env)
     script = script_copy(job, log_path)

@@ -1,0 +1,119 @@
+"""AMD GPUs beside NVIDIA ones (issue 16): each vendor's device mask in a job's environment,
+which GPUs a `--gpu-type` names, and placement by type on a mixed machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuyard.domain.errors import InvalidRequest
+from gpuyard.domain.gpu_types import check_gpu_type, matches, normalize_type, type_labels
+from gpuyard.domain.job import Gpu, Job, JobSpec
+from gpuyard.domain.states import JobState
+from gpuyard.services.job_env import build_job_env
+
+H100 = "NVIDIA H100 80GB HBM3"
+MI300X = "AMD Instinct MI300X"
+
+
+def nvidia(index: int, name: str = H100) -> Gpu:
+    return Gpu(index, f"GPU-{index}", name, 81559, True, vendor="nvidia", arch="9.0")
+
+
+def amd(index: int, device_index: int | None = None) -> Gpu:
+    return Gpu(index, f"amd-{index}", MI300X, 196592, True, vendor="amd", arch="gfx942",
+               device_index=device_index)  # fmt: skip
+
+
+def job_on(*gpus: int, env: tuple[tuple[str, str], ...] = ()) -> Job:
+    spec = JobSpec(argv=("x",), name="n", workdir="/", gpus=len(gpus), env=env)
+    return Job(1, spec, "me", JobState.RUNNING, 0.0, gpus=gpus)
+
+
+# -- the environment ------------------------------------------------------------------------
+def test_a_job_on_amd_gpu_1_sees_rocr_visible_devices_1_and_no_second_mask() -> None:
+    gpus = [amd(0), amd(1), amd(2)]
+    # A submitter's shell may carry masks of its own: none of them may remap the job's GPUs.
+    sent = (("HIP_VISIBLE_DEVICES", "3"), ("CUDA_VISIBLE_DEVICES", "2"),
+            ("GPU_DEVICE_ORDINAL", "1"))  # fmt: skip
+    env = build_job_env(job_on(1, env=sent), {}, gpus=gpus)
+    assert env["ROCR_VISIBLE_DEVICES"] == "1"
+    assert "HIP_VISIBLE_DEVICES" not in env and "GPU_DEVICE_ORDINAL" not in env
+    # HIP reads CUDA_VISIBLE_DEVICES as its own when HIP_VISIBLE_DEVICES is unset.
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    assert env["GPUYARD_NUM_GPUS"] == "1"
+
+
+def test_an_nvidia_only_machine_is_unchanged() -> None:
+    env = build_job_env(job_on(1, 3), {}, gpus=[nvidia(i) for i in range(4)])
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,3"
+    assert not any(k in env for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
+    # Declared GPUs (no vendor), and no inventory at all (older callers): the same.
+    assert build_job_env(job_on(0, 2), {})["CUDA_VISIBLE_DEVICES"] == "0,2"
+
+
+def test_on_a_mixed_machine_each_vendor_gets_its_own_numbering_and_the_others_are_hidden() -> None:
+    gpus = [nvidia(0), nvidia(1), amd(2), amd(3)]  # NVIDIA first, then AMD
+    on_amd = build_job_env(job_on(3), {}, gpus=gpus)
+    assert on_amd["ROCR_VISIBLE_DEVICES"] == "1"  # the second AMD GPU in amdsmi's numbering
+    assert on_amd["CUDA_VISIBLE_DEVICES"] == ""  # no NVIDIA GPU for a job on AMD ones
+    # ... and HIP, which would read that empty CUDA mask, reads its own: all of ROCR's.
+    assert on_amd["HIP_VISIBLE_DEVICES"] == "0"
+    on_nvidia = build_job_env(job_on(1), {}, gpus=gpus)
+    assert on_nvidia["CUDA_VISIBLE_DEVICES"] == "1"
+    assert on_nvidia["ROCR_VISIBLE_DEVICES"] == ""  # no AMD GPU for a job on NVIDIA ones
+    cpu_only = build_job_env(job_on(), {}, gpus=gpus)
+    assert cpu_only["CUDA_VISIBLE_DEVICES"] == "" and cpu_only["ROCR_VISIBLE_DEVICES"] == ""
+
+
+def test_the_vendor_index_from_detection_wins_over_the_servers_index() -> None:
+    # `--gpus 0,3` on 2 NVIDIA + 2 AMD GPUs keeps NVIDIA 0 and AMD 1 (server index 3).
+    gpus = [nvidia(0), amd(3, device_index=1)]
+    assert build_job_env(job_on(3), {}, gpus=gpus)["ROCR_VISIBLE_DEVICES"] == "1"
+    two = build_job_env(job_on(2, 3), {}, gpus=[amd(2, 0), amd(3, 1), nvidia(0)])
+    assert two["ROCR_VISIBLE_DEVICES"] == "0,1" and two["HIP_VISIBLE_DEVICES"] == "0,1"
+
+
+# -- types ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("asked", "gpu", "fits"),
+    [
+        ("mi300x", amd(0), True),
+        ("MI300X", amd(0), True),
+        ("amd", amd(0), True),
+        ("AMD", amd(0), True),
+        ("gfx942", amd(0), True),
+        ("instinct-mi300x", amd(0), True),
+        ("nvidia", amd(0), False),
+        ("h100", nvidia(0), True),
+        ("nvidia", nvidia(0), True),
+        ("mi300x", nvidia(0), False),
+        ("a100", nvidia(0, "NVIDIA A100-SXM4-80GB"), True),
+        ("a10", nvidia(0, "NVIDIA A100-SXM4-80GB"), False),  # whole words only
+        ("rtx4090", nvidia(0, "NVIDIA GeForce RTX 4090"), True),
+        ("", amd(0), True),
+    ],
+)
+def test_a_type_names_a_vendor_a_model_or_an_architecture(asked: str, gpu: Gpu, fits: bool) -> None:
+    assert matches(asked, gpu) is fits
+
+
+def test_labels_and_normalizing() -> None:
+    assert normalize_type(" MI-300X ") == "mi300x"
+    assert {"amd", "instinct", "mi300x", "amdinstinctmi300x", "gfx942"} <= type_labels(
+        "amd", MI300X, "gfx942"
+    )
+
+
+def test_a_type_the_server_lacks_is_refused_in_one_line_naming_the_types_there_are() -> None:
+    gpus = [nvidia(0), nvidia(1), amd(2), amd(3)]
+    check_gpu_type("mi300x", 2, 1, gpus)  # fits
+    with pytest.raises(InvalidRequest) as err:
+        check_gpu_type("a100", 1, 1, gpus)
+    message = err.value.message
+    assert "\n" not in message and err.value.field == "gpu_type"
+    assert "2 x NVIDIA H100 80GB HBM3 (nvidia)" in message
+    assert "2 x AMD Instinct MI300X (amd)" in message
+    with pytest.raises(InvalidRequest, match="at most 2"):
+        check_gpu_type("amd", 3, 1, gpus)
+    with pytest.raises(InvalidRequest, match="no GPUs"):
+        check_gpu_type("amd", 1, 1, [])
