@@ -4,12 +4,18 @@ which GPUs a `--gpu-type` names, and placement by type on a mixed machine."""
 from __future__ import annotations
 
 import pytest
+from tests.unit.policy_context import RecordingContext
 
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.gpu_types import check_gpu_type, matches, normalize_type, type_labels
-from gpuyard.domain.job import Gpu, Job, JobSpec
+from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.states import JobState
+from gpuyard.scheduling.cluster import ClusterState, NodeSpec
+from gpuyard.scheduling.policies import make_policy, policy_names
+from gpuyard.scheduling.policy import SchedJob
+from gpuyard.services.inventory import Inventory
 from gpuyard.services.job_env import build_job_env
+from gpuyard.services.live_scheduler import LiveScheduler
 
 H100 = "NVIDIA H100 80GB HBM3"
 MI300X = "AMD Instinct MI300X"
@@ -117,3 +123,96 @@ def test_a_type_the_server_lacks_is_refused_in_one_line_naming_the_types_there_a
         check_gpu_type("amd", 3, 1, gpus)
     with pytest.raises(InvalidRequest, match="no GPUs"):
         check_gpu_type("amd", 1, 1, [])
+
+
+# -- placement by type ----------------------------------------------------------------------
+def mixed_cluster(cpus: int | None = None) -> ClusterState:
+    """One machine with 2 NVIDIA H100s and 2 AMD MI300Xs: a node per pool, one host."""
+    return ClusterState(
+        [
+            NodeSpec("m", 2, cpus, None, 80 * 1024, type_labels("nvidia", H100, "9.0"), "m"),
+            NodeSpec("m", 2, cpus, None, 80 * 1024, type_labels("amd", MI300X, "gfx942"), "m"),
+        ]
+    )
+
+
+def test_a_typed_job_goes_only_to_its_type_and_an_untyped_one_never_spans_two_pools() -> None:
+    cluster = mixed_cluster()
+    assert cluster.place(2, gpu_type="mi300x") == ((1, 2),)
+    assert cluster.place(1, gpu_type="H100") == ((0, 1),)
+    assert cluster.place(1, gpu_type="a100") is None
+    assert cluster.place(3) is None  # 3 GPUs would mix NVIDIA and AMD
+    cluster.allocate(((1, 2),))  # the AMD GPUs are taken
+    assert cluster.place(1, gpu_type="amd") is None
+    assert cluster.place(2) == ((0, 2),)
+    assert cluster.place(1, gpu_mem_mib=1024, gpu_type="amd") is None  # shares too
+    assert cluster.place(1, gpu_mem_mib=1024, gpu_type="nvidia") == ((0, 0),)
+    free = list(cluster.free)
+    assert cluster.would_fit(free, 2, gpu_type="nvidia")
+    assert not cluster.would_fit(free, 1, gpu_type="amd")
+
+
+def test_one_machines_pools_share_its_cpus() -> None:
+    cluster = mixed_cluster(cpus=8)
+    cluster.allocate(((0, 1),), cpus=6)
+    assert cluster.free_cpus == [2, 2]
+    assert cluster.place(1, cpus=4, gpu_type="amd") is None  # the machine has 2 CPUs left
+    cluster.release(((0, 1),), cpus=6)
+    assert cluster.place(1, cpus=4, gpu_type="amd") == ((1, 1),)
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_every_policy_places_typed_jobs_on_their_type_only(policy: str) -> None:
+    cluster = mixed_cluster()
+    chosen = make_policy(policy)
+    ctx = RecordingContext(chosen, cluster)
+    jobs = [
+        SchedJob(1, "a", 2, 0.0, gpu_type="mi300x", oracle_duration_s=10),
+        SchedJob(2, "c", 2, 1.0, gpu_type="nvidia", oracle_duration_s=10),
+        SchedJob(3, "b", 1, 2.0, gpu_type="mi300x", oracle_duration_s=10),  # waits: AMD busy
+    ]
+    for job in jobs:
+        chosen.submit(job, job.submitted_at)
+    where: dict[int, int] = {}
+    for step in range(4):
+        ctx.now = 3.0 + step
+        chosen.schedule(ctx)
+        for job in jobs:
+            if job.running and job.id not in where:
+                where[job.id] = job.placement[0][0]
+        assert not ctx.preempted
+        for job in [j for j in jobs if j.running][:1]:
+            ctx.finish(job)
+    assert where == {1: 1, 2: 0, 3: 1}  # node 0: the NVIDIA pool, node 1: the AMD one
+
+
+def test_a_preemptive_policy_frees_gpus_of_the_type_asked_for() -> None:
+    cluster = mixed_cluster()
+    chosen = make_policy("default")
+    ctx = RecordingContext(chosen, cluster)
+    low = [SchedJob(i, "a", 2, float(i), gpu_type=t) for i, t in ((1, "nvidia"), (2, "amd"))]
+    for job in low:
+        chosen.submit(job, job.submitted_at)
+    chosen.schedule(ctx)
+    urgent = SchedJob(3, "b", 2, 5.0, priority=10, gpu_type="mi300x")
+    chosen.submit(urgent, 5.0)
+    ctx.now = 5.0
+    chosen.schedule(ctx)
+    assert ctx.preempted == [2] and urgent.placement == ((1, 2),)
+
+
+def test_the_live_scheduler_binds_a_typed_job_to_the_gpus_of_its_type() -> None:
+    gpus = (nvidia(0), nvidia(1), amd(2, 0), amd(3, 1))
+    inventory = Inventory(gpus, NodeCapacity("m", 64, 1 << 20), "test")
+    scheduler = LiveScheduler(make_policy("fifo", for_server=True), inventory, lambda: 10.0)
+
+    def submit(job_id: int, count: int, gpu_type: str = "") -> None:
+        spec = JobSpec(("x",), "n", "/", gpus=count, gpu_type=gpu_type)
+        scheduler.submitted(Job(job_id, spec, "u", JobState.PENDING, float(job_id)))
+
+    submit(1, 1, "mi300x")
+    submit(2, 1, "AMD")
+    submit(3, 2)  # any type: the NVIDIA pool is the one with room
+    launched = {launch.job_id: launch.gpus for launch in scheduler.decide().launches}
+    assert set(launched[1] + launched[2]) == {2, 3}
+    assert launched[3] == (0, 1)

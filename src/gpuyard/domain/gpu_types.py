@@ -73,7 +73,16 @@ def describe_types(gpus: Sequence[Gpu]) -> str:
 def check_gpu_type(gpu_type: str, gpus_wanted: int, nodes: int, gpus: Sequence[Gpu]) -> None:
     """Refuse (InvalidRequest, field gpu_type) a type no GPU of the server has, or one whose
     machines have too few GPUs of it for the job (`gpus_wanted` over `nodes` machines)."""
+    per_node = -(-gpus_wanted // max(1, nodes))
     if not normalize_type(gpu_type):
+        largest = max((len(pool) for pool in pools(gpus).values()), default=0)
+        if gpus and per_node > largest and len({(g.vendor, g.name) for g in gpus}) > 1:
+            raise InvalidRequest(
+                f"the job asks for {per_node} GPUs on one machine, but a machine here has at "
+                f"most {largest} of one type ({describe_types(gpus)}); a job's GPUs are all of "
+                "one type: ask for fewer",
+                field="gpus",
+            )
         return
     if not gpus:
         raise InvalidRequest(
@@ -91,7 +100,6 @@ def check_gpu_type(gpu_type: str, gpus_wanted: int, nodes: int, gpus: Sequence[G
     per_machine: dict[str, int] = {}
     for gpu in fitting:
         per_machine[gpu.node] = per_machine.get(gpu.node, 0) + 1
-    per_node = -(-gpus_wanted // max(1, nodes))
     enough = sum(1 for count in per_machine.values() if count >= per_node)
     if gpus_wanted and enough < max(1, nodes):
         most = max(per_machine.values())

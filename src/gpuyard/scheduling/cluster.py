@@ -19,11 +19,21 @@ left); a 30 GiB job joins A (best fit: the fullest slot that still fits; 30 left
 fits in no slot and opens B; a whole-GPU job meanwhile sees two GPUs fewer, never slot A or B.
 A job asking for GPU memory on k GPUs takes k distinct slots of one node. Its placement is
 `((node, 0),)` (it holds no whole GPU of its own); which slots it holds is `share_of(job)`.
+
+GPU types. A machine with GPUs of several models (NVIDIA and AMD ones, say) is one node per
+*pool* of GPUs of one model: the nodes carry their GPUs' type labels (`gpu_types`, see
+`domain/gpu_types.py`) and share their machine's CPUs and memory (`host`: nodes of one host are
+charged together). A job that names a type (`gpu_type`) is placed only on nodes whose labels
+hold it; any job takes its GPUs from one node, so never from two pools of one machine, and a
+job spread over several nodes takes them on distinct hosts. Without types (the simulator's
+traces, a machine of one model) nothing of this changes a decision.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from gpuyard.domain.gpu_types import normalize_type
 
 Placement = tuple[tuple[int, int], ...]  # ((node index, GPUs on it), ...)
 
@@ -37,6 +47,12 @@ class NodeSpec:
     cpus: int | None = None  # None: not accounted
     mem_mib: int | None = None
     gpu_mem_mib: int | None = None  # memory of each GPU; None: unknown, no sharing here
+    # The normalized types its GPUs answer to (`gpu_types.type_labels`); empty: untyped, no
+    # job naming a type goes here.
+    gpu_types: frozenset[str] = field(default_factory=frozenset)
+    # The machine this node's GPUs are in, when it holds several pools ("": a machine of its
+    # own): nodes of one host share its CPUs and memory.
+    host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +84,15 @@ class ClusterState:
         self._slots: list[dict[int, int]] = [{} for _ in nodes]  # slot id -> free GPU MiB
         self._shares: dict[int, tuple[int, tuple[int, ...], int]] = {}  # owner -> node, slots, MiB
         self._next_slot = 0
+        # Nodes charged together for CPUs and memory (one machine's pools), per node.
+        by_host: dict[str, list[int]] = {}
+        for i, n in enumerate(nodes):
+            if n.host:
+                by_host.setdefault(n.host, []).append(i)
+        self._siblings: list[tuple[int, ...]] = [
+            tuple(by_host[n.host]) if n.host else (i,) for i, n in enumerate(nodes)
+        ]
+        self._typed: dict[str, frozenset[int]] = {}  # a job's type -> the nodes of that type
         # Smallest GPU memory a share of (GPUs, CPUs, memory) failed to find since the last
         # release: allocations only take room away, so a larger one fails too. A pass over a
         # deep queue of shares on a full cluster then costs a lookup per job, not a search.
@@ -88,9 +113,23 @@ class ClusterState:
         full = sum(1 for n in self.nodes if n.gpus == self.node_gpus)
         return self.node_gpus > 0 and -(-gpus // self.node_gpus) <= full
 
-    def would_fit(self, free: list[int], gpus: int, nodes: int = 1) -> bool:
+    def nodes_of_type(self, gpu_type: str) -> frozenset[int] | None:
+        """The nodes whose GPUs are of `gpu_type`; None: no type asked for (every node)."""
+        if not gpu_type:
+            return None
+        found = self._typed.get(gpu_type)
+        if found is None:
+            wanted = normalize_type(gpu_type)
+            found = frozenset(i for i, n in enumerate(self.nodes) if wanted in n.gpu_types)
+            self._typed[gpu_type] = found
+        return found
+
+    def would_fit(self, free: list[int], gpus: int, nodes: int = 1, gpu_type: str = "") -> bool:
         """Whether `gpus` could be placed if the nodes had `free` GPUs (what-if planning, same
         rules as `place`; `nodes` > 1: `gpus // nodes` on each of that many nodes)."""
+        allowed = self.nodes_of_type(gpu_type)
+        if allowed is not None:
+            free = [f if i in allowed else 0 for i, f in enumerate(free)]
         if nodes > 1:
             return sum(1 for f in free if f >= gpus // nodes) >= nodes
         size = self.node_gpus
@@ -107,16 +146,25 @@ class ClusterState:
         gpu_mem_mib: int = 0,
         only_nodes: tuple[int, ...] | None = None,
         nodes: int = 1,
+        gpu_type: str = "",
     ) -> Placement | None:
         """Where a job would go now, or None. Does not allocate. A job that asks for CPUs or
         memory is always given a node, even without GPUs, so they can be charged there. A job
         that asks for GPU memory goes on shared GPUs (`gpu_mem_mib` on each of `gpus`), on one
         of `only_nodes` if given. A job of `nodes` > 1 takes `gpus // nodes` on each of that
-        many distinct nodes (best fit on each)."""
+        many distinct nodes (best fit on each). `gpu_type`: only on nodes of that type."""
+        allowed = self.nodes_of_type(gpu_type)
+        if allowed is not None and gpus == 0:
+            allowed = None  # a job without GPUs: its type asks for nothing
         if gpu_mem_mib:
+            if allowed is not None:
+                only_nodes = tuple(
+                    n for n in (range(len(self.nodes)) if only_nodes is None else only_nodes)
+                    if n in allowed
+                )  # fmt: skip
             return self._place_shared(gpus, cpus, mem_mib, gpu_mem_mib, only_nodes)
         if nodes > 1:
-            return self._place_spread(gpus // nodes, nodes, cpus, mem_mib)
+            return self._place_spread(gpus // nodes, nodes, cpus, mem_mib, allowed)
         if gpus > self.free_gpus:
             return None
         if gpus == 0 and not (cpus or mem_mib):
@@ -126,6 +174,10 @@ class ClusterState:
                 bucket = self._buckets[free]
                 if not bucket:
                     continue
+                if allowed is not None:
+                    bucket = bucket & allowed
+                    if not bucket:
+                        continue
                 if not (cpus or mem_mib):
                     return ((min(bucket), gpus),)
                 for node in sorted(bucket):
@@ -133,22 +185,48 @@ class ClusterState:
                         return ((node, gpus),)
             return None
         need = -(-gpus // self.node_gpus)
-        whole = self._buckets[self.node_gpus]
+        whole = self._distinct_hosts(sorted(self._buckets[self.node_gpus]), allowed)
         if len(whole) < need:
             return None
-        return tuple((i, self.node_gpus) for i in sorted(whole)[:need])
+        return tuple((i, self.node_gpus) for i in whole[:need])
 
-    def _place_spread(self, per_node: int, nodes: int, cpus: int, mem_mib: int) -> Placement | None:
-        """`per_node` GPUs on each of `nodes` distinct nodes, with their share of the CPUs and
-        memory: the fullest nodes that fit."""
+    def _distinct_hosts(self, nodes: list[int], allowed: frozenset[int] | None) -> list[int]:
+        """`nodes` of the type asked for, at most one per host (a job on several nodes wants
+        several machines, not two pools of one)."""
+        out: list[int] = []
+        hosts: set[str] = set()
+        for node in nodes:
+            if allowed is not None and node not in allowed:
+                continue
+            host = self.nodes[node].host
+            if host:
+                if host in hosts:
+                    continue
+                hosts.add(host)
+            out.append(node)
+        return out
+
+    def _place_spread(
+        self, per_node: int, nodes: int, cpus: int, mem_mib: int, allowed: frozenset[int] | None
+    ) -> Placement | None:
+        """`per_node` GPUs on each of `nodes` distinct nodes (of distinct hosts), with their
+        share of the CPUs and memory: the fullest nodes that fit."""
         if per_node * nodes > self.free_gpus:
             return None
         cpus_each, mem_each = -(-cpus // nodes), -(-mem_mib // nodes)
         chosen: list[int] = []
+        hosts: set[str] = set()
         for free in range(per_node, self.node_gpus + 1):
             for node in sorted(self._buckets[free]):
+                if allowed is not None and node not in allowed:
+                    continue
                 if self.free_cpus[node] < cpus_each or self.free_mem_mib[node] < mem_each:
                     continue
+                host = self.nodes[node].host
+                if host:
+                    if host in hosts:
+                        continue
+                    hosts.add(host)
                 chosen.append(node)
                 if len(chosen) == nodes:
                     return tuple((n, per_node) for n in sorted(chosen))
@@ -272,8 +350,9 @@ class ClusterState:
 
     def _charge(self, placement: Placement, cpus: int, mem_mib: int) -> None:
         for node, (node_cpus, node_mem) in charges(placement, cpus, mem_mib).items():
-            self.free_cpus[node] += node_cpus
-            self.free_mem_mib[node] += node_mem
+            for each in self._siblings[node]:  # one machine's pools share its CPUs and memory
+                self.free_cpus[each] += node_cpus
+                self.free_mem_mib[each] += node_mem
             if self.free_cpus[node] < 0 or self.free_mem_mib[node] < 0:
                 raise ValueError(f"node {node} would have negative free CPUs or memory")
 

@@ -31,6 +31,7 @@ class SchedJob:
     mem_mib: int = 0
     gpu_mem_mib: int = 0  # per GPU; > 0: may share GPUs with other such jobs
     nodes: int = 1  # > 1: exactly this many machines, gpus // nodes on each
+    gpu_type: str = ""  # only GPUs of this type (`--gpu-type`); "": any (one pool's)
     time_limit_s: float | None = None
     preemptible: bool = True
     attained_gpu_s: float = 0.0  # GPU-seconds held in earlier runs
@@ -56,8 +57,9 @@ def place_job(
 ) -> Placement | None:
     """Where `job` would go now (see `ClusterState.place`), or None."""
     return cluster.place(
-        job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib, only_nodes, nodes=job.nodes
-    )
+        job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib, only_nodes, nodes=job.nodes,
+        gpu_type=job.gpu_type,
+    )  # fmt: skip
 
 
 def whole_gpus(job: SchedJob) -> int:

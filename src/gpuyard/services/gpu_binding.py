@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpuyard.domain.gpu_types import gpu_labels, pools
 from gpuyard.domain.job import Job
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.services.inventory import Inventory
@@ -40,9 +41,22 @@ class GpuBinding:
     """Physical GPUs: who holds them, which are out of service, which shared slot is where."""
 
     def __init__(self, inventory: Inventory) -> None:
-        nodes = inventory.nodes
-        self.node_names = [node.name for node in nodes]
-        self.node_gpus = [inventory.gpus_of(node.name) for node in nodes]
+        # The policy's nodes: one per machine, or one per pool of GPUs of one model on a
+        # machine with several (`gpu_types.pools`: NVIDIA and AMD GPUs never in one job).
+        self.node_names: list[str] = []
+        self.node_gpus: list[list[int]] = []
+        self.node_machine: list[int] = []  # index in `inventory.nodes`
+        self.node_labels: list[frozenset[str]] = []  # the types its GPUs answer to
+        self.node_host: list[str] = []  # the machine's name when it has several pools
+        for machine, node in enumerate(inventory.nodes):
+            indices = set(inventory.gpus_of(node.name))
+            groups = list(pools(gpu for gpu in inventory.gpus if gpu.index in indices).values())
+            for group in groups or [[]]:
+                self.node_names.append(node.name)
+                self.node_gpus.append([gpu.index for gpu in group])
+                self.node_machine.append(machine)
+                self.node_labels.append(gpu_labels(group[0]) if group else frozenset())
+                self.node_host.append(node.name if len(groups) > 1 else "")
         self.node_of = {gpu: i for i, gpus in enumerate(self.node_gpus) for gpu in gpus}
         self.slot_gpu: dict[tuple[int, int], int] = {}  # shared GPU (node, slot) -> physical
         self.holding: dict[int, tuple[int, ...]] = {}  # GPUs held by a job's processes

@@ -41,7 +41,7 @@ from gpuyard.domain.retry import REASON_BEGIN_TIME, hold_reason
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.fair_share import Shares
-from gpuyard.scheduling.policy import Policy
+from gpuyard.scheduling.policy import Policy, place_job
 from gpuyard.scheduling.projection import Projection, StartEstimates
 from gpuyard.scheduling.quotas import QuotaJob, QuotaLedger, QuotaRules, admission, next_recheck_at
 from gpuyard.scheduling.workflow_gate import Named, WorkflowGate
@@ -101,10 +101,14 @@ class LiveScheduler:
         patch it); by default it lives in a worker process, started at the first estimate."""
         self._clock = clock
         self.binding = GpuBinding(inventory)
+        machines, b = inventory.nodes, self.binding
         nodes = [
-            NodeSpec(node.name, len(gpus), node.cpus, node.mem_mib, inventory.gpu_mem_mib())
-            for node, gpus in zip(inventory.nodes, self.binding.node_gpus, strict=True)
-        ]
+            NodeSpec(machines[m].name, len(gpus), machines[m].cpus, machines[m].mem_mib,
+                     inventory.gpu_mem_mib(), labels, host)
+            for m, gpus, labels, host in zip(
+                b.node_machine, b.node_gpus, b.node_labels, b.node_host, strict=True
+            )
+        ]  # fmt: skip
         self._feed = PolicyFeed(policy, ClusterState(nodes), record=True)
         self._lock = TimedLock()  # the feed, the binding and the pass state below
         self._inbox: deque[Event] = deque()
@@ -355,7 +359,7 @@ class LiveScheduler:
         cluster = self.cluster
         if not job.gpu_mem_mib:
             return _host_short(cluster, job.gpus, job.cpus, job.mem_mib, job.nodes)
-        fits = cluster.place(job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib) is not None
+        fits = place_job(cluster, job) is not None
         most, free = cluster.most_free_shared_mib(), cluster.free_gpus
         return MemoryShort(job.gpus, job.gpu_mem_mib, fits, most, free)
 

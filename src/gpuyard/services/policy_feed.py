@@ -45,6 +45,7 @@ def sched_job(job: Job) -> SchedJob:
         id=job.id, user=job.owner, gpus=spec.gpus, submitted_at=job.submitted_at,
         priority=spec.priority, cpus=spec.cpus, mem_mib=spec.mem_mib,
         gpu_mem_mib=spec.gpu_mem_mib, nodes=spec.nodes, time_limit_s=spec.time_limit_s,
+        gpu_type=spec.gpu_type,
         preemptible=spec.preemptible,
         attained_gpu_s=job.attained_gpu_s, restarts=job.restarts,
     )  # fmt: skip

@@ -108,7 +108,7 @@ class BackfillPolicy:
         for job in self._ends:
             for node, gpus in job.placement:
                 free[node] += gpus
-            if cluster.would_fit(free, head.gpus, head.nodes):  # a shared head: as whole GPUs
+            if cluster.would_fit(free, head.gpus, head.nodes, head.gpu_type):  # shared: whole
                 return self._ends.key(job)[0], free
         return math.inf, free
 
@@ -119,7 +119,7 @@ class BackfillPolicy:
         """Whether the head still fits at its reservation with `gpus` more GPUs of `node` held."""
         trial = list(free_at_shadow)
         trial[node] -= gpus
-        return cluster.would_fit(trial, head.gpus, head.nodes)
+        return cluster.would_fit(trial, head.gpus, head.nodes, head.gpu_type)
 
     @staticmethod
     def _leaves_room(
@@ -135,7 +135,7 @@ class BackfillPolicy:
         trial = list(free_at_shadow)
         for node, gpus in placement:
             trial[node] -= gpus + (job.gpus if job.gpu_mem_mib else 0)
-        if not cluster.would_fit(trial, head.gpus, head.nodes):
+        if not cluster.would_fit(trial, head.gpus, head.nodes, head.gpu_type):
             return False
         free_at_shadow[:] = trial
         return True

@@ -197,7 +197,10 @@ class RankedPolicy:
     def _free_one_node(self, job: SchedJob, ctx: Context) -> list[SchedJob] | None:
         cluster = ctx.cluster
         best: tuple[int, int, list[SchedJob]] | None = None
+        allowed = cluster.nodes_of_type(job.gpu_type) if job.gpus else None
         for node, candidates in self._by_node(job, ctx).items():
+            if allowed is not None and node not in allowed:
+                continue  # GPUs of another type: freeing them gives the job nothing
             need_gpus = job.gpus - cluster.free[node]
             need_cpus = job.cpus - cluster.free_cpus[node]
             need_mem = job.mem_mib - cluster.free_mem_mib[node]
@@ -225,9 +228,10 @@ class RankedPolicy:
         need_nodes = -(-job.gpus // size)
         per_node = self._by_node(job, ctx)
         options: list[tuple[int, int, list[SchedJob]]] = []
+        allowed = cluster.nodes_of_type(job.gpu_type)
         for node, spec in enumerate(cluster.nodes):
-            if spec.gpus != size:
-                continue
+            if spec.gpus != size or spec.host or (allowed is not None and node not in allowed):
+                continue  # of another type, or one pool of a machine of several
             held = [v for v in per_node.get(node, [])]
             freed = cluster.free[node] + sum(g for v in held for n, g in v.placement if n == node)
             if freed == size:
