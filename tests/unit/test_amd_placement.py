@@ -16,6 +16,7 @@ from gpuyard.scheduling.policy import SchedJob
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.job_env import build_job_env
 from gpuyard.services.live_scheduler import LiveScheduler
+from gpuyard.services.oom import oom_line
 
 H100 = "NVIDIA H100 80GB HBM3"
 MI300X = "AMD Instinct MI300X"
@@ -216,3 +217,24 @@ def test_the_live_scheduler_binds_a_typed_job_to_the_gpus_of_its_type() -> None:
     launched = {launch.job_id: launch.gpus for launch in scheduler.decide().launches}
     assert set(launched[1] + launched[2]) == {2, 3}
     assert launched[3] == (0, 1)
+
+
+# -- out of memory on AMD GPUs ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "line",
+    [
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 191.98 GiB of which 1.2 GiB is free.",
+        "RuntimeError: HIP error: out of memory",
+        "hipErrorOutOfMemory: out of memory",
+        "rocBLAS error: rocblas_status_memory_error",
+        "MIOpen Error: miopenStatusAllocFailed",
+    ],
+)
+def test_hip_out_of_memory_messages_are_recognised(line: str) -> None:
+    tail = f"step 3\nTraceback (most recent call last):\n{line}\n"
+    assert oom_line(tail) == (line if len(line) <= 200 else line[:197] + "...")
+
+
+def test_other_hip_errors_are_not_out_of_memory() -> None:
+    assert oom_line("RuntimeError: HIP error: invalid device ordinal") is None

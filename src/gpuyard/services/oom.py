@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import re
 
-# What PyTorch, TensorFlow, JAX/XLA and CUDA libraries print when GPU memory runs out.
+# What PyTorch, TensorFlow, JAX/XLA and CUDA libraries print when GPU memory runs out; and on
+# AMD GPUs, PyTorch's ROCm build ("HIP out of memory", "HIP error: out of memory"), the HIP
+# runtime's error names, rocBLAS and MIOpen (JAX's and TF's ROCm builds print XLA's and TF's).
 _OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
     r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|RESOURCE_EXHAUSTED: Out of memory"
     r"|OOM when allocating tensor|XlaRuntimeError: RESOURCE_EXHAUSTED"
+    r"|HIP out of memory|HIP error: out of memory|hipErrorOutOfMemory|hipErrorMemoryAllocation"
+    r"|rocblas_status_memory_error|miopenStatusAllocFailed"
 )
 
 
