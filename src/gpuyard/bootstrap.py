@@ -22,7 +22,7 @@ import psutil
 from sqlalchemy import make_url
 from sqlalchemy.exc import DBAPIError
 
-from gpuyard.adapters.executor.cgroups import JobCgroups
+from gpuyard.adapters.executor.cgroups import JobCgroups, gpu_device_numbers
 from gpuyard.adapters.executor.container_runtime import find_container_runtime
 from gpuyard.adapters.executor.local import LocalExecutor
 from gpuyard.adapters.gpus.nvml import NvmlTelemetry
@@ -450,6 +450,7 @@ def job_cgroups(jobs_dir: Path, settings: Settings, inventory: Inventory) -> Job
     scope = hashlib.sha256(str(jobs_dir.resolve()).encode()).hexdigest()[:12]
     return JobCgroups(
         scope, pids_max=settings.job_pids_max or None, all_gpus=tuple(inventory.gpu_indices()),
+        gpu_devices=gpu_device_numbers(inventory.gpus),
     )  # fmt: skip
 
 

@@ -13,7 +13,12 @@ so, and `gpuyard doctor` shows it.
     cpu     v2 cpu.max "Q 100000"               | v1 cpu.cfs_quota_us Q               = --cpus
     pids    pids.max                                                              = pids_max
     devices v1 devices.deny "c 195:N rwm" for every other GPU's /dev/nvidiaN (the control
-            devices, nvidiactl and nvidia-uvm, stay open: CUDA needs them)
+            devices, nvidiactl and nvidia-uvm, stay open: CUDA needs them), and
+            "c 226:M rwm" for every other AMD GPU's render node /dev/dri/renderD<M>
+            (`gpu_device_numbers`: M read from sysfs by the GPU's PCI address); /dev/kfd
+            stays open: every AMD GPU's compute queues go through that one device, and
+            ROCm finds a GPU through its render node, so a job cannot use one it may not
+            open (ROCm's own rule for containers)
 
 The executor makes the groups before the supervisor starts and names them in `launch.json`;
 the job's process joins them (writes itself to each `cgroup.procs`) before it drops its
@@ -29,13 +34,18 @@ import glob
 import logging
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpuyard.domain.job import Gpu
 
 log = logging.getLogger("gpuyard.cgroups")
 
 ROOT = Path("/sys/fs/cgroup")
 NVIDIA_MAJOR = 195  # /dev/nvidiaN is (195, N); nvidiactl is 195:255
+DRM_MAJOR = 226  # /dev/dri/renderD128 is (226, 128); /dev/kfd has a major of its own
+_AMD_PCI_VENDOR = "0x1002"
 _PERIOD_US = 100_000
 _V1_CONTROLLERS = ("memory", "cpu", "pids", "devices")
 _V2_CONTROLLERS = ("memory", "cpu", "pids")
@@ -51,6 +61,9 @@ class JobLimits:
     pids_max: int | None
     own_gpus: tuple[int, ...]
     all_gpus: tuple[int, ...]
+    # (major, minor) of each GPU's device node by index (`gpu_device_numbers`); empty: the
+    # NVIDIA rule, /dev/nvidiaN for GPU N.
+    gpu_devices: tuple[tuple[int, int, int], ...] = ()
 
 
 class JobCgroups:
@@ -64,12 +77,18 @@ class JobCgroups:
         all_gpus: tuple[int, ...] = (),
         root: Path = ROOT,
         self_cgroup: str = "/proc/self/cgroup",
+        gpu_devices: Mapping[int, tuple[int, int]] | None = None,
     ) -> None:
         """`scope`: this server's own folder under `gpuyard/` (two servers on one machine
-        both have a job 1); `pids_max`: every job's limit; `all_gpus`: the server's GPUs."""
+        both have a job 1); `pids_max`: every job's limit; `all_gpus`: the server's GPUs;
+        `gpu_devices`: each GPU's device node (major, minor) by index, where they are not
+        NVIDIA's /dev/nvidiaN (`gpu_device_numbers`)."""
         self._scope = scope
         self.pids_max = pids_max
         self.all_gpus = all_gpus
+        self.gpu_devices = tuple(
+            sorted((i, major, minor) for i, (major, minor) in (gpu_devices or {}).items())
+        )
         self._v2: Path | None = None
         self._v1: dict[str, Path] = {}
         self._why_not = ""
@@ -126,7 +145,9 @@ class JobCgroups:
     # -- per job ------------------------------------------------------------------------
     def limits(self, mem_mib: int, cpus: int, gpus: tuple[int, ...]) -> JobLimits:
         """A job's limits from its request (0: none asked)."""
-        return JobLimits(mem_mib or None, cpus or None, self.pids_max, gpus, self.all_gpus)
+        return JobLimits(
+            mem_mib or None, cpus or None, self.pids_max, gpus, self.all_gpus, self.gpu_devices
+        )
 
     def create(self, job_id: int, limits: JobLimits) -> list[str]:
         """The job's groups, limits written (an earlier run's are replaced); their folders,
@@ -266,7 +287,7 @@ def _write_v2(group: Path, limits: JobLimits) -> None:
 def _limits_in(controller: str, limits: JobLimits) -> bool:
     """Whether a v1 group of this controller would hold the job to anything."""
     if controller == "devices":
-        return bool(other_gpu_minors(limits.own_gpus, limits.all_gpus))
+        return bool(denied_devices(limits))
     wanted = {"memory": limits.mem_mib, "cpu": limits.cpus, "pids": limits.pids_max}
     return bool(wanted.get(controller))
 
@@ -282,20 +303,94 @@ def _write_v1(controller: str, group: Path, limits: JobLimits) -> None:
     elif controller == "pids" and limits.pids_max:
         _write(group / "pids.max", str(limits.pids_max))
     elif controller == "devices":
-        for minor in other_gpu_minors(limits.own_gpus, limits.all_gpus):
-            _write(group / "devices.deny", f"c {NVIDIA_MAJOR}:{minor} rwm")
+        for major, minor in denied_devices(limits):
+            _write(group / "devices.deny", f"c {major}:{minor} rwm")
+
+
+def denied_devices(limits: JobLimits, dri: str = "/dev/dri") -> list[tuple[int, int]]:
+    """The GPU device nodes a job must not open: without `gpu_devices`, NVIDIA's rule
+    (`other_gpu_minors`); with them, every other GPU's node, every /dev/nvidiaN that is not
+    the job's, and, when the server has AMD GPUs, every other AMD render node present."""
+    if not limits.gpu_devices:
+        return [(NVIDIA_MAJOR, m) for m in other_gpu_minors(limits.own_gpus, limits.all_gpus)]
+    devices = {i: (major, minor) for i, major, minor in limits.gpu_devices}
+    own = {devices[i] for i in limits.own_gpus if i in devices}
+    every = set(devices.values()) | {(NVIDIA_MAJOR, m) for m in _present_nvidia_minors()}
+    if any(major == DRM_MAJOR for major, _ in every):
+        every |= {(DRM_MAJOR, m) for m in _present_amd_render_minors(dri)}
+    return sorted(every - own)
+
+
+def gpu_device_numbers(gpus: Sequence[Gpu], sys_root: str = "/sys") -> dict[int, tuple[int, int]]:
+    """Each GPU's device node (major, minor) by index: an AMD GPU's DRM render node, found
+    under its PCI address (`/sys/bus/pci/devices/<bdf>/drm/renderD<minor>`); any other GPU's
+    /dev/nvidiaN (N: its NVML index). An AMD GPU whose render node is not found there (a
+    partition of a GPU in CPX mode is not a PCI device of its own) is left out: not denied."""
+    out: dict[int, tuple[int, int]] = {}
+    for gpu in gpus:
+        if gpu.vendor != "amd":
+            out[gpu.index] = (NVIDIA_MAJOR, gpu.index if gpu.device_index is None
+                              else gpu.device_index)  # fmt: skip
+            continue
+        minor = _render_minor(os.path.join(sys_root, "bus/pci/devices", _bdf(gpu.pci_bus_id)))
+        if minor is not None:
+            out[gpu.index] = (DRM_MAJOR, minor)
+    return out
+
+
+def _bdf(pci_bus_id: str) -> str:
+    """sysfs's form of a PCI address: "0000:c1:00.0" (NVML writes an 8-digit domain)."""
+    text = pci_bus_id.strip().lower()
+    domain, sep, rest = text.partition(":")
+    if sep and len(domain) > 4 and rest.count(":") == 1:
+        return f"{domain[-4:]}:{rest}"
+    return text
+
+
+def _render_minor(device: str) -> int | None:
+    if not device.rstrip("/").split("/")[-1]:
+        return None
+    try:
+        names = os.listdir(os.path.join(device, "drm"))
+    except OSError:
+        return None
+    for name in names:
+        tail = name.removeprefix("renderD")
+        if tail != name and tail.isdigit():
+            return int(tail)
+    return None
+
+
+def _present_nvidia_minors() -> set[int]:
+    present = set()
+    for node in glob.glob("/dev/nvidia[0-9]*"):
+        tail = node.removeprefix("/dev/nvidia")
+        if tail.isdigit():
+            present.add(int(tail))
+    return present
+
+
+def _present_amd_render_minors(dri: str, sys_root: str = "/sys") -> set[int]:
+    """Render nodes present whose device is an AMD one (other GPUs' stay open)."""
+    found = set()
+    for node in glob.glob(os.path.join(dri, "renderD[0-9]*")):
+        name = os.path.basename(node)
+        vendor = os.path.join(sys_root, "class/drm", name, "device/vendor")
+        try:
+            with open(vendor) as f:
+                if f.read().strip() != _AMD_PCI_VENDOR:
+                    continue
+        except OSError:
+            continue
+        found.add(int(name.removeprefix("renderD")))
+    return found
 
 
 def other_gpu_minors(own: tuple[int, ...], every: tuple[int, ...]) -> list[int]:
     """The minors of the GPU device nodes the job must not open: every GPU of the server's
     inventory and every /dev/nvidiaN present, but its own (the node's minor is the GPU's
     index: NVML numbers GPUs in PCI bus order, as the driver numbers its nodes)."""
-    present = set()
-    for node in glob.glob("/dev/nvidia[0-9]*"):
-        tail = node.removeprefix("/dev/nvidia")
-        if tail.isdigit():
-            present.add(int(tail))
-    return sorted((present | set(every)) - set(own))
+    return sorted((_present_nvidia_minors() | set(every)) - set(own))
 
 
 def _counter(path: Path, key: str) -> int:
