@@ -25,9 +25,9 @@ from sqlalchemy.exc import DBAPIError
 from gpuyard.adapters.executor.cgroups import JobCgroups, gpu_device_numbers
 from gpuyard.adapters.executor.container_runtime import find_container_runtime
 from gpuyard.adapters.executor.local import LocalExecutor
-from gpuyard.adapters.gpus.nvml import NvmlTelemetry
 from gpuyard.adapters.gpus.processes import PsutilProcessOwners
 from gpuyard.adapters.gpus.select import choose_gpus
+from gpuyard.adapters.gpus.telemetry import open_gpu_telemetry
 from gpuyard.adapters.identity import mapped_identity
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.adapters.webhook import HttpPoster
@@ -299,7 +299,7 @@ def build_server(
             store, inventory, make_policy(settings.policy, for_server=True), make_executor,
             settings=settings,
             make_monitor=lambda book: GpuMonitor(
-                NvmlTelemetry, PsutilProcessOwners(), book, inventory,
+                lambda: open_gpu_telemetry(inventory.gpus), PsutilProcessOwners(), book, inventory,
                 period_s=settings.telemetry_s,
             ),
             settle=_settle_ray_restart if ray is not None else None, identities=identities,

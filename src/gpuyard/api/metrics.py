@@ -7,6 +7,13 @@ mapping adds, `hpc_job`: the gpuyard job on the GPU. A GPU shared by several job
 (`--gpu-mem`) has one series per job, each with the GPU's value, as dcgm-exporter emits one
 per job mapped to a GPU; a GPU no job holds has one, `hpc_job=""`. A metric the driver cannot
 give (n/a) is left out for that GPU, as dcgm-exporter does.
+
+AMD GPUs are exported under AMD's device-metrics-exporter names instead (`gpu_gfx_activity`,
+`gpu_used_vram`, `gpu_junction_temperature`, `gpu_power_usage`, `gpu_ecc_uncorrect_total`...)
+and its mandatory labels (`gpu_id`: amdsmi's index of the GPU, `serial_number`, `card_model`,
+`hostname`, `gpu_partition_id`, `gpu_compute_partition_type`, `gpu_memory_partition_type`),
+plus its optional `gpu_uuid` and, as its Slurm job mapping adds, `job_id` and `job_user`: so
+AMD's Grafana dashboards work too. The AMD families appear only when the server has AMD GPUs.
 """
 
 from __future__ import annotations
@@ -64,6 +71,29 @@ _DCGM: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
 )  # fmt: skip
 
 
+AMD_LABELS = (
+    "gpu_id", "serial_number", "card_model", "hostname", "gpu_partition_id",
+    "gpu_compute_partition_type", "gpu_memory_partition_type", "gpu_uuid", "job_id", "job_user",
+)  # fmt: skip
+
+# (device-metrics-exporter name, its help, value from one reading)
+_AMD: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
+    ("gpu_gfx_activity", "Graphics engine usage percentage (0 - 100)", lambda r: r.util_pct),
+    ("gpu_umc_activity", "Memory engine usage percentage (0 - 100)",
+     lambda r: r.memory_util_pct),
+    ("gpu_used_vram", "Total VRAM memory used in MB", lambda r: r.memory_used_mib),
+    ("gpu_free_vram", "Total VRAM memory free in MB", _fb_free),
+    ("gpu_total_vram", "Total VRAM available in MB", lambda r: r.memory_total_mib),
+    ("gpu_junction_temperature", "Hotspot (aka junction) temperature value in Celsius",
+     lambda r: r.temperature_c),
+    ("gpu_package_power", "Current socket power in Watts", lambda r: r.power_w),
+    ("gpu_power_usage", "GPU power usage in Watts", lambda r: r.power_w),
+    ("gpu_ecc_correct_total", "Total Correctable ECC error count", lambda r: r.ecc_corrected),
+    ("gpu_ecc_uncorrect_total", "Total Uncorrectable ECC error count",
+     lambda r: r.ecc_uncorrected),
+)  # fmt: skip
+
+
 class ServerCollector(Collector):
     """Builds every family at scrape time from the service's latest state."""
 
@@ -77,7 +107,11 @@ class ServerCollector(Collector):
         yield from self._queue_families()
 
     def _gpu_families(self) -> Iterator[Metric]:
-        sampled = [h for h in self._service.gpus() if h.telemetry is not None]
+        holdings = self._service.gpus()
+        sampled = [h for h in holdings if h.telemetry is not None and h.gpu.vendor != "amd"]
+        amd = [h for h in holdings if h.gpu.vendor == "amd"]
+        if amd:
+            yield from self._amd_families([h for h in amd if h.telemetry is not None])
         for name, doc, value_of in _DCGM:
             family = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
             for holding in sampled:
@@ -97,6 +131,36 @@ class ServerCollector(Collector):
         device = [str(gpu.index), gpu.uuid, gpu.pci_bus_id, f"nvidia{gpu.index}", gpu.name,
                   self._hostname, self._hostname]  # fmt: skip
         return [[*device, str(job.id)] for job in holding.jobs] or [[*device, ""]]
+
+    def _amd_families(self, sampled: list[GpuHolding]) -> Iterator[Metric]:
+        readings = [(h, h.telemetry.reading) for h in sampled if h.telemetry is not None]
+        readings = [(h, r) for h, r in readings if r.error is None]
+        for name, doc, value_of in _AMD:
+            family = GaugeMetricFamily(name, doc, labels=AMD_LABELS)
+            for holding, reading in readings:
+                value = value_of(reading)
+                if value is not None:
+                    for labels in self._amd_label_sets(holding):
+                        family.add_metric(labels, float(value))
+            yield family
+        clock = GaugeMetricFamily(
+            "gpu_clock", "Clock measure of the GPU in Mhz", labels=(*AMD_LABELS, "clock_type")
+        )
+        for holding, reading in readings:
+            if reading.sm_clock_mhz is not None:
+                for labels in self._amd_label_sets(holding):
+                    clock.add_metric([*labels, "system"], float(reading.sm_clock_mhz))
+        yield clock
+
+    def _amd_label_sets(self, holding: GpuHolding) -> list[list[str]]:
+        """AMD's exporter's labels; one set per job on the GPU (`job_id=""` when none)."""
+        gpu = holding.gpu
+        device = [
+            str(gpu.index if gpu.device_index is None else gpu.device_index), gpu.serial,
+            gpu.name, self._hostname, str(gpu.partition_id), gpu.compute_partition.lower(),
+            gpu.memory_partition.lower(), gpu.uuid,
+        ]  # fmt: skip
+        return [[*device, str(job.id), job.owner] for job in holding.jobs] or [[*device, "", ""]]
 
     def _queue_families(self) -> Iterator[Metric]:
         service, metrics = self._service, self._metrics

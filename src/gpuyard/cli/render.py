@@ -262,13 +262,15 @@ def bar(pct: float | None, width: int = BAR_WIDTH) -> str:
 
 def gpu_rows(gpus: Sequence[dict[str, Any]]) -> str:
     """The GPU table of `gpuyard gpus` (nvitop/gpustat-like), with processes under each GPU;
-    a NODE column when the GPUs are on several machines (Ray backend)."""
+    a NODE column when the GPUs are on several machines (Ray backend). VENDOR: nvidia or amd
+    and the GPU's architecture."""
     several = len({g.get("node") for g in gpus}) > 1
     rows = [
         [
             *([g.get("node") or "-"] if several else []),
             str(g["index"]),
             _clip(g["name"], 24),
+            _vendor(g),
             _util(g),
             _memory(g),
             _num(g.get("temperature_c"), "C"),
@@ -278,7 +280,7 @@ def gpu_rows(gpus: Sequence[dict[str, Any]]) -> str:
         ]
         for g in gpus
     ]
-    header = ["GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "JOB", "SOURCE"]
+    header = ["GPU", "NAME", "VENDOR", "UTIL", "MEMORY", "TEMP", "POWER", "JOB", "SOURCE"]
     lines = table((["NODE"] if several else []) + header, rows).split("\n")
     out = [lines[0]]
     for gpu, line in zip(gpus, lines[1:], strict=True):
@@ -312,6 +314,11 @@ def gpu_notes(g: dict[str, Any]) -> list[str]:
     if g.get("xid_errors"):
         notes.append(f"! {g['xid_errors']} XID errors, last XID {g['last_xid']}")
     return notes
+
+
+def _vendor(g: dict[str, Any]) -> str:
+    """The vendor and architecture ("amd gfx942", "nvidia 9.0"); "-" for a declared GPU."""
+    return " ".join(p for p in (g.get("vendor"), g.get("arch")) if p) or "-"
 
 
 def _util(g: dict[str, Any]) -> str:

@@ -375,6 +375,13 @@ class GpuOut(BaseModel):
     arch: str = Field(
         "", description='compute capability ("9.0") or AMD gfx target ("gfx942"); "": unknown'
     )
+    serial: str = Field("", description='the board serial number (AMD); "": unknown')
+    compute_partition: str = Field(
+        "", description='AMD compute partition mode ("SPX", "CPX"...); "": none reported'
+    )
+    memory_partition: str = Field(
+        "", description='AMD memory partition mode ("NPS1", "NPS4"...); "": none reported'
+    )
     drained: bool = Field(False, description="out of service: no new job is placed on it")
     drain_reason: str | None = Field(None, description="why (admin or a detected failure)")
     hot: str | None = Field(

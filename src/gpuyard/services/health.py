@@ -94,8 +94,12 @@ def foreign_memory(
     return busy
 
 
-# Clock event reasons that mean the GPU is too hot or at its power limit (not just idle).
-_THERMAL_OR_POWER = ("sw_thermal", "hw_thermal", "hw_slowdown", "sw_power_cap", "hw_power_brake")
+# Clock event reasons that mean the GPU is too hot or at its power limit (not just idle):
+# NVML's, then amdsmi's violations (adapters/gpus/amd.py).
+_THERMAL_OR_POWER = (
+    "sw_thermal", "hw_thermal", "hw_slowdown", "sw_power_cap", "hw_power_brake",
+    "processor_hot", "package_power", "socket_thermal", "vr_thermal", "hbm_thermal",
+)  # fmt: skip
 
 
 def hot_gpus(snapshot: TelemetrySnapshot, limit_c: int) -> dict[int, str]:

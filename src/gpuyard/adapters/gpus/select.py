@@ -1,10 +1,12 @@
-"""Turn `--gpus auto|N|LIST` into the server's GPU list, detected or declared."""
+"""Turn `--gpus auto|N|LIST` into the server's GPU list, detected (NVIDIA GPUs through NVML,
+then AMD ones through amdsmi, numbered on) or declared."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
+from gpuyard.adapters.gpus.amd import AmdSmiUnavailable, detect_amd_gpus
 from gpuyard.adapters.gpus.nvml import NvmlUnavailable, detect_gpus
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import Gpu
@@ -12,20 +14,55 @@ from gpuyard.domain.job import Gpu
 log = logging.getLogger("gpuyard.gpus")
 
 
+class NoGpuDriver(Exception):
+    """Neither NVIDIA's nor AMD's library could be used; the message says why for each."""
+
+
+def detect_all_gpus() -> list[Gpu]:
+    """NVIDIA GPUs in NVML's order, then AMD GPUs in amdsmi's, indices continuing: a machine
+    with both has both. NoGpuDriver when neither library answers."""
+    found: list[Gpu] = []
+    why = []
+    try:
+        found += detect_gpus()
+    except NvmlUnavailable as exc:
+        why.append(str(exc))
+    try:
+        found += detect_amd_gpus(first_index=len(found))
+    except AmdSmiUnavailable as exc:
+        why.append(str(exc))
+    if len(why) == 2:
+        raise NoGpuDriver("; ".join(why))
+    return found
+
+
+def _detected_by(gpus: list[Gpu]) -> str:
+    """Where the GPUs came from: NVML, amdsmi, or both (with counts)."""
+    amd = sum(1 for gpu in gpus if gpu.vendor == "amd")
+    if amd == 0:
+        return "detected by NVML"
+    if amd == len(gpus):
+        return "detected by amdsmi"
+    return f"detected ({len(gpus) - amd} by NVML, {amd} by amdsmi)"
+
+
 def choose_gpus(
-    spec: str, *, detect: Callable[[], list[Gpu]] = detect_gpus, declared_mem_mib: int | None = None
+    spec: str,
+    *,
+    detect: Callable[[], list[Gpu]] = detect_all_gpus,
+    declared_mem_mib: int | None = None,
 ) -> tuple[list[Gpu], str]:
     """GPUs for `--gpus SPEC` and a one-line description of where they came from."""
     spec = spec.strip().lower()
     try:
         found: list[Gpu] | None = detect()
         why = ""
-    except NvmlUnavailable as exc:
+    except (NvmlUnavailable, AmdSmiUnavailable, NoGpuDriver) as exc:
         found, why = None, str(exc)
     if spec == "auto":
         if found is None:
             return [], f"0 GPUs: {why}; CPU-only jobs still run (declare GPUs with --gpus N)"
-        return found, f"{len(found)} GPUs detected by NVML"
+        return found, f"{len(found)} GPUs {_detected_by(found)}"
     if spec.isdigit():
         count = int(spec)
         if found is None:
