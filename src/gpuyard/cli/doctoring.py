@@ -19,10 +19,12 @@ from gpuyard.doctor.model import (
     DriverFacts,
     Facts,
     PythonFacts,
+    RocmFacts,
     ServerFacts,
     Status,
     summarize,
 )  # fmt: skip
+from gpuyard.doctor.probes.amd_facts import read_rocm_facts
 from gpuyard.doctor.probes.driver_facts import read_driver_facts
 from gpuyard.doctor.probes.frameworks import job_python, probe_python
 from gpuyard.domain.errors import GpuyardError
@@ -41,6 +43,7 @@ def run_doctor(json_out: bool, state_dir: str | None, python: str | None) -> int
         python=probe_python(executable),
         disk=disk_facts(Path(state_dir).expanduser() if state_dir else default_state_dir()),
         server=server_facts(),
+        rocm=read_rocm_facts(),
     )
     checks = run_checks(facts)
     if json_out:
@@ -50,6 +53,8 @@ def run_doctor(json_out: bool, state_dir: str | None, python: str | None) -> int
             cuda=compat.cuda_text(driver.cuda_version) if driver.cuda_version else None,
             python=facts.python.executable if facts.python else None,
         )  # fmt: skip
+        if facts.rocm is not None and facts.rocm.gpus:  # AMD GPUs: their count and ROCm
+            summary.update(amd_gpus=len(facts.rocm.gpus), rocm=facts.rocm.rocm_version)
         payload = {"checks": [c.to_json() for c in checks], "summary": summary}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
@@ -125,7 +130,9 @@ def check_submission(argv: Sequence[str], fields: dict[str, Any]) -> None:
         _warn(Check("python", Status.WARN, f"{why}: framework checks skipped"))
         return
     facts = probe_python(python, env=env, cwd=workdir)
-    checks = judge_submission(facts, read_driver_facts(), int(fields.get("gpus") or 0))
+    checks = judge_submission(
+        facts, read_driver_facts(), int(fields.get("gpus") or 0), read_rocm_facts()
+    )
     failed = [c for c in checks if c.status is Status.FAIL]
     for check in checks:
         if check.status is Status.WARN:
@@ -159,9 +166,11 @@ def _chosen_python(fields: dict[str, Any], env: dict[str, str]) -> tuple[str | N
     return str(python), None
 
 
-def judge_submission(python: PythonFacts, driver: DriverFacts, gpus: int) -> list[Check]:
-    """The framework checks of a job asking for `gpus` GPUs."""
-    return framework_checks(python, driver, gpus_requested=gpus)
+def judge_submission(
+    python: PythonFacts, driver: DriverFacts, gpus: int, rocm: RocmFacts | None = None
+) -> list[Check]:
+    """The framework checks of a job asking for `gpus` GPUs (AMD ones too, with `rocm`)."""
+    return framework_checks(python, driver, gpus_requested=gpus, rocm=rocm)
 
 
 def _warn(check: Check) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from gpuyard.doctor import compat
 from gpuyard.doctor.model import (
+    AmdGpuFacts,
     Check,
     DiskFacts,
     DriverFacts,
@@ -19,6 +20,7 @@ from gpuyard.doctor.model import (
     FrameworkBuild,
     GpuFacts,
     PythonFacts,
+    RocmFacts,
     ServerFacts,
     Status,
 )  # fmt: skip
@@ -31,11 +33,18 @@ _INSTALL_FROM = {
     "tensorflow": "pip install 'tensorflow[and-cuda]'",
     "jax": "pip install 'jax[cuda12]'",
 }
+_ROCM_INSTALL_FROM = {
+    "torch": "pytorch.org/get-started, ROCm",
+    "tensorflow": "pip install tensorflow-rocm",
+    "jax": "pip install jax-rocm7-plugin jax-rocm7-pjrt",
+}
 
 
 def run_checks(facts: Facts) -> list[Check]:
     """All checks, in the order they are shown."""
     checks = driver_checks(facts.driver)
+    if facts.rocm is not None:
+        checks.extend(rocm_checks(facts.rocm, facts.driver))
     if facts.disk is not None:
         checks.append(disk_check(facts.disk))
     if facts.server is not None:
@@ -44,7 +53,9 @@ def run_checks(facts: Facts) -> list[Check]:
             checks.append(confinement_check(facts.server.confinement))
     checks.extend(facts.notes)
     if facts.python is not None:
-        checks.extend(framework_checks(facts.python, facts.driver, facts.gpus_requested))
+        checks.extend(
+            framework_checks(facts.python, facts.driver, facts.gpus_requested, facts.rocm)
+        )
     return checks
 
 
@@ -189,7 +200,10 @@ def confinement_check(confinement: str) -> Check:
 
 
 def framework_checks(
-    python: PythonFacts, driver: DriverFacts, gpus_requested: int | None = None
+    python: PythonFacts,
+    driver: DriverFacts,
+    gpus_requested: int | None = None,
+    rocm: RocmFacts | None = None,
 ) -> list[Check]:
     if python.error is not None:
         return [
@@ -202,14 +216,18 @@ def framework_checks(
         ]
     checks = [Check("python", Status.PASS, f"Python {python.version} at {python.executable}")]
     for build in python.frameworks:
-        checks.extend(build_checks(build, driver, gpus_requested))
+        checks.extend(build_checks(build, driver, gpus_requested, rocm))
     return checks
 
 
 def build_checks(
-    build: FrameworkBuild, driver: DriverFacts, gpus_requested: int | None = None
+    build: FrameworkBuild,
+    driver: DriverFacts,
+    gpus_requested: int | None = None,
+    rocm: RocmFacts | None = None,
 ) -> list[Check]:
-    """The build line of one framework, then its CUDA and architecture verdicts."""
+    """The build line of one framework, then its CUDA and architecture verdicts (its ROCm
+    ones for a ROCm build on a machine with AMD GPUs, `rocm`)."""
     name = build.name
     if not build.installed:
         return [Check(name, Status.INFO, "not installed")]
@@ -221,6 +239,13 @@ def build_checks(
     gpus = driver.gpus if driver.usable and gpus_requested != 0 else ()
     wants_gpus = bool(gpus) if gpus_requested is None else gpus_requested > 0
     label = f"{name} {build.version or '(version n/a)'}"
+    amd = rocm.gpus if rocm is not None and rocm.usable and gpus_requested != 0 else ()
+    if amd and build.rocm is not None:
+        return rocm_build_checks(build, rocm, amd) if rocm is not None else []
+    if amd and not gpus and (gpus_requested is None or gpus_requested > 0):
+        kind = "a CUDA build" if build.cuda is not None else "a CPU-only build"
+        return [Check(name, Status.WARN, f"{label}: {kind}, this {name} cannot use the AMD GPUs",
+                      f"install a ROCm build ({_ROCM_INSTALL_FROM.get(name, name)})")]  # fmt: skip
     if build.rocm is not None:
         status = Status.WARN if wants_gpus else Status.INFO
         return [
@@ -261,6 +286,97 @@ def build_checks(
                             "check CUDA_VISIBLE_DEVICES and `python -c 'import torch; "
                             "torch.cuda.init()'` for the reason"))  # fmt: skip
     return checks
+
+
+def rocm_checks(rocm: RocmFacts, driver: DriverFacts) -> list[Check]:
+    """The AMD side: amdgpu driver, ROCm runtime, one line per group of like GPUs. Nothing when
+    there is no AMD GPU on a machine with NVIDIA ones (every NVIDIA machine)."""
+    if rocm.absent is not None:
+        if driver.absent is None:
+            return []
+        return [Check("amd driver", Status.INFO,
+                      f"no AMD GPU/driver found ({rocm.absent}); AMD checks skipped",
+                      "nothing to fix on a CPU-only machine; on an AMD GPU machine, install "
+                      "ROCm (the amdgpu driver and amd-smi-lib)")]  # fmt: skip
+    if rocm.error is not None:
+        return [Check("amd driver", Status.FAIL, f"amdsmi failed: {rocm.error}",
+                      "run `amd-smi list`; `sudo modprobe amdgpu`, or reboot after a driver "
+                      "upgrade")]  # fmt: skip
+    checks = [
+        Check("amd driver", Status.PASS if rocm.driver_version else Status.WARN,
+              f"amdgpu {rocm.driver_version or 'n/a'}, {len(rocm.gpus)} GPU(s)",
+              "" if rocm.driver_version else "amdsmi did not report the driver's version"),
+    ]  # fmt: skip
+    if rocm.rocm_version:
+        checks.append(Check("rocm", Status.PASS, f"ROCm runtime {rocm.rocm_version}"))
+    else:
+        checks.append(Check("rocm", Status.WARN,
+                            f"ROCm runtime version n/a ({rocm.rocm_error or 'not reported'})",
+                            "install ROCm's rocm-core (or rely on your framework's wheels, "
+                            "which bring their own runtime)"))  # fmt: skip
+    for (name, gfx), indices in _amd_groups(rocm.gpus).items():
+        label = f"amd gpu {_ranges(indices)}"
+        if gfx is None:
+            checks.append(Check(label, Status.WARN, f"{name}, gfx target n/a",
+                                "amdsmi did not report it; arch checks skipped"))  # fmt: skip
+        else:
+            checks.append(Check(label, Status.PASS, f"{name}, {gfx}"))
+    return checks
+
+
+def rocm_build_checks(
+    build: FrameworkBuild, rocm: RocmFacts, gpus: tuple[AmdGpuFacts, ...]
+) -> list[Check]:
+    """A ROCm build on a machine with AMD GPUs: its line, its ROCm against the machine's, and
+    whether it has kernels for each GPU's gfx target (`compat`'s rules)."""
+    name = build.name
+    label = f"{name} {build.version or '(version n/a)'}"
+    archs = build.archs if build.archs and compat.is_gfx_list(build.archs) else None
+    text = f"ROCm {build.rocm}" + (f", {compat.gfx_span(archs)}" if archs else "")
+    checks = [Check(name, Status.PASS, f"{label}: {text}")]
+    built, have = compat.parse_rocm(build.rocm), compat.parse_rocm(rocm.rocm_version)
+    if built is not None and have is not None:
+        status, message = compat.rocm_verdict(built, have)
+        hint = "" if status is Status.PASS else (
+            f"update ROCm and the amdgpu driver to {compat.cuda_text(built)}, or install {name} "
+            f"built for ROCm <= {compat.cuda_text(have)}")  # fmt: skip
+        checks.append(Check(f"{name} rocm", status, message, hint))
+    for (gpu_name, gfx), indices in _amd_groups(gpus).items():
+        if gfx is None:
+            continue
+        where = f"AMD GPU {_ranges(indices)} ({gpu_name})"
+        if archs is not None:
+            status, message = compat.gfx_verdict(archs, gfx)
+        elif name == "jax" and built is not None and built[0] in compat.JAX_ROCM_TARGETS:
+            known = gfx in compat.JAX_ROCM_TARGETS[built[0]]
+            status = Status.PASS if known else Status.WARN
+            message = (f"{gfx} is a target of AMD's JAX builds for ROCm {built[0]}" if known
+                       else f"{gfx} is not among the targets of AMD's JAX builds for ROCm "
+                       f"{built[0]}")  # fmt: skip
+        else:
+            continue
+        hint = ""
+        if status is Status.FAIL:
+            hint = (f"install a {name} ROCm build whose arch list includes {gfx} (usually a "
+                    f"newer ROCm build: {_ROCM_INSTALL_FROM.get(name, name)})")  # fmt: skip
+        elif status is Status.WARN:
+            hint = (f"install a {name} build with {gfx} kernels" if archs is not None
+                    else "check AMD's ROCm compatibility matrix for this GPU")  # fmt: skip
+        checks.append(Check(f"{name} arch {gfx}", status, f"{where}: {message}", hint))
+    if build.cuda_available is False and all(c.status is Status.PASS for c in checks):
+        checks.append(Check(f"{name} runtime", Status.WARN,
+                            f"{name}.cuda.is_available() is False although the build fits",
+                            "check ROCR_VISIBLE_DEVICES, that the user may open /dev/kfd and "
+                            "/dev/dri (the video and render groups), and `python -c 'import "
+                            "torch; torch.cuda.init()'` for the reason"))  # fmt: skip
+    return checks
+
+
+def _amd_groups(gpus: tuple[AmdGpuFacts, ...]) -> dict[tuple[str, str | None], list[int]]:
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    for gpu in gpus:
+        groups.setdefault((gpu.name, gpu.gfx), []).append(gpu.index)
+    return groups
 
 
 def _arch_checks(

@@ -22,6 +22,27 @@ TensorFlow's `cuda_compute_capabilities`). For a GPU of compute capability M.m:
   JIT-compiles the PTX at first use (minutes, cached) and the kernels may be slower; FAIL if
   the driver's CUDA is older than the build's, as it cannot JIT newer PTX;
 - none of these (e.g. a list up to sm_90 on a 12.0 GPU): FAIL, there are no kernels for it.
+
+**AMD GPUs (ROCm).** With worked examples.
+
+**Architecture.** ROCm code objects are made for one gfx target each (`gfx90a` for MI210/MI250,
+`gfx942` for MI300X/MI300A/MI325X, `gfx950` for MI350X/MI355X); there is no PTX-like JIT. A
+torch ROCm build's arch list (`torch._C._cuda_getArchFlags()`, PYTORCH_ROCM_ARCH at build time;
+entries may carry features, `gfx90a:xnack-`) decides:
+
+- `gfx942` in the list: PASS;
+- a generic target covering it (`gfx9-4-generic` covers gfx940/941/942/950, ROCm 6.3+): WARN,
+  the kernels run but are not tuned for that GPU;
+- neither: FAIL, HIP answers "invalid device function" / "no kernel image" at the first kernel.
+JAX's ROCm plugins (`jax-rocm7-plugin`, `jax-rocm60-plugin`) publish no arch list: their
+targets are those of AMD's builds for that ROCm (`JAX_ROCM_TARGETS`); another gfx is a WARN
+(it may work; AMD's compatibility matrix says).
+
+**Runtime.** A torch or JAX ROCm wheel brings its own ROCm user-space libraries, so the
+machine's ROCm (librocm-core) need not match; what must is the amdgpu kernel driver, which AMD
+supports for ROCm releases around its own. gpuyard checks what it can tell: a build of a newer
+ROCm major than the machine's runtime is a WARN (update ROCm and the amdgpu driver, or install
+a build for the machine's ROCm); an older or the same major: PASS.
 """
 
 from __future__ import annotations
@@ -130,3 +151,74 @@ def format_cudnn(value: int) -> str:
     if value >= 10000:
         return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
     return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
+
+
+# -- AMD GPUs (ROCm) ---------------------------------------------------------------------------
+
+_GFX = re.compile(r"^gfx[0-9a-f]+$")
+# Generic code-object targets (LLVM, ROCm 6.3+) and the gfx targets each runs on.
+GENERIC_TARGETS: dict[str, frozenset[str]] = {
+    "gfx9-generic": frozenset({"gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"}),
+    "gfx9-4-generic": frozenset({"gfx940", "gfx941", "gfx942", "gfx950"}),
+    "gfx10-1-generic": frozenset({"gfx1010", "gfx1011", "gfx1012", "gfx1013"}),
+    "gfx10-3-generic": frozenset({f"gfx103{i}" for i in range(7)}),
+    "gfx11-generic": frozenset({"gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150",
+                                "gfx1151", "gfx1152", "gfx1153"}),
+    "gfx12-generic": frozenset({"gfx1200", "gfx1201"}),
+}  # fmt: skip
+# What AMD builds its JAX ROCm plugins for, by ROCm major (Instinct and Radeon Pro targets).
+JAX_ROCM_TARGETS: dict[int, frozenset[str]] = {
+    6: frozenset({"gfx908", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1101"}),
+    7: frozenset({"gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101",
+                  "gfx1200", "gfx1201"}),
+}  # fmt: skip
+
+
+def gfx_target(entry: str) -> str:
+    """An arch list entry's target: "gfx90a:xnack-" -> "gfx90a"."""
+    return entry.strip().split(":", 1)[0].lower()
+
+
+def gfx_verdict(archs: tuple[str, ...], gfx: str) -> tuple[Status, str]:
+    """Whether a ROCm build with arch list `archs` has code objects for a `gfx` GPU; how."""
+    targets = [gfx_target(a) for a in archs]
+    if gfx in targets:
+        return Status.PASS, f"native {gfx} kernels"
+    generic = [t for t in targets if gfx in GENERIC_TARGETS.get(t, ())]
+    if generic:
+        return Status.WARN, f"no {gfx} kernels, only {generic[0]} ones (not tuned for it)"
+    return Status.FAIL, f"no kernels for {gfx} (has {gfx_span(archs)})"
+
+
+def gfx_span(archs: tuple[str, ...]) -> str:
+    targets = sorted({gfx_target(a) for a in archs if a.strip()})
+    return ", ".join(targets) or "no gfx targets"
+
+
+def is_gfx_list(archs: tuple[str, ...]) -> bool:
+    """Whether an arch list is a ROCm one (gfx targets), not CUDA's sm_XY."""
+    return any(_GFX.match(gfx_target(a)) or gfx_target(a) in GENERIC_TARGETS for a in archs)
+
+
+def parse_rocm(text: str | None) -> tuple[int, int | None] | None:
+    """torch.version.hip "6.2.41133-dd7f95766" -> (6, 2); "7" -> (7, None); the JAX plugin's
+    "60" (jax-rocm60-plugin) -> (6, 0); junk or None -> None."""
+    if not text:
+        return None
+    head = text.strip().split("-", 1)[0]
+    if head.isdigit() and len(head) == 2 and head.endswith("0") and head[0] != "1":
+        return int(head[0]), 0
+    return parse_cuda(head)
+
+
+def rocm_verdict(
+    build: tuple[int, int | None], machine: tuple[int, int | None]
+) -> tuple[Status, str]:
+    """Whether a ROCm `build` suits a machine whose ROCm runtime is `machine`."""
+    b, m = cuda_text(build), cuda_text(machine)
+    if build[0] <= machine[0]:
+        return Status.PASS, f"built for ROCm {b}, this machine has ROCm {m}"
+    return Status.WARN, (
+        f"built for ROCm {b}, this machine has ROCm {m}: the wheel brings its own runtime, but "
+        "the amdgpu driver may be too old for it"
+    )

@@ -54,6 +54,29 @@ class DriverFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class AmdGpuFacts:
+    index: int  # amdsmi's
+    name: str
+    gfx: str | None  # the gfx target ("gfx942"); None: amdsmi could not tell
+
+
+@dataclass(frozen=True, slots=True)
+class RocmFacts:
+    """What amdsmi says (AMD GPUs). `absent`: no AMD GPU/library; `error`: there, but broken."""
+
+    absent: str | None = None
+    error: str | None = None
+    driver_version: str | None = None  # the amdgpu kernel driver's
+    rocm_version: str | None = None  # the ROCm runtime's (librocm-core), "6.4.1"
+    rocm_error: str | None = None  # why the ROCm version is n/a
+    gpus: tuple[AmdGpuFacts, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        return self.absent is None and self.error is None
+
+
+@dataclass(frozen=True, slots=True)
 class FrameworkBuild:
     """How one installed framework was built, as its own interpreter reports it."""
 
@@ -65,7 +88,7 @@ class FrameworkBuild:
     nccl: str | None = None
     archs: tuple[str, ...] | None = None  # ("sm_80", "sm_90", "compute_90"); None: unknown
     cuda_available: bool | None = None  # torch.cuda.is_available() in that environment
-    rocm: str | None = None  # a ROCm (HIP) build: not for NVIDIA GPUs
+    rocm: str | None = None  # a ROCm (HIP) build, for AMD GPUs: its ROCm version ("6.2")
     error: str | None = None  # installed, but it failed to import or to report
 
 
@@ -109,6 +132,7 @@ class Facts:
     server: ServerFacts | None = None
     gpus_requested: int | None = None  # submit --check: what the job asks for
     notes: tuple[Check, ...] = field(default=())  # checks decided while gathering
+    rocm: RocmFacts | None = None  # None: not asked (AMD GPUs are not checked)
 
 
 def summarize(checks: list[Check]) -> dict[str, int | bool]:

@@ -72,7 +72,9 @@ def probe_torch() -> "dict[str, Any]":
     except Exception:
         out["nccl"] = None
     try:
-        out["cuda_available"] = bool(torch.cuda.is_available()) if out["cuda"] else None
+        # A ROCm build answers through torch.cuda too (HIP behind it).
+        usable = out["cuda"] or out["rocm"]
+        out["cuda_available"] = bool(torch.cuda.is_available()) if usable else None
     except Exception:
         out["cuda_available"] = False
     return out
@@ -132,7 +134,26 @@ def probe_jax() -> "dict[str, Any]":
         out["cuda"] = ".".join(runtime.split(".")[:2]) if runtime else major
         out["cudnn"] = _dist_version(f"nvidia-cudnn-cu{major}")
         out["nccl"] = _dist_version(f"nvidia-nccl-cu{major}")
+    rocm = _jax_rocm_plugin()
+    if major is None and rocm is not None:
+        out["rocm"] = rocm  # "7" (jax-rocm7-plugin), "60" (jax-rocm60-plugin): ROCm 6.0
     return out
+
+
+def _jax_rocm_plugin() -> "str | None":
+    """The ROCm of an installed JAX ROCm plugin (`jax-rocm7-plugin`, `jax-rocm60-pjrt`):
+    the digits of its name."""
+    try:
+        from importlib import metadata
+    except ImportError:
+        return None
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name.startswith("jax-rocm") and name.endswith(("-plugin", "-pjrt")):
+            digits = name[len("jax-rocm") :].split("-", 1)[0]
+            if digits.isdigit():
+                return digits
+    return None
 
 
 def main() -> None:
