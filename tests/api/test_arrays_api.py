@@ -151,6 +151,12 @@ def test_a_retried_array_submit_makes_no_second_array(api: TestClient) -> None:
     assert len(api.get("/api/v1/jobs").json()) == 10
     other = api.post("/api/v1/jobs", json={**body, "array": "0-9%4"}, headers={KEY: "array-key-1"})
     assert other.status_code == 422 and other.json()["error"]["field"] == KEY
+    # The same spec with other indices, or as one plain job, is another submission.
+    for changed in ({**body, "array": "0-8%3"}, {k: v for k, v in body.items() if k != "array"}):
+        refused = api.post("/api/v1/jobs", json=changed, headers={KEY: "array-key-1"})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["field"] == KEY
+    assert len(api.get("/api/v1/jobs").json()) == 10
 
 
 def test_every_task_counts_against_max_pending(rig: Rig) -> None:

@@ -42,7 +42,7 @@ from gpuyard.services.run_as import RunAsPolicy
 from gpuyard.services.service_health import ServiceHealth
 from gpuyard.services.service_ports import ServicePorts
 from gpuyard.services.stops import StopRequests
-from gpuyard.services.submit_keys import SubmitKeys
+from gpuyard.services.submit_keys import KEY_FIELD, SubmitKeys
 from gpuyard.services.telemetry import (
     EMPTY_SNAPSHOT,
     GpuMonitor,
@@ -215,10 +215,10 @@ class JobService:
             if found is None:
                 break
             if isinstance(found, Job):
-                return found, True
+                return self._same_shape(found, None, actor), True
             made = await asyncio.wrap_future(found)
             if made is not None:
-                return made, True
+                return self._same_shape(made, None, actor), True
             # The submit holding the key wrote nothing (refused, or its write failed): claim
             # it again, and be refused or queued on this request's own account.
         # Shielded: a request cancelled while its write is under way must still settle its
@@ -287,10 +287,10 @@ class JobService:
             if found is None:
                 break
             if isinstance(found, Job):
-                return found, True
+                return self._same_shape(found, indices, actor), True
             made = await asyncio.wrap_future(found)
             if made is not None:
-                return made, True
+                return self._same_shape(made, indices, actor), True
 
         async def make() -> Job:
             tasks = await self.submit_array_async(specs, indices, actor, idempotency_key=key)
@@ -298,6 +298,23 @@ class JobService:
 
         job = await asyncio.shield(self._submit_claimed(specs[0], actor, key, make))
         return job, False
+
+    def _same_shape(self, made: Job, indices: Sequence[int] | None, actor: Principal) -> Job:
+        """A retry's key found `made`: it must be what the retry asks for, a plain job or an
+        array of the same task indices (the spec alone, which the keys compare, does not say)."""
+        if indices is None:
+            same = made.array_job_id is None
+        else:
+            same = made.array_job_id is not None and sorted(
+                task.array_task_id or 0 for task in self.array_tasks(made.array_job_id, actor)
+            ) == sorted(indices)
+        if not same:
+            raise InvalidRequest(
+                f"this {KEY_FIELD} was already used for another submission (job {made.id}); "
+                "send a new key with a new job",
+                field=KEY_FIELD,
+            )
+        return made
 
     async def _write_and_queue_tasks(self, tasks: list[Job]) -> list[Job]:
         await asyncio.wrap_future(self.store.write_future(tasks, []))
