@@ -72,6 +72,12 @@ def test_queue_folds_pending_tasks_and_cancel_takes_a_task_or_the_array(
     assert "10 tasks (0-9), at most 2 running: 1 RUNNING, 8 PENDING, 1 CANCELLED" in shown
     task = server.cli("show", f"{array_id}_5").stdout
     assert f"ArrayJobId: {array_id}" in task and "ArrayTaskId: 5" in task
+    # The whole array: release lets the held task go, hold keeps every pending task back.
+    released = server.cli("release", array_id).stdout
+    assert released == f"job {array_id}_5 released\n"
+    held = server.cli("hold", f"{array_id}_[1-2,4]").stdout.splitlines()
+    assert [line.split()[1] for line in held] == [f"{array_id}_{i}" for i in (1, 2, 4)]
+    assert server.cli("release", array_id).stdout.count("released") == 3
     bad = server.cli("cancel", f"{array_id}_42", check=False)
     assert bad.returncode == 1
     assert (
