@@ -238,3 +238,10 @@ def test_hip_out_of_memory_messages_are_recognised(line: str) -> None:
 
 def test_other_hip_errors_are_not_out_of_memory() -> None:
     assert oom_line("RuntimeError: HIP error: invalid device ordinal") is None
+
+
+def test_the_jobs_machine_name_need_not_be_its_gpus_node_on_one_machine() -> None:
+    job = Job(1, JobSpec(argv=("x",), name="n", workdir="/", gpus=1), "me", JobState.RUNNING,
+              0.0, gpus=(3,), node="host-a")  # fmt: skip
+    env = build_job_env(job, {}, gpus=[nvidia(0), nvidia(1), amd(2), amd(3)])  # node "local"
+    assert (env["ROCR_VISIBLE_DEVICES"], env["CUDA_VISIBLE_DEVICES"]) == ("1", "")

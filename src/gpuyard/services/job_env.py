@@ -135,8 +135,11 @@ def visible_devices(job: Job, gpus: Sequence[Gpu]) -> dict[str, str | None]:
     A job on no GPUs gets CUDA_VISIBLE_DEVICES="" as before."""
     by_index = {gpu.index: gpu for gpu in gpus}
     mine = [by_index.get(i) for i in job.gpus]
-    node = job.node.split(",")[0] if job.node else None
-    here = [gpu for gpu in gpus if node is None or not job.gpus or gpu.node == node]
+    # The GPUs of the job's machine (all of them on a one-machine server, whose GPUs may not
+    # carry its name).
+    machines = {gpu.node for gpu in gpus}
+    node = job.node.split(",")[0] if job.node else ""
+    here = [gpu for gpu in gpus if len(machines) < 2 or gpu.node == node]
     has_amd = any(gpu.vendor == "amd" for gpu in here)
     has_other = any(gpu.vendor != "amd" for gpu in here)
     amd = [gpu for gpu in mine if gpu is not None and gpu.vendor == "amd"]
