@@ -14,7 +14,7 @@ number() {
 	case $2 in '' | *[!0-9]*) die "$1 takes a whole number, not '$2'" ;; esac
 	[ "$2" -gt 0 ] || die "$1 must be at least 1"
 }
-ntasks='' per_node='' step_nodes='' label=0 kill_bad=1 chdir='' exports=''
+ntasks='' per_node='' step_nodes='' label=0 kill_bad=1 chdir='' exports='' relay=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--) shift; break ;;
@@ -39,7 +39,8 @@ while [ $# -gt 0 ]; do
 		--partition | --nodelist | --distribution | --jobid | --output | --error | --input | \
 		--account | --qos | --signal | --constraint | --exclude | --ntasks-per-gpu)
 		[ $# -ge 2 ] || die "$1 needs a value"; shift ;;
-	-u | --unbuffered | --pty | --overlap | --exclusive | --exact | --whole | -v | --verbose | \
+	-u | --unbuffered) relay=0 ;;
+	--pty | --overlap | --exclusive | --exact | --whole | -v | --verbose | \
 		-Q | --quiet | -X | --disable-status | -O | --overcommit | --wait | --cpu-bind* | \
 		--*=* | -c* | -G* | -t* | -J* | -p* | -w* | -m* | -o* | -e* | -i* | -A* | -q*) ;;
 	-*) echo "$me: ignoring the option $1 (not one gpuyard's srun knows)" >&2 ;;
@@ -120,12 +121,29 @@ if [ "$count" -eq 1 ] && [ "$label" -eq 0 ]; then
 	exec "$@"
 fi
 
+# Each task in a process group of its own where `setsid` is there (util-linux), so that its
+# whole tree can be stopped, and what it leaves behind ended with it (Slurm ends a step's
+# stragglers too): they would hold its output open. The job's supervisor still reaches them
+# (it signals every process below the job, in whatever group).
+if command -v setsid >/dev/null 2>&1; then group=-; else group=''; fi
+task_tree() { # signal $1 to task pid $2: its group, else the task
+	kill "-$1" "$group$2" 2>/dev/null || kill "-$1" "$2" 2>/dev/null
+}
+# A failing task's waiter stops the others (kill-on-bad-exit) by the pids they wrote; a task
+# whose pid is written after the failure sees the mark and stops itself: either way none runs on.
 stop_all() {
 	for file in "$dir"/pid.*; do
-		[ -f "$file" ] && kill -TERM "$(cat "$file")" 2>/dev/null
+		[ -f "$file" ] && task_tree TERM "$(cat "$file")"
 	done
 }
-trap stop_all USR1
+# Ctrl-C at a terminal reaches srun (in the job's group): passed on to every task, as Slurm's
+# srun does.
+trap 'for file in "$dir"/pid.*; do [ -f "$file" ] && task_tree INT "$(cat "$file")"; done' INT
+# The signals a job gets (its stop signal, `--signal`'s warning, a terminal's) are for the tasks,
+# which have their own handlers: srun, the waiters and the readers outlive them, so a task's
+# last lines (a checkpoint saved on SIGTERM) still reach the log and its exit code srun.
+quiet='TERM INT HUP USR1 USR2 QUIT'
+trap ':' USR1 USR2
 exec 3<&0
 host=${SLURMD_NODENAME:-$(uname -n)}
 i=0
@@ -134,27 +152,42 @@ while [ "$i" -lt "$count" ]; do
 	rank=$((first + i))
 	(
 		export SLURM_PROCID="$rank" SLURM_LOCALID="$i"
+		trap - USR1 USR2
 		# stdin goes to task 0 (Slurm's default for a step's input), the others read nothing.
 		if [ "$rank" -ne 0 ]; then exec 3</dev/null; fi
-		if [ "$label" -eq 1 ]; then
-			mkfifo "$dir/out.$rank" || exit 1
-			awk -v p="$rank: " '{ print p $0; fflush() }' <"$dir/out.$rank" &
-			"$@" <&3 >"$dir/out.$rank" 2>&1 &
+		# Each task's lines whole (as Slurm's srun relays them): its stdout and stderr through
+		# a reader each, so lines of different tasks never mix mid-line (a Python run with
+		# PYTHONUNBUFFERED writes a print in pieces); `-l` prefixes them with the rank; `-u`
+		# without `-l`: the task writes where srun does, as it goes.
+		if [ "$label" -eq 1 ] || [ "$relay" -eq 1 ]; then
+			prefix=''
+			if [ "$label" -eq 1 ]; then prefix="$rank: "; fi
+			mkfifo "$dir/out.$rank" "$dir/err.$rank" || exit 1
+			# shellcheck disable=SC2086
+			(trap '' $quiet; exec awk -v p="$prefix" '{ print p $0; fflush() }') <"$dir/out.$rank" &
+			# shellcheck disable=SC2086
+			(trap '' $quiet; exec awk -v p="$prefix" '{ print p $0 > "/dev/stderr"; fflush("/dev/stderr") }') <"$dir/err.$rank" &
+			(if [ -n "$group" ]; then exec setsid "$@"; else exec "$@"; fi) <&3 \
+				>"$dir/out.$rank" 2>"$dir/err.$rank" &
 		else
-			"$@" <&3 &
+			(if [ -n "$group" ]; then exec setsid "$@"; else exec "$@"; fi) <&3 &
 		fi
 		task=$!
+		# shellcheck disable=SC2086
+		trap '' $quiet
 		echo "$task" >"$dir/pid.$rank"
+		if [ -d "$dir/failed" ]; then task_tree TERM "$task"; fi
 		wait "$task" 2>/dev/null # (not dash's "Terminated": the lines below say it)
 		code=$?
 		echo "$code" >"$dir/code.$rank"
-		wait # the labeller, once the task's output is all out
+		if [ -n "$group" ]; then kill -KILL "-$task" 2>/dev/null; fi # its stragglers
+		wait # the readers, once the task's output is all out
 		if [ "$code" -ne 0 ] && [ ! -d "$dir/failed" ]; then
 			echo "srun: error: $host: task $rank: Exited with exit code $code" >&2
 			if [ "$kill_bad" -eq 1 ] && mkdir "$dir/failed" 2>/dev/null; then
 				echo "$code" >"$dir/failed/code"
 				echo "srun: error: task $rank failed: stopping the step's other tasks (-K0: let them run)" >&2
-				kill -USR1 $$ 2>/dev/null
+				stop_all
 			fi
 		fi
 		exit "$code"
@@ -167,7 +200,7 @@ for pid in $pids; do
 	while :; do
 		wait "$pid"
 		status=$?
-		# A trap (a failed task's USR1) interrupts the wait with a status above 128.
+		# A signal srun outlives (above) interrupts the wait with a status above 128.
 		if [ "$status" -gt 128 ] && kill -0 "$pid" 2>/dev/null; then continue; fi
 		break
 	done
