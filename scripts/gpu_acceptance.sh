@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# GPU acceptance: what only a real NVIDIA machine can show. Run it on one (a device session),
-# from the repository root after `make test` built .venv, and record its output in docs/.
+# GPU acceptance: what only a real GPU machine can show, NVIDIA or AMD (the vendor is read from
+# what the server detected; a machine with both runs the checks on each). Run it on one (a
+# device session), from the repository root after `make test` built .venv, and record its
+# output in docs/.
 #
 #   scripts/gpu_acceptance.sh            # prints PASS/FAIL per check, exits 1 on any FAIL
 #
-# Checks (each against the real driver through nvidia-ml-py, a real CUDA torch when installed):
+# Checks (each against the real driver through nvidia-ml-py or amdsmi, a real CUDA or ROCm
+# torch when installed; on ROCm, torch.cuda is HIP and "nccl" is RCCL, so the same jobs run):
 #  1. `gpuyard doctor --json`: driver and GPUs found, no FAIL.
 #  2. the server detects the GPUs (`--gpus auto`), `gpuyard gpus --json` carries live telemetry.
 #  3. examples/train_mlp.py on 1 GPU completes, trains on cuda, and `show` has its GPU stats.
 #  4. examples/train_ddp.py with --distributed torchrun on 2 GPUs (NCCL) completes (skipped
 #     with one GPU).
 #  5. a job that allocates more GPU memory than the GPU has ends OUT_OF_MEMORY.
-#  6. `/metrics` carries DCGM_FI_DEV_GPU_UTIL for every GPU.
+#  6. `/metrics` carries DCGM_FI_DEV_GPU_UTIL for every NVIDIA GPU, gpu_gfx_activity (AMD's
+#     device-metrics-exporter name) for every AMD one.
 #  7. GPU sharing: two `--gpu-mem 20G` PyTorch jobs run on one GPU at once, capped (the startup
 #     hook); one that allocates past its --gpu-mem gets PyTorch's own OOM (soft cap) and ends
 #     OUT_OF_MEMORY while its neighbour keeps running; one that lifts its own cap and goes over
 #     is stopped by the server (hard limit, GpuMemLimit).
+#  8. isolation: a 1-GPU job's torch sees exactly one device (CUDA_VISIBLE_DEVICES on NVIDIA,
+#     ROCR_VISIBLE_DEVICES on AMD); on a machine with both, `--gpu-type amd` and
+#     `--gpu-type nvidia` jobs land on GPUs of that vendor.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
@@ -26,7 +33,11 @@ failed=0
 check() { if [ "$2" = 0 ]; then echo "PASS  $1"; else echo "FAIL  $1${3:+: $3}"; failed=1; fi; }
 field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
-echo "== machine"; nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>&1
+echo "== machine"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>&1
+fi
+if command -v amd-smi >/dev/null; then amd-smi static --asic --driver 2>&1 | head -40; fi
 echo "== gpuyard doctor"
 gpuyard doctor; doctor_rc=$?
 check "doctor reports no FAIL" "$doctor_rc"
@@ -40,9 +51,11 @@ gpus=$(gpuyard gpus --json)
 count=$(echo "$gpus" | field 'sum(1 for g in d if g["detected"])')
 check "server detected the GPUs (--gpus auto): $count" "$([ "$count" -gt 0 ]; echo $?)"
 if [ "$count" -eq 0 ]; then
-  echo "no NVIDIA GPU detected: the remaining checks need one (this is for a GPU machine)"
+  echo "no NVIDIA or AMD GPU detected: the remaining checks need one (this is for a GPU machine)"
   exit 1
 fi
+vendors=$(echo "$gpus" | field '" ".join(sorted({g["vendor"] for g in d if g["detected"]}))')
+echo "vendors: $vendors"
 sleep 2
 util=$(gpuyard gpus --json | field 'all(g["util_pct"] is not None for g in d)')
 check "live telemetry on every GPU" "$([ "$util" = True ]; echo $?)"
@@ -67,6 +80,19 @@ if [ "$count" -ge 2 ]; then
 else
   echo "SKIP  two-GPU DDP: one GPU here"
 fi
+
+echo "== isolation: a 1-GPU job sees one device"
+for vendor in $vendors; do
+  job=$(gpuyard submit --gpus 1 --gpu-type "$vendor" --name "accept-iso-$vendor" -- python -c \
+    'import os, torch; print("masks", os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("ROCR_VISIBLE_DEVICES"), "devices", torch.cuda.device_count())')
+  gpuyard wait "$job"
+  seen=$(gpuyard logs "$job" | grep '^masks')
+  echo "$vendor: $seen (on GPU $(gpuyard show "$job" --json | field 'd["gpus"]'))"
+  check "a 1-GPU job on $vendor sees exactly one device" "$(echo "$seen" | grep -q 'devices 1$'; echo $?)"
+  on=$(gpuyard show "$job" --json | field 'd["gpus"][0]')
+  got=$(echo "$gpus" | field "[g['vendor'] for g in d if g['index'] == $on][0]")
+  check "--gpu-type $vendor placed it on a $vendor GPU (got $got)" "$([ "$got" = "$vendor" ]; echo $?)"
+done
 
 echo "== out of memory"
 job=$(gpuyard submit --gpus 1 --name accept-oom -- python -c \
@@ -121,8 +147,12 @@ gpuyard wait "$a"; gpuyard wait "$b"
 echo "== /metrics"
 token=$(cat "$state/token")
 metrics=$(curl -s -H "Authorization: Bearer $token" "$GPUYARD_URL/metrics")
+nv=$(echo "$gpus" | field 'sum(1 for g in d if g["detected"] and g["vendor"] != "amd")')
+amd=$(echo "$gpus" | field 'sum(1 for g in d if g["detected"] and g["vendor"] == "amd")')
 lines=$(echo "$metrics" | grep -c '^DCGM_FI_DEV_GPU_UTIL{')
-check "DCGM_FI_DEV_GPU_UTIL for every GPU ($lines of $count)" "$([ "$lines" -eq "$count" ]; echo $?)"
+check "DCGM_FI_DEV_GPU_UTIL for every NVIDIA GPU ($lines of $nv)" "$([ "$lines" -eq "$nv" ]; echo $?)"
+lines=$(echo "$metrics" | grep -c '^gpu_gfx_activity{')
+check "gpu_gfx_activity for every AMD GPU ($lines of $amd)" "$([ "$lines" -eq "$amd" ]; echo $?)"
 
 echo
 if [ "$failed" = 0 ]; then
