@@ -184,3 +184,44 @@ def test_a_machine_with_nvidia_and_amd_gpus_schedules_and_samples_both(
     finally:
         server.stop()
         server.kill_jobs()
+
+
+def test_gpu_mem_hard_limit_and_idle_cancel_work_from_amd_readings(
+    tmp_path: Path, rocm: Path, nvml: Path
+):
+    state = tmp_path / "amd_state"
+    write_fake_amdsmi_state(state, {0: {"gfx_activity": 60}, 1: {}})
+    env = fake_amdsmi_env(
+        rocm, MI300X, base=fake_nvml_env(nvml, fail_init=True), state=state,
+        GPUYARD_TELEMETRY_S="0.2", GPUYARD_IDLE_AFTER_S="1", GPUYARD_IDLE_CANCEL_S="2",
+    )  # fmt: skip
+    server = ServerProcess(tmp_path / "state", "--kill-grace", "1", env=env).start()
+    try:
+        pids = {}
+        jobs = []
+        for name in ("big", "small"):
+            pidfile = tmp_path / f"{name}.pid"
+            jobs.append(int(server.cli("submit", "--gpu-mem", "60G", "--", "sh", "-c",
+                                       f"echo $$ > {pidfile}; exec sleep 60").stdout))  # fmt: skip
+            pids[name] = int(wait_for(lambda p=pidfile: p.exists() and p.read_text().strip()))
+        big, small = jobs
+        shared = _job(server, big)["gpus"]
+        assert shared == _job(server, small)["gpus"]
+        busy = shared[0]
+        write_fake_amdsmi_state(
+            state, {busy: {"gfx_activity": 60}, 1 - busy: {}},
+            procs={busy: [(pids["big"], 70_000), (pids["small"], 30_000)]},
+        )  # fmt: skip
+        ended = wait_for(lambda: (j := _job(server, big))["state"] == "OUT_OF_MEMORY" and j)
+        assert f"GpuMemLimit: used 68.4G on GPU {busy}, over its --gpu-mem 60G" in ended["reason"]
+        assert _job(server, small)["state"] == "RUNNING"
+
+        idle = int(server.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout)
+        wait_for(lambda: _job(server, idle)["state"] == "RUNNING")
+        assert _job(server, idle)["gpus"] == [1 - busy]
+        cancelled = wait_for(lambda: (j := _job(server, idle))["state"] == "CANCELLED" and j)
+        assert cancelled["reason"].startswith("Idle: its GPUs stayed below 5%")
+        assert _job(server, small)["state"] == "RUNNING"  # its GPU is busy
+    finally:
+        server.stop()
+        server.kill_jobs()

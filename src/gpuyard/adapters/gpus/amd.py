@@ -13,6 +13,7 @@ plays; AMD GPUs have no XID events (those stay n/a).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -165,6 +166,9 @@ class AmdSmiTelemetry:
         self._unsupported: set[tuple[str, int]] = set()
         self._handles: dict[int, Any] = {}
         self._missing: dict[int, str] = {}
+        self._own: dict[str, Callable[..., Any]] = {
+            "amdsmi_get_violation_status": self._violation_flags,
+        }
         found: dict[str, Any] = {}
         for handle in amd.amdsmi_get_processor_handles():
             with contextlib.suppress(amd.AmdSmiException):
@@ -245,7 +249,7 @@ class AmdSmiTelemetry:
         if name in self._absent or key in self._unsupported:
             return None
         amd = self._amd
-        fn = getattr(amd, name, None)
+        fn = self._own.get(name) or getattr(amd, name, None)
         if fn is None:
             log.info("amdsmi: this binding has no %s; shown as n/a", name)
             self._absent.add(name)
@@ -261,6 +265,18 @@ class AmdSmiTelemetry:
         except Exception:  # the binding's own conversion of an odd answer: n/a this time
             log.debug("amdsmi: %s failed on GPU %d", name, index, exc_info=True)
         return None
+
+    def _violation_flags(self, handle: Any) -> dict[str, bool]:
+        """amdsmi_get_violation_status's "active_*" flags only, read from the binding's own
+        struct: its Python function converts the per-XCP arrays too, ~0.45 ms a GPU, where
+        this takes microseconds."""
+        amd = self._amd
+        wrapper = amd.amdsmi_wrapper
+        status = wrapper.amdsmi_violation_status_t()
+        code = wrapper.amdsmi_get_violation_status(handle, ctypes.byref(status))
+        if code != 0:
+            raise amd.AmdSmiLibraryException(code)
+        return {key: getattr(status, key) == 1 for key, _ in _VIOLATIONS}
 
 
 def _process(info: Mapping[str, Any]) -> GpuProcessReading:
