@@ -245,3 +245,14 @@ def test_the_jobs_machine_name_need_not_be_its_gpus_node_on_one_machine() -> Non
               0.0, gpus=(3,), node="host-a")  # fmt: skip
     env = build_job_env(job, {}, gpus=[nvidia(0), nvidia(1), amd(2), amd(3)])  # node "local"
     assert (env["ROCR_VISIBLE_DEVICES"], env["CUDA_VISIBLE_DEVICES"]) == ("1", "")
+
+
+def test_declared_gpus_take_a_job_of_any_type() -> None:
+    declared = [Gpu(i, f"declared-{i}", "declared GPU", None, False) for i in range(4)]
+    check_gpu_type("a100", 4, 1, declared)  # an sbatch script's --gres=gpu:a100:4
+    assert matches("mi300x", declared[0])
+    inventory = Inventory(tuple(declared), NodeCapacity("m", 64, 1 << 20), "test")
+    scheduler = LiveScheduler(make_policy("fifo", for_server=True), inventory, lambda: 1.0)
+    spec = JobSpec(("x",), "n", "/", gpus=2, gpu_type="v100")
+    scheduler.submitted(Job(1, spec, "u", JobState.PENDING, 0.0))
+    assert [launch.gpus for launch in scheduler.decide().launches] == [(0, 1)]

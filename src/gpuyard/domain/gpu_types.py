@@ -5,6 +5,8 @@ A type names a vendor ("nvidia", "amd"), a model by one or more consecutive word
 name ("mi300x" is "AMD Instinct MI300X"; "h100" is "NVIDIA H100 80GB HBM3"; "rtx4090" is "NVIDIA
 GeForce RTX 4090"), or an architecture ("gfx942", "9.0" written "90"), case-insensitive and
 without spaces, dashes or dots. Whole words only: "a10" is not an "NVIDIA A100-SXM4-80GB".
+Declared GPUs (`--gpus N` without a driver) are of no known type: they take a job of any type
+(an sbatch script's `--gres=gpu:a100:2` runs on them as on the machine it was written for).
 
 Pools: the GPUs of one machine with the same vendor and name. A job takes all its GPUs from one
 pool when it names no type (never an NVIDIA and an AMD GPU together: no framework drives both in
@@ -20,6 +22,7 @@ from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import Gpu
 
 _WORD = re.compile(r"[a-z0-9]+")
+ANY_TYPE = "*"  # the label of a GPU of unknown type (declared): every type matches it
 
 
 def normalize_type(text: str) -> str:
@@ -37,13 +40,17 @@ def type_labels(vendor: str, name: str, arch: str = "") -> frozenset[str]:
 
 
 def gpu_labels(gpu: Gpu) -> frozenset[str]:
+    """The types a GPU answers to; a declared GPU's: any (`ANY_TYPE`)."""
+    if not gpu.detected:
+        return frozenset({ANY_TYPE})
     return type_labels(gpu.vendor, gpu.name, gpu.arch)
 
 
 def matches(gpu_type: str, gpu: Gpu) -> bool:
     """Whether `gpu` is of the type asked for ("" matches every GPU)."""
     wanted = normalize_type(gpu_type)
-    return not wanted or wanted in gpu_labels(gpu)
+    labels = gpu_labels(gpu)
+    return not wanted or wanted in labels or ANY_TYPE in labels
 
 
 def pool_key(gpu: Gpu) -> tuple[str, str, str]:

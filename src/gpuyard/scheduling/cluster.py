@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuyard.domain.gpu_types import normalize_type
+from gpuyard.domain.gpu_types import ANY_TYPE, normalize_type
 
 Placement = tuple[tuple[int, int], ...]  # ((node index, GPUs on it), ...)
 
@@ -47,8 +47,8 @@ class NodeSpec:
     cpus: int | None = None  # None: not accounted
     mem_mib: int | None = None
     gpu_mem_mib: int | None = None  # memory of each GPU; None: unknown, no sharing here
-    # The normalized types its GPUs answer to (`gpu_types.type_labels`); empty: untyped, no
-    # job naming a type goes here.
+    # The normalized types its GPUs answer to (`gpu_types.type_labels`; "*": any, GPUs of
+    # unknown type); empty: untyped, no job naming a type goes here.
     gpu_types: frozenset[str] = field(default_factory=frozenset)
     # The machine this node's GPUs are in, when it holds several pools ("": a machine of its
     # own): nodes of one host share its CPUs and memory.
@@ -120,7 +120,10 @@ class ClusterState:
         found = self._typed.get(gpu_type)
         if found is None:
             wanted = normalize_type(gpu_type)
-            found = frozenset(i for i, n in enumerate(self.nodes) if wanted in n.gpu_types)
+            found = frozenset(
+                i for i, n in enumerate(self.nodes)
+                if wanted in n.gpu_types or ANY_TYPE in n.gpu_types
+            )  # fmt: skip
             self._typed[gpu_type] = found
         return found
 
