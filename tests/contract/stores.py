@@ -141,6 +141,7 @@ EVERY_SPEC_FIELD: dict[str, object] = {
     "kind": "service",
     "service_port": 18_080,
     "health_path": "/health",
+    "health_grace_s": 15,
     "python": "/opt/envs/ü/bin/python",
     "venv": "/opt/venvs/train",
     "container": "docker://pytorch:2.13",

@@ -26,7 +26,7 @@ from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
 from tests.contract.stores import pending_job
 
-HEAD = "0012"
+HEAD = "0014"
 
 
 @pytest.fixture

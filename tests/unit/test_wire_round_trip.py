@@ -32,7 +32,8 @@ SUBMISSIONS: list[dict[str, Any]] = [
      "dependency": "afterok:3:4?afternotok:5", "array": "0-9%3", "python": "/usr/bin/python3",
      "notify": ["http://127.0.0.1:9/h"], "notify_events": ["begin", "fail"], "gpu_type": "a100"},
     {"command": ["python", "-m", "srv"], "workdir": "/srv", "kind": "service",
-     "service_port": 8081, "health_path": "/health", "container": "/img/srv.sif"},
+     "service_port": 8081, "health_path": "/health", "health_grace_s": 30,
+     "container": "/img/srv.sif"},
     {"command": ["bash"], "workdir": "/", "kind": "interactive", "venv": "/opt/venv"},
 ]  # fmt: skip
 EXPECTED = [
@@ -46,7 +47,8 @@ EXPECTED = [
             dependency="afterok:3:4?afternotok:5", array_max_running=3, python="/usr/bin/python3",
             notify=("http://127.0.0.1:9/h",), notify_events=("begin", "fail"), gpu_type="a100"),
     JobSpec(argv=("python", "-m", "srv"), name="python", workdir="/srv", kind="service",
-            service_port=8081, health_path="/health", container="/img/srv.sif"),
+            service_port=8081, health_path="/health", health_grace_s=30,
+            container="/img/srv.sif"),
     JobSpec(argv=("bash",), name="bash", workdir="/", kind="interactive", venv="/opt/venv"),
 ]  # fmt: skip
 SPEC_FIELDS = [f.name for f in fields(JobSpec)]
