@@ -256,3 +256,13 @@ def test_declared_gpus_take_a_job_of_any_type() -> None:
     spec = JobSpec(("x",), "n", "/", gpus=2, gpu_type="v100")
     scheduler.submitted(Job(1, spec, "u", JobState.PENDING, 0.0))
     assert [launch.gpus for launch in scheduler.decide().launches] == [(0, 1)]
+
+
+def test_a_full_type_is_remembered_only_until_room_comes_back() -> None:
+    cluster = mixed_cluster()
+    cluster.allocate(((1, 2),))  # every AMD GPU taken
+    assert cluster.place(1, gpu_type="amd") is None
+    assert cluster.place(2, gpu_type="amd") is None  # from the memo: a larger one fails too
+    assert cluster.place(1, gpu_type="nvidia") == ((0, 1),)  # another type is not affected
+    cluster.release(((1, 1),))
+    assert cluster.place(1, gpu_type="amd") == ((1, 1),)
