@@ -370,7 +370,7 @@ class GpuOut(BaseModel):
     uuid: str
     name: str
     memory_total_mib: int | None
-    detected: bool = Field(description="true from NVML, false when declared by the admin")
+    detected: bool = Field(description="true from NVML or amdsmi, false when declared by the admin")
     vendor: str = Field("", description='"nvidia" or "amd"; "" for a declared GPU')
     arch: str = Field(
         "", description='compute capability ("9.0") or AMD gfx target ("gfx942"); "": unknown'
