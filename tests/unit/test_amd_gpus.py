@@ -158,3 +158,31 @@ def test_throttle_names_and_amd_throttling_counts_as_held_back() -> None:
         reading = GpuReading(0, temperature_c=50, throttle_reasons=(name,))
         snapshot = TelemetrySnapshot(1.0, {0: GpuTelemetry(reading, None)}, 1.0)
         assert hot_gpus(snapshot, 90) == {0: f"clocks held back: {name}"}
+
+
+@needs_fakes
+def test_on_a_mixed_machine_a_library_that_fails_leaves_only_its_gpus_unsampled(
+    rocm: Path, nvml: Path
+) -> None:
+    script = """
+        import json
+        from gpuyard.adapters.gpus.telemetry import open_gpu_telemetry
+        from gpuyard.domain.job import Gpu
+        gpus = [Gpu(0, "GPU-0", "NVIDIA H200", 143771, True, vendor="nvidia"),
+                Gpu(1, "00ff74a1-0000-1000-80aa-000000000000", "AMD Instinct MI300X", 196592,
+                    True, vendor="amd"),
+                Gpu(2, "no-such-uuid", "AMD Instinct MI300X", 196592, True, vendor="amd")]
+        telemetry = open_gpu_telemetry(gpus)
+        print(json.dumps([(r.index, r.util_pct, r.error)
+                          for r in telemetry.read([0, 1, 2], processes=False)]))
+    """
+    env = fake_amdsmi_env(rocm, MI300X[:1], base=fake_nvml_env(nvml, fail_init=True))
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    readings = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert readings == [
+        [1, 0, None],
+        [2, None, "amdsmi no longer lists the GPU with UUID no-such-uuid"],
+    ]
+    assert "telemetry of the NVIDIA GPUs is off: no NVIDIA driver found" in proc.stderr
