@@ -186,3 +186,17 @@ def test_on_a_mixed_machine_a_library_that_fails_leaves_only_its_gpus_unsampled(
         [2, None, "amdsmi no longer lists the GPU with UUID no-such-uuid"],
     ]
     assert "telemetry of the NVIDIA GPUs is off: no NVIDIA driver found" in proc.stderr
+
+
+@needs_fakes
+def test_gpus_sharing_a_uuid_are_read_in_amdsmis_order(
+    rocm: Path, nvml: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "amd"
+    write_fake_amdsmi_state(state, {0: {"gfx_activity": 10}, 1: {"gfx_activity": 20}})
+    same = [(*MI300X[0][:5], "CPX", "NPS4")] * 2  # two partitions of one board, one UUID
+    out = run(fake_amdsmi_env(rocm, same, base=fake_nvml_env(nvml, fail_init=True), state=state))
+    gpus = out["gpus"]
+    assert isinstance(gpus, list)
+    assert [(g["index"], g["compute_partition"]) for g in gpus] == [(0, "CPX"), (1, "CPX")]
+    assert [(r["index"], r["util_pct"]) for r in out["reads"][0]] == [(0, 10), (1, 20)]  # type: ignore[index]

@@ -169,13 +169,15 @@ class AmdSmiTelemetry:
         self._own: dict[str, Callable[..., Any]] = {
             "amdsmi_get_violation_status": self._violation_flags,
         }
-        found: dict[str, Any] = {}
+        # Handles by UUID, in amdsmi's order: should partitions of one board share a UUID,
+        # the server's GPUs with it take them in the same order as detection numbered them.
+        found: dict[str, list[Any]] = {}
         for handle in amd.amdsmi_get_processor_handles():
             with contextlib.suppress(amd.AmdSmiException):
-                found[str(amd.amdsmi_get_gpu_device_uuid(handle))] = handle
-        for index, uuid in uuids.items():
-            if uuid in found:
-                self._handles[index] = found[uuid]
+                found.setdefault(str(amd.amdsmi_get_gpu_device_uuid(handle)), []).append(handle)
+        for index, uuid in sorted(uuids.items()):
+            if found.get(uuid):
+                self._handles[index] = found[uuid].pop(0)
             else:
                 self._missing[index] = f"amdsmi no longer lists the GPU with UUID {uuid}"
 
