@@ -266,3 +266,21 @@ def test_a_full_type_is_remembered_only_until_room_comes_back() -> None:
     assert cluster.place(1, gpu_type="nvidia") == ((0, 1),)  # another type is not affected
     cluster.release(((1, 1),))
     assert cluster.place(1, gpu_type="amd") == ((1, 1),)
+
+
+# -- containers -------------------------------------------------------------------------------
+def test_a_container_on_amd_gpus_gets_rocm_devices_and_keeps_the_hosts_numbering() -> None:
+    from gpuyard.services.launch import _on_amd, container_argv
+    from gpuyard.services.ports import ContainerRuntime
+
+    env = {"ROCR_VISIBLE_DEVICES": "1", "PATH": "/usr/bin"}
+    apptainer = ContainerRuntime("apptainer", "/usr/bin/apptainer")
+    argv, out = container_argv(apptainer, "rocm.sif", ["python"], env, "/w", (3,), 1000, amd=True)
+    assert "--rocm" in argv and "--nv" not in argv
+    assert out["APPTAINERENV_ROCR_VISIBLE_DEVICES"] == "1"
+    podman = ContainerRuntime("podman", "/usr/bin/podman")
+    argv, _ = container_argv(podman, "rocm/pytorch", ["python"], env, "/w", (3,), 1000, amd=True)
+    assert "--device=/dev/kfd" in argv and "--device=/dev/dri" in argv
+    assert not any("nvidia.com" in a for a in argv) and "--env=ROCR_VISIBLE_DEVICES" in argv
+    gpus = [nvidia(0), nvidia(1), amd(2), amd(3)]
+    assert _on_amd(job_on(3), gpus) and not _on_amd(job_on(1), gpus) and not _on_amd(job_on(), gpus)

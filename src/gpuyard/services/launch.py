@@ -66,8 +66,9 @@ def launch_plan(
         # The job's folder too: its script copy, checkpoint folder and progress file.
         jobdir = os.path.dirname(log_path)
         argv, env = container_argv(
-            container, job.spec.container, argv, env, job.spec.workdir, job.gpus, uid, (jobdir,)
-        )
+            container, job.spec.container, argv, env, job.spec.workdir, job.gpus, uid, (jobdir,),
+            amd=_on_amd(job, gpus),
+        )  # fmt: skip
     return LaunchPlan(
         argv=tuple(argv),
         env=env,
@@ -399,9 +400,13 @@ def container_argv(
     gpus: Sequence[int],
     uid: int,
     binds: Sequence[str] = (),
+    amd: bool = False,
 ) -> tuple[list[str], dict[str, str]]:
     """The command and environment that run `argv` in `image` (docs/cli.md, "Containers");
-    `binds`: more folders seen at their own paths (the job's folder).
+    `binds`: more folders seen at their own paths (the job's folder); `amd`: the job's GPUs
+    are AMD ones (apptainer `--rocm`; podman `/dev/kfd` and `/dev/dri`, all of them, so that
+    ROCR_VISIBLE_DEVICES names the same GPUs inside as outside: the job's cgroup still denies
+    the others' render nodes, podman making none of its own).
 
     apptainer/singularity: `exec --nv --cleanenv --bind WORKDIR --pwd WORKDIR IMAGE argv`;
     the job's variables (but the host's paths, `_HOST_ONLY`) go in as APPTAINERENV_K (what
@@ -419,10 +424,12 @@ def container_argv(
         prefix = "APPTAINERENV_" if runtime.kind == "apptainer" else "SINGULARITYENV_"
         for name in names:
             out[prefix + name] = env[name]
-        options = ["--nv"] if gpus else []
+        options = (["--rocm"] if amd else ["--nv"]) if gpus else []
         options += ["--cleanenv", "--bind", ",".join([workdir, *binds]), "--pwd", workdir]
         return [runtime.path, "exec", *options, image, *argv], out
     devices = [f"--device=nvidia.com/gpu={i}" for i in gpus]
+    if amd and gpus:
+        devices = ["--device=/dev/kfd", "--device=/dev/dri"]
     userns = ["--userns=keep-id"] if uid != 0 else []
     options = [
         "--rm", "--cgroups=disabled", "--network=host", "--ipc=host", *userns, *devices,
@@ -433,3 +440,9 @@ def container_argv(
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").fullmatch
+
+
+def _on_amd(job: Job, gpus: Sequence[Gpu]) -> bool:
+    """Whether the job's GPUs are AMD ones (the server's `gpus` say)."""
+    vendors = {gpu.index: gpu.vendor for gpu in gpus}
+    return bool(job.gpus) and all(vendors.get(i) == "amd" for i in job.gpus)
