@@ -38,15 +38,18 @@ answered so far, for benchmarks.
 from __future__ import annotations
 
 import os
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 try:  # tests/ on sys.path, or tests/ as a package
-    from fakenvml import gcc_path
+    from fakenvml import compile_library, gcc_path, set_fake_vars, write_state_file
 except ImportError:  # pragma: no cover
-    from tests.fakenvml import gcc_path  # type: ignore[no-redef]
+    from tests.fakenvml import (  # type: ignore[no-redef]
+        compile_library,
+        gcc_path,
+        set_fake_vars,
+        write_state_file,
+    )
 
 __all__ = [
     "LIB_NAME",
@@ -80,25 +83,7 @@ class FakeAmdSmiBuildError(RuntimeError):
 
 
 def _compile(out: Path, soname: str, sources: Sequence[Path]) -> None:
-    newest = max(s.stat().st_mtime for s in sources)
-    if out.exists() and out.stat().st_mtime > newest:
-        return
-    cc = gcc_path()
-    if cc is None:
-        raise FakeAmdSmiBuildError("no C compiler (gcc) on PATH; cannot build the fake amdsmi")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # rename: no half-written library
-    cmd = [cc, "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}", "-o", str(tmp)]
-    try:
-        proc = subprocess.run(
-            [*cmd, *map(str, sources)], capture_output=True, text=True, check=False
-        )
-        if proc.returncode != 0:
-            raise FakeAmdSmiBuildError(
-                f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}"
-            )
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    compile_library(out, soname, sources, FakeAmdSmiBuildError, "fake amdsmi")
 
 
 def build_fake_amdsmi(root: Path) -> Path:
@@ -148,14 +133,7 @@ def fake_amdsmi_env(
     env["ROCM_PATH"] = str(Path(root).resolve())
     if gpus is not None:
         env[_ENV_PREFIX + "GPUS"] = ";".join(_gpu_spec(g) for g in gpus)
-    for key, value in extra.items():
-        name = key if key.isupper() else _ENV_PREFIX + key.upper()
-        if value is None:
-            env.pop(name, None)
-        elif isinstance(value, bool):
-            env[name] = "1" if value else "0"
-        else:
-            env[name] = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+    set_fake_vars(env, _ENV_PREFIX, extra)
     return env
 
 
@@ -166,27 +144,4 @@ def write_fake_amdsmi_state(
 ) -> None:
     """Atomically write a FAKE_AMDSMI_STATE file: ``{gpu_index: {key: value}}`` and each
     GPU's processes as ``{gpu_index: [(pid, vram_mib), ...]}``."""
-    path = Path(path)
-    lines = []
-    for index, kv in sorted(values.items()):
-        for key, value in kv.items():
-            if key not in STATE_KEYS:
-                raise ValueError(f"unknown fake amdsmi state key {key!r}")
-            if int(value) < 0:
-                raise ValueError(f"negative value for {key!r}: {value!r}")
-            lines.append(f"{int(index)} {key} {int(value)}\n")
-    for index, listed in sorted((procs or {}).items()):
-        if len(listed) > 32:
-            raise ValueError(f"at most 32 processes per GPU, got {len(listed)}")
-        for pid, mib in listed:
-            if int(pid) < 0 or int(mib) < 0:
-                raise ValueError(f"negative pid or memory in {(pid, mib)!r}")
-            lines.append(f"{int(index)} proc {int(pid)} {int(mib)}\n")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.writelines(lines)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    write_state_file(path, values, procs, STATE_KEYS, "fake amdsmi")

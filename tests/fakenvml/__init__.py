@@ -60,9 +60,12 @@ __all__ = [
     "STATE_KEYS",
     "FakeNvmlBuildError",
     "build_fake_nvml",
+    "compile_library",
     "fake_nvml_env",
     "gcc_path",
+    "set_fake_vars",
     "write_fake_nvml_state",
+    "write_state_file",
 ]
 
 SOURCE = Path(__file__).with_name("fake_nvml.c")
@@ -86,6 +89,35 @@ def gcc_path() -> str | None:
     return shutil.which("gcc")
 
 
+def compile_library(
+    out: Path, soname: str, sources: Sequence[Path], error: type[Exception], what: str
+) -> None:
+    """Compile ``sources`` into the shared library ``out`` (soname ``soname``), unless
+    ``out`` is newer than every source. Raises ``error`` if there is no compiler or the
+    compile fails; ``what`` names the library in the message."""
+    newest = max(s.stat().st_mtime for s in sources)
+    if out.exists() and out.stat().st_mtime > newest:
+        return
+    cc = gcc_path()
+    if cc is None:
+        raise error(f"no C compiler (gcc) on PATH; cannot build the {what}")
+    # Compile to a temporary name and rename, so that concurrent builders (e.g.
+    # pytest-xdist workers sharing a directory) never load a half-written library.
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    # The soname lets a process that already loaded the library by absolute
+    # path satisfy a later dlopen(soname) with the same copy.
+    cmd = [cc, "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}", "-o", str(tmp)]
+    try:
+        proc = subprocess.run(
+            [*cmd, *map(str, sources)], capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            raise error(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def build_fake_nvml(out_dir: Path) -> Path:
     """Compile ``fake_nvml.c`` to ``out_dir/libnvidia-ml.so.1``.
 
@@ -95,34 +127,7 @@ def build_fake_nvml(out_dir: Path) -> Path:
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    lib = out_dir / LIB_NAME
-    if lib.exists() and lib.stat().st_mtime > SOURCE.stat().st_mtime:
-        return out_dir
-    cc = gcc_path()
-    if cc is None:
-        raise FakeNvmlBuildError("no C compiler (gcc) on PATH; cannot build the fake NVML")
-    # Compile to a temporary name and rename, so that concurrent builders (e.g.
-    # pytest-xdist workers sharing out_dir) never load a half-written library.
-    tmp = out_dir / f".{LIB_NAME}.{os.getpid()}.tmp"
-    cmd = [
-        cc,
-        "-shared",
-        "-fPIC",
-        "-O1",
-        # The soname lets a process that already loaded the library by absolute
-        # path satisfy a later dlopen("libnvidia-ml.so.1") with the same copy.
-        "-Wl,-soname," + LIB_NAME,
-        "-o",
-        str(tmp),
-        str(SOURCE),
-    ]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise FakeNvmlBuildError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
-        os.replace(tmp, lib)
-    finally:
-        tmp.unlink(missing_ok=True)
+    compile_library(out_dir / LIB_NAME, LIB_NAME, (SOURCE,), FakeNvmlBuildError, "fake NVML")
     return out_dir
 
 
@@ -163,15 +168,22 @@ def fake_nvml_env(
     env["LD_LIBRARY_PATH"] = f"{lib_dir_s}{os.pathsep}{old}" if old else lib_dir_s
     if gpus is not None:
         env[_ENV_PREFIX + "GPUS"] = ";".join(_gpu_spec(g) for g in gpus)
+    set_fake_vars(env, _ENV_PREFIX, extra)
+    return env
+
+
+def set_fake_vars(env: dict[str, str], prefix: str, extra: Mapping[str, object]) -> None:
+    """Set ``extra`` in ``env`` as a fake library reads them: a lower-case name ``foo``
+    sets ``{prefix}FOO``, an upper-case name is used verbatim; True/False become "1"/"0",
+    None removes the variable."""
     for key, value in extra.items():
-        name = key if key.isupper() else _ENV_PREFIX + key.upper()
+        name = key if key.isupper() else prefix + key.upper()
         if value is None:
             env.pop(name, None)
         elif isinstance(value, bool):
             env[name] = "1" if value else "0"
         else:
             env[name] = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
-    return env
 
 
 def write_fake_nvml_state(
@@ -181,12 +193,24 @@ def write_fake_nvml_state(
 ) -> None:
     """Atomically write a FAKE_NVML_STATE file: ``{gpu_index: {key: value}}``, and the
     compute processes on each GPU as ``{gpu_index: [(pid, memory_used_mib), ...]}``."""
+    write_state_file(path, values, procs, STATE_KEYS, "fake NVML")
+
+
+def write_state_file(
+    path: Path,
+    values: Mapping[int, Mapping[str, int]],
+    procs: Mapping[int, Sequence[tuple[int, int]]] | None,
+    keys: frozenset[str],
+    what: str,
+) -> None:
+    """Atomically write a fake library's state file: lines ``index key value`` (``key``
+    one of ``keys``) and ``index proc PID MIB``; ``what`` names the library in errors."""
     path = Path(path)
     lines = []
     for index, kv in sorted(values.items()):
         for key, value in kv.items():
-            if key not in STATE_KEYS:
-                raise ValueError(f"unknown fake NVML state key {key!r}")
+            if key not in keys:
+                raise ValueError(f"unknown {what} state key {key!r}")
             if int(value) < 0:
                 raise ValueError(f"negative value for {key!r}: {value!r}")
             lines.append(f"{int(index)} {key} {int(value)}\n")
