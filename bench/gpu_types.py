@@ -15,36 +15,25 @@ nothing to start (the cluster remembers a full type until a release).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 from gpuyard.domain.gpu_types import type_labels
-from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
+from gpuyard.scheduling.cluster import ClusterState, NodeSpec
 from gpuyard.scheduling.policies import make_policy, policy_names
-from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run, place_job
+from gpuyard.scheduling.policy import SchedJob, end_run, place_job
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from schedule_pass import Ctx, emit, medians, time_passes
 
 SIZES = [1] * 80 + [2] * 3 + [4] * 6
 TYPES = ["", "nvidia", "amd", "h100", "mi300x"]
 H100 = type_labels("nvidia", "NVIDIA H100 80GB HBM3", "9.0")
 MI300X = type_labels("amd", "AMD Instinct MI300X", "gfx942")
-
-
-class _Ctx:
-    def __init__(self, cluster: ClusterState, policy: Policy, now: float) -> None:
-        self.cluster, self.policy, self.now = cluster, policy, now
-        self.running: dict[int, SchedJob] = {}
-
-    def start(self, job: SchedJob, placement: Placement) -> None:
-        begin_run(job, self.cluster, placement, self.now)
-        self.policy.started(job, self.now)
-        self.running[job.id] = job
-
-    def preempt(self, job: SchedJob) -> None:
-        end_run(job, self.cluster, self.now)
-        self.running.pop(job.id, None)
-        self.policy.preempted(job, self.now)
 
 
 def mixed_cluster(machines: int) -> ClusterState:
@@ -63,7 +52,7 @@ def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]
         cluster = mixed_cluster(128)
         now = 0.0
         ids = iter(range(1, 10**9))
-        ctx = _Ctx(cluster, policy, now)
+        ctx = Ctx(cluster, policy, now)
         while cluster.free_gpus:
             job = SchedJob(next(ids), f"u{rng.randrange(100)}", 1, now, time_limit_s=86400.0,
                            gpu_type=rng.choice(TYPES))  # fmt: skip
@@ -77,36 +66,18 @@ def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]
                            now - rng.random() * 3600, gpu_type=rng.choice(TYPES),
                            time_limit_s=rng.choice([600.0, 3600.0, 86400.0]))  # fmt: skip
             policy.submit(job, now)
-        ctx.now = now
-        t0 = time.perf_counter()
-        policy.schedule(ctx)
-        first_ms.append((time.perf_counter() - t0) * 1000)
-        now += 1.0
-        victim = ctx.running.pop(min(ctx.running))
-        end_run(victim, cluster, now)
-        policy.finished(victim, now)
-        ctx.now = now
-        t0 = time.perf_counter()
-        policy.schedule(ctx)
-        finish_ms.append((time.perf_counter() - t0) * 1000)
-        now += 1.0
-        policy.submit(SchedJob(next(ids), "u0", 1, now, time_limit_s=600.0, gpu_type="amd"), now)
-        ctx.now = now
-        t0 = time.perf_counter()
-        policy.schedule(ctx)
-        submit_ms.append((time.perf_counter() - t0) * 1000)
-    return {
-        f"{name}_first_pass_ms": round(statistics.median(first_ms), 3),
-        f"{name}_after_finish_ms": round(statistics.median(finish_ms), 3),
-        f"{name}_after_submit_ms": round(statistics.median(submit_ms), 3),
-    }
+        first, finish, submit = time_passes(ctx, now, ids, gpu_type="amd")
+        first_ms.append(first)
+        finish_ms.append(finish)
+        submit_ms.append(submit)
+    return medians(name, first_ms, finish_ms, submit_ms)
 
 
 def one_type_full(name: str, pending: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
     policy = make_policy(name)
     cluster = mixed_cluster(128)
-    ctx = _Ctx(cluster, policy, 0.0)
+    ctx = Ctx(cluster, policy, 0.0)
     ids = iter(range(1, 10**9))
     while cluster.free_gpus:
         policy.submit(SchedJob(next(ids), f"u{rng.randrange(100)}", 1, 0.0,
@@ -144,11 +115,7 @@ def main() -> None:
     steady = [v for k, v in result.items()
               if k.endswith(("_finish_ms", "_submit_ms", "_full_pass_ms"))]  # fmt: skip
     result["worst_steady_pass_ms"] = max(v for v in steady if isinstance(v, float))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:32s} {value}")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Iterator
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policies import make_policy, policy_names
@@ -23,7 +24,7 @@ from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
 SIZES = [1] * 80 + [2] * 3 + [4] * 6 + [8] * 9 + [16] * 2
 
 
-class _Ctx:
+class Ctx:
     """A bare Context: applies starts and preemptions to the cluster, nothing else."""
 
     def __init__(self, cluster: ClusterState, policy: Policy, now: float) -> None:
@@ -49,7 +50,7 @@ def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]
         cluster = ClusterState.uniform(1024, 8)
         now = 0.0
         ids = iter(range(1, 10**9))
-        ctx = _Ctx(cluster, policy, now)
+        ctx = Ctx(cluster, policy, now)
         while cluster.free_gpus:  # fill the cluster
             job = SchedJob(next(ids), f"u{rng.randrange(100)}", 1, now, time_limit_s=86400.0)
             policy.submit(job, now)
@@ -60,30 +61,58 @@ def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]
             job = SchedJob(next(ids), f"u{rng.randrange(100)}", gpus, now - rng.random() * 3600,
                            time_limit_s=rng.choice([600.0, 3600.0, 86400.0]))  # fmt: skip
             policy.submit(job, now)
-        ctx.now = now
-        t0 = time.perf_counter()
-        policy.schedule(ctx)  # the first pass over the whole new queue (may preempt)
-        first_ms.append((time.perf_counter() - t0) * 1000)
-        now += 1.0
-        victim = ctx.running.pop(min(ctx.running))
-        end_run(victim, cluster, now)
-        policy.finished(victim, now)
-        ctx.now = now
-        t0 = time.perf_counter()
-        policy.schedule(ctx)
-        finish_ms.append((time.perf_counter() - t0) * 1000)
-        now += 1.0
-        job = SchedJob(next(ids), "u0", 1, now, time_limit_s=600.0)
-        policy.submit(job, now)
-        ctx.now = now
-        t0 = time.perf_counter()
-        policy.schedule(ctx)
-        submit_ms.append((time.perf_counter() - t0) * 1000)
+        first, finish, submit = time_passes(ctx, now, ids)
+        first_ms.append(first)
+        finish_ms.append(finish)
+        submit_ms.append(submit)
+    return medians(name, first_ms, finish_ms, submit_ms)
+
+
+def time_passes(
+    ctx: Ctx, now: float, ids: Iterator[int], gpu_type: str = ""
+) -> tuple[float, float, float]:
+    """On a full cluster whose deep queue was just submitted at ``now``: the ms of the first
+    pass over the queue, of the pass after one running job's end, and of the pass after a
+    submit of one 1-GPU job (of ``gpu_type``)."""
+    policy, cluster = ctx.policy, ctx.cluster
+    ctx.now = now
+    t0 = time.perf_counter()
+    policy.schedule(ctx)  # the first pass over the whole new queue (may preempt)
+    first = (time.perf_counter() - t0) * 1000
+    now += 1.0
+    victim = ctx.running.pop(min(ctx.running))
+    end_run(victim, cluster, now)
+    policy.finished(victim, now)
+    ctx.now = now
+    t0 = time.perf_counter()
+    policy.schedule(ctx)
+    finish = (time.perf_counter() - t0) * 1000
+    now += 1.0
+    job = SchedJob(next(ids), "u0", 1, now, time_limit_s=600.0, gpu_type=gpu_type)
+    policy.submit(job, now)
+    ctx.now = now
+    t0 = time.perf_counter()
+    policy.schedule(ctx)
+    submit = (time.perf_counter() - t0) * 1000
+    return first, finish, submit
+
+
+def medians(
+    name: str, first_ms: list[float], finish_ms: list[float], submit_ms: list[float]
+) -> dict[str, float]:
     return {
         f"{name}_first_pass_ms": round(statistics.median(first_ms), 3),
         f"{name}_after_finish_ms": round(statistics.median(finish_ms), 3),
         f"{name}_after_submit_ms": round(statistics.median(submit_ms), 3),
     }
+
+
+def emit(result: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:32s} {value}")
 
 
 def main() -> None:
@@ -98,11 +127,7 @@ def main() -> None:
         result.update(measure(name, args.pending, args.rounds, seed=1))
     steady = [v for k, v in result.items() if k.endswith(("_finish_ms", "_submit_ms"))]
     result["worst_steady_pass_ms"] = max(v for v in steady if isinstance(v, float))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:32s} {value}")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":
