@@ -18,7 +18,7 @@ import pytest
 from gpuyard.adapters.identity import unix_identity
 from gpuyard.services.run_as import RunAsPolicy
 from tests.e2e.executor_rig import Rig
-from tests.e2e.server import ServerProcess, wait_ended
+from tests.e2e.server import ServerProcess, wait_ended, wait_for
 from tests.e2e.unix_users import UnixUsers, unix_users
 
 RANKS = (
@@ -81,6 +81,51 @@ def test_labelled_output_and_the_job_when_a_task_is_allowed_to_fail(
     assert sorted(line for line in lines if line.startswith("done")) == ["done 0", "done 1"]
     assert "srun said 3" in lines
     assert not any("ignoring" in line for line in lines)  # known options: silently accepted
+
+
+CHECKPOINTS = (
+    "srun python3 -c '"
+    "import os, signal, sys, time\n"
+    'rank = os.environ["SLURM_PROCID"]\n'
+    "def save(sig, frame):\n"
+    "    time.sleep(0.2)\n"
+    '    print("saved", rank, signal.Signals(sig).name)\n'
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, save)\n"
+    'print("ready", rank)\n'
+    "time.sleep(120)\n"
+    "'\n"
+)
+
+
+@pytest.fixture
+def patient_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server whose stops give the job 30 s before SIGKILL: a loaded machine never cuts a
+    handler short."""
+    srv = ServerProcess(tmp_path / "state", "--gpus", "4", "--cpus", "32", "--kill-grace", "30")
+    srv.start()
+    yield srv
+    srv.stop()
+    srv.kill_jobs()
+
+
+def test_a_cancelled_steps_tasks_save_their_checkpoints_into_the_log(
+    patient_server: ServerProcess, tmp_path: Path
+):
+    """Cancel (or preemption): every task gets the stop signal, and what its handler prints
+    while it saves reaches the log (srun and its line readers outlive the signal, srun waits
+    for its tasks) in a script that outlives it too (gpuyard ends what a script leaves behind
+    when it ends)."""
+    script = "trap 'echo batch: stop' TERM\n" + CHECKPOINTS + 'echo "srun: $?"\n'
+    job_id = submit_script(patient_server, script, tmp_path, ntasks_per_node=2)
+    with patient_server.client() as client:
+        log = patient_server.state_dir / "jobs" / str(job_id) / "output.log"
+        wait_for(lambda: log.exists() and log.read_text().count("ready ") == 2)
+        client.cancel(job_id)
+        assert wait_ended(client, job_id)["state"] == "CANCELLED"
+    saved = sorted(line for line in log_of(patient_server, job_id) if line.startswith("saved"))
+    assert saved == ["saved 0 SIGTERM", "saved 1 SIGTERM"]
+    assert log_of(patient_server, job_id)[-2:] == ["batch: stop", "srun: 0"]
 
 
 def test_srun_is_on_a_scripts_path_and_not_on_a_plain_commands(

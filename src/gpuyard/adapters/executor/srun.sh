@@ -143,7 +143,10 @@ trap 'for file in "$dir"/pid.*; do [ -f "$file" ] && task_tree INT "$(cat "$file
 # which have their own handlers: srun, the waiters and the readers outlive them, so a task's
 # last lines (a checkpoint saved on SIGTERM) still reach the log and its exit code srun.
 quiet='TERM INT HUP USR1 USR2 QUIT'
-trap ':' USR1 USR2
+# The line readers: mawk (Debian's awk) waits for a full buffer from a pipe unless interactive.
+reader=awk
+if awk -W version 2>/dev/null | grep -q mawk; then reader='awk -W interactive'; fi
+trap ':' TERM USR1 USR2 # srun waits for its tasks; they get the job's signals from gpuyard
 exec 3<&0
 host=${SLURMD_NODENAME:-$(uname -n)}
 i=0
@@ -152,7 +155,7 @@ while [ "$i" -lt "$count" ]; do
 	rank=$((first + i))
 	(
 		export SLURM_PROCID="$rank" SLURM_LOCALID="$i"
-		trap - USR1 USR2
+		trap - TERM USR1 USR2
 		# stdin goes to task 0 (Slurm's default for a step's input), the others read nothing.
 		if [ "$rank" -ne 0 ]; then exec 3</dev/null; fi
 		# Each task's lines whole (as Slurm's srun relays them): its stdout and stderr through
@@ -164,9 +167,9 @@ while [ "$i" -lt "$count" ]; do
 			if [ "$label" -eq 1 ]; then prefix="$rank: "; fi
 			mkfifo "$dir/out.$rank" "$dir/err.$rank" || exit 1
 			# shellcheck disable=SC2086
-			(trap '' $quiet; exec awk -v p="$prefix" '{ print p $0; fflush() }') <"$dir/out.$rank" &
+			(trap '' $quiet; exec $reader -v p="$prefix" '{ print p $0; fflush() }') <"$dir/out.$rank" &
 			# shellcheck disable=SC2086
-			(trap '' $quiet; exec awk -v p="$prefix" '{ print p $0 > "/dev/stderr"; fflush("/dev/stderr") }') <"$dir/err.$rank" &
+			(trap '' $quiet; exec $reader -v p="$prefix" '{ print p $0 > "/dev/stderr"; fflush("/dev/stderr") }') <"$dir/err.$rank" &
 			(if [ -n "$group" ]; then exec setsid "$@"; else exec "$@"; fi) <&3 \
 				>"$dir/out.$rank" 2>"$dir/err.$rank" &
 		else
