@@ -35,6 +35,7 @@ from gpuyard.services.job_files import open_job_file
 from gpuyard.services.jobbook import JobBook
 from gpuyard.services.launch import progress_file
 from gpuyard.services.ports import ProgressStore
+from gpuyard.services.ticker import Ticker
 
 log = logging.getLogger("gpuyard.progress")
 
@@ -118,31 +119,24 @@ class ProgressService:
         self._keep_finished = keep_finished
         self._lock = threading.Lock()
         self._jobs: OrderedDict[int, _Tracked] = OrderedDict()  # least recently used first
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker(
+            "gpuyard-progress", self._tick_and_flush, lambda: self._period_s, log,
+            "progress tick failed",
+        )  # fmt: skip
         self._last_flush = time.monotonic()
 
     # -- the thread ------------------------------------------------------------------------
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="gpuyard-progress", daemon=True)
-        self._thread.start()
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._ticker.stop()
         self.flush()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._period_s):
-            try:
-                self.tick()
-                if time.monotonic() - self._last_flush >= self._flush_s:
-                    self.flush()
-            except Exception:  # a bad tick must not end the thread
-                log.exception("progress tick failed")
+    def _tick_and_flush(self) -> None:
+        self.tick()
+        if time.monotonic() - self._last_flush >= self._flush_s:
+            self.flush()
 
     def tick(self) -> None:
         """Read what every running job wrote since the last tick (and, once, what a job that

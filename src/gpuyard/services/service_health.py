@@ -31,6 +31,7 @@ from gpuyard.domain.job import Job
 from gpuyard.domain.retry import REASON_UNHEALTHY
 from gpuyard.domain.states import JobState
 from gpuyard.services.jobbook import JobBook
+from gpuyard.services.ticker import Ticker
 
 log = logging.getLogger("gpuyard.services")
 
@@ -116,8 +117,10 @@ class ServiceHealth:
         self._monotonic = monotonic
         self._lock = threading.Lock()  # leaf: the runs' map (the API reads it)
         self._runs: dict[int, _Run] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker(
+            "gpuyard-health", self.check_once, lambda: self.period_s, log,
+            "service health checks failed",
+        )  # fmt: skip
         self._pool: ThreadPoolExecutor | None = None
 
     # -- reads ----------------------------------------------------------------------------
@@ -186,22 +189,12 @@ class ServiceHealth:
 
     # -- thread ---------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="gpuyard-health", daemon=True)
-        self._thread.start()
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._ticker.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            try:
-                self.check_once()
-            except Exception:  # the checks must outlive one bad round
-                log.exception("service health checks failed")
 
 
 def _next(health: HealthState, error: str | None, now: float, *, past_grace: bool) -> HealthState:

@@ -40,6 +40,7 @@ from gpuyard.domain.sweep import Sweep, SweepRecord, Value, parse_sweep
 from gpuyard.services.jobs import JobService
 from gpuyard.services.ports import SweepStore
 from gpuyard.services.progress import ProgressService
+from gpuyard.services.ticker import Ticker
 
 log = logging.getLogger("gpuyard.sweeps")
 
@@ -104,8 +105,9 @@ class SweepService:
         self._parsed: dict[int, Sweep] = {}
         # What the tick read of each trial, by sweep then job id (only the tick's thread).
         self._reads: dict[int, dict[int, _Follow]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker(
+            "gpuyard-sweeps", self.tick, lambda: self._period_s, log, "sweep tick failed"
+        )
 
     # -- use cases --------------------------------------------------------------------------
     def submit(
@@ -189,22 +191,10 @@ class SweepService:
 
     # -- the thread --------------------------------------------------------------------------
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="gpuyard-sweeps", daemon=True)
-        self._thread.start()
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._period_s):
-            try:
-                self.tick()
-            except Exception:  # a bad tick must not end the thread
-                log.exception("sweep tick failed")
+        self._ticker.stop()
 
     def tick(self) -> list[tuple[int, str]]:
         """Judge every running trial of every sweep with early stop; returns the trials asked
