@@ -76,11 +76,14 @@ umask 077
 steps=${TMPDIR:-/tmp}/gpuyard-srun.${SLURM_JOB_ID:-0}.${GPUYARD_LAUNCH_ID:-$$}
 mkdir "$steps" 2>/dev/null
 if [ -d "$steps" ] && [ -O "$steps" ] && [ ! -L "$steps" ]; then
-	step=0
+	# Counted from the last step's number (a hint: steps started side by side may pass it).
+	step=$(cat "$steps/last" 2>/dev/null) || step=0
+	case $step in '' | *[!0-9]*) step=0 ;; esac
 	while ! mkdir "$steps/$step" 2>/dev/null; do
 		step=$((step + 1))
 		[ "$step" -lt 100000 ] || die "cannot number this step in $steps"
 	done
+	echo "$step" >"$steps/last.$$" && mv -f "$steps/last.$$" "$steps/last"
 	dir=$steps/$step # kept (emptied) at the end: it holds the step's number
 	temporary=0
 else
