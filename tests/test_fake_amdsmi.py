@@ -7,11 +7,9 @@ from ROCM_PATH, so each configuration needs a fresh interpreter.
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from tests.fakeamdsmi import (
     gcc_path,
     write_fake_amdsmi_state,
 )
+from tests.fakenvml import run_json
 
 # Only looked up: importing amdsmi here would load (and without the fake, fail to load) the
 # library in the test process itself.
@@ -41,16 +40,6 @@ def rocm(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return build_fake_amdsmi(tmp_path_factory.mktemp("rocm"))
     except FakeAmdSmiBuildError as exc:
         pytest.skip(f"could not compile the fake libamd_smi.so: {exc}")
-
-
-def run_amdsmi(script: str, env: dict[str, str]) -> dict[str, object]:
-    """Run `script` (its last stdout line is one JSON object) with env; return that object."""
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 INVENTORY = """
@@ -78,7 +67,7 @@ INVENTORY = """
 
 
 def test_default_inventory_and_rocm_version(rocm: Path) -> None:
-    out = run_amdsmi(INVENTORY, fake_amdsmi_env(rocm))
+    out = run_json(INVENTORY, fake_amdsmi_env(rocm))
     gpus = out["gpus"]
     assert isinstance(gpus, list) and len(gpus) == 2
     assert {g["name"] for g in gpus} == {"AMD Instinct MI300X"}
@@ -97,7 +86,7 @@ def test_configured_inventory_partitions_and_versions(rocm: Path) -> None:
     cpx = ("AMD Instinct MI300X", 24576, "22ff74a1-0000-1000-80bb-000000000000", "gfx942",
            "S300", "CPX", "NPS4")  # fmt: skip
     env = fake_amdsmi_env(rocm, [MI210, cpx], driver_version="6.8.5", FAKE_ROCM_VERSION="6.2.4")
-    out = run_amdsmi(INVENTORY, env)
+    out = run_json(INVENTORY, env)
     gpus = out["gpus"]
     assert isinstance(gpus, list)
     assert [(g["name"], g["gfx"], g["serial"], g["uuid"]) for g in gpus] == [
@@ -105,8 +94,8 @@ def test_configured_inventory_partitions_and_versions(rocm: Path) -> None:
     ]  # fmt: skip
     assert [(g["compute"], g["memory"]) for g in gpus] == [("SPX", "NPS1"), ("CPX", "NPS4")]
     assert gpus[0]["driver"] == "6.8.5" and out["rocm"] == [True, "6.2.4"]
-    none = run_amdsmi(INVENTORY, fake_amdsmi_env(rocm, [], FAKE_ROCM_VERSION="fail"))
-    assert none["gpus"] == [] and none["rocm"][0] is False  # type: ignore[index]
+    none = run_json(INVENTORY, fake_amdsmi_env(rocm, [], FAKE_ROCM_VERSION="fail"))
+    assert none["gpus"] == [] and none["rocm"][0] is False
 
 
 TELEMETRY = """
@@ -150,7 +139,7 @@ def test_state_file_drives_telemetry_ras_and_processes(rocm: Path, tmp_path: Pat
          1: {"ecc_correctable": 5, "ecc_uncorrectable": 2, "violation": 2 | 4}},
         procs={0: [(4242, 3000), (4243, 96)]},
     )  # fmt: skip
-    first, second = run_amdsmi(TELEMETRY, fake_amdsmi_env(rocm, state=state))  # type: ignore[misc]
+    first, second = run_json(TELEMETRY, fake_amdsmi_env(rocm, state=state))
     assert first["activity"]["gfx_activity"] == 87 and first["activity"]["umc_activity"] == 30
     assert first["activity"]["mm_activity"] == "N/A"  # 0xFFFF, as an MI300X answers
     assert first["used"] == 4096 * MIB
@@ -169,7 +158,7 @@ def test_missing_functions_lost_gpus_and_a_failed_init(rocm: Path, tmp_path: Pat
     state = tmp_path / "state"
     write_fake_amdsmi_state(state, {1: {"lost": 1}})
     env = fake_amdsmi_env(rocm, state=state, missing="amdsmi_get_violation_status")
-    first, second = run_amdsmi(TELEMETRY, env)  # type: ignore[misc]
+    first, second = run_json(TELEMETRY, env)
     assert first["active"] == ["error", 2] and isinstance(first["activity"], dict)
     assert second["activity"] == ["error", 12] and second["used"] == ["error", 12]  # I/O
     failed = subprocess.run(

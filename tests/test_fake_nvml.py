@@ -6,10 +6,7 @@ LD_LIBRARY_PATH only at process start.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -22,6 +19,7 @@ try:  # tests/ on sys.path (rootdir-relative "prepend" import of a non-package t
         build_fake_nvml,
         fake_nvml_env,
         gcc_path,
+        run_json,
         write_fake_nvml_state,
     )
 except ImportError:  # tests/ is a package
@@ -31,6 +29,7 @@ except ImportError:  # tests/ is a package
         build_fake_nvml,
         fake_nvml_env,
         gcc_path,
+        run_json,
         write_fake_nvml_state,
     )
 
@@ -51,22 +50,6 @@ def fake_nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return build_fake_nvml(tmp_path_factory.mktemp("fakenvml"))
     except FakeNvmlBuildError as exc:
         pytest.skip(f"could not compile the fake libnvidia-ml.so.1: {exc}")
-
-
-def run_pynvml(script: str, env: dict[str, str]) -> dict[str, object]:
-    """Run `script` (which prints one JSON object last) with env; return that object."""
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, (
-        f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 INVENTORY = """
@@ -100,7 +83,7 @@ INVENTORY = """
 
 
 def test_default_inventory(fake_nvml_dir: Path) -> None:
-    out = run_pynvml(INVENTORY, fake_nvml_env(fake_nvml_dir))
+    out = run_json(INVENTORY, fake_nvml_env(fake_nvml_dir))
     assert out["driver"] == "560.35.03"
     assert out["nvml"] == "12.560.35.03"
     assert out["cuda"] == out["cuda_v2"] == 12060
@@ -123,7 +106,7 @@ def test_configured_inventory(fake_nvml_dir: Path) -> None:
     gpus_cfg = [*H200_GPUS, ("NVIDIA A100-SXM4-80GB", 81920, "GPU-a100", "8.0")]
     env = fake_nvml_env(fake_nvml_dir, gpus_cfg, driver_version="550.54.15", cuda_version=12040)
     assert env["FAKE_NVML_GPUS"].count(";") == 2
-    out = run_pynvml(INVENTORY, env)
+    out = run_json(INVENTORY, env)
     assert out["driver"] == "550.54.15"
     assert out["cuda"] == 12040
     assert out["count"] == 3
@@ -136,7 +119,7 @@ def test_configured_inventory(fake_nvml_dir: Path) -> None:
 
 
 def test_zero_gpus(fake_nvml_dir: Path) -> None:
-    out = run_pynvml(INVENTORY, fake_nvml_env(fake_nvml_dir, []))
+    out = run_json(INVENTORY, fake_nvml_env(fake_nvml_dir, []))
     assert out["count"] == 0
     assert out["gpus"] == []
 
@@ -163,18 +146,18 @@ ERRORS = """
 
 
 def test_fail_init_is_driver_not_loaded(fake_nvml_dir: Path) -> None:
-    out = run_pynvml(ERRORS, fake_nvml_env(fake_nvml_dir, fail_init=True))
+    out = run_json(ERRORS, fake_nvml_env(fake_nvml_dir, fail_init=True))
     assert out["init"] == [
         "NVMLError_DriverNotLoaded",
         pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
         "Driver Not Loaded",
     ]
-    out = run_pynvml(ERRORS, fake_nvml_env(fake_nvml_dir, fail_init=18))
+    out = run_json(ERRORS, fake_nvml_env(fake_nvml_dir, fail_init=18))
     assert out["init"][:2] == ["NVMLError_LibRmVersionMismatch", 18]
 
 
 def test_unimplemented_function_and_error_paths(fake_nvml_dir: Path) -> None:
-    out = run_pynvml(ERRORS, fake_nvml_env(fake_nvml_dir))
+    out = run_json(ERRORS, fake_nvml_env(fake_nvml_dir))
     assert out["init"] == "None"
     not_found = ["NVMLError_FunctionNotFound", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND]
     assert out["serial"][:2] == not_found
@@ -189,7 +172,7 @@ def test_unimplemented_function_and_error_paths(fake_nvml_dir: Path) -> None:
 def test_malformed_gpu_spec_fails_init(fake_nvml_dir: Path) -> None:
     env = fake_nvml_env(fake_nvml_dir)
     env["FAKE_NVML_GPUS"] = "NVIDIA H200|lots|GPU-x"
-    out = run_pynvml(ERRORS, env)
+    out = run_json(ERRORS, env)
     assert out["init"][:2] == ["NVMLError_Unknown", 999]
 
 
@@ -237,7 +220,7 @@ def test_state_file_telemetry(fake_nvml_dir: Path, tmp_path: Path) -> None:
             1: {"mem_used_mib": 999999},  # more than total: clamps to total
         },
     )
-    out = run_pynvml(TELEMETRY, fake_nvml_env(fake_nvml_dir, H200_GPUS, state=state))
+    out = run_json(TELEMETRY, fake_nvml_env(fake_nvml_dir, H200_GPUS, state=state))
     g0, g1 = out["first"]
     total = 143771 * MIB
     assert g0 == {
@@ -277,7 +260,7 @@ def test_in_process_load_by_path_and_reinit(fake_nvml_dir: Path) -> None:
         h = pynvml.nvmlDeviceGetHandleByIndex(0)
         print(json.dumps([first, pynvml.nvmlDeviceGetCount(), pynvml.nvmlDeviceGetName(h)]))
     """
-    assert run_pynvml(script, env) == [0, 1, "NVIDIA H200"]
+    assert run_json(script, env) == [0, 1, "NVIDIA H200"]
 
 
 def test_build_is_cached(fake_nvml_dir: Path) -> None:
@@ -352,7 +335,7 @@ def test_clocks_ecc_processes_and_xid_events(fake_nvml_dir: Path, tmp_path: Path
         procs={0: [(4242, 3000), (4343, 1)]},
     )
     env = fake_nvml_env(fake_nvml_dir, H200_GPUS, state=state, missing="nvmlDeviceGetTemperature")
-    out = run_pynvml("import os\n" + textwrap.dedent(TELEMETRY_EXTRA), env)
+    out = run_json("import os\n" + textwrap.dedent(TELEMETRY_EXTRA), env)
     assert (out["sm"], out["mem_clock"]) == (1755, 2619)
     assert out["reasons"] == out["reasons_old"] == 0x44
     assert out["ecc"] == [5, 1]

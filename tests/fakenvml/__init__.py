@@ -47,12 +47,16 @@ per-device calls answered so far, for benchmarks.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "LIB_NAME",
@@ -63,6 +67,7 @@ __all__ = [
     "compile_library",
     "fake_nvml_env",
     "gcc_path",
+    "run_json",
     "set_fake_vars",
     "write_fake_nvml_state",
     "write_state_file",
@@ -229,3 +234,16 @@ def write_state_file(
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def run_json(script: str, env: Mapping[str, str]) -> Any:
+    """Run ``script`` (dedented) in a fresh interpreter with ``env`` (a fake library's: the
+    loader reads it only at start); it must exit 0. Returns the JSON of its last stdout line."""
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, (
+        f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakeamdsmi import build_fake_amdsmi, fake_amdsmi_env, gcc_path, write_fake_amdsmi_state
-from tests.fakenvml import build_fake_nvml, fake_nvml_env, write_fake_nvml_state
+from tests.fakenvml import build_fake_nvml, fake_nvml_env, run_json, write_fake_nvml_state
 
 from gpuyard.adapters.gpus.amd import THROTTLE_NAMES, throttle_names
 from gpuyard.services.health import hot_gpus
@@ -57,10 +57,7 @@ SCRIPT = """
 
 
 def run(env: dict[str, str]) -> dict[str, object]:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_json(SCRIPT, env)  # type: ignore[no-any-return]
 
 
 @needs_fakes
