@@ -10,10 +10,15 @@ from tests.e2e.server import ServerProcess
 pytestmark = pytest.mark.e2e
 
 
+SERVER_ARGS = ("--gpus", "4", "--cpus", "32", "--kill-grace", "1")
+
+
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    """A server with 4 declared GPUs, enough CPUs for parallel jobs, a 1 s kill grace."""
-    srv = ServerProcess(tmp_path / "state", "--gpus", "4", "--cpus", "32", "--kill-grace", "1")
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """A server with 4 declared GPUs, enough CPUs for parallel jobs, a 1 s kill grace; a test
+    module's own ``SERVER_ARGS`` (``gpuyard server`` options) replace these."""
+    args = getattr(request.module, "SERVER_ARGS", SERVER_ARGS)
+    srv = ServerProcess(tmp_path / "state", *args)
     srv.start()
     yield srv
     srv.stop()

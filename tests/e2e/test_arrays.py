@@ -5,21 +5,11 @@ expands them), `show`, `hold`, `cancel` and `wait` take the array's id or a task
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from tests.e2e.server import ServerProcess, wait_for
 
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path / "state", "--gpus", "2", "--cpus", "8", "--kill-grace", "1")
-    srv.start()
-    yield srv
-    srv.stop()
-    srv.kill_jobs()
+# The server fixture's (tests/e2e/conftest.py) options: two declared GPUs.
+SERVER_ARGS = ("--gpus", "2", "--cpus", "8", "--kill-grace", "1")
 
 
 def _rows(server: ServerProcess, *args: str) -> dict[str, list[str]]:

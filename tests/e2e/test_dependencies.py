@@ -4,21 +4,12 @@ waits; an array's %N holds; a dependency on no job is refused in one line."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.e2e.server import ServerProcess, wait_ended, wait_for
 
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path / "state", "--gpus", "2", "--cpus", "8", "--kill-grace", "1")
-    srv.start()
-    yield srv
-    srv.stop()
-    srv.kill_jobs()
+# The server fixture's (tests/e2e/conftest.py) options: two declared GPUs.
+SERVER_ARGS = ("--gpus", "2", "--cpus", "8", "--kill-grace", "1")
 
 
 def submit(server: ServerProcess, *args: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,14 +25,9 @@ for step in range(1, {STEPS + 1}):
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    """Two declared GPUs: two one-GPU trials at a time, the good ones first (grid order)."""
-    srv = ServerProcess(tmp_path / "state", "--gpus", "2", "--cpus", "8", "--kill-grace", "1")
-    srv.start()
-    yield srv
-    srv.stop()
-    srv.kill_jobs()
+# The server fixture's (tests/e2e/conftest.py) options: two declared GPUs, so two one-GPU
+# trials at a time, the good ones first (grid order).
+SERVER_ARGS = ("--gpus", "2", "--cpus", "8", "--kill-grace", "1")
 
 
 def test_a_sweep_stops_its_worst_trials_early_and_ranks_them(
