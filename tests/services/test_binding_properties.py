@@ -70,6 +70,10 @@ class BindingMachine(RuleBasedStateMachine):
         gpus = min(gpus, 2) if share_gib else gpus  # a share on 1 or 2 GPUs
         spec = JobSpec(("train",), "t", "/", gpus=gpus, gpu_mem_mib=share_gib * 1024,
                        priority=priority, time_limit_s=limit_s, preemptible=True)  # fmt: skip
+        self._submit(spec)
+
+    def _submit(self, spec: JobSpec) -> None:
+        """A user submits a job of ``spec`` (a user of three), then a pass runs."""
         job = Job(self.next_id, spec, f"u{self.next_id % 3}", JobState.PENDING, self.now)
         self.next_id += 1
         self.records[job.id] = job

@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
 from gpuyard.domain.gpu_types import matches
-from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
-from gpuyard.domain.states import JobState
+from gpuyard.domain.job import Gpu, JobSpec, NodeCapacity
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.live_scheduler import LiveScheduler
@@ -43,12 +42,7 @@ class TypedBindingMachine(BindingMachine):
     def submit_typed(self, gpus: int, gpu_type: str, share_gib: int, priority: int) -> None:
         spec = JobSpec(("train",), "t", "/", gpus=gpus, gpu_mem_mib=share_gib * 1024,
                        priority=priority, gpu_type=gpu_type, preemptible=True)  # fmt: skip
-        job = Job(self.next_id, spec, f"u{self.next_id % 3}", JobState.PENDING, self.now)
-        self.next_id += 1
-        self.records[job.id] = job
-        self.scheduler.submitted(job)
-
-        self.decide()
+        self._submit(spec)
 
     @invariant()
     def every_job_is_on_gpus_of_one_pool_and_its_type(self) -> None:
