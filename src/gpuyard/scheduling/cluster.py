@@ -205,18 +205,20 @@ class ClusterState:
     def _distinct_hosts(self, nodes: list[int], allowed: frozenset[int] | None) -> list[int]:
         """`nodes` of the type asked for, at most one per host (a job on several nodes wants
         several machines, not two pools of one)."""
-        out: list[int] = []
         hosts: set[str] = set()
-        for node in nodes:
-            if allowed is not None and node not in allowed:
-                continue
-            host = self.nodes[node].host
-            if host:
-                if host in hosts:
-                    continue
-                hosts.add(host)
-            out.append(node)
-        return out
+        return [n for n in nodes
+                if (allowed is None or n in allowed) and self._takes_host(n, hosts)]  # fmt: skip
+
+    def _takes_host(self, node: int, hosts: set[str]) -> bool:
+        """Whether `node` is on a host not in `hosts` yet, which it then joins (a node with no
+        host name is a machine of its own)."""
+        host = self.nodes[node].host
+        if not host:
+            return True
+        if host in hosts:
+            return False
+        hosts.add(host)
+        return True
 
     def _place_spread(
         self, per_node: int, nodes: int, cpus: int, mem_mib: int, allowed: frozenset[int] | None
@@ -234,11 +236,8 @@ class ClusterState:
                     continue
                 if self.free_cpus[node] < cpus_each or self.free_mem_mib[node] < mem_each:
                     continue
-                host = self.nodes[node].host
-                if host:
-                    if host in hosts:
-                        continue
-                    hosts.add(host)
+                if not self._takes_host(node, hosts):
+                    continue
                 chosen.append(node)
                 if len(chosen) == nodes:
                     return tuple((n, per_node) for n in sorted(chosen))
