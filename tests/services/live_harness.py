@@ -22,6 +22,7 @@ from gpuyard.scheduling.policy import Context, Policy, SchedJob
 from gpuyard.services.inventory import Inventory
 from gpuyard.services.ports import ExitStatus, Launched, LaunchPlan, Recovered
 from gpuyard.settings import Settings
+from gpuyard.simulation.trace import TraceJob
 
 Event = tuple[str, float, int]
 
@@ -183,6 +184,20 @@ class LiveRig:
         wake = self.scheduler.next_pass_at
         wake = wake if wake is not None and wake > self.now else math.inf
         return min(self.processes.next_end(), wake)
+
+    def replay(self, trace: list[TraceJob], submit: Callable[[list[TraceJob]], object]) -> None:
+        """Run ``trace`` (by ``submitted_at``) to its end in simulated time: at each arrival's
+        time ``submit`` takes it (with any arrivals it brings along: an array's tasks) off the
+        front of the list and submits it; the rig settles after each instant, until no job is
+        left."""
+        arrivals = list(trace)
+        while arrivals or self.processes.runs or self.book.jobs(include_finished=False):
+            at = min(arrivals[0].submitted_at if arrivals else math.inf, self.next_time())
+            assert at < math.inf, "jobs left that nothing will ever start"
+            self.now = at
+            while arrivals and arrivals[0].submitted_at == at:
+                submit(arrivals)
+            self.settle()
 
     def job(self, job_id: int) -> Job:
         return self.service.get(job_id, self.actor)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 from pathlib import Path
 
@@ -45,19 +44,15 @@ def live_events(
 ) -> list[tuple[str, float, int]]:
     recorder = Recording(make_policy(policy, for_server=True))
     rig = LiveRig(tmp_path, recorder, gpus)  # type: ignore[arg-type]
+
+    def submit(arrivals: list[TraceJob]) -> None:
+        t = arrivals.pop(0)
+        job = rig.submit(t.duration_s, user=t.user, gpus=t.gpus, time_limit_s=int(t.duration_s),
+                         preemptible=t.preemptible)  # fmt: skip
+        assert job.id == t.id
+
     try:
-        arrivals = list(trace)
-        while arrivals or rig.processes.runs or rig.book.jobs(include_finished=False):
-            at = min(arrivals[0].submitted_at if arrivals else math.inf, rig.next_time())
-            assert at < math.inf, "jobs left that nothing will ever start"
-            rig.now = at
-            while arrivals and arrivals[0].submitted_at == at:
-                t = arrivals.pop(0)
-                job = rig.submit(t.duration_s, user=t.user, gpus=t.gpus,
-                                 time_limit_s=int(t.duration_s),
-                                 preemptible=t.preemptible)  # fmt: skip
-                assert job.id == t.id
-            rig.settle()
+        rig.replay(trace, submit)
         assert all(j.state is JobState.COMPLETED for j in rig.book.jobs(include_finished=True))
         return recorder.events
     finally:

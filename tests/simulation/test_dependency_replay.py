@@ -3,7 +3,6 @@ live server's gate (LiveRig) on a contended trace with chains, failures and capp
 
 from __future__ import annotations
 
-import math
 import random
 from pathlib import Path
 
@@ -157,14 +156,7 @@ def live(tmp_path: Path, trace: list[TraceJob], policy: str) -> tuple[Events, li
 
     rig.processes.end_due = end_due  # type: ignore[method-assign]
     try:
-        arrivals = list(trace)
-        while arrivals or rig.processes.runs or rig.book.jobs(include_finished=False):
-            at = min(arrivals[0].submitted_at if arrivals else math.inf, rig.next_time())
-            assert at < math.inf, "jobs left that nothing will ever start"
-            rig.now = at
-            while arrivals and arrivals[0].submitted_at == at:
-                _submit(rig, arrivals)
-            rig.settle()
+        rig.replay(trace, lambda arrivals: _submit(rig, arrivals))
         jobs = rig.book.jobs(include_finished=True)
         cancelled = sorted(j.id for j in jobs if j.state is JobState.CANCELLED)
         assert all(j.reason == "DependencyNeverSatisfied" for j in jobs if j.id in cancelled)
