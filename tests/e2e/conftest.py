@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.server import ServerProcess
+from tests.e2e.unix_users import UnixUsers, unix_users
 
 pytestmark = pytest.mark.e2e
 
@@ -23,3 +24,11 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ServerPro
     yield srv
     srv.stop()
     srv.kill_jobs()
+
+
+@pytest.fixture(scope="module")
+def users() -> Iterator[UnixUsers]:
+    """Real Unix users alice and bob (and alice's team), made for one test module and removed
+    after it; skips unless root with useradd."""
+    with unix_users() as made:
+        yield made

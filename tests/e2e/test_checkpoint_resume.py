@@ -14,16 +14,13 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from gpuyard.adapters.identity import unix_identity
 from gpuyard.services.run_as import RunAsPolicy
 from tests.e2e.executor_rig import Rig
 from tests.e2e.server import ServerProcess, wait_ended, wait_for
-from tests.e2e.unix_users import UnixUsers, unix_users
+from tests.e2e.unix_users import UnixUsers
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = [sys.executable, str(REPO / "examples" / "train_mlp.py")]
@@ -143,12 +140,6 @@ def test_the_warning_signal_comes_that_long_before_the_limit_across_a_server_res
     start, usr1, term = (float(times[k]) for k in ("start", "usr1", "term"))
     assert 1.5 <= usr1 - start <= 5, times  # due 3 s after the start
     assert 3 <= term - usr1 <= 6, times  # due 4 s before the limit
-
-
-@pytest.fixture(scope="module")
-def users() -> Iterator[UnixUsers]:
-    with unix_users() as made:
-        yield made
 
 
 def test_the_checkpoint_folder_is_the_jobs_users_own_and_outlives_its_run(

@@ -24,7 +24,7 @@ from gpuyard.services.launch import check_container, container_argv, launch_plan
 from gpuyard.services.ports import ContainerRuntime
 from gpuyard.services.run_as import RunAsPolicy
 from tests.e2e.server import ServerProcess, wait_ended
-from tests.e2e.unix_users import UnixUsers, unix_users
+from tests.e2e.unix_users import UnixUsers
 
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
 SHOW = "import os, sys; print(sys.executable, sys.prefix, os.environ.get('VIRTUAL_ENV', '-'))"
@@ -96,12 +96,6 @@ def test_a_container_job_where_no_runtime_is_installed_is_refused_in_one_line(
 
 
 # -- as the job's user, on a root server ---------------------------------------------------
-@pytest.fixture(scope="module")
-def users() -> Iterator[UnixUsers]:
-    with unix_users() as made:
-        yield made
-
-
 def test_an_interpreter_its_user_cannot_reach_fails_at_launch(users: UnixUsers, venv: Path):
     """A venv in a folder only root may enter (root's home, a server's venv): alice's job
     cannot run it, and is told so before anything starts; bob's folder's venv she can."""

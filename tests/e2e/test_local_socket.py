@@ -20,7 +20,7 @@ import pytest
 
 from gpuyard._http import request
 from tests.e2e.server import ServerProcess
-from tests.e2e.unix_users import UnixUsers, unix_users
+from tests.e2e.unix_users import UnixUsers
 
 pytestmark = [
     pytest.mark.e2e,
@@ -28,12 +28,6 @@ pytestmark = [
 ]
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-
-
-@pytest.fixture(scope="module")
-def users() -> Iterator[UnixUsers]:
-    with unix_users() as made:
-        yield made
 
 
 @pytest.fixture

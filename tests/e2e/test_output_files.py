@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.server import ServerProcess, wait_ended
-from tests.e2e.unix_users import UnixUsers, unix_users
+from tests.e2e.unix_users import UnixUsers
 
 
 def _submit(server: ServerProcess, cwd: Path, *args: str) -> str:
@@ -64,12 +64,6 @@ def test_a_path_that_cannot_be_opened_fails_the_job_in_one_line(server, tmp_path
 
 
 # -- a root server: the files are the job's user's to open ------------------------------------
-
-
-@pytest.fixture(scope="module")
-def users() -> Iterator[UnixUsers]:
-    with unix_users() as made:
-        yield made
 
 
 @pytest.fixture

@@ -17,15 +17,9 @@ from gpuyard.bootstrap import build_app
 from gpuyard.domain.principal import Principal
 from gpuyard.services.server import ServerFacade
 from gpuyard.settings import Settings
-from tests.e2e.unix_users import UnixUsers, unix_users
+from tests.e2e.unix_users import UnixUsers
 
 _BASE = "http://127.0.0.1:8765"  # the Host the in-process server answers to
-
-
-@pytest.fixture(scope="module")
-def users() -> Iterator[UnixUsers]:
-    with unix_users() as made:
-        yield made
 
 
 @pytest.fixture

@@ -20,13 +20,7 @@ from gpuyard.adapters.identity import unix_identity
 from gpuyard.domain.errors import Forbidden, InvalidRequest
 from gpuyard.services.run_as import RunAsPolicy
 from tests.e2e.executor_rig import Rig
-from tests.e2e.unix_users import UnixUsers, unix_users
-
-
-@pytest.fixture(scope="module")
-def users() -> Iterator[UnixUsers]:
-    with unix_users() as made:
-        yield made
+from tests.e2e.unix_users import UnixUsers
 
 
 @pytest.fixture
