@@ -12,7 +12,6 @@ import socket
 import subprocess
 import threading
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,13 +26,8 @@ pytestmark = pytest.mark.e2e
 SECRET = "not-for-the-log-route-7f3a"
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path / "state", "--gpus", "2", "--cpus", "8", "--kill-grace", "1")
-    srv.start()
-    yield srv
-    srv.stop()
-    srv.kill_jobs()
+# The server fixture's (tests/e2e/conftest.py) options: two declared GPUs.
+SERVER_ARGS = ("--gpus", "2", "--cpus", "8", "--kill-grace", "1")
 
 
 def _token(srv: ServerProcess, name: str = "token") -> str:

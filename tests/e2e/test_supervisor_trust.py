@@ -229,13 +229,8 @@ def test_a_job_run_as_a_user_can_neither_kill_its_supervisor_nor_write_its_statu
 # -- through a real server ---------------------------------------------------------------
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path / "state", "--gpus", "2", "--cpus", "8", "--kill-grace", "1")
-    srv.start()
-    yield srv
-    srv.stop()
-    srv.kill_jobs()
+# The server fixture's (tests/e2e/conftest.py) options: two declared GPUs.
+SERVER_ARGS = ("--gpus", "2", "--cpus", "8", "--kill-grace", "1")
 
 
 def test_a_forged_status_and_a_killed_supervisor_neither_free_gpus_nor_stop_a_restart(
