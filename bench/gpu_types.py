@@ -14,7 +14,6 @@ nothing to start (the cluster remembers a full type until a release).
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
@@ -28,7 +27,7 @@ from gpuyard.scheduling.policy import SchedJob, end_run, place_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from schedule_pass import Ctx, emit, medians, time_passes
+from schedule_pass import Ctx, emit, medians, parse_args, time_passes
 
 SIZES = [1] * 80 + [2] * 3 + [4] * 6
 TYPES = ["", "nvidia", "amd", "h100", "mi300x"]
@@ -102,11 +101,7 @@ def one_type_full(name: str, pending: int, seed: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--pending", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_args(__doc__)
     result: dict[str, object] = {"benchmark": "gpu_types", "pending": args.pending,
                                  "gpus": 1024, "machines": 128, "pools": 256}  # fmt: skip
     for name in policy_names(include_oracles=False):

@@ -107,6 +107,15 @@ def medians(
     }
 
 
+def parse_args(doc: str | None) -> argparse.Namespace:
+    """--json, --pending (the queue's depth) and --rounds; ``doc``'s first line describes."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    return parser.parse_args()
+
+
 def emit(result: dict[str, object], as_json: bool) -> None:
     if as_json:
         print(json.dumps(result))
@@ -116,11 +125,7 @@ def emit(result: dict[str, object], as_json: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--pending", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_args(__doc__)
     result: dict[str, object] = {"benchmark": "schedule_pass", "pending": args.pending,
                                  "gpus": 1024, "nodes": 128}  # fmt: skip
     for name in policy_names(include_oracles=False):
