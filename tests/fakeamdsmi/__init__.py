@@ -42,11 +42,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 try:  # tests/ on sys.path, or tests/ as a package
-    from fakenvml import compile_library, gcc_path, set_fake_vars, write_state_file
+    from fakenvml import compile_library, gcc_path, join_gpu_spec, set_fake_vars, write_state_file
 except ImportError:  # pragma: no cover
     from tests.fakenvml import (  # type: ignore[no-redef]
         compile_library,
         gcc_path,
+        join_gpu_spec,
         set_fake_vars,
         write_state_file,
     )
@@ -103,12 +104,7 @@ def _gpu_spec(gpu: Sequence[object]) -> str:
         raise ValueError(
             f"GPU must be (name, vram_mib, uuid[, gfx, serial, compute, memory]): {gpu!r}"
         )
-    for f in fields:
-        if not f or "|" in f or ";" in f:
-            raise ValueError(f"empty field or '|'/';' in GPU spec {gpu!r}")
-    if not fields[1].isdigit():
-        raise ValueError(f"vram_mib must be a non-negative int, got {gpu[1]!r}")
-    return "|".join(fields)
+    return join_gpu_spec(gpu, "vram_mib")
 
 
 def fake_amdsmi_env(

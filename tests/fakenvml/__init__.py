@@ -67,6 +67,7 @@ __all__ = [
     "compile_library",
     "fake_nvml_env",
     "gcc_path",
+    "join_gpu_spec",
     "run_json",
     "set_fake_vars",
     "write_fake_nvml_state",
@@ -140,11 +141,18 @@ def _gpu_spec(gpu: tuple[str, int, str] | tuple[str, int, str, str]) -> str:
     fields = [str(f) for f in gpu]
     if len(fields) not in (3, 4):
         raise ValueError(f"GPU must be (name, memory_total_mib, uuid[, cc]), got {gpu!r}")
+    return join_gpu_spec(gpu, "memory_total_mib")
+
+
+def join_gpu_spec(gpu: Sequence[object], memory_field: str) -> str:
+    """A fake library's GPU entry: ``gpu``'s fields joined by ``|``, none empty or holding
+    ``|`` or ``;``, the second (``memory_field``, in MiB) a whole number."""
+    fields = [str(f) for f in gpu]
     for f in fields:
         if not f or "|" in f or ";" in f:
             raise ValueError(f"empty field or '|'/';' in GPU spec {gpu!r}")
     if not fields[1].isdigit():
-        raise ValueError(f"memory_total_mib must be a non-negative int, got {gpu[1]!r}")
+        raise ValueError(f"{memory_field} must be a non-negative int, got {gpu[1]!r}")
     return "|".join(fields)
 
 
