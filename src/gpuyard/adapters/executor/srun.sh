@@ -161,22 +161,32 @@ while [ "$i" -lt "$count" ]; do
 		trap - TERM USR1 USR2
 		# stdin goes to task 0 (Slurm's default for a step's input), the others read nothing.
 		if [ "$rank" -ne 0 ]; then exec 3</dev/null; fi
-		# Each task's lines whole (as Slurm's srun relays them): its stdout and stderr through
-		# a reader each, so lines of different tasks never mix mid-line (a Python run with
-		# PYTHONUNBUFFERED writes a print in pieces); `-l` prefixes them with the rank; `-u`
-		# without `-l`: the task writes where srun does, as it goes.
-		if [ "$label" -eq 1 ] || [ "$relay" -eq 1 ]; then
+		# Each task's lines whole (as Slurm's srun relays them): its stdout through a reader,
+		# one write a line, so lines of different tasks never mix mid-line (a Python run with
+		# PYTHONUNBUFFERED writes a print in pieces); its stderr as it is (tracebacks and log
+		# records come whole, progress bars' \r updates stay live); `-l`: both through readers,
+		# each line prefixed with the rank; `-u` without `-l`: stdout as written too.
+		out=/dev/stdout err=/dev/stderr
+		if [ "$relay" -eq 1 ] || [ "$label" -eq 1 ]; then
 			prefix=''
 			if [ "$label" -eq 1 ]; then prefix="$rank: "; fi
-			mkfifo "$dir/out.$rank" "$dir/err.$rank" || exit 1
+			out=$dir/out.$rank
+			mkfifo "$out" || exit 1
 			# shellcheck disable=SC2086
-			(trap '' $quiet; exec $reader -v p="$prefix" '{ print p $0; fflush() }') <"$dir/out.$rank" &
-			# shellcheck disable=SC2086
-			(trap '' $quiet; exec $reader -v p="$prefix" '{ print p $0 > "/dev/stderr"; fflush("/dev/stderr") }') <"$dir/err.$rank" &
-			(if [ -n "$group" ]; then exec setsid "$@"; else exec "$@"; fi) <&3 \
-				>"$dir/out.$rank" 2>"$dir/err.$rank" &
-		else
+			(trap '' $quiet; exec $reader -v p="$prefix" '{ printf "%s", p $0 "\n"; fflush() }') <"$out" &
+			if [ "$label" -eq 1 ]; then
+				err=$dir/err.$rank
+				mkfifo "$err" || exit 1
+				# shellcheck disable=SC2086
+				(trap '' $quiet; exec $reader -v p="$prefix" '{ printf "%s", p $0 "\n" > "/dev/stderr"; fflush("/dev/stderr") }') <"$err" &
+			fi
+		fi
+		if [ "$out" = /dev/stdout ] && [ "$err" = /dev/stderr ]; then
 			(if [ -n "$group" ]; then exec setsid "$@"; else exec "$@"; fi) <&3 &
+		elif [ "$err" = /dev/stderr ]; then
+			(if [ -n "$group" ]; then exec setsid "$@"; else exec "$@"; fi) <&3 >"$out" &
+		else
+			(if [ -n "$group" ]; then exec setsid "$@"; else exec "$@"; fi) <&3 >"$out" 2>"$err" &
 		fi
 		task=$!
 		# shellcheck disable=SC2086
