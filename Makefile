@@ -16,8 +16,13 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	touch $@
 
 # The tests need Ray (tests/raycluster, --backend ray); `make run` does not.
+# The `amd` extra's amdsmi goes in a folder of its own, off the venv's path: the tests put it on
+# PYTHONPATH only for the processes that load the fake libamd_smi.so (tests/fakeamdsmi), since
+# its import fails without the library, and Ray's import with it.
 $(STAMP_TEST): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,ray]'
+	$(BIN)/pip install -q --upgrade --no-deps --target $(VENV)/amdsmi \
+	  "$$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["amd"][0])')"
 	touch $@ $(STAMP_RUN)
 
 ## run: install, start the server on its defaults, show example training jobs, keep serving

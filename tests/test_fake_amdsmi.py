@@ -6,7 +6,6 @@ from ROCM_PATH, so each configuration needs a fresh interpreter.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -16,17 +15,20 @@ import pytest
 
 from tests.fakeamdsmi import (
     FakeAmdSmiBuildError,
+    amdsmi_package_dir,
     build_fake_amdsmi,
     fake_amdsmi_env,
     gcc_path,
     write_fake_amdsmi_state,
 )
 from tests.fakenvml import run_json
+from tests.needs import missing
 
 # Only looked up: importing amdsmi here would load (and without the fake, fail to load) the
 # library in the test process itself.
-if importlib.util.find_spec("amdsmi") is None:
-    pytest.skip("amdsmi (AMD's binding) is not installed", allow_module_level=True)
+if amdsmi_package_dir() is None:
+    missing("the amdsmi package is not installed", "the fake libamd_smi.so tests",
+            "make test installs it in .venv/amdsmi")  # fmt: skip
 
 MIB = 2**20
 MI210 = ("AMD Instinct MI210", 65520, "11ff740f-0000-1000-80aa-000000000000", "gfx90a", "S210")
@@ -169,9 +171,9 @@ def test_missing_functions_lost_gpus_and_a_failed_init(rocm: Path, tmp_path: Pat
 
 
 def test_the_library_exports_every_function_the_binding_binds(rocm: Path) -> None:
-    spec = importlib.util.find_spec("amdsmi")
-    assert spec is not None and spec.submodule_search_locations
-    wrapper = Path(next(iter(spec.submodule_search_locations))) / "amdsmi_wrapper.py"
+    package = amdsmi_package_dir()
+    assert package is not None
+    wrapper = package / "amdsmi_wrapper.py"
     bound = set(re.findall(r"_libraries\['libamd_smi\.so'\]\.(\w+)", wrapper.read_text()))
     nm = subprocess.run(["nm", "-D", "--defined-only", str(rocm / "lib" / "libamd_smi.so")],
                         capture_output=True, text=True, check=False)  # fmt: skip

@@ -5,7 +5,6 @@ drained on an uncorrectable RAS (ECC) count."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import urllib.request
@@ -15,13 +14,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.server import ServerProcess, wait_for
-from tests.fakeamdsmi import build_fake_amdsmi, fake_amdsmi_env, gcc_path, write_fake_amdsmi_state
+from tests.fakeamdsmi import (
+    amdsmi_missing,
+    build_fake_amdsmi,
+    fake_amdsmi_env,
+    write_fake_amdsmi_state,
+)
 from tests.fakenvml import build_fake_nvml, fake_nvml_env, write_fake_nvml_state
 
-pytestmark = pytest.mark.skipif(
-    gcc_path() is None or importlib.util.find_spec("amdsmi") is None,
-    reason="gcc and the amdsmi package are needed for the fake libamd_smi.so",
-)
+pytestmark = pytest.mark.skipif(amdsmi_missing() is not None, reason=str(amdsmi_missing()))
 
 MI300X = [("AMD Instinct MI300X", 196592, f"00ff74a1-0000-1000-80aa-00000000000{i}", "gfx942",
            f"SN30{i}", "SPX", "NPS1") for i in range(2)]  # fmt: skip

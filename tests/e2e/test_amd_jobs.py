@@ -5,7 +5,6 @@ device masks, placement by `--gpu-type` and `--gres=gpu:TYPE:N`, and `gpuyard do
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,7 +18,8 @@ import pytest
 from gpuyard.adapters.executor.cgroups import DRM_MAJOR, JobCgroups
 from tests.e2e.executor_rig import Rig
 from tests.e2e.server import GPUYARD, ServerProcess, free_port, wait_ended, wait_for
-from tests.fakenvml import build_fake_nvml, fake_nvml_env, gcc_path
+from tests.fakeamdsmi import amdsmi_missing
+from tests.fakenvml import build_fake_nvml, fake_nvml_env
 
 KFD_MAJOR = 237  # the kernel picks /dev/kfd's major at load time; any but 226 here
 
@@ -65,11 +65,7 @@ def test_a_job_on_amd_gpu_1_cannot_open_gpu_0s_render_node_but_opens_kfd(
 
 
 # -- through a real server on the fake libamd_smi.so (and the fake NVML) ------------------------
-needs_fakes = pytest.mark.skipif(
-    importlib.util.find_spec("amdsmi") is None or gcc_path() is None
-    or importlib.util.find_spec("tests.fakeamdsmi") is None,
-    reason="gcc, the amdsmi package and tests/fakeamdsmi are needed for the fake libamd_smi.so",
-)  # fmt: skip
+needs_fakes = pytest.mark.skipif(amdsmi_missing() is not None, reason=str(amdsmi_missing()))
 MI300X = [("AMD Instinct MI300X", 196592, f"00ff74a1-0000-1000-80aa-00000000000{i}", "gfx942")
           for i in range(2)]  # fmt: skip
 H200 = [("NVIDIA H200", 143771, f"GPU-0000000{i}-aaaa-bbbb-cccc-000000000000") for i in range(2)]

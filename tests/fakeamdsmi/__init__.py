@@ -37,7 +37,9 @@ answered so far, for benchmarks.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -53,9 +55,12 @@ except ImportError:  # pragma: no cover
     )
 
 __all__ = [
+    "AMDSMI_SITE",
     "LIB_NAME",
     "STATE_KEYS",
     "FakeAmdSmiBuildError",
+    "amdsmi_missing",
+    "amdsmi_package_dir",
     "build_fake_amdsmi",
     "fake_amdsmi_env",
     "gcc_path",
@@ -107,6 +112,33 @@ def _gpu_spec(gpu: Sequence[object]) -> str:
     return join_gpu_spec(gpu, "vram_mib")
 
 
+# The amdsmi package is installed for the tests in a folder of its own, off the venv's
+# sys.path (the Makefile: `pip install --target .venv/amdsmi`): installed in site-packages,
+# its import fails with a KeyError wherever libamd_smi.so is missing, and Ray (which imports
+# it to count AMD GPUs and catches only ImportError) then fails to import at all. Only the
+# subprocesses that load the fake get it on PYTHONPATH (`fake_amdsmi_env`).
+AMDSMI_SITE = Path(sys.prefix) / "amdsmi"
+
+
+def amdsmi_package_dir() -> Path | None:
+    """Where the amdsmi package is: the tests' own folder, else the interpreter's path."""
+    if (AMDSMI_SITE / "amdsmi" / "__init__.py").is_file():
+        return AMDSMI_SITE / "amdsmi"
+    spec = importlib.util.find_spec("amdsmi")  # only looked up: importing it loads the library
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def amdsmi_missing() -> str | None:
+    """Why the fake cannot be used here (no C compiler, no amdsmi package), or None."""
+    if gcc_path() is None:
+        return "no C compiler to build the fake libamd_smi.so"
+    if amdsmi_package_dir() is None:
+        return "the amdsmi package is not installed (make test installs it in .venv/amdsmi)"
+    return None
+
+
 def fake_amdsmi_env(
     root: Path,
     gpus: Sequence[Sequence[object]] | None = None,
@@ -130,6 +162,10 @@ def fake_amdsmi_env(
     if gpus is not None:
         env[_ENV_PREFIX + "GPUS"] = ";".join(_gpu_spec(g) for g in gpus)
     set_fake_vars(env, _ENV_PREFIX, extra)
+    package = amdsmi_package_dir()
+    if package is not None and package.parent == AMDSMI_SITE:  # after a PYTHONPATH in `extra`
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(AMDSMI_SITE) + (f":{path}" if path else "")
     return env
 
 

@@ -7,22 +7,24 @@ the suite compiles the committed C and never reads the binding's source itself.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # run as a script: the repository, for tests/
+from tests.fakeamdsmi import amdsmi_package_dir  # noqa: E402
+
 BOUND = re.compile(r"_libraries\['libamd_smi\.so'\]\.(\w+)")
 DEFINED = re.compile(r"^EXPORT\s+[\w\s\*]+?\b(amdsmi_\w+)\s*\(", re.MULTILINE)
 
 
 def main() -> int:
-    spec = importlib.util.find_spec("amdsmi")
-    if spec is None or not spec.submodule_search_locations:
+    package = amdsmi_package_dir()
+    if package is None:
         print("amdsmi is not installed", file=sys.stderr)
         return 1
-    wrapper = Path(next(iter(spec.submodule_search_locations))) / "amdsmi_wrapper.py"
+    wrapper = package / "amdsmi_wrapper.py"
     bound = sorted(set(BOUND.findall(wrapper.read_text())))
     defined = set(DEFINED.findall((HERE / "fake_amd_smi.c").read_text()))
     stubs = [name for name in bound if name not in defined]

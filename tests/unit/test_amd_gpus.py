@@ -5,7 +5,6 @@ are found when the bindings load them, from the environment."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,7 +12,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.fakeamdsmi import build_fake_amdsmi, fake_amdsmi_env, gcc_path, write_fake_amdsmi_state
+from tests.fakeamdsmi import (
+    amdsmi_missing,
+    build_fake_amdsmi,
+    fake_amdsmi_env,
+    write_fake_amdsmi_state,
+)
 from tests.fakenvml import build_fake_nvml, fake_nvml_env, run_json, write_fake_nvml_state
 
 from gpuyard.adapters.gpus.amd import THROTTLE_NAMES, throttle_names
@@ -21,10 +25,7 @@ from gpuyard.services.health import hot_gpus
 from gpuyard.services.ports import GpuReading
 from gpuyard.services.telemetry import GpuTelemetry, TelemetrySnapshot
 
-needs_fakes = pytest.mark.skipif(
-    gcc_path() is None or importlib.util.find_spec("amdsmi") is None,
-    reason="gcc and the amdsmi package are needed for the fake libamd_smi.so",
-)
+needs_fakes = pytest.mark.skipif(amdsmi_missing() is not None, reason=str(amdsmi_missing()))
 MI300X = [("AMD Instinct MI300X", 196592, f"00ff74a1-0000-1000-80aa-00000000000{i}", "gfx942",
            f"SN30{i}", "SPX", "NPS1") for i in range(2)]  # fmt: skip
 H200 = [("NVIDIA H200", 143771, f"GPU-0000000{i}-aaaa-bbbb-cccc-000000000000") for i in range(2)]

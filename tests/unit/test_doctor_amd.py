@@ -4,7 +4,6 @@ amdsmi binding against the project's fake libamd_smi.so."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -130,8 +129,8 @@ _PROBE = (
 @pytest.fixture(scope="module")
 def fake_rocm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fake = pytest.importorskip("tests.fakeamdsmi")
-    if importlib.util.find_spec("amdsmi") is None:  # importing it here would load no library
-        pytest.skip("the amdsmi package is not installed")
+    if fake.amdsmi_missing():  # only looked up: importing it here would load no library
+        pytest.skip(fake.amdsmi_missing())
     try:
         return Path(fake.build_fake_amdsmi(tmp_path_factory.mktemp("rocm")))
     except fake.FakeAmdSmiBuildError as exc:
