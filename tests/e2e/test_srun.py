@@ -19,7 +19,7 @@ from gpuyard.adapters.identity import unix_identity
 from gpuyard.services.run_as import RunAsPolicy
 from tests.e2e.executor_rig import Rig
 from tests.e2e.server import ServerProcess, wait_ended, wait_for
-from tests.e2e.unix_users import UnixUsers, unix_users
+from tests.e2e.unix_users import UnixUsers
 
 RANKS = (
     "srun python3 -c 'import os; e = os.environ; "
@@ -179,12 +179,6 @@ def test_a_lightning_script_launched_with_srun_gets_one_rank_per_task(
         ["SLURMEnvironment", "0", "0", "2", "127.0.0.1"],
         ["SLURMEnvironment", "1", "1", "2", "127.0.0.1"],
     ]
-
-
-@pytest.fixture(scope="module")
-def users() -> Iterator[UnixUsers]:
-    with unix_users() as made:
-        yield made
 
 
 def test_a_job_run_as_its_owner_runs_srun(users: UnixUsers):
