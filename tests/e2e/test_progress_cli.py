@@ -178,7 +178,7 @@ def test_an_older_server_without_the_routes_leaves_show_and_wait_as_they_were(
     drawn = frames.getvalue()
     assert f"job {job_id}" in drawn and "✓" in drawn and "━" not in drawn  # spinner, no bar
     capsys.readouterr()
-    assert commands.show(job_id, False) == 0
+    assert commands.show(str(job_id), False) == 0
     shown = capsys.readouterr().out
     assert "RunTime:" in shown and "Progress" not in shown and "Curve" not in shown
 

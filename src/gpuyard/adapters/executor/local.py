@@ -32,9 +32,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -56,6 +57,8 @@ from gpuyard.domain.job import Job
 from gpuyard.domain.output_paths import expand_output_path
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, LaunchPlan, Recovered
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("gpuyard.executor")
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
@@ -251,6 +254,15 @@ class LocalExecutor:
         jobdir = self.job_dir(job.id)
         if plan.srun_shim and self._srun_dir is not None:
             plan = replace(plan, env=with_srun(plan.env, self._srun_dir))
+        self._retrying(job.id, lambda: self._prepare(job, plan, jobdir))
+        child = self._retrying(job.id, lambda: self._spawn(jobdir, plan.log_path))
+        with self._lock:
+            self._children[job.id] = child
+        return Launched(child.pid, _start_time(child.pid) or 0.0)
+
+    def _prepare(self, job: Job, plan: LaunchPlan, jobdir: Path) -> None:
+        """The job's folder, log, checkpoint folder, script, cgroups and launch file (each
+        step may be done again: a launch out of descriptors for a moment is retried whole)."""
         try:
             jobdir.mkdir(parents=True, exist_ok=True)
             for stale in ("status.json", "supervisor.pid", STOP_SIGNAL_FILE):  # an earlier run's
@@ -276,18 +288,19 @@ class LocalExecutor:
                     self._cgroups.remove(job.id)
             raise_if_disk_full(exc, jobdir)
             raise
+
+    def _retrying(self, job_id: int, step: Callable[[], _T]) -> _T:
+        """`step`, tried again with a short back-off when it fails for a transient reason
+        (EMFILE, ENFILE, EAGAIN, ENOMEM): a busy moment must not fail a job's launch."""
         for attempt in range(_LAUNCH_TRIES):
             try:
-                child = self._spawn(jobdir, plan.log_path)
-                break
+                return step()
             except OSError as exc:
                 if exc.errno not in _TRANSIENT or attempt == _LAUNCH_TRIES - 1:
                     raise
-                log.warning("job %s: launch failed (%s), retrying", job.id, exc.strerror)
+                log.warning("job %s: launch failed (%s), retrying", job_id, exc.strerror)
                 time.sleep(_LAUNCH_BACKOFF_S * 2**attempt)
-        with self._lock:
-            self._children[job.id] = child
-        return Launched(child.pid, _start_time(child.pid) or 0.0)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _spawn(self, jobdir: Path, log_path: str) -> subprocess.Popen[bytes] | _Forked:
         """A supervisor from the fork server (`forkserver.py`); one started on its own when
