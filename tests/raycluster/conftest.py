@@ -9,6 +9,7 @@ Teardown checks that no process of the cluster is left: every Ray process of it 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ import pytest
 pytest.importorskip("ray")
 
 from gpuyard.adapters.ray import LocalNodeSpec, RayConnection
+from tests.e2e.server import ServerProcess
 
 NODE = LocalNodeSpec(gpus=2, cpus=2)
 
@@ -42,6 +44,22 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayConnect
             except psutil.Error:
                 pass
         assert not left, f"Ray processes left after close: {[p.pid for p in left]}"
+
+
+@contextlib.contextmanager
+def ray_server(state: Path, **env: str) -> Iterator[ServerProcess]:
+    """`gpuyard server --backend ray` on a loopback cluster of two logical nodes of 2 GPUs
+    (`env` adds settings), stopped at the end with no Ray process left behind."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    clean.update(GPUYARD_BACKEND="ray", GPUYARD_RAY_LOCAL_NODES="2x2", **env)
+    proc = ServerProcess(state, "--kill-grace", "2", env=clean).start(timeout_s=120)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        token = str(state / "ray_auth_token")
+        left = wait_until_gone(lambda: cluster_processes(token) + ray_orphans(), timeout_s=30)
+        assert not left, f"Ray processes left after the server stopped: {left}"
 
 
 def ray_orphans() -> list[psutil.Process]:

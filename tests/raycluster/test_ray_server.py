@@ -21,12 +21,7 @@ import psutil
 import pytest
 
 from tests.e2e.server import ServerProcess, wait_for
-from tests.raycluster.conftest import (
-    cluster_processes,
-    marked_processes,
-    ray_orphans,
-    wait_until_gone,
-)
+from tests.raycluster.conftest import marked_processes, ray_server, wait_until_gone
 
 REPO = Path(__file__).resolve().parents[2]
 DDP = str(REPO / "examples" / "train_ddp.py")
@@ -34,19 +29,9 @@ DDP = str(REPO / "examples" / "train_ddp.py")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(
-        GPUYARD_BACKEND="ray", GPUYARD_RAY_LOCAL_NODES="2x2", GPUYARD_RAY_NODE_TIMEOUT_S="1.5"
-    )
     state = tmp_path_factory.mktemp("ray-server") / "state"
-    proc = ServerProcess(state, "--kill-grace", "2", env=env).start(timeout_s=120)
-    try:
+    with ray_server(state, GPUYARD_RAY_NODE_TIMEOUT_S="1.5") as proc:
         yield proc
-    finally:
-        proc.stop()
-        token = str(state / "ray_auth_token")
-        left = wait_until_gone(lambda: cluster_processes(token) + ray_orphans(), timeout_s=30)
-        assert not left, f"Ray processes left after the server stopped: {left}"
 
 
 def _job(server: ServerProcess, job_id: int) -> dict:  # type: ignore[type-arg]

@@ -4,39 +4,26 @@ and each machine's srun starts that machine's tasks, ranks k x N ... k x N + N-1
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.server import ServerProcess, wait_for
-from tests.raycluster.conftest import cluster_processes, ray_orphans, wait_until_gone
+from tests.e2e.server import ServerProcess, wait_ended
+from tests.raycluster.conftest import ray_server
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(GPUYARD_BACKEND="ray", GPUYARD_RAY_LOCAL_NODES="2x2")
-    state = tmp_path_factory.mktemp("ray-srun") / "state"
-    proc = ServerProcess(state, "--kill-grace", "2", env=env).start(timeout_s=120)
-    try:
+    with ray_server(tmp_path_factory.mktemp("ray-srun") / "state") as proc:
         yield proc
-    finally:
-        proc.stop()
-        token = str(state / "ray_auth_token")
-        left = wait_until_gone(lambda: cluster_processes(token) + ray_orphans(), timeout_s=30)
-        assert not left, f"Ray processes left after the server stopped: {left}"
 
 
 def test_srun_spans_the_machines_of_a_multi_node_job(server: ServerProcess) -> None:
     show = 'echo "task $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $SLURM_NTASKS $SLURMD_NODENAME"'
     with server.client() as client:
         job = client.submit(["srun", "sh", "-c", show], nodes=2, gpus=2, ntasks_per_node=2)
-        ended = wait_for(
-            lambda: (j := client.job(job["id"]))["state"] not in ("PENDING", "RUNNING") and j,
-            timeout_s=120, interval_s=0.3,
-        )  # fmt: skip
+        ended = wait_ended(client, job["id"], 120)
         log = client.log(job["id"]).decode()
     assert ended["state"] == "COMPLETED", log[-3000:]
     tasks = sorted(re.findall(r"^\[node(\d)\] task (\d) (\d) (\d) (\d) (\S+)$", log, re.MULTILINE))
