@@ -78,7 +78,7 @@ def in_process(tasks: int, passes: int) -> dict[str, Any]:
 
     from gpuyard.bootstrap import build_app
     from gpuyard.domain.job import JobSpec
-    from gpuyard.services.timed_lock import TimedLock
+    from gpuyard.services.scheduler.timed_lock import TimedLock
     from gpuyard.settings import Settings
 
     _count_cpu(TimedLock)

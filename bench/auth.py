@@ -15,7 +15,7 @@ import secrets
 import timeit
 
 from gpuyard.domain.principal import Principal
-from gpuyard.services.auth import Credential, TokenAuth, token_hash
+from gpuyard.services.access.tokens import Credential, TokenAuth, token_hash
 
 
 def main() -> None:

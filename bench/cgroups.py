@@ -26,7 +26,7 @@ from gpuyard.adapters.executor.cgroups import JobCgroups
 from gpuyard.adapters.executor.local import LocalExecutor
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.launch import launch_plan
+from gpuyard.services.launch.plan import launch_plan
 from gpuyard.services.ports import ExitStatus
 
 

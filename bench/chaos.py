@@ -4,7 +4,7 @@ The rig is tests/chaos/rig.py (the same as the small form in `make test`): a rea
 declared GPUs and the default (preemptive) policy; jobs of 1, 2 and 4 GPUs, shared ones
 (--gpu-mem), preemptible and urgent ones, failing ones (exit 7), cancelled ones; GPUs drained
 and resumed; the server killed with SIGKILL `--kills` times, half of them at a named crash
-point (services/crashpoints.py), and restarted on the same state dir each time. Then, from
+point (services/jobs/crashpoints.py), and restarted on the same state dir each time. Then, from
 the database and the jobs' own records: acknowledged, lost, duplicated, double-run,
 double-booked, untrue final states, kills survived.
 

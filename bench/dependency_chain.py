@@ -32,8 +32,8 @@ from submit import LocalServer, machine_info, ms, percentile
 from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.services.inventory import Inventory
-from gpuyard.services.live_scheduler import LiveScheduler
+from gpuyard.services.scheduler.inventory import Inventory
+from gpuyard.services.scheduler.live import LiveScheduler
 
 
 def _at(iso: str) -> float:

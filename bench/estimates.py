@@ -23,8 +23,8 @@ from typing import Any
 from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy, policy_names
-from gpuyard.services.inventory import Inventory
-from gpuyard.services.live_scheduler import LiveScheduler
+from gpuyard.services.scheduler.inventory import Inventory
+from gpuyard.services.scheduler.live import LiveScheduler
 
 LIMITS_S = [600, 3600, 4 * 3600, 86400]
 

@@ -33,7 +33,7 @@ def main() -> None:
     from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
     from gpuyard.domain.job import Job, JobSpec
     from gpuyard.domain.states import JobState
-    from gpuyard.services.gpu_history import GpuHistory
+    from gpuyard.services.machine.gpu_history import GpuHistory
     from gpuyard.services.ports import GpuReading
 
     store = SqlJobStore(sqlite_url(Path(tempfile.mkdtemp()) / "gpuyard.db"))

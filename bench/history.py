@@ -141,7 +141,7 @@ CHILD = """
 import json, resource, sys, time
 began = time.perf_counter()
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
-from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobs.book import JobBook
 imported = time.perf_counter()
 store = SqlJobStore(sqlite_url(sys.argv[1]))
 keep = 10**9 if sys.argv[2] == "all" else int(sys.argv[2])

@@ -27,7 +27,7 @@ from gpuyard.adapters.executor.local import LocalExecutor
 from gpuyard.cli.attach import connect, frame
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.launch import launch_plan
+from gpuyard.services.launch.plan import launch_plan
 from gpuyard.services.ports import ExitStatus
 
 _SIZE = (40).to_bytes(2, "big") + (120).to_bytes(2, "big")

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.jobbook import JobBook
-from gpuyard.services.progress import ProgressService
+from gpuyard.services.jobs.book import JobBook
+from gpuyard.services.workflows.progress import ProgressService
 
 
 def _running(job_id: int) -> Job:

@@ -1,6 +1,6 @@
 """What services' health checks cost, and how long a killed service is away.
 
-1. Round (in process, `services/service_health.py`'s `ServiceHealth`): N (default 50) running
+1. Round (in process, `services/launch/service_check.py`'s `ServiceHealth`): N (default 50) running
    services, each a real stdlib HTTP server on its own loopback port in this process; one check
    round (`check_once`: every service asked `GET /health` once, 8 at a time) timed 20 times.
    A round runs on the health thread every `GPUYARD_SERVICE_CHECK_S` (3 s): its time is what
@@ -36,8 +36,8 @@ from submit import LocalServer, machine_info, ms
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.jobbook import JobBook
-from gpuyard.services.service_health import ServiceHealth
+from gpuyard.services.jobs.book import JobBook
+from gpuyard.services.launch.service_check import ServiceHealth
 
 SERVICE = """
 import os

@@ -29,9 +29,9 @@ from gpuyard.domain.progress_series import ProgressPoint
 from gpuyard.domain.spec_rules import decide_spec
 from gpuyard.domain.states import JobState
 from gpuyard.domain.sweep import SweepRecord, parse_sweep
-from gpuyard.services.jobbook import JobBook
-from gpuyard.services.progress import ProgressService
-from gpuyard.services.sweeps import SweepService
+from gpuyard.services.jobs.book import JobBook
+from gpuyard.services.workflows.progress import ProgressService
+from gpuyard.services.workflows.sweeps import SweepService
 
 DEFINITION: dict[str, Any] = {
     "command": "python3 train.py --lr {lr}",

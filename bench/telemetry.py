@@ -42,10 +42,10 @@ def child(
     from gpuyard.adapters.store.memory import MemoryJobStore
     from gpuyard.domain.job import Job, JobSpec, NodeCapacity
     from gpuyard.domain.states import JobState
-    from gpuyard.services.gpu_history import GpuHistory
-    from gpuyard.services.inventory import Inventory
-    from gpuyard.services.jobbook import JobBook
-    from gpuyard.services.telemetry import GpuMonitor
+    from gpuyard.services.jobs.book import JobBook
+    from gpuyard.services.machine.gpu_history import GpuHistory
+    from gpuyard.services.machine.telemetry import GpuMonitor
+    from gpuyard.services.scheduler.inventory import Inventory
 
     gpus = detect_amd_gpus() if vendor == "amd" else detect_gpus()
     jobs = [

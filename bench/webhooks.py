@@ -31,8 +31,8 @@ from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.domain.webhooks import UrlPolicy
-from gpuyard.services.journal import JobChange
-from gpuyard.services.notify import NotifyService
+from gpuyard.services.jobs.journal import JobChange
+from gpuyard.services.workflows.notify import NotifyService
 
 
 def jobs(n: int, start: int = 1) -> list[tuple[Job, Job]]:

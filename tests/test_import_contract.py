@@ -133,7 +133,7 @@ def test_the_walk_sees_imports() -> None:
     )
     assert "gpuyard.domain.errors" in gpuyard_imports("gpuyard.client", MODULES["gpuyard.client"])
     assert not allowed("gpuyard.api.app", "gpuyard.bootstrap")
-    assert not allowed("gpuyard.adapters.ray.executor", "gpuyard.services.launch")
+    assert not allowed("gpuyard.adapters.ray.executor", "gpuyard.services.launch.plan")
     assert allowed("gpuyard.adapters.ray.executor", "gpuyard.services.ports")
 
 

@@ -41,31 +41,33 @@ from gpuyard.domain.states import JobState
 from gpuyard.domain.webhooks import UrlPolicy
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.policy import Policy
-from gpuyard.services.access import AccessRules, HostRules
-from gpuyard.services.accounts import AccountService
-from gpuyard.services.auth import TokenAuth
-from gpuyard.services.controller import Controller, ExitInbox, Wakeup
-from gpuyard.services.dependencies import NamedJobs
-from gpuyard.services.drains import DrainService
-from gpuyard.services.feed import ChangeFeed
-from gpuyard.services.gpu_history import GpuHistory
-from gpuyard.services.gpu_mem import GpuMemLimit, PeakHistory
-from gpuyard.services.health import AfterSample, HealthGuard
-from gpuyard.services.idle import IdleWatch
-from gpuyard.services.inventory import Inventory
-from gpuyard.services.jobbook import JobBook
-from gpuyard.services.jobs import JobService
-from gpuyard.services.journal import JobObserver, Journal
-from gpuyard.services.live_scheduler import LiveScheduler
-from gpuyard.services.metrics import QueueMetrics
-from gpuyard.services.notify import NotifyService
-from gpuyard.services.observers import (
+from gpuyard.services.access.accounts import AccountService
+from gpuyard.services.access.front import AccessRules, HostRules
+from gpuyard.services.access.peers import PeerAuth
+from gpuyard.services.access.tokens import TokenAuth
+from gpuyard.services.jobs.book import JobBook
+from gpuyard.services.jobs.change_feed import ChangeFeed
+from gpuyard.services.jobs.controller import Controller, ExitInbox, Wakeup
+from gpuyard.services.jobs.dependencies import NamedJobs
+from gpuyard.services.jobs.drains import DrainService
+from gpuyard.services.jobs.journal import JobObserver, Journal
+from gpuyard.services.jobs.observers import (
     finished_job_stats,
     queue_metrics,
     release_ports,
     scheduler_events,
 )
-from gpuyard.services.peers import PeerAuth
+from gpuyard.services.jobs.service import JobService
+from gpuyard.services.jobs.stops import StopRequests, StopSignals, signal_new_stops
+from gpuyard.services.launch.rendezvous import RendezvousPorts
+from gpuyard.services.launch.run_as import RunAsPolicy
+from gpuyard.services.launch.service_check import ServiceHealth
+from gpuyard.services.machine.gpu_health import AfterSample, HealthGuard
+from gpuyard.services.machine.gpu_history import GpuHistory
+from gpuyard.services.machine.gpu_mem import GpuMemLimit, PeakHistory
+from gpuyard.services.machine.idle import IdleWatch
+from gpuyard.services.machine.telemetry import GpuMonitor
+from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.ports import (
     Executor,
     ExitCallback,
@@ -75,14 +77,12 @@ from gpuyard.services.ports import (
     ProgressStore,
     SweepStore,
 )
-from gpuyard.services.progress import ProgressService
-from gpuyard.services.rendezvous import RendezvousPorts
-from gpuyard.services.run_as import RunAsPolicy
+from gpuyard.services.scheduler.inventory import Inventory
+from gpuyard.services.scheduler.live import LiveScheduler
 from gpuyard.services.server import Background, ServerFacade, ServerInfo
-from gpuyard.services.service_health import ServiceHealth
-from gpuyard.services.stops import StopRequests, StopSignals, signal_new_stops
-from gpuyard.services.sweeps import SweepService
-from gpuyard.services.telemetry import GpuMonitor
+from gpuyard.services.workflows.notify import NotifyService
+from gpuyard.services.workflows.progress import ProgressService
+from gpuyard.services.workflows.sweeps import SweepService
 from gpuyard.settings import TOKEN_FILE as TOKEN
 from gpuyard.settings import Settings, is_loopback, masked_url
 
@@ -150,7 +150,7 @@ def build_core(
     after: list[JobObserver] = [signal_new_stops(executor, stop_signals)]
     if monitor is not None:
         after.append(finished_job_stats(store, monitor, peaks))
-    notify = _notifier(store, settings, clock)  # in order: it only queues (services/notify.py)
+    notify = _notifier(store, settings, clock)  # in order: it only queues (workflows/notify.py)
     journal = Journal(
         book, store,
         in_order=[scheduler_events(scheduler), queue_metrics(metrics), release_ports(ports), feed,

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from gpuyard.bootstrap import build_app
 from gpuyard.domain.principal import Principal, Scope
-from gpuyard.services.accounts import AccountService
+from gpuyard.services.access.accounts import AccountService
 from gpuyard.services.server import ServerFacade
 from gpuyard.settings import Settings
 

@@ -16,7 +16,7 @@ One `ChaosRig.run()`:
 - a drainer thread: now and then drains a GPU (half of the time with --now, which requeues its
   jobs) and resumes it a moment later;
 - a killer thread: SIGKILLs the server `kills` times and restarts it on the same state dir.
-  Every other start arms a named crash point (services/crashpoints.py, cycled through all of
+  Every other start arms a named crash point (services/jobs/crashpoints.py, cycled through all of
   them) so the named moments are hit for certain: the server kills itself there; if it is not
   reached in time it is killed from outside (said so in the kill's record). The others are
   killed from outside at a random moment.
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuyard.services.crashpoints import ENV_VAR, POINTS
+from gpuyard.services.jobs.crashpoints import ENV_VAR, POINTS
 from tests.e2e.server import ServerProcess
 
 JOB_PROGRAM = Path(__file__).with_name("job.py")

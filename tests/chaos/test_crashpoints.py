@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from gpuyard.services import crashpoints
+from gpuyard.services.jobs import crashpoints
 
 PROGRAM = (
-    "from gpuyard.services.crashpoints import crash_point\n"
+    "from gpuyard.services.jobs.crashpoints import crash_point\n"
     "for i in range(1, 4):\n"
     "    crash_point('journal_written'); crash_point('launched'); print(i, flush=True)\n"
 )

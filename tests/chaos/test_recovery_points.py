@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuyard.services.crashpoints import ENV_VAR
+from gpuyard.services.jobs.crashpoints import ENV_VAR
 from tests.e2e.server import ServerProcess, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,7 @@ import pytest
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import Job
 from gpuyard.domain.states import JobState
-from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobs.book import JobBook
 from gpuyard.services.ports import JobStore
 from tests.contract.stores import Backend, ended_job, pending_job
 

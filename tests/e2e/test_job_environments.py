@@ -20,9 +20,9 @@ from gpuyard.adapters.identity import unix_identity
 from gpuyard.domain.errors import GpuyardError, InvalidRequest
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.launch import check_container, container_argv, launch_plan
+from gpuyard.services.launch.plan import check_container, container_argv, launch_plan
+from gpuyard.services.launch.run_as import RunAsPolicy
 from gpuyard.services.ports import ContainerRuntime
-from gpuyard.services.run_as import RunAsPolicy
 from tests.e2e.server import ServerProcess, wait_ended
 from tests.e2e.unix_users import UnixUsers
 

@@ -19,7 +19,7 @@ import pytest
 
 import gpuyard
 from gpuyard.adapters.identity import unix_identity
-from gpuyard.services.run_as import RunAsPolicy
+from gpuyard.services.launch.run_as import RunAsPolicy
 from tests.e2e.executor_rig import Rig
 from tests.e2e.server import ServerProcess, wait_for
 from tests.e2e.unix_users import unix_users

@@ -18,7 +18,7 @@ import pytest
 
 from gpuyard.adapters.identity import unix_identity
 from gpuyard.domain.errors import Forbidden, InvalidRequest
-from gpuyard.services.run_as import RunAsPolicy
+from gpuyard.services.launch.run_as import RunAsPolicy
 from tests.e2e.executor_rig import Rig
 from tests.e2e.unix_users import UnixUsers
 

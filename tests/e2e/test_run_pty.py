@@ -287,7 +287,7 @@ def test_a_users_session_is_hers_alone(users):  # type: ignore[no-untyped-def]
 
     from gpuyard.adapters.identity import unix_identity
     from gpuyard.cli.attach import connect, frame
-    from gpuyard.services.run_as import RunAsPolicy
+    from gpuyard.services.launch.run_as import RunAsPolicy
     from tests.e2e.executor_rig import Rig
 
     state = Path(tempfile.mkdtemp(prefix="gpuyard-pty-", dir="/tmp"))

@@ -19,8 +19,8 @@ from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policy import Context, Policy, SchedJob
-from gpuyard.services.inventory import Inventory
 from gpuyard.services.ports import ExitStatus, Launched, LaunchPlan, Recovered
+from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.settings import Settings
 from gpuyard.simulation.trace import TraceJob
 

@@ -1,4 +1,4 @@
-"""The front door's checks before a token is looked at (services/access.py), and the hello
+"""The front door's checks before a token is looked at (services/access/front.py), and the hello
 proof (domain/hello.py), with known answers."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from gpuyard.domain import hello
-from gpuyard.services.access import FailureThrottle, HostRules
+from gpuyard.services.access.front import FailureThrottle, HostRules
 from gpuyard.settings import is_loopback
 
 

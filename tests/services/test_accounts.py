@@ -9,8 +9,8 @@ import pytest
 from gpuyard.adapters.store.memory import MemoryJobStore
 from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthorized
 from gpuyard.domain.principal import Principal
-from gpuyard.services.accounts import AccountService
-from gpuyard.services.auth import TokenAuth
+from gpuyard.services.access.accounts import AccountService
+from gpuyard.services.access.tokens import TokenAuth
 
 ROOT = Principal("root", "admin", "default")
 

@@ -20,8 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.services.inventory import Inventory
-from gpuyard.services.live_scheduler import LiveScheduler
+from gpuyard.services.scheduler.inventory import Inventory
+from gpuyard.services.scheduler.live import LiveScheduler
 
 GPUS = 3
 GPU_MEM_MIB = 80 * 1024

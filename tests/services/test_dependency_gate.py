@@ -15,8 +15,8 @@ from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.services.dependencies import NamedJobs
-from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobs.book import JobBook
+from gpuyard.services.jobs.dependencies import NamedJobs
 from gpuyard.services.ports import ExitStatus
 from tests.services.live_harness import LiveRig
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.states import JobState
-from gpuyard.services.gpu_history import GpuHistory
-from gpuyard.services.inventory import Inventory
-from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobs.book import JobBook
+from gpuyard.services.machine.gpu_history import GpuHistory
+from gpuyard.services.machine.telemetry import GpuMonitor
 from gpuyard.services.ports import GpuReading
-from gpuyard.services.telemetry import GpuMonitor
+from gpuyard.services.scheduler.inventory import Inventory
 
 T0 = 1_800_000_000.0  # a minute boundary
 UUIDS = {0: "GPU-aaaa", 1: "GPU-bbbb"}

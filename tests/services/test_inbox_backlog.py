@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.services import live_scheduler
+from gpuyard.services.scheduler import live as live_scheduler
 from tests.services.test_scheduler_gate_and_estimates import Rig
 
 CHUNK = live_scheduler._INBOX_CHUNK

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
-from gpuyard.services.insert_batch import InsertBatcher
+from gpuyard.services.jobs.insert_batch import InsertBatcher
 from tests.contract.stores import pending_job
 
 

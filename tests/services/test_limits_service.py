@@ -16,7 +16,7 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.quotas import REASON_TEAM_GPUS
-from gpuyard.services.limits import LimitService
+from gpuyard.services.access.quotas import LimitService
 from tests.services.live_harness import LiveRig
 
 ADMIN = Principal("ada", role="admin")

@@ -327,7 +327,7 @@ def test_dry_run_beyond_the_projection_budget_says_not_before_where_it_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gpuyard.domain.job import JobSpec
-    from gpuyard.services import estimates
+    from gpuyard.services.scheduler import estimates
 
     rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=1)
     try:

@@ -18,7 +18,7 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.domain.webhooks import UrlPolicy, events_of
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.services.notify import NotifyService
+from gpuyard.services.workflows.notify import NotifyService
 from gpuyard.settings import Settings
 from tests.e2e.server import wait_for
 from tests.services.live_harness import LiveRig

@@ -10,9 +10,9 @@ import pytest
 from gpuyard.adapters.store.memory import MemoryJobStore
 from gpuyard.domain.errors import Forbidden, Unauthorized
 from gpuyard.domain.principal import Principal
-from gpuyard.services.accounts import AccountService
-from gpuyard.services.auth import TokenAuth
-from gpuyard.services.peers import NAME_TTL_S, PeerAuth
+from gpuyard.services.access.accounts import AccountService
+from gpuyard.services.access.peers import NAME_TTL_S, PeerAuth
+from gpuyard.services.access.tokens import TokenAuth
 
 ADMIN = Principal("root", "admin", "default", "admin")
 

@@ -14,9 +14,9 @@ from gpuyard.adapters.store.memory import MemoryJobStore
 from gpuyard.bootstrap import build_server
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.jobbook import JobBook
-from gpuyard.services.progress import ProgressService
+from gpuyard.services.jobs.book import JobBook
 from gpuyard.services.server import ServerFacade
+from gpuyard.services.workflows.progress import ProgressService
 from gpuyard.settings import Settings
 
 TRAIN = textwrap.dedent(

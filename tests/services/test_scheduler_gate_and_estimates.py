@@ -14,8 +14,8 @@ from gpuyard.domain.job import REASON_PRIORITY, REASON_RESOURCES, Gpu, Job, JobS
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.projection import project_starts
-from gpuyard.services.inventory import Inventory
-from gpuyard.services.live_scheduler import LiveScheduler
+from gpuyard.services.scheduler.inventory import Inventory
+from gpuyard.services.scheduler.live import LiveScheduler
 
 LIVE_POLICIES = ["fifo", "backfill", "fairshare", "las", "default"]
 
@@ -193,7 +193,7 @@ def test_a_mirror_that_decides_otherwise_is_rebuilt_from_the_live_policy(
 ) -> None:
     rig = Rig("default", gpus=4, in_process=True)  # the patch below is this process's
     _busy_history(rig, seed=5)
-    from gpuyard.services.policy_feed import PolicyFeed
+    from gpuyard.services.scheduler.policy_steps import PolicyFeed
 
     monkeypatch.setattr(PolicyFeed, "replay", lambda self, ops: False)
     rig.submit(100)

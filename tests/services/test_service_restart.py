@@ -18,9 +18,9 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.retry import REASON_SERVICE_RESTART, REASON_UNHEALTHY
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
+from gpuyard.services.launch.service_check import ServiceHealth
+from gpuyard.services.launch.service_port import PORT_RANGE
 from gpuyard.services.ports import ExitStatus
-from gpuyard.services.service_health import ServiceHealth
-from gpuyard.services.service_ports import PORT_RANGE
 from gpuyard.settings import Settings
 from tests.services.live_harness import LiveRig
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.services.inventory import Inventory
-from gpuyard.services.live_scheduler import LiveScheduler
+from gpuyard.services.scheduler.inventory import Inventory
+from gpuyard.services.scheduler.live import LiveScheduler
 
 GIB = 1024
 

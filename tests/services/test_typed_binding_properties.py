@@ -12,8 +12,8 @@ from hypothesis.stateful import invariant, rule
 from gpuyard.domain.gpu_types import matches
 from gpuyard.domain.job import Gpu, JobSpec, NodeCapacity
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.services.inventory import Inventory
-from gpuyard.services.live_scheduler import LiveScheduler
+from gpuyard.services.scheduler.inventory import Inventory
+from gpuyard.services.scheduler.live import LiveScheduler
 from tests.services.test_binding_properties import GPU_MEM_MIB, BindingMachine
 
 MIXED = Inventory(

@@ -21,9 +21,9 @@ from tests.fakeamdsmi import (
 from tests.fakenvml import build_fake_nvml, fake_nvml_env, run_json, write_fake_nvml_state
 
 from gpuyard.adapters.gpus.amd import THROTTLE_NAMES, throttle_names
-from gpuyard.services.health import hot_gpus
+from gpuyard.services.machine.gpu_health import hot_gpus
+from gpuyard.services.machine.telemetry import GpuTelemetry, TelemetrySnapshot
 from gpuyard.services.ports import GpuReading
-from gpuyard.services.telemetry import GpuTelemetry, TelemetrySnapshot
 
 needs_fakes = pytest.mark.skipif(amdsmi_missing() is not None, reason=str(amdsmi_missing()))
 MI300X = [("AMD Instinct MI300X", 196592, f"00ff74a1-0000-1000-80aa-00000000000{i}", "gfx942",

@@ -13,10 +13,10 @@ from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec
 from gpuyard.scheduling.policies import make_policy, policy_names
 from gpuyard.scheduling.policy import SchedJob
-from gpuyard.services.inventory import Inventory
-from gpuyard.services.job_env import build_job_env
-from gpuyard.services.live_scheduler import LiveScheduler
-from gpuyard.services.oom import oom_line
+from gpuyard.services.launch.env import build_job_env
+from gpuyard.services.launch.oom import oom_line
+from gpuyard.services.scheduler.inventory import Inventory
+from gpuyard.services.scheduler.live import LiveScheduler
 
 H100 = "NVIDIA H100 80GB HBM3"
 MI300X = "AMD Instinct MI300X"
@@ -270,7 +270,7 @@ def test_a_full_type_is_remembered_only_until_room_comes_back() -> None:
 
 # -- containers -------------------------------------------------------------------------------
 def test_a_container_on_amd_gpus_gets_rocm_devices_and_keeps_the_hosts_numbering() -> None:
-    from gpuyard.services.launch import _on_amd, container_argv
+    from gpuyard.services.launch.plan import _on_amd, container_argv
     from gpuyard.services.ports import ContainerRuntime
 
     env = {"ROCR_VISIBLE_DEVICES": "1", "PATH": "/usr/bin"}

@@ -9,8 +9,8 @@ import threading
 
 from gpuyard.domain.job import REASON_PREEMPTED, Drain, Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.events import EventLog, classify
-from gpuyard.services.journal import JobChange
+from gpuyard.services.jobs.journal import JobChange
+from gpuyard.services.machine.event_ring import EventLog, classify
 
 
 def _job(state: JobState, **fields: object) -> Job:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from gpuyard.services.health import HealthGuard, failure_of
+from gpuyard.services.machine.gpu_health import HealthGuard, failure_of
+from gpuyard.services.machine.telemetry import GpuTelemetry, TelemetrySnapshot
 from gpuyard.services.ports import GpuReading
-from gpuyard.services.telemetry import GpuTelemetry, TelemetrySnapshot
 
 
 def snapshot(*readings: GpuReading) -> TelemetrySnapshot:
@@ -34,8 +34,8 @@ def test_the_guard_drains_once_per_failure_and_again_for_a_new_one() -> None:
 
 
 def test_free_gpus_with_foreign_memory_over_the_threshold_are_busy() -> None:
-    from gpuyard.services.health import foreign_memory
-    from gpuyard.services.telemetry import AttributedProcess
+    from gpuyard.services.machine.gpu_health import foreign_memory
+    from gpuyard.services.machine.telemetry import AttributedProcess
 
     def gpu(index: int, *mem: int) -> GpuTelemetry:
         procs = tuple(AttributedProcess(100 + i, m, None) for i, m in enumerate(mem))
@@ -50,7 +50,7 @@ def test_free_gpus_with_foreign_memory_over_the_threshold_are_busy() -> None:
 
 
 def test_hot_or_throttled_gpus_are_named_with_why() -> None:
-    from gpuyard.services.health import hot_gpus
+    from gpuyard.services.machine.gpu_health import hot_gpus
 
     snap = snapshot(
         GpuReading(0, temperature_c=88),

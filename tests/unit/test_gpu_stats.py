@@ -6,14 +6,14 @@ from types import MappingProxyType
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.metrics import Histogram
-from gpuyard.services.ports import GpuReading
-from gpuyard.services.telemetry import (
+from gpuyard.services.machine.telemetry import (
     AttributedProcess,
     GpuTelemetry,
     job_memory_mib,
     update_stats,
 )
+from gpuyard.services.metrics import Histogram
+from gpuyard.services.ports import GpuReading
 
 
 def running(job_id: int, gpus: tuple[int, ...]) -> Job:
@@ -71,9 +71,9 @@ def test_histogram_is_cumulative() -> None:
 
 def test_a_finished_jobs_stats_round_trip_through_their_saved_form() -> None:
     from gpuyard.domain.job import Gpu, NodeCapacity
-    from gpuyard.services.inventory import Inventory
-    from gpuyard.services.jobbook import JobBook
-    from gpuyard.services.telemetry import GpuMonitor, JobGpuStats
+    from gpuyard.services.jobs.book import JobBook
+    from gpuyard.services.machine.telemetry import GpuMonitor, JobGpuStats
+    from gpuyard.services.scheduler.inventory import Inventory
 
     inventory = Inventory((Gpu(0, "GPU-0", "x", 1024, True),), NodeCapacity("n", 1, 1), "nvml")
     monitor = GpuMonitor(

@@ -10,7 +10,7 @@ from tests.contract.stores import pending_job
 
 from gpuyard.client import new_idempotency_key
 from gpuyard.domain.states import JobState
-from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobs.book import JobBook
 
 
 def test_keys_are_fresh_uuid4s() -> None:

@@ -6,9 +6,9 @@ from types import MappingProxyType
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.idle import IdleWatch
+from gpuyard.services.machine.idle import IdleWatch
+from gpuyard.services.machine.telemetry import GpuTelemetry, TelemetrySnapshot
 from gpuyard.services.ports import GpuReading
-from gpuyard.services.telemetry import GpuTelemetry, TelemetrySnapshot
 
 
 def at(t: float, **util: int | None) -> TelemetrySnapshot:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.job_env import build_job_env
+from gpuyard.services.launch.env import build_job_env
 from gpuyard.services.ports import RunAs
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpuyard.domain.errors import Conflict
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.jobbook import JobBook
+from gpuyard.services.jobs.book import JobBook
 
 
 def new_job(job_id: int, *, gpus: int = 1, priority: int = 0, cpus: int = 1) -> Job:

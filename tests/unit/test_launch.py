@@ -6,8 +6,8 @@ import json
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.launch import job_process, node_argv, rank_failure
-from gpuyard.services.rendezvous import RendezvousPorts
+from gpuyard.services.launch.plan import job_process, node_argv, rank_failure
+from gpuyard.services.launch.rendezvous import RendezvousPorts
 
 
 def running(argv: tuple[str, ...], distributed: str | None, gpus: tuple[int, ...]) -> Job:

@@ -8,7 +8,7 @@ import json
 from gpuyard.adapters.executor.status import parse_status
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.launch import launch_plan, node_argv
+from gpuyard.services.launch.plan import launch_plan, node_argv
 from gpuyard.services.ports import RunAs
 
 

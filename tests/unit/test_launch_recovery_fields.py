@@ -12,7 +12,7 @@ from gpuyard.adapters.executor.launch_file import launch_instructions
 from gpuyard.adapters.executor.status import MAX_DROPPED_BYTES, parse_status
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.launch import launch_plan
+from gpuyard.services.launch.plan import launch_plan
 
 LOG = "/state/jobs/9/output.log"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuyard.services.oom import oom_line
+from gpuyard.services.launch.oom import oom_line
 
 OOMS = [
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuyard.domain.errors import Forbidden, InvalidRequest
+from gpuyard.services.launch.run_as import RunAsPolicy
 from gpuyard.services.ports import RunAs
-from gpuyard.services.run_as import RunAsPolicy
 
 USERS = {
     "root": RunAs("root", 0, 0, (0,), "/root", "/bin/bash"),

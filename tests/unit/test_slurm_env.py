@@ -14,8 +14,8 @@ import pytest
 from gpuyard.adapters.executor.srun_shim import SHIM_SOURCE
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.job_env import TASK_VARIABLES, build_job_env
-from gpuyard.services.launch import launch_plan, needs_port
+from gpuyard.services.launch.env import TASK_VARIABLES, build_job_env
+from gpuyard.services.launch.plan import launch_plan, needs_port
 from gpuyard.services.ports import RunAs
 
 BASE = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}

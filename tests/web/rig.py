@@ -118,8 +118,8 @@ def make_accounts(state_dir: Path, unix_users: Mapping[str, str | None]) -> dict
     each, written into `state_dir`'s database before its server starts."""
     from gpuyard.bootstrap import ensure_token, open_store
     from gpuyard.domain.accounts import DEFAULT_TEAM
-    from gpuyard.services.accounts import AccountService
-    from gpuyard.services.auth import TokenAuth
+    from gpuyard.services.access.accounts import AccountService
+    from gpuyard.services.access.tokens import TokenAuth
     from gpuyard.settings import Settings
 
     settings = Settings(state_dir=state_dir)

@@ -30,8 +30,8 @@ from gpuyard.api.routers import (
 )
 from gpuyard.api.submit_route import SubmitFastPath
 from gpuyard.schemas.v1 import ErrorOut
+from gpuyard.services.access.web_sessions import WebSessions
 from gpuyard.services.server import ServerFacade
-from gpuyard.services.web_sessions import WebSessions
 
 # Every route may answer these (the front door's 421 and 429 come before any route is chosen:
 # a Host not this server's, too many failed authentications; 429 is also a quota; 503 a
@@ -57,7 +57,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
 
     app = FastAPI(title="gpuyard", version=__version__, lifespan=lifespan, responses=_ERRORS)  # type: ignore[arg-type]
     app.state.server = server
-    # The dashboard's sessions live with the app (in memory: services/web_sessions.py).
+    # The dashboard's sessions live with the app (in memory: services/access/web_sessions.py).
     app.state.web_sessions = sessions = WebSessions()
     app.state.web_static = web.StaticFiles(web.static_root())
     for name, value in live.live_state(server).items():  # the GPU stream, the events ring
@@ -68,7 +68,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
                web.router, gpu_history.router, progress.router, arrays.router)  # fmt: skip
     for router in (*routers, sweeps.router):
         app.include_router(router)
-    app.include_router(notify.router)  # webhooks (services/notify.py)
+    app.include_router(notify.router)  # webhooks (services/workflows/notify.py)
     app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door
     app.add_middleware(
         FrontDoor, auth=server.auth, access=server.access, peers=server.peers, sessions=sessions

@@ -29,9 +29,9 @@ from gpuyard.schemas.v1 import (
     JobSubmitIn,
     ServiceHealthOut,
 )
-from gpuyard.services.jobs import DryRun, GpuHolding
-from gpuyard.services.service_health import HealthState, service_url
-from gpuyard.services.telemetry import GpuTelemetry, JobGpuStats
+from gpuyard.services.jobs.service import DryRun, GpuHolding
+from gpuyard.services.launch.service_check import HealthState, service_url
+from gpuyard.services.machine.telemetry import GpuTelemetry, JobGpuStats
 
 # JobSpec fields the wire spells otherwise (units a person writes, a mapping): spec field ->
 # (JobSubmitIn field, parse). Every other spec field is read from the wire field of its name.

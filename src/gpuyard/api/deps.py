@@ -10,8 +10,8 @@ from fastapi import Depends, Request
 
 from gpuyard.domain.errors import Unauthorized, Unavailable
 from gpuyard.domain.principal import Principal
-from gpuyard.services.accounts import AccountService
-from gpuyard.services.jobs import JobService
+from gpuyard.services.access.accounts import AccountService
+from gpuyard.services.jobs.service import JobService
 from gpuyard.services.server import ServerFacade
 
 

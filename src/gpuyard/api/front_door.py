@@ -8,10 +8,10 @@ too large Content-Length, and stops a body that grows past the limit while it st
 
 A request on the root server's Unix socket carries its caller's credentials from the kernel
 (`PEER`, put in the scope by `http_server`); the caller is who the kernel says
-(`services/peers.py`), with no token, whatever Authorization it sends. Its Host is not
+(`services/access/peers.py`), with no token, whatever Authorization it sends. Its Host is not
 checked (DNS rebinding needs TCP: a browser cannot reach a Unix socket).
 
-The web dashboard's browser carries a session cookie instead (`services/web_sessions.py`): a
+The web dashboard's browser carries a session cookie instead (`services/access/web_sessions.py`): a
 request without an Authorization header and with `gpuyard_session` is its session's
 principal, asked again of the credential the session was made with (a revoked token ends
 it); an unsafe method (POST/PUT/PATCH/DELETE) so authenticated must also send `X-CSRF-Token`
@@ -33,10 +33,10 @@ from gpuyard.api.errors import error_body
 from gpuyard.domain import hello
 from gpuyard.domain.errors import Forbidden, PayloadTooLarge, Unauthorized
 from gpuyard.domain.principal import Principal
-from gpuyard.services.access import AccessRules
-from gpuyard.services.auth import TokenAuth, token_hash
-from gpuyard.services.peers import PeerAuth
-from gpuyard.services.web_sessions import Origin, Session, WebSessions
+from gpuyard.services.access.front import AccessRules
+from gpuyard.services.access.peers import PeerAuth
+from gpuyard.services.access.tokens import TokenAuth, token_hash
+from gpuyard.services.access.web_sessions import Origin, Session, WebSessions
 
 MAX_BODY_BYTES = 4 << 20  # a submit is a few KiB; spec rules cap argv and env well below this
 _READS = frozenset({"GET", "HEAD"})

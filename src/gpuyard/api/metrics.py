@@ -29,10 +29,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from gpuyard.services.jobs import GpuHolding, JobService
+from gpuyard.services.jobs.service import GpuHolding, JobService
 from gpuyard.services.metrics import HistogramView, QueueMetrics
 from gpuyard.services.ports import GpuReading
-from gpuyard.services.progress import ProgressService
+from gpuyard.services.workflows.progress import ProgressService
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # dcgm-exporter's own labels; `hostname` too (the same value): its Grafana dashboard's legends

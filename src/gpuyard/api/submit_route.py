@@ -10,7 +10,7 @@ registered: it documents the route in OpenAPI, and the tests hold this path to i
 An `Idempotency-Key` header (1 to 255 printable ASCII characters; the CLI and the SDK send a
 fresh uuid4 with every submit) makes a retried submit safe: the first request with a key is
 answered 201 with its new job; any later one with the same key from the same user is answered
-200, `Idempotent-Replayed: true`, with the same job as it is now (`services/submit_keys.py`).
+200, `Idempotent-Replayed: true`, with the same job as it is now (`services/jobs/submit_keys.py`).
 A malformed key is 400; the key reused for a different job is 422.
 
 A body with `array` (sbatch's `--array 0-99%8`) makes one task (job) per index in one durable
@@ -34,8 +34,8 @@ from gpuyard.domain.arrays import parse_array
 from gpuyard.domain.errors import GpuyardError, Unauthorized
 from gpuyard.domain.principal import Principal
 from gpuyard.schemas.v1 import JobSubmitIn
-from gpuyard.services.crashpoints import crash_point
-from gpuyard.services.jobs import JobService
+from gpuyard.services.jobs.crashpoints import crash_point
+from gpuyard.services.jobs.service import JobService
 
 SUBMIT_PATH = "/api/v1/jobs"
 _SUBMIT_IN: TypeAdapter[JobSubmitIn] = TypeAdapter(JobSubmitIn)

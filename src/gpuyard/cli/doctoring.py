@@ -146,7 +146,7 @@ def check_submission(argv: Sequence[str], fields: dict[str, Any]) -> None:
 
 def _chosen_python(fields: dict[str, Any], env: dict[str, str]) -> tuple[str | None, str | None]:
     """The interpreter `--python` or `--venv` gives the job (its PATH and VIRTUAL_ENV set in
-    `env` as the server sets them, `services/launch.py`), or (None, why not); (None, None):
+    `env` as the server sets them, `services/launch/plan.py`), or (None, why not); (None, None):
     neither was given."""
     venv, python = fields.get("venv"), fields.get("python")
     if venv:

@@ -1,5 +1,5 @@
 """`gpuyard token create|list|revoke`, `gpuyard login URL` and `gpuyard admin user|team`:
-who you are to a server. The rules are the server's (`services/accounts.py`); this only asks
+who you are to a server. The rules are the server's (`services/access/accounts.py`); this only asks
 and prints. A secret is printed once, alone on stdout (so `$(gpuyard token create)` works)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`gpuyard admin limit set|list|clear`, `gpuyard share` (as `sshare`) and `gpuyard usage` (as
-`sreport`). The rules are the server's (`services/limits.py`); this only asks and prints."""
+`sreport`). The rules are the server's (`services/access/quotas.py`); this only asks and prints."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`gpuyard notify`: webhooks told of jobs' state changes (defaults, secret, delivery log).
 
-The rules are the server's (`services/notify.py`); this only asks and prints. A job's own
+The rules are the server's (`services/workflows/notify.py`); this only asks and prints. A job's own
 webhooks are `submit --notify URL` (and `--mail-type`)."""
 
 from __future__ import annotations

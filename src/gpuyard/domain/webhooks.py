@@ -4,7 +4,7 @@ it is signed, and which hosts the server may be made to POST to.
     events_of(before=PENDING job, after=RUNNING job) -> ("begin",)
     signature("secret", "1700000000", b'{"event": ...}') -> "sha256=5d1c..."
 
-The service (`services/notify.py`) queues, stores and retries deliveries; the adapter
+The service (`services/workflows/notify.py`) queues, stores and retries deliveries; the adapter
 (`adapters/webhook.py`) does the HTTP POST.
 """
 

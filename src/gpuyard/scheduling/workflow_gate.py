@@ -32,8 +32,14 @@ from gpuyard.domain.dependency import (
     Tally,
     Waiting,
     evaluate,
+    parse_dependency,
 )
-from gpuyard.domain.job import REASON_ARRAY_LIMIT, REASON_DEPENDENCY, REASON_DEPENDENCY_NEVER
+from gpuyard.domain.job import (
+    REASON_ARRAY_LIMIT,
+    REASON_DEPENDENCY,
+    REASON_DEPENDENCY_NEVER,
+    Job,
+)
 from gpuyard.domain.states import JobState
 
 Key = tuple[int, int | None]  # a reference: (job or array id, task index or None)
@@ -368,3 +374,18 @@ class WorkflowGate:
             state.active.add(job_id)
             self._reasons.pop(job_id, None)
             self._released.append(job_id)
+
+
+def gate_job(job: Job) -> GateJob:
+    """What the gate's workflow stages know of a job."""
+    spec = job.spec
+    return GateJob(
+        job.id, job.owner, spec.name, parse_dependency(spec.dependency), job.array_job_id,
+        job.array_task_id, spec.array_max_running if job.array_job_id is not None else 0,
+    )  # fmt: skip
+
+
+def gated(job: Job) -> bool:
+    """Whether a job passes the workflow stages at all (cheap: most jobs do not)."""
+    spec = job.spec
+    return bool(spec.dependency) or (job.array_job_id is not None and spec.array_max_running > 0)

@@ -110,6 +110,17 @@ class JobStore(Protocol):
         ...
 
 
+class LiveJobs(Protocol):
+    """The in-memory book's reads (`jobs/book.py` `JobBook`), for the rooms below `jobs/` that
+    watch live jobs (a service's port and health check) without importing the jobs room."""
+
+    def get(self, job_id: int) -> Job | None: ...
+
+    def jobs(self, *, include_finished: bool) -> list[Job]: ...
+
+    def running(self) -> list[Job]: ...
+
+
 class AccountStore(Protocol):
     """Durable accounts, teams and API tokens (rare writes, each durable before it returns).
     The stores that implement JobStore implement this too (one database); `tests/contract/`
@@ -204,7 +215,7 @@ class GpuBucket:
 
 
 class GpuHistoryStore(Protocol):
-    """GPU telemetry older than the server's in-memory ring (`services/gpu_history.py`), in
+    """GPU telemetry older than the server's in-memory ring (`services/machine/gpu_history.py`), in
     buckets: charts of past jobs, after a restart too. The stores that implement JobStore
     implement this too; `tests/contract/test_gpu_history_store.py` covers them."""
 
@@ -240,7 +251,7 @@ class ProgressStore(Protocol):
 
 
 class SweepStore(Protocol):
-    """Sweeps' definitions (`services/sweeps.py`), by their job array's id. The stores that
+    """Sweeps' definitions (`workflows/sweeps.py`), by their job array's id. The stores that
     implement JobStore implement this too; `tests/contract/test_sweep_store.py` covers them."""
 
     def save_sweep(self, record: SweepRecord) -> None:
@@ -253,7 +264,7 @@ class SweepStore(Protocol):
 
 
 class NotifyStore(Protocol):
-    """Webhook settings per user and team and the delivery log (`services/notify.py`). The
+    """Webhook settings per user and team and the delivery log (`services/workflows/notify.py`). The
     stores that implement JobStore implement this too; `tests/contract/test_notify_store.py`
     covers them."""
 

@@ -7,17 +7,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpuyard.services.access import AccessRules
-from gpuyard.services.accounts import AccountService
-from gpuyard.services.auth import TokenAuth
-from gpuyard.services.controller import Controller
-from gpuyard.services.feed import ChangeFeed
-from gpuyard.services.jobs import JobService
+from gpuyard.services.access.accounts import AccountService
+from gpuyard.services.access.front import AccessRules
+from gpuyard.services.access.peers import PeerAuth
+from gpuyard.services.access.tokens import TokenAuth
+from gpuyard.services.jobs.change_feed import ChangeFeed
+from gpuyard.services.jobs.controller import Controller
+from gpuyard.services.jobs.service import JobService
 from gpuyard.services.metrics import QueueMetrics
-from gpuyard.services.notify import NotifyService
-from gpuyard.services.peers import PeerAuth
-from gpuyard.services.progress import ProgressService
-from gpuyard.services.sweeps import SweepService
+from gpuyard.services.workflows.notify import NotifyService
+from gpuyard.services.workflows.progress import ProgressService
+from gpuyard.services.workflows.sweeps import SweepService
 
 
 class Background(Protocol):

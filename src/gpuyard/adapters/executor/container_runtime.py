@@ -1,6 +1,6 @@
 """Which container runtime runs `--container` jobs here: apptainer (or singularity, its older
 name), else podman, as found on the server's PATH at its start (`Inventory.container_runtime`).
-The recipe that runs a job in it is the services' (`services/launch.py` `container_argv`)."""
+The recipe that runs a job in it is the services' (`services/launch/plan.py` `container_argv`)."""
 
 from __future__ import annotations
 

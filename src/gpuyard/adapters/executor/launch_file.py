@@ -30,7 +30,7 @@ Fields (`version` 1):
                               run, exit 127 with the reason in its log); absent: none
     pty, attach_path,         an interactive job (`gpuyard run`): the job gets a pty (its
     attach_timeout_s          controlling terminal) and the supervisor relays it to clients
-                              of the Unix socket `attach_path` (frames in `supervisor.py`);
+                              of the Unix socket `attach_path` (frames: `supervisor_pty.py`);
                               its program runs once a client is there, and never if none
                               comes within `attach_timeout_s` (exit 127, LaunchFailed)
     marker                    a random token, also put in the job's environment as

@@ -1,5 +1,5 @@
 """What only an admin may do: take GPUs out of service and put them back; add teams and
-users, list and disable users (`services/accounts.py` decides; 403 for anyone else)."""
+users, list and disable users (`services/access/accounts.py` decides; 403 for anyone else)."""
 
 from __future__ import annotations
 

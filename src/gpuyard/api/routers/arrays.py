@@ -13,7 +13,7 @@ from gpuyard.api.convert import job_to_wire
 from gpuyard.api.deps import Actor, Service
 from gpuyard.domain.job import Job
 from gpuyard.schemas.v1 import JobOut
-from gpuyard.services.jobs import JobService
+from gpuyard.services.jobs.service import JobService
 
 router = APIRouter(prefix="/api/v1/arrays", tags=["arrays"])
 

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Query
 from gpuyard.api.deps import Actor, Service
 from gpuyard.domain.errors import NotFound
 from gpuyard.schemas.charts_v1 import GpuHistoryOut, JobGpuHistoryOut
-from gpuyard.services.gpu_history import GpuHistory, GpuSeries
-from gpuyard.services.jobs import JobService
+from gpuyard.services.jobs.service import JobService
+from gpuyard.services.machine.gpu_history import GpuHistory, GpuSeries
 
 router = APIRouter(tags=["gpus"])
 

@@ -28,8 +28,8 @@ from gpuyard.domain.states import JobState
 from gpuyard.domain.units import parse_duration_s
 from gpuyard.scheduling.projection import StartEstimates
 from gpuyard.schemas.v1 import CleanOut, DryRunOut, JobOut, JobSubmitIn
-from gpuyard.services.feed import ChangeFeed
-from gpuyard.services.jobs import MAX_PAGE, JobService, LogReader
+from gpuyard.services.jobs.change_feed import ChangeFeed
+from gpuyard.services.jobs.service import MAX_PAGE, JobService, LogReader
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 

@@ -1,5 +1,5 @@
 """Quotas and fair-share weights (admins), `share` and `usage` (everyone: their own rows;
-admins: all). `services/limits.py` decides; these routes only translate."""
+admins: all). `services/access/quotas.py` decides; these routes only translate."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.limits import AccountLimits
 from gpuyard.domain.usage import UsageRow
 from gpuyard.schemas.limits_v1 import LimitsIn, LimitsOut, ShareOut, UsageOut
-from gpuyard.services.limits import LimitService
+from gpuyard.services.access.quotas import LimitService
 
 router = APIRouter(prefix="/api/v1", tags=["limits"])
 

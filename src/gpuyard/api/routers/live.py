@@ -5,7 +5,8 @@ sent when it changes, at most once a second. One sampler for all subscribers (`G
 the list is built and serialised once a tick, whatever the number of open dashboards, and the
 sampler stops when the last one leaves.
 
-`GET /api/v1/events` and `GET /api/v1/events/stream`: the events ring (`services/events.py`),
+`GET /api/v1/events` and `GET /api/v1/events/stream`: the events ring
+(`services/machine/event_ring.py`),
 filled by `collect` from the journal's change feed and from the drains as they are.
 """
 
@@ -26,7 +27,7 @@ from pydantic import BaseModel
 from gpuyard.api.deps import Actor
 from gpuyard.api.routers.gpus import list_gpus
 from gpuyard.domain.principal import Principal
-from gpuyard.services.events import KINDS, EventLog
+from gpuyard.services.machine.event_ring import KINDS, EventLog
 from gpuyard.services.server import ServerFacade
 
 log = logging.getLogger("gpuyard.server")

@@ -1,5 +1,5 @@
 """Webhooks (`gpuyard notify`): one's settings, the signing secret, the delivery log and a
-test ping. `services/notify.py` decides; these routes only translate."""
+test ping. `services/workflows/notify.py` decides; these routes only translate."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from gpuyard.schemas.notify_v1 import (
     NotifySettingsOut,
     NotifyTestIn,
 )
-from gpuyard.services.notify import NotifyService
 from gpuyard.services.server import ServerFacade
+from gpuyard.services.workflows.notify import NotifyService
 
 router = APIRouter(prefix="/api/v1/notify", tags=["notify"])
 

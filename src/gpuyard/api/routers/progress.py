@@ -1,5 +1,6 @@
 """A job's progress and metric series (`gpuyard.progress()`, the `::gpuyard progress` line, the
-bars and logs the server reads: `services/progress.py`). Job details: another user's job is
+bars and logs the server reads: `services/workflows/progress.py`). Job details: another user's job
+is
 not found, admins see all (as `show`)."""
 
 from __future__ import annotations

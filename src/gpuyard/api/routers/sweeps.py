@@ -1,5 +1,6 @@
 """/api/v1/sweeps: submit a sweep (its trials one job array), show one with its trials ranked
-by the metric, list one's own (`services/sweeps.py`). Another user's sweep is not found, as
+by the metric, list one's own (`services/workflows/sweeps.py`). Another user's sweep is not found,
+as
 their jobs are; admins see all."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from gpuyard.domain.job import REASON_NONE, display_state
 from gpuyard.domain.sweep import SweepRecord
 from gpuyard.schemas.sweeps_v1 import SweepIn, SweepOut, SweepTrialOut
 from gpuyard.services.server import ServerFacade
-from gpuyard.services.sweeps import SweepService
+from gpuyard.services.workflows.sweeps import SweepService
 
 router = APIRouter(prefix="/api/v1/sweeps", tags=["sweeps"])
 

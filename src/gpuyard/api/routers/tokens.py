@@ -1,5 +1,5 @@
 """/api/v1/tokens: the caller's own API tokens (make, list, revoke); the rules are
-`services/accounts.py`'s."""
+`services/access/accounts.py`'s."""
 
 from __future__ import annotations
 

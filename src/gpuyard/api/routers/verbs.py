@@ -1,5 +1,5 @@
 """The everyday verbs on one job (hold, release, requeue, update, restart) and who the caller
-is (`queue --me`); the decisions are the services' (`services/job_verbs.py`)."""
+is (`queue --me`); the decisions are the services' (`services/jobs/verbs.py`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from gpuyard.api.deps import Actor, Service
 from gpuyard.domain.job import Job
 from gpuyard.domain.units import parse_duration_s
 from gpuyard.schemas.v1 import JobOut, JobUpdateIn, WhoAmIOut
-from gpuyard.services.jobs import JobService
+from gpuyard.services.jobs.service import JobService
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 

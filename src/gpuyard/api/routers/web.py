@@ -4,7 +4,7 @@
 
 Login: `POST /ui/login` with an API token, or with a one-time code from `gpuyard dashboard`
 (`POST /api/v1/web/login-link`, made by whoever the CLI is: its token or its Unix-socket
-identity), makes a server-side session (`services/web_sessions.py`) carried in the HttpOnly
+identity), makes a server-side session (`services/access/web_sessions.py`) carried in the HttpOnly
 cookie `gpuyard_session`; the page reads its CSRF token from the `gpuyard_csrf` cookie (or
 `GET /ui/session`) and sends it in `X-CSRF-Token` on every change. Every answer here carries a
 strict Content-Security-Policy (this server's own files only, no inline script, no framing).
@@ -36,8 +36,8 @@ from gpuyard.api.front_door import (
 )
 from gpuyard.domain.errors import Unauthorized
 from gpuyard.domain.principal import Principal
-from gpuyard.services.auth import token_hash
-from gpuyard.services.web_sessions import NewSession, Origin, Session, WebSessions
+from gpuyard.services.access.tokens import token_hash
+from gpuyard.services.access.web_sessions import NewSession, Origin, Session, WebSessions
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 api_router = APIRouter(prefix="/api/v1/web", tags=["web"])

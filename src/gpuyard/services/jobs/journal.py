@@ -1,0 +1,185 @@
+"""The journal: the one place a job changes.
+
+Every change goes the same way: written durably to the store, then put in the in-memory book,
+then published to the observers registered when the journal was built. Two kinds:
+- `in_order` observers are called under the journal's lock, in commit order, with every change
+  (the scheduler's inbox, metrics, the live feed): they must be cheap and never block;
+- `after` observers are called once the lock is released (stopping a process, saving a finished
+  job's GPU stats): they may do I/O, and see changes of different jobs in any order.
+
+A write that fails is not dropped: the change is kept as *unwritten* and retried
+(`retry_unwritten`, on every controller tick) until it lands; only then is it put in the book
+and published. Meanwhile `current()` answers with the intended version, so a later change of the
+same job (a cancel while its end record waits for the disk) builds on it and replaces it. A
+change made with `retry=False` (a start: the scheduler offers it again next pass) is simply not
+made when its write fails.
+
+Worked example: job 7 exits while the disk is full. Its FAILED record cannot be written, so it
+stays RUNNING in the book and its GPUs stay held: nothing is published, nothing is forgotten.
+The next tick retries; once the disk has room the record lands, the book holds FAILED, and the
+scheduler hears `ended` and gives the GPUs to the next job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from gpuyard.domain.job import Job
+from gpuyard.services.jobs.book import JobBook
+from gpuyard.services.jobs.crashpoints import crash_point
+from gpuyard.services.ports import JobStore
+
+log = logging.getLogger("gpuyard.journal")
+
+
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    """One committed change: `before` None for a new job; `at` when it happened."""
+
+    before: Job | None
+    after: Job
+    at: float
+
+
+JobObserver = Callable[[JobChange], None]
+
+
+class Transaction:
+    """Changes made while holding the journal's lock (see `Journal.transaction`)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self.published: list[JobChange] = []
+
+    def current(self, job_id: int) -> Job | None:
+        return self._journal.current(job_id)
+
+    def commit(self, jobs: Sequence[Job], at: float, *, retry: bool = True) -> list[Job]:
+        """Write new versions of existing jobs (each built on `current()`); returns those that
+        are durable now. With `retry`, those that are not are kept and retried."""
+        return self._journal._commit(self, jobs, at, retry)
+
+    def commit_one(self, job: Job, at: float, *, retry: bool = True) -> bool:
+        return bool(self.commit([job], at, retry=retry))
+
+
+class Journal:
+    """Durable write, then the book, then the observers; failed writes retried."""
+
+    def __init__(
+        self,
+        book: JobBook,
+        store: JobStore,
+        *,
+        in_order: Sequence[JobObserver] = (),
+        after: Sequence[JobObserver] = (),
+    ) -> None:
+        self.book = book
+        self.store = store
+        self.lock = book.mutation_lock  # one change of a job at a time
+        self._in_order = tuple(in_order)
+        self._after = tuple(after)
+        # job id -> (intended version, at); changed only under `lock`
+        self._unwritten: dict[int, tuple[Job, float]] = {}
+
+    # -- new jobs -------------------------------------------------------------------------
+    def inserted(self, job: Job, at: float) -> None:
+        """Publish a job the caller has just inserted durably. No lock: nobody can change a job
+        whose id is not in the book yet, and observers hear of it before the book has it (a
+        cancel, which needs the book, can never reach an observer before the submit)."""
+        change = JobChange(None, job, at)
+        self._publish(self._in_order, change)
+        self.book.put(job)
+        self._publish(self._after, change)
+
+    # -- changes --------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """Hold the lock for a read-decide-write of several jobs; `after` observers run once it
+        is released."""
+        tx = Transaction(self)
+        with self.lock:
+            yield tx
+        for change in tx.published:
+            self._publish(self._after, change)
+
+    def change(
+        self, job_id: int, update: Callable[[Job], Job | None], at: float, *, retry: bool = True
+    ) -> Job | None:
+        """Apply `update` to the job's current version (None from it: no change) and commit.
+        Returns the job as it now is (intended, if its write is waiting for a retry)."""
+        with self.transaction() as tx:
+            current = tx.current(job_id)
+            if current is None:
+                return None
+            new = update(current)
+            if new is None:
+                return current
+            tx.commit([new], at, retry=retry)
+            return tx.current(job_id) if retry else self.book.get(job_id)
+
+    def current(self, job_id: int) -> Job | None:
+        """The job's latest version: one waiting to be written, else the book's."""
+        pending = self._unwritten.get(job_id)
+        return pending[0] if pending is not None else self.book.get(job_id)
+
+    def unwritten_count(self) -> int:
+        return len(self._unwritten)
+
+    def retry_unwritten(self) -> int:
+        """Write the changes whose write failed; returns how many are still waiting."""
+        if not self._unwritten:
+            return 0
+        with self.transaction() as tx:
+            waiting = list(self._unwritten.values())
+            for job, at in waiting:  # one by one: one bad row must not hold back the others
+                self._commit(tx, [job], at, retry=True, quiet=True)
+            return len(self._unwritten)
+
+    # -- the protocol ---------------------------------------------------------------------
+    def _commit(
+        self, tx: Transaction, jobs: Sequence[Job], at: float, retry: bool, quiet: bool = False
+    ) -> list[Job]:
+        news = [self._on_stored_version(job) for job in jobs]
+        if not news:
+            return []
+        try:
+            self.store.write([], news)
+        except Exception as exc:  # the disk, the database: kept and retried, never dropped
+            if not quiet:
+                log.warning(
+                    "recording job(s) %s failed (%s); %s",
+                    ",".join(str(j.id) for j in news), exc,
+                    "retrying until it lands" if retry else "not made",
+                )  # fmt: skip
+            if retry:
+                for job in news:
+                    self._unwritten[job.id] = (job, at)
+            return []
+        crash_point("journal_written")
+        for job in news:
+            self._unwritten.pop(job.id, None)
+            change = JobChange(self.book.get(job.id), job, at)
+            self.book.put(job)
+            self._publish(self._in_order, change)
+            tx.published.append(change)
+        return news
+
+    def _on_stored_version(self, job: Job) -> Job:
+        """A change built on an unwritten one replaces it: it is written as the next version
+        of what the store holds (the book's version)."""
+        stored = self.book.get(job.id)
+        if job.id in self._unwritten and stored is not None:
+            return replace(job, version=stored.version + 1)
+        return job
+
+    @staticmethod
+    def _publish(observers: Sequence[JobObserver], change: JobChange) -> None:
+        for observer in observers:
+            try:
+                observer(change)
+            except Exception:  # one observer's bug must not lose the change for the others
+                log.exception("an observer of job %s's change failed", change.after.id)
