@@ -62,6 +62,7 @@ _T = TypeVar("_T")
 
 log = logging.getLogger("gpuyard.executor")
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+_SUPERVISOR_PARTS = ("pty", "serve")  # supervisor_<part>.py: loaded by the starts needing it
 _START_TIME_TOLERANCE_S = 0.05
 # The supervisor's whole environment: nothing of the server's or the job's (an LD_PRELOAD
 # sent with a submit must never load into the supervisor); the job's comes from its plan.
@@ -213,7 +214,7 @@ class LocalExecutor:
         self._jobs_dir = jobs_dir
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
         self._jobs_dir_str = str(jobs_dir)
-        self._supervisor = _compile_supervisor(jobs_dir / ".supervisor.pyc")
+        self._supervisor = _compile_supervisor(jobs_dir)
         try:  # gpuyard's `srun` for the jobs that want one (`srun_shim.py`)
             self._srun_dir = prepare_srun(jobs_dir)
         except OSError as exc:
@@ -588,9 +589,17 @@ def _exit_code(child: subprocess.Popen[bytes] | _Forked | None) -> int | None:
     return child.wait()
 
 
-def _compile_supervisor(target: Path) -> str:
-    """The supervisor as bytecode: saves compiling it at every job start (~2 ms)."""
+def _compile_supervisor(jobs_dir: Path) -> str:
+    """The supervisor as bytecode (saves compiling it at every job start, ~2 ms), its parts
+    beside it in the jobs folder, where it finds them (`supervisor._part`); if any of them
+    cannot be compiled, all run from source."""
+    source = Path(SUPERVISOR)
     try:
+        for part in _SUPERVISOR_PARTS:
+            part_source = source.with_name(f"supervisor_{part}.py")
+            part_target = jobs_dir / f".supervisor_{part}.pyc"
+            py_compile.compile(str(part_source), cfile=str(part_target), doraise=True)
+        target = jobs_dir / ".supervisor.pyc"
         py_compile.compile(SUPERVISOR, cfile=str(target), doraise=True)
         return str(target)
     except (OSError, py_compile.PyCompileError):
