@@ -1,0 +1,120 @@
+"""The one authorisation table: who may see, change and administer what, each a small pure
+function of (principal, object). Every service asks these; no route decides.
+
+A read-scope credential is refused any change at the front door (`api/front_door.py`), the
+only way in, so the rules here decide by role and ownership: `may_change` still asks the
+scope, for a caller that reaches a service some other way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from gpuyard.domain.errors import Forbidden, NotFound
+from gpuyard.domain.job import Job
+from gpuyard.domain.principal import Principal
+from gpuyard.domain.webhooks import NotifySettings, url_host
+
+
+def is_admin(actor: Principal) -> bool:
+    """An admin with an admin-scope credential (an admin's read or submit token is a user's)."""
+    return actor.is_admin
+
+
+def may_write(actor: Principal) -> bool:
+    """Whether the credential may change anything at all (a read token only reads)."""
+    return actor.scope != "read"
+
+
+def owns(actor: Principal, owner: str) -> bool:
+    """Whether `owner` (of a job, sweep, token, settings row) is the actor themself."""
+    return owner == actor.user
+
+
+def may_see(actor: Principal, owner: str) -> bool:
+    """A resource's details (a job's log, environment, command; a sweep; a token) are its
+    owner's and the admins'."""
+    return is_admin(actor) or owns(actor, owner)
+
+
+def may_change(actor: Principal, owner: str) -> bool:
+    """The owner or an admin, with a credential that may change things."""
+    return may_write(actor) and may_see(actor, owner)
+
+
+def sees_everyone(actor: Principal) -> bool:
+    """Whether a listing or report shows every user's rows (admins), not the actor's own."""
+    return is_admin(actor)
+
+
+def report_owner(actor: Principal) -> str | None:
+    """Whose rows a report reads: None (everyone's) for an admin, else the actor's own."""
+    return None if sees_everyone(actor) else actor.user
+
+
+def may_see_entry(actor: Principal, kind: str, name: str, team: str | None) -> bool:
+    """An account's settings row (limits, webhook defaults), `kind` user or team: the
+    admins', the user's own and their `team`'s."""
+    return sees_everyone(actor) or (kind, name) in (("user", actor.user), ("team", team))
+
+
+def may_make_token(actor: Principal, scope: str) -> bool:
+    """A token never allows more than the credential that makes it: admin scope is an
+    admin's (with an admin-scope credential)."""
+    return scope != "admin" or is_admin(actor)
+
+
+def require_visible(actor: Principal, owner: str, missing: str) -> None:
+    """NotFound(`missing`) unless the actor may see `owner`'s resource: another user's job
+    does not exist for them, in the same words as one that does not exist."""
+    if not may_see(actor, owner):
+        raise NotFound(missing)
+
+
+def require_admin(actor: Principal, what: str) -> None:
+    """Forbidden, in one wording for every admin-only use case, unless the actor is an admin."""
+    if not is_admin(actor):
+        raise Forbidden(f"only an admin may {what}; ask one (`gpuyard admin` needs that role)")
+
+
+def redact_job(actor: Principal, job: Job) -> Job:
+    """A job as the actor may see it in a listing: everyone sees who, what size, which state
+    and why (as `squeue`); the command and working directory are the owner's and the admins'
+    (its log and GPU stats too: the reader asks `may_see` for those)."""
+    if may_see(actor, job.owner):
+        return job
+    return replace(job, spec=replace(job.spec, argv=(), workdir=""))
+
+
+def redact_notify(actor: Principal, settings: NotifySettings) -> NotifySettings:
+    """Webhook settings as the actor may see them: a team's URLs only by their host unless the
+    actor is an admin (a URL may carry a secret path or query); a user sees only their own."""
+    if settings.kind != "team" or is_admin(actor):
+        return settings
+    return replace(settings, urls=tuple(url_host(u) for u in settings.urls))
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """One kind of caller the authorisation matrix (tests/api) names, and what decides it."""
+
+    meaning: str
+    decided_by: Callable[..., object] | None  # the rule here; None: the front door alone
+    where: str = "services/access/rules.py"
+
+
+FRONT_DOOR = "api/front_door.py"
+# The caller kinds of the matrix test's `Rule.who`: each row there names one of these.
+WHO: dict[str, Caller] = {
+    "public": Caller("anyone, with no credential (health, the API's own documents)", None,
+                     FRONT_DOOR),
+    "metrics": Caller("any account, and the metrics token (GET /metrics only)", None,
+                      FRONT_DOOR),
+    "reader": Caller("any account with any scope; what it reads is its own or redacted",
+                     may_see),
+    "submitter": Caller("an account's submit or admin scope (a read token only reads)",
+                        may_write),
+    "admin": Caller("an admin with an admin-scope credential", require_admin),
+    "owner": Caller("the resource's owner and the admins; anyone else: not found",
+                    require_visible),
+}  # fmt: skip
