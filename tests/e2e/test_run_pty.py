@@ -253,10 +253,10 @@ def test_a_server_on_another_machine_is_refused_before_anything_is_queued(server
 def test_a_session_nobody_attaches_to_ends_without_running(tmp_path, monkeypatch):
     """Its `gpuyard run` was killed while it waited: the job does not hold its GPUs until its
     time limit, its program never runs, and its reason says why."""
-    from gpuyard.adapters.executor import local
+    from gpuyard.adapters.executor import job_folder
     from tests.e2e.executor_rig import Rig
 
-    monkeypatch.setattr(local, "ATTACH_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(job_folder, "ATTACH_TIMEOUT_S", 0.5)
     rig = Rig(tmp_path)
     try:
         rig.start(1, "touch ran", kind="interactive")

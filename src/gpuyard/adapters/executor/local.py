@@ -24,10 +24,7 @@ import logging
 import os
 import py_compile
 import selectors
-import shutil
 import signal
-import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -35,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psutil
 
@@ -43,18 +40,16 @@ from gpuyard.adapters.disk_full import raise_if_disk_full
 from gpuyard.adapters.executor import tree
 from gpuyard.adapters.executor.cgroups import JobCgroups
 from gpuyard.adapters.executor.forkserver import ForkServer
+from gpuyard.adapters.executor.job_folder import JobFolder, job_io
 from gpuyard.adapters.executor.launch_file import (
     LAUNCH_FILE,
-    STOP_SIGNAL_FILE,
     launch_instructions,
     new_marker,
     read_facts,
     write_launch_file,
 )
 from gpuyard.adapters.executor.srun_shim import prepare_srun, with_srun
-from gpuyard.adapters.executor.status import parse_status
 from gpuyard.domain.job import Job
-from gpuyard.domain.output_paths import expand_output_path
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, LaunchPlan, Recovered
 
@@ -93,107 +88,6 @@ class _Forked:
     forks: ForkServer
 
 
-def write_script(plan: LaunchPlan) -> None:
-    """The script copied at submit, where the plan's argv runs it: owner-only (it may hold
-    secrets), executable (a `#!` script is run by the kernel), the job's user's own."""
-    assert plan.script is not None
-    path, text = plan.script
-    with contextlib.suppress(FileNotFoundError):  # an earlier run's, or whatever the job left
-        os.unlink(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-        if plan.run_as is not None:
-            os.fchown(f.fileno(), plan.run_as.uid, plan.run_as.gid)
-        f.write(text)
-
-
-def make_checkpoint_dir(plan: LaunchPlan) -> None:
-    """GPUYARD_CHECKPOINT_DIR, made at the job's first launch and kept for every later run:
-    the job's user's own, 0700 (on a root server the job's folder is 0711, so its owner
-    reaches it by path). One already there is left as it is (it holds the last checkpoint);
-    anything else in its place (a link the job planted) is refused, never followed."""
-    if plan.checkpoint_dir is None:
-        return
-    try:
-        os.mkdir(plan.checkpoint_dir, 0o700)
-    except FileExistsError:
-        if not stat.S_ISDIR(os.lstat(plan.checkpoint_dir).st_mode):
-            raise NotADirectoryError(
-                errno.ENOTDIR, "the job's checkpoint folder is not a folder", plan.checkpoint_dir
-            ) from None
-        return
-    who = plan.run_as
-    if who is not None and who.uid != os.geteuid():
-        os.chown(plan.checkpoint_dir, who.uid, who.gid, follow_symlinks=False)
-
-
-def make_progress_file(plan: LaunchPlan) -> None:
-    """GPUYARD_PROGRESS_FILE, created before the job starts (appended to by all its runs): the
-    job's user's own, 0600, in the server's folder, so the job can write it but never put a
-    link in its place (the server reads it without following links all the same)."""
-    if plan.progress_file is None:
-        return
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(plan.progress_file, flags, 0o600)
-    try:
-        who = plan.run_as
-        if who is not None and who.uid != os.geteuid():
-            os.fchown(fd, who.uid, who.gid)
-            os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-
-
-def give_to_owner(jobdir: Path, plan: LaunchPlan) -> None:
-    """The job's log is its owner's own (0600), created before the supervisor appends to it.
-    The folder stays the server's, so the job can never write its supervisor's files
-    (`status.json`, `launch.json`, `supervisor.pid`); for a job run as another user it is 0711:
-    its owner reaches its log and script by path, nobody lists it."""
-    fd = os.open(plan.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        who = plan.run_as
-        if who is not None and who.uid != os.geteuid():
-            os.fchown(fd, who.uid, who.gid)
-            os.fchmod(fd, 0o600)
-            for folder in (jobdir, jobdir.parent):  # the job's folder, the jobs folder
-                os.chmod(folder, 0o711)
-    finally:
-        os.close(fd)
-
-
-ATTACH_SOCKET = "attach.sock"  # an interactive job's terminal (`gpuyard attach`)
-# A session nobody attaches to by then (its `gpuyard run` was killed while it waited) ends
-# without running, rather than hold its GPUs until its time limit.
-ATTACH_TIMEOUT_S = 300.0
-
-
-def job_io(job: Job, plan: LaunchPlan, jobdir: Path) -> dict[str, Any]:
-    """The launch file's I/O fields: sbatch's -o/-e expanded for this job on this machine, and
-    an interactive job's pty and attach socket."""
-    fields: dict[str, Any] = {}
-    spec = job.spec
-    if spec.output_path or spec.error_path:
-        user = plan.run_as.user if plan.run_as is not None else _my_name()
-        node = socket.gethostname()
-        for key, pattern in (("output_file", spec.output_path), ("error_file", spec.error_path)):
-            if pattern:
-                fields[key] = expand_output_path(pattern, job, user, node)
-    if spec.kind == "interactive":
-        fields.update(
-            pty=True, attach_path=str(jobdir / ATTACH_SOCKET), attach_timeout_s=ATTACH_TIMEOUT_S
-        )
-    return fields
-
-
-def _my_name() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
-
-
 class LocalExecutor:
     """Implements the Executor port with local supervised process trees."""
 
@@ -213,7 +107,7 @@ class LocalExecutor:
         self._cgroups = cgroups if cgroups is not None and cgroups.available else None
         self._jobs_dir = jobs_dir
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
-        self._jobs_dir_str = str(jobs_dir)
+        self._folder = JobFolder(jobs_dir)
         self._supervisor = _compile_supervisor(jobs_dir)
         try:  # gpuyard's `srun` for the jobs that want one (`srun_shim.py`)
             self._srun_dir = prepare_srun(jobs_dir)
@@ -238,17 +132,13 @@ class LocalExecutor:
         self._thread.start()
 
     def job_dir(self, job_id: int) -> Path:
-        return self._jobs_dir / str(job_id)
+        return self._folder.job_dir(job_id)
 
     def remove_files(self, job_id: int) -> None:
-        """`gpuyard clean`: the folder of a finished job (a symlink in its place is refused by
-        rmtree, and links inside are removed, not followed: the job wrote them)."""
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(self.job_dir(job_id))
+        self._folder.remove_files(job_id)
 
     def log_path(self, job_id: int) -> str:
-        # A string join: every submit's answer names its log (Path joins cost 3% of a submit).
-        return f"{self._jobs_dir_str}/{job_id}/output.log"
+        return self._folder.log_path(job_id)
 
     # -- start / stop ---------------------------------------------------------------------
     def launch(self, job: Job, plan: LaunchPlan) -> Launched:
@@ -265,14 +155,7 @@ class LocalExecutor:
         """The job's folder, log, checkpoint folder, script, cgroups and launch file (each
         step may be done again: a launch out of descriptors for a moment is retried whole)."""
         try:
-            jobdir.mkdir(parents=True, exist_ok=True)
-            for stale in ("status.json", "supervisor.pid", STOP_SIGNAL_FILE):  # an earlier run's
-                (jobdir / stale).unlink(missing_ok=True)
-            give_to_owner(jobdir, plan)
-            make_checkpoint_dir(plan)
-            make_progress_file(plan)
-            if plan.script is not None:
-                write_script(plan)
+            self._folder.prepare(jobdir, plan)
             groups: list[str] = []
             if self._cgroups is not None:
                 limits = self._cgroups.limits(job.spec.mem_mib, job.spec.cpus, job.gpus)
@@ -349,11 +232,8 @@ class LocalExecutor:
         with self._lock:
             self._stops.setdefault(job.id, time.monotonic())
         if stop_signal is not None:
-            path = self.job_dir(job.id) / STOP_SIGNAL_FILE
-            tmp = path.with_name(f"{STOP_SIGNAL_FILE}.tmp")
             try:
-                tmp.write_text(str(int(stop_signal)))
-                tmp.replace(path)  # whole before the SIGTERM below: never half a number
+                self._folder.ask_signal(job.id, stop_signal)  # whole before the SIGTERM below
             except OSError as exc:
                 log.warning("job %s: cannot ask for signal %s (%s)", job.id, stop_signal, exc)
         for sig in (signal.SIGCONT, signal.SIGTERM):
@@ -365,18 +245,18 @@ class LocalExecutor:
 
     # -- restart --------------------------------------------------------------------------
     def recover(self, job: Job) -> Recovered:
-        pid = job.pid or self._read_pid_of_this_run(job)
+        pid = job.pid or self._folder.read_pid_of_this_run(job)
         if pid is None:
             return Recovered(never_started=True)
         started_at = job.pid_started_at if job.pid == pid else None
-        if self._read_status(job) is None and self._is_ours(pid, started_at, job.id):
+        if self._folder.read_status(job) is None and self._is_ours(pid, started_at, job.id):
             return Recovered(alive=Launched(pid, _start_time(pid) or 0.0))
         # Ended, or its supervisor is gone. Anything of the job still running means the
         # supervisor did not finish its work (a real status is written only once the whole
         # tree is gone): that status is not the supervisor's, the job was lost.
         if self._end_leftovers(job, pid, started_at):
             return Recovered(ended=self._release(job, ExitStatus(None, lost=True)))
-        ended = self._read_status(job) or ExitStatus(None, lost=True)
+        ended = self._folder.read_status(job) or ExitStatus(None, lost=True)
         return Recovered(ended=self._release(job, ended))
 
     def _is_ours(self, pid: int, started_at: float | None, job_id: int) -> bool:
@@ -478,7 +358,7 @@ class LocalExecutor:
         # A supervisor that did not exit 0 did not finish: whatever status.json says was not
         # written by it (or not at its end), so it is not believed.
         finished = code is None or code == 0
-        status = self._read_status(job) if finished and not watched.forced else None
+        status = self._folder.read_status(job) if finished and not watched.forced else None
         if status is not None and code is not None:
             self._tell(job, status)
             return
@@ -541,33 +421,6 @@ class LocalExecutor:
         tree.end_processes(found, facts.stop_signal, self._grace_s)
         return True
 
-    def _read_status(self, job: Job) -> ExitStatus | None:
-        text = _read_small(self.job_dir(job.id) / "status.json")
-        if text is None:
-            return None
-        status = parse_status(text, job.started_at, time.time())
-        if status is None:
-            log.warning("job %s: its status.json is not a supervisor's; ignored", job.id)
-        return status
-
-    def _read_pid_of_this_run(self, job: Job) -> int | None:
-        """The supervisor's pid from the folder, if this run's launch got that far. The folder
-        keeps the last run's supervisor.pid and status.json until the next launch removes
-        them: a server killed after recording a start and before launching it finds them
-        there, and they are not this run's (found by the chaos test: the job was ended with
-        its last run's end instead of being run)."""
-        run = read_facts(self.job_dir(job.id)).run
-        if run is not None and run != job.restarts:
-            return None
-        return self._read_pid(job.id)
-
-    def _read_pid(self, job_id: int) -> int | None:
-        text = _read_small(self.job_dir(job_id) / "supervisor.pid")
-        try:
-            return int(text) if text is not None and int(text) > 0 else None
-        except ValueError:
-            return None
-
     def close(self) -> None:
         self._closed = True
         os.write(self._wake_w, b"x")
@@ -604,17 +457,6 @@ def _compile_supervisor(jobs_dir: Path) -> str:
         return str(target)
     except (OSError, py_compile.PyCompileError):
         return SUPERVISOR
-
-
-def _read_small(path: Path, limit: int = 4096) -> str | None:
-    """A file the job could have written: None if missing, unreadable or over `limit` bytes
-    (a 10 GB status.json must not take the server's memory at a restart)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-        return data.decode() if len(data) <= limit else None
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _running(pid: int) -> bool:

@@ -23,16 +23,15 @@ reason (local jobs, under their own supervisors, are re-adopted instead).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gpuyard.adapters.executor.job_folder import JobFolder
 from gpuyard.adapters.executor.srun_shim import SRUN_WANTED
 from gpuyard.adapters.ray import gang
 from gpuyard.adapters.ray.cluster import RayConnection
@@ -70,8 +69,8 @@ class RayExecutor:
         grace_s: float = 10.0,
     ) -> None:
         self._conn = connection
-        self._jobs_dir = jobs_dir
-        self._jobs_dir.mkdir(parents=True, exist_ok=True)
+        jobs_dir.mkdir(parents=True, exist_ok=True)
+        self._folder = JobFolder(jobs_dir)
         self._on_exit = on_exit
         self._node_ids = node_ids  # gpuyard node name -> Ray node id (alive nodes)
         self._grace_s = grace_s
@@ -80,16 +79,13 @@ class RayExecutor:
         self._closing = False
 
     def job_dir(self, job_id: int) -> Path:
-        return self._jobs_dir / str(job_id)
+        return self._folder.job_dir(job_id)
 
     def remove_files(self, job_id: int) -> None:
-        """`gpuyard clean`: the folder of a finished job (a symlink in its place is refused by
-        rmtree, and links inside are removed, not followed: the job wrote them)."""
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(self.job_dir(job_id))
+        self._folder.remove_files(job_id)
 
     def log_path(self, job_id: int) -> str:
-        return str(self.job_dir(job_id) / "output.log")
+        return self._folder.log_path(job_id)
 
     def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         """Start the job's gang, each node running the plan's command for its rank."""
