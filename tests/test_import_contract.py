@@ -10,11 +10,20 @@ fails, naming the module and the import. (Third-party imports: tests/test_layeri
     services, schemas <- api                    never the wiring (bootstrap) or an adapter
     client, doctor <- cli                       HTTP through the client; local tools aside
     everything <- bootstrap                     the one place that wires
+
+Inside services, rooms (ROOMS), each importing only the rooms before it and the top plumbing:
+
+    ports, stores, metrics, ticker              top plumbing: imports no room
+      <- launch <- scheduler <- access <- jobs <- machine <- workflows
+      <- server                                 ServerFacade: every room
+
+And no import cycle anywhere in src/gpuyard, module by module nor room by room.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -36,7 +45,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
             "gpuyard.settings"),
     "cli": ("gpuyard.domain", "gpuyard.client", "gpuyard._http", "gpuyard.settings",
             "gpuyard.locations", "gpuyard.doctor"),
-    "client": ("gpuyard.domain", "gpuyard._http", "gpuyard.locations"),
+    "client": ("gpuyard.domain", "gpuyard._http", "gpuyard._connection", "gpuyard.locations"),
+    "_connection": ("gpuyard.domain", "gpuyard._http", "gpuyard.locations"),
     "_http": (),
     "locations": (),
     "settings": ("gpuyard.locations",),
@@ -61,6 +71,33 @@ EXCEPTIONS: dict[str, dict[str, str]] = {
 # seams review's two (api/app.py -> bootstrap, adapters/ray/executor.py -> services.launch) are
 # gone: the API is typed by services/server.py, the Ray executor takes the LaunchPlan.
 KNOWN_VIOLATIONS_BEING_REMOVED: dict[tuple[str, str], str] = {}
+
+# The rooms of `gpuyard.services`, low -> high: a room's modules are `gpuyard.services.<room>.*`;
+# each room lists the rooms it may import (only rooms before it), and why it sits where it does.
+# Every room may also import domain, scheduling, jobhooks (MAY_IMPORT) and the top plumbing.
+ROOMS: dict[str, tuple[tuple[str, ...], str]] = {
+    "launch": ((), "what process a job runs, as whom: no job state"),
+    "scheduler": (("launch",), "the live pass: hears of jobs as events, never imports jobs/"),
+    "access": (("launch", "scheduler"),
+               "who is acting: quota and share rules swapped into the scheduler"),
+    "jobs": (("launch", "scheduler", "access"), "a job's life and the use cases on it"),
+    "machine": (("launch", "scheduler", "access", "jobs"),
+                "the GPUs as the server sees them: hears of jobs through observers, book reads"),
+    "workflows": (("launch", "scheduler", "access", "jobs", "machine"),
+                  "sweeps, progress, notifications over jobs"),
+}  # fmt: skip
+
+# The top modules of `gpuyard.services` besides the rooms: plumbing every room may import, itself
+# importing no room; and the facade, which imports every room.
+TOP_PLUMBING: dict[str, str] = {
+    "ports": "the protocols adapters implement",
+    "stores": "the stores a server is built with: one Protocol per durable record, and the bundle",
+    "metrics": "the queue's counters",
+    "ticker": "a periodic thread",
+}
+FACADE = "server"  # ServerFacade: what the API serves, over every room
+
+SERVICES = "gpuyard.services"
 
 
 def module_name(path: Path) -> str:
@@ -155,3 +192,138 @@ def test_known_violations_are_still_there() -> None:
     gone = set(KNOWN_VIOLATIONS_BEING_REMOVED) - set(violations())
     if gone:
         pytest.skip(f"gone, delete from KNOWN_VIOLATIONS_BEING_REMOVED: {sorted(gone)}")
+
+
+def room_of(module: str) -> str | None:
+    """The room (or top module) of `gpuyard.services` a module is in; None outside services."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and _within(module, SERVICES) else None
+
+
+def room_allowed(importer: str, target: str) -> bool:
+    """May `importer` (a module of a room or a top module) import `target` (in services)?"""
+    mine, theirs = room_of(importer), room_of(target)
+    if mine == FACADE or theirs is None or theirs == mine:
+        return True  # the facade imports everything; `gpuyard.services` is a docstring
+    if theirs in TOP_PLUMBING:
+        return True
+    return mine in ROOMS and theirs in ROOMS[mine][0]
+
+
+def room_violations() -> list[tuple[str, str]]:
+    return [
+        (name, target)
+        for name, path in MODULES.items()
+        if room_of(name) is not None
+        for target in sorted(gpuyard_imports(name, path))
+        if _within(target, SERVICES) and not room_allowed(name, target)
+    ]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the gpuyard modules it imports (lazy and TYPE_CHECKING imports too)."""
+    return {
+        name: {t for t in gpuyard_imports(name, path) if t in MODULES and t != name}
+        for name, path in MODULES.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per back edge of a depth-first walk, as the chain of nodes (first == last).
+
+    Removing every back edge found leaves the graph without a cycle, so this lists what to fix.
+    """
+    found: list[list[str]] = []
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: dict[str, int] = {}
+
+    def walk(node: str) -> None:
+        on_path[node] = len(path)
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in on_path:
+                found.append([*path[on_path[nxt] :], nxt])
+            elif nxt not in done:
+                walk(nxt)
+        path.pop()
+        del on_path[node]
+        done.add(node)
+
+    for node in sorted(graph):
+        if node not in done:
+            walk(node)
+    return found
+
+
+def room_graph() -> dict[str, dict[str, tuple[str, str]]]:
+    """Room -> the rooms its modules import, each with one import that does it."""
+    graph: dict[str, dict[str, tuple[str, str]]] = {room: {} for room in ROOMS}
+    for name, targets in import_graph().items():
+        mine = room_of(name)
+        for target in sorted(targets):
+            theirs = room_of(target)
+            if mine in ROOMS and theirs in ROOMS and theirs != mine:
+                graph[mine].setdefault(theirs, (name, target))
+    return graph
+
+
+def test_the_rooms_table_is_low_to_high() -> None:
+    # Each room may import only rooms listed before it: the table itself has no cycle.
+    order = list(ROOMS)
+    for room, (may, why) in ROOMS.items():
+        assert why and set(may) <= set(order[: order.index(room)]), room
+    assert not set(ROOMS) & {*TOP_PLUMBING, FACADE}
+
+
+def test_every_services_module_is_in_a_room() -> None:
+    rooms = {room_of(m) for m in MODULES if room_of(m) is not None}
+    unknown = rooms - {*ROOMS, *TOP_PLUMBING, FACADE}
+    assert not unknown, f"modules of gpuyard.services in no room: {sorted(unknown)}"
+    for room in ROOMS:  # each room is a package, not a module of the same name
+        assert f"{SERVICES}.{room}" in MODULES and MODULES[f"{SERVICES}.{room}"].name == (
+            "__init__.py"
+        ), room
+
+
+def test_the_room_check_sees_imports() -> None:
+    # Guard: the rooms as the moves left them, so a check that allows everything fails here.
+    assert not room_allowed("gpuyard.services.scheduler.live", "gpuyard.services.jobs.book")
+    assert not room_allowed("gpuyard.services.jobs.observers", "gpuyard.services.machine.idle")
+    assert not room_allowed("gpuyard.services.ports", "gpuyard.services.launch.plan")
+    assert not room_allowed("gpuyard.services.workflows.sweeps", "gpuyard.services.server")
+    assert room_allowed("gpuyard.services.jobs.controller", "gpuyard.services.scheduler.live")
+    assert room_allowed("gpuyard.services.launch.plan", "gpuyard.services.ports")
+    assert room_allowed("gpuyard.services.server", "gpuyard.services.workflows.sweeps")
+    assert "gpuyard.services.scheduler.live" in import_graph()["gpuyard.services.jobs.controller"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}) == [["a", "b", "c", "a"]]
+
+
+def test_every_room_imports_only_rooms_below_it() -> None:
+    broken = room_violations()
+    assert not broken, "imports against the rooms (ROOMS: low -> high):\n" + "\n".join(
+        f"  {importer} imports {target}"
+        + (f"  ({room_of(importer)}: {ROOMS[r][1]})" if (r := room_of(importer)) in ROOMS else "")
+        for importer, target in broken
+    )
+
+
+def test_no_room_imports_a_room_that_imports_it() -> None:
+    graph = room_graph()
+    loops = cycles({room: set(targets) for room, targets in graph.items()})
+    assert not loops, "rooms importing each other:\n" + "\n".join(
+        "  "
+        + " -> ".join(loop)
+        + "\n"
+        + "\n".join(
+            f"      {graph[a][b][0]} imports {graph[a][b][1]}" for a, b in itertools.pairwise(loop)
+        )
+        for loop in loops
+    )
+
+
+def test_no_import_cycle_anywhere() -> None:
+    loops = cycles(import_graph())
+    assert not loops, f"{len(loops)} import cycles in src/gpuyard:\n" + "\n".join(
+        "  " + " -> ".join(loop) for loop in loops
+    )

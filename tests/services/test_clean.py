@@ -4,7 +4,6 @@ own, and no id given twice."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,13 @@ from gpuyard.domain.errors import Forbidden, NotFound
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
+from tests.services.conftest import MakeRig
 from tests.services.live_harness import LiveRig
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[LiveRig]:
-    live = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=2)
-    yield live
-    live.close()
+def rig(live_rig: MakeRig) -> LiveRig:
+    return live_rig("fifo", gpus=2)
 
 
 def _gone(rig: LiveRig, job_id: int) -> bool:

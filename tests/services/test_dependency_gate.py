@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.jobs.book import JobBook
 from gpuyard.services.jobs.dependencies import NamedJobs
 from gpuyard.services.ports import ExitStatus
+from tests.services.conftest import MakeRig
 from tests.services.live_harness import LiveRig
 
 
@@ -26,10 +26,8 @@ def rig_at(tmp_path: Path, gpus: int = 8) -> LiveRig:
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[LiveRig]:
-    rig = rig_at(tmp_path)
-    yield rig
-    rig.close()
+def rig(live_rig: MakeRig) -> LiveRig:
+    return live_rig("fifo", gpus=8)
 
 
 def fail(rig: LiveRig, job: Job) -> None:

@@ -15,6 +15,7 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.ports import ExitStatus
+from tests.services.conftest import MakeRig
 from tests.services.live_harness import LiveRig
 
 
@@ -37,10 +38,8 @@ class FailingWrites:
 
 
 @pytest.fixture
-def rig(tmp_path: Path):  # type: ignore[no-untyped-def]
-    rig = LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=1)
-    yield rig
-    rig.close()
+def rig(live_rig: MakeRig) -> LiveRig:
+    return live_rig("fifo", gpus=1)
 
 
 def test_an_end_record_that_fails_is_retried_and_then_frees_the_gpu(rig: LiveRig) -> None:

@@ -3,7 +3,6 @@ the scheduler applies at once; `share` and `usage` give known numbers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.quotas import REASON_TEAM_GPUS
 from gpuyard.services.access.quotas import LimitService
+from tests.services.conftest import MakeRig
 from tests.services.live_harness import LiveRig
 
 ADMIN = Principal("ada", role="admin")
@@ -26,16 +26,15 @@ CAROL = Principal("carol", team="nlp")
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[LiveRig]:
-    live = LiveRig(tmp_path, make_policy("fairshare", for_server=True), gpus=4)
+def rig(live_rig: MakeRig) -> LiveRig:
+    live = live_rig("fairshare", gpus=4)
     for team in ("default", "vision", "nlp"):
         live.store.add_team(Team(team, 0.0))
     for name, team in (("ada", "default"), ("alice", "vision"), ("bob", "vision"),
                        ("carol", "nlp")):  # fmt: skip
         live.store.add_account(Account(name, "user", team, 0.0))
     _limits(live).load()
-    yield live
-    live.close()
+    return live
 
 
 def _limits(rig: LiveRig) -> LimitService:

@@ -3,7 +3,6 @@ two users in each of two teams, with known answers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from gpuyard.scheduling.quotas import (
     Limits,
     QuotaRules,
 )
+from tests.services.conftest import MakeRig
 from tests.services.live_harness import LiveRig
 
 TEAMS = {"alice": "vision", "bob": "vision", "carol": "nlp", "dave": "nlp"}
@@ -29,11 +29,10 @@ RULES = QuotaRules(
 
 
 @pytest.fixture(params=["fifo", "default"])
-def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LiveRig]:
-    live = LiveRig(tmp_path, make_policy(request.param, for_server=True), gpus=16)
+def rig(live_rig: MakeRig, request: pytest.FixtureRequest) -> LiveRig:
+    live = live_rig(request.param, gpus=16)
     live.scheduler.set_quotas(RULES)
-    yield live
-    live.close()
+    return live
 
 
 def test_running_limits_hold_with_slurm_reasons_and_release_when_usage_drops(

@@ -5,7 +5,6 @@ attempt, NODE_FAIL requeued onto healthy GPUs up to the server's limit and then 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,24 +15,28 @@ from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.ports import ExitStatus
 from gpuyard.settings import Settings
+from tests.services.conftest import MakeRig
 from tests.services.live_harness import LiveRig
 
 BACKOFF_S, BACKOFF_MAX_S = 10.0, 25.0
 
 
-def make_rig(tmp_path: Path, gpus: int = 1, node_fail_requeues: int = 3) -> LiveRig:
-    settings = Settings(
+def retry_settings(node_fail_requeues: int = 3) -> Settings:
+    return Settings(
         retry_backoff_s=BACKOFF_S, retry_backoff_max_s=BACKOFF_MAX_S,
         node_fail_requeues=node_fail_requeues,
     )  # fmt: skip
+
+
+def make_rig(tmp_path: Path, gpus: int = 1, node_fail_requeues: int = 3) -> LiveRig:
+    """A server on `tmp_path` the test closes itself (its own GPUs and node-fail limit)."""
+    settings = retry_settings(node_fail_requeues)
     return LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=gpus, settings=settings)
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[LiveRig]:
-    live = make_rig(tmp_path)
-    yield live
-    live.close()
+def rig(live_rig: MakeRig) -> LiveRig:
+    return live_rig("fifo", gpus=1, settings=retry_settings())
 
 
 def end_run(rig: LiveRig, job_id: int, status: ExitStatus) -> None:

@@ -7,7 +7,6 @@ service's; its health check restarts it once it fails past its grace."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,25 +21,26 @@ from gpuyard.services.launch.service_check import ServiceHealth
 from gpuyard.services.launch.service_port import PORT_RANGE
 from gpuyard.services.ports import ExitStatus
 from gpuyard.settings import Settings
+from tests.services.conftest import MakeRig
 from tests.services.live_harness import LiveRig
 
 BACKOFF_S, BACKOFF_MAX_S, HEALTHY_S = 2.0, 10.0, 100.0
 FOREVER = 10**9  # a service's work: it never ends by itself
 
 
+SETTINGS = Settings(
+    service_backoff_s=BACKOFF_S, service_backoff_max_s=BACKOFF_MAX_S, service_healthy_s=HEALTHY_S
+)
+
+
 def make_rig(tmp_path: Path) -> LiveRig:
-    settings = Settings(
-        service_backoff_s=BACKOFF_S, service_backoff_max_s=BACKOFF_MAX_S,
-        service_healthy_s=HEALTHY_S,
-    )  # fmt: skip
-    return LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=2, settings=settings)
+    """A server on `tmp_path` the test closes itself (a restart on the fixture's database)."""
+    return LiveRig(tmp_path, make_policy("fifo", for_server=True), gpus=2, settings=SETTINGS)
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[LiveRig]:
-    live = make_rig(tmp_path)
-    yield live
-    live.close()
+def rig(live_rig: MakeRig) -> LiveRig:
+    return live_rig("fifo", gpus=2, settings=SETTINGS)
 
 
 def serve(rig: LiveRig, **spec: object) -> int:
