@@ -9,7 +9,8 @@ from dataclasses import replace
 from gpuyard.adapters.store.memory import MemoryJobStore
 from gpuyard.domain.job import Attempt, Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.machine.gpu_history import GpuHistory, TelemetryRing
+from gpuyard.services.machine.gpu_history import GpuHistory
+from gpuyard.services.machine.telemetry_ring import TelemetryRing
 from gpuyard.services.ports import GpuReading
 
 T0 = 1_700_000_040.0  # a minute boundary
@@ -42,7 +43,7 @@ def feed(history: GpuHistory, clock: Clock, seconds: int, util_of, jobs=()) -> N
 
 
 def test_ring_wraps_keeping_the_newest_samples_in_order(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("gpuyard.services.machine.gpu_history._SETS_KEPT", 3)
+    monkeypatch.setattr("gpuyard.services.machine.telemetry_ring._SETS_KEPT", 3)
     ring = TelemetryRing(["GPU-a"], capacity=5)
     for t in range(12):
         ring.append(float(t), [reading(0, t)], [(t,)])
