@@ -2,6 +2,10 @@
 
 The CLI is typed all day and must answer in ~150 ms: httpx costs ~170 ms and http.client
 ~25 ms to import, so the transport is `gpuyard._http`. One client serves the CLI and scripts.
+Which server, which token and the server's proof are `gpuyard._connection`'s.
+
+One module over 500 lines because it is the SDK: one small method per route of the API, each
+a path and a body; what is not a route (the connection, HTTP itself) lives elsewhere.
 
     from gpuyard.client import Client
     with Client() as c:
@@ -13,26 +17,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 
-from gpuyard._http import HttpResponse, UntrustedSocket, request
-from gpuyard.domain import hello
-from gpuyard.domain.errors import (
-    ERRORS_BY_CODE,
-    GpuyardError,
-    NotFound,
-    Unauthorized,
-    Unavailable,
-)
-from gpuyard.locations import (
-    DEFAULT_URL,
-    TOKEN_FILE,
-    config_dir_path,
-    login_url,
-    socket_path,
-    state_dir_path,
-)
+# `X as X`: the SDK's names made with the connection, imported by its users from here.
+from gpuyard._connection import Connection
+from gpuyard._connection import ServerNotVerified as ServerNotVerified
+from gpuyard._connection import ServerUnreachable as ServerUnreachable
+from gpuyard._connection import find_token as find_token
+from gpuyard._connection import login_token_path as login_token_path
+from gpuyard._connection import split_url as split_url
+from gpuyard.domain.errors import NotFound, Unavailable
+
+# Named as before they moved: a traceback or a pickle says `gpuyard.client.ServerUnreachable`.
+ServerUnreachable.__module__ = ServerNotVerified.__module__ = __name__
 
 # `typing` only for the type checker: the CLI's start path does not import it (~3 ms).
 TYPE_CHECKING = False
@@ -40,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Any, TypeAlias
 
-    from gpuyard._http import Exchange
+    from gpuyard._http import HttpResponse
 
     JobDict: TypeAlias = dict[str, Any]
 else:
@@ -59,83 +56,6 @@ _RETRY_FIRST_S = 0.1
 _RETRY_MAX_S = 2.0
 
 
-class ServerUnreachable(GpuyardError):
-    """No gpuyard server answers at the URL."""
-
-    code = "unreachable"
-    # Whether the request may have reached the server (the connection failed after it was
-    # sent); False when it was certainly not (nobody listening).
-    maybe_sent = True
-
-
-class ServerNotVerified(GpuyardError):
-    """What listens at the URL could not prove it holds the token: the token was not sent."""
-
-    code = "unverified_server"
-
-
-def find_token(url: str | None = None) -> str | None:
-    """GPUYARD_TOKEN, else `gpuyard login`'s token (for its server), else the token file in
-    the local server's state dir."""
-    return _find_token(url)[0]
-
-
-def login_token_path() -> str:
-    """Where `gpuyard login` keeps its token (0600)."""
-    return os.path.join(config_dir_path(), TOKEN_FILE)
-
-
-def _find_token(url: str | None = None) -> tuple[str | None, str]:
-    """The token and where it came from (`GPUYARD_TOKEN` or the file tried), so a 401 can say
-    which token was refused or which file was missing. `gpuyard login`'s token is sent only to
-    the server it was given for (`url`), never to another one the client is pointed at."""
-    token = os.environ.get("GPUYARD_TOKEN")
-    if token:
-        return token.strip(), "GPUYARD_TOKEN"
-    logged_in = login_url()
-    if logged_in is not None and (url is None or _same_server(url, logged_in)):
-        path = login_token_path()
-        try:
-            with open(path) as f:
-                return f.read().strip(), path
-        except OSError:
-            pass
-    path = os.path.join(state_dir_path(), TOKEN_FILE)
-    try:
-        with open(path) as f:
-            return f.read().strip(), path
-    except OSError:
-        return None, path
-
-
-def _same_server(url: str, other: str) -> bool:
-    try:
-        return split_url(url) == split_url(other)
-    except GpuyardError:
-        return False
-
-
-def _unauthorized(token: str | None, source: str, said: str = "") -> Unauthorized:
-    """A 401 in one line naming the token's source and what to do (`said`: the server's
-    reason, when it is more than "unknown": expired, revoked, account disabled)."""
-    fix = "set GPUYARD_STATE_DIR to the server's --state-dir, or GPUYARD_TOKEN to its token"
-    if said and not said.startswith("missing or wrong"):
-        return Unauthorized(f"{said} (the token in {source})")
-    if source == login_token_path():
-        return Unauthorized(
-            f"the server refused the API token in {source} (`gpuyard login`'s): make a new "
-            "one (`gpuyard token create`) and run `gpuyard login URL` again"
-        )
-    if source == "GPUYARD_TOKEN":
-        return Unauthorized(
-            "the server refused the API token in GPUYARD_TOKEN: set it to the one in the "
-            "server's state dir (its `token` file), or unset it"
-        )
-    if token is None:
-        return Unauthorized(f"no API token: {source} does not exist: {fix}")
-    return Unauthorized(f"the server refused the API token in {source} (another server's?): {fix}")
-
-
 class Client:
     """Talks to one gpuyard server; errors come back as the server's exception classes."""
 
@@ -147,30 +67,16 @@ class Client:
         *,
         submit_retry_s: float | None = None,
     ):
-        given = url or os.environ.get("GPUYARD_URL") or login_url()
-        # A root server's Unix socket (`unix:PATH`, or found where GPUYARD_SOCKET or the
-        # default says): the kernel tells the server who this is, so no token is sent.
-        # Without a URL it is preferred when it exists; one nobody listens on is skipped.
-        self._socket: str | None = None
-        self._socket_only = given is not None and given.startswith("unix:")
-        if self._socket_only:
-            assert given is not None
-            self._socket = "/" + given[5:].lstrip("/")
-            given = None
-        elif given is None:
-            self._socket = _existing_socket(socket_path())
-        self._tcp_url = (given or DEFAULT_URL).rstrip("/")
-        self.url = f"unix:{self._socket}" if self._socket else self._tcp_url
-        self._https, self._host, self._port = split_url(self._tcp_url)
-        # Where the token came from, for a 401's message; None: the caller gave it.
-        self._token_source: str | None = None
-        if token is None:
-            token, self._token_source = _find_token(self.url)
-        self._token = token
-        self._timeout_s = timeout_s
+        # Which server, with which token, and its proof first (`gpuyard._connection`).
+        self._connection = Connection(url, token, timeout_s)
         if submit_retry_s is None:
             submit_retry_s = _env_seconds("GPUYARD_SUBMIT_RETRY_S", SUBMIT_RETRY_S)
         self.submit_retry_s = submit_retry_s
+
+    @property
+    def url(self) -> str:
+        """The server's address: `unix:PATH` while its socket answers, else its URL."""
+        return self._connection.url
 
     def __enter__(self) -> Client:
         return self
@@ -543,75 +449,6 @@ class Client:
         except OSError:
             raise self._lost() from None
 
-    def _over_socket(
-        self, path: str, method: str, path_qs: str, headers: dict[str, str],
-        payload: bytes | None, timeout_s: float | None,
-    ) -> HttpResponse | None:  # fmt: skip
-        """The request on the Unix socket, without a token; None when nobody listens there
-        and the socket was only found, not asked for (the server's URL is used instead)."""
-        try:
-            resp = request(
-                "localhost", 0, method, path_qs, headers, payload,
-                timeout_s=self._timeout_s if timeout_s == -1.0 else timeout_s, unix=path,
-            )  # fmt: skip
-        except UntrustedSocket as exc:
-            raise ServerNotVerified(str(exc)) from None
-        except (FileNotFoundError, ConnectionRefusedError, PermissionError) as exc:  # nobody
-            if self._socket_only:
-                raise self._unreachable(exc) from None
-            self._socket, self.url = None, self._tcp_url
-            return None
-        except OSError as exc:
-            raise self._unreachable(exc) from None
-        if resp.status >= 400:
-            raise _error_from(resp)
-        return resp
-
-    def _unreachable(self, cause: OSError | None = None) -> ServerUnreachable:
-        error = ServerUnreachable(
-            f"cannot reach gpuyard server at {self.url}: is `gpuyard server` running?"
-        )
-        # Nobody listening, or no such socket or host: the request never left.
-        error.maybe_sent = not isinstance(
-            cause, (ConnectionRefusedError, FileNotFoundError, socket.gaierror)
-        )
-        return error
-
-    def _verify_server(self, exchange: Exchange) -> None:
-        """Before the token leaves this process, on the connection it will be sent on: the
-        server answers a fresh nonce with an HMAC keyed by the token's hash
-        (`gpuyard.domain.hello`), which only a server holding the token can compute. Bound to
-        the connection, not remembered: a server restarted between two requests (when another
-        program could take its port) proves itself again; it costs one round trip."""
-        assert self._token is not None
-        key = hello.token_key(self._token)
-        nonce = os.urandom(32)
-        path = f"{hello.PATH}?nonce={nonce.hex()}&key={hello.key_id(key)}"
-        resp = exchange("GET", path, {"Accept": "application/json"})
-        if int(resp.headers.get("content-length") or 0) > 4096:
-            raise self._not_verified(resp.status)  # not our server's answer: do not read it
-        raw = resp.read()
-        if resp.status == 200:
-            try:
-                answer = json.loads(raw)["proof"]
-            except (ValueError, KeyError, TypeError):
-                answer = ""
-            if isinstance(answer, str) and hello.check(key, nonce, answer):
-                return
-        elif resp.status in (401, 429):
-            error = _error_from_body(resp, raw)
-            if isinstance(error, Unauthorized) and self._token_source is not None:
-                raise _unauthorized(self._token, self._token_source, error.message)
-            raise error
-        raise self._not_verified(resp.status)
-
-    def _not_verified(self, status: int) -> ServerNotVerified:
-        return ServerNotVerified(
-            f"what listens at {self.url} could not prove it is the gpuyard server holding "
-            f"your token (HTTP {status}), so the token was not sent: another program may "
-            "have taken the port; check `gpuyard server` is running there"
-        )
-
     def _lost(self, submit: bool = False) -> ServerUnreachable:
         check = "check `gpuyard queue` (a submit may have been accepted)" if submit else "try again"
         return ServerUnreachable(
@@ -690,26 +527,7 @@ class Client:
         if body is not None:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        if self._socket is not None:
-            resp = self._over_socket(self._socket, method, path, headers, payload, timeout_s)
-            if resp is not None:
-                return resp
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        try:
-            resp = request(
-                self._host, self._port, method, path, headers, payload,
-                timeout_s=self._timeout_s if timeout_s == -1.0 else timeout_s, tls=self._https,
-                before=self._verify_server if self._token else None,
-            )  # fmt: skip
-        except OSError as exc:
-            raise self._unreachable(exc) from None
-        if resp.status >= 400:
-            error = _error_from(resp)
-            if isinstance(error, Unauthorized) and self._token_source is not None:
-                raise _unauthorized(self._token, self._token_source, error.message)
-            raise error
-        return resp
+        return self._connection.send(method, path, headers, payload, timeout_s)
 
 
 def new_idempotency_key() -> str:
@@ -743,45 +561,11 @@ def _env_seconds(name: str, default: float) -> float:
         return default
 
 
-def _existing_socket(path: str | None) -> str | None:
-    """`path` if a socket is there (one stat: the CLI's start path pays ~2 us for it)."""
-    if path is None:
-        return None
-    try:
-        return path if os.stat(path).st_mode & 0o170000 == 0o140000 else None  # S_ISSOCK
-    except OSError:
-        return None
-
-
 def _log_path(job_id: int, offset: int, tail: int | None, *, follow: bool) -> str:
     path = f"/api/v1/jobs/{job_id}/log?offset={offset}"
     if tail is not None:
         path += f"&tail={tail}"
     return path + ("&follow=true" if follow else "")
-
-
-def split_url(url: str) -> tuple[bool, str, int]:
-    """`http[s]://HOST[:PORT][/...]` -> (https, host, port); HOST may be `[v6 address]`.
-
-    By hand: `urllib.parse` costs the CLI ~3 ms to import, for this one split.
-    """
-    bad = GpuyardError(f"bad server URL {url!r}: use http://HOST:PORT")
-    scheme, sep, rest = url.partition("://")
-    scheme = scheme.lower()
-    if not sep or scheme not in ("http", "https"):
-        raise bad
-    netloc = rest.split("/", 1)[0].rpartition("@")[2]
-    if netloc.startswith("["):
-        host, _, after = netloc[1:].partition("]")
-        if after and not after.startswith(":"):
-            raise bad
-        port_text = after[1:]
-    else:
-        host, _, port_text = netloc.partition(":")
-    if not host or (port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536)):
-        raise bad
-    https = scheme == "https"
-    return https, host.lower(), int(port_text) if port_text else 443 if https else 80
 
 
 def _terminal_states() -> frozenset[str]:
@@ -800,17 +584,3 @@ def _submission(command: Sequence[str], fields: dict[str, Any]) -> dict[str, Any
         except OSError:  # removed under us: let the server choose
             pass
     return body
-
-
-def _error_from(resp: HttpResponse) -> GpuyardError:
-    return _error_from_body(resp, resp.read())
-
-
-def _error_from_body(resp: HttpResponse, raw: bytes) -> GpuyardError:
-    try:
-        err = json.loads(raw)["error"]
-        cls = ERRORS_BY_CODE.get(err["code"], GpuyardError)
-        return cls(err["message"], field=err.get("field"))
-    except (ValueError, KeyError, TypeError):
-        text = raw.decode(errors="replace").strip()[:200]
-        return GpuyardError(f"server answered HTTP {resp.status}: {text or resp.reason}")

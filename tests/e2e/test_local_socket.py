@@ -238,7 +238,7 @@ def test_the_client_falls_back_to_tcp_when_nobody_listens_on_the_socket(
     monkeypatch.setenv("GPUYARD_SOCKET", str(stale))
     monkeypatch.delenv("GPUYARD_URL", raising=False)
     monkeypatch.setenv("GPUYARD_STATE_DIR", str(server.state_dir))
-    monkeypatch.setattr("gpuyard.client.DEFAULT_URL", server.url)
+    monkeypatch.setattr("gpuyard._connection.DEFAULT_URL", server.url)
     with Client() as c:
         assert c.url == f"unix:{stale}"
         assert c.whoami()["user"] == "root"

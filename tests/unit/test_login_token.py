@@ -34,12 +34,12 @@ def test_the_login_token_goes_to_its_server_only(homes: Path) -> None:
 def test_a_client_without_a_url_goes_to_the_login_server(homes: Path) -> None:
     client = Client()
     assert client.url == "https://gpus.lab.example:8443"
-    assert client._token == "gpy_login"
+    assert client._connection.token == "gpy_login"
 
 
 def test_gpuyard_token_and_url_still_win(homes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUYARD_URL", "http://127.0.0.1:8765")
-    assert Client()._token == "state-token"
+    assert Client()._connection.token == "state-token"
     monkeypatch.setenv("GPUYARD_TOKEN", "from-env")
-    assert Client()._token == "from-env"
+    assert Client()._connection.token == "from-env"
     assert find_token("https://gpus.lab.example:8443") == "from-env"
