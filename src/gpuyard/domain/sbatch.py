@@ -20,6 +20,11 @@ given one way replaces the script's same count given another way: `--gpus 2` rep
 `#GPUYARD` lines take gpuyard's long options too (`--gpu-mem 20G`, `--retries 2`, `--python
 PATH`, `--notify URL`, `--signal USR1` as the stop signal, as on the command line) and win over
 `#SBATCH` lines. Standard library only.
+
+One module over 500 lines because it is one thing: one table of sbatch's options (`_SLURM`,
+`_GPUYARD`, `_IGNORED`), each with a small handler, read by one line reader and resolved by one
+`resolve`. Split, a new option would touch several files, and `gpuyard submit`'s fast path
+would import more of them.
 """
 
 from __future__ import annotations
