@@ -33,6 +33,7 @@ from gpuyard.api.front_door import PEER
 from gpuyard.bootstrap import METRICS_TOKEN_FILE, build_app
 from gpuyard.domain.errors import GpuyardError
 from gpuyard.domain.principal import Principal
+from gpuyard.services.access.rules import WHO
 from gpuyard.services.server import ServerFacade
 from gpuyard.settings import Settings
 
@@ -296,6 +297,14 @@ def test_every_route_in_openapi_declares_who_may_call_it(rig: Rig) -> None:
     routes = _routes(rig)
     missing = [f"{m} {p}" for m, p in routes if (m, p) not in RULES]
     assert not missing, f"routes with no entry in the authorisation matrix's RULES: {missing}"
+
+
+def test_every_caller_kind_is_one_of_the_rules_table() -> None:
+    """A row names a caller kind that services/access/rules.py's WHO defines, and every kind
+    there is some row's (a rule without a row, or a row without a rule, fails)."""
+    used = {rule.who for rule in RULES.values()}
+    assert used - WHO.keys() == set(), "rows whose caller kind rules.WHO does not define"
+    assert WHO.keys() - used == set(), "caller kinds in rules.WHO that no row uses"
 
 
 def test_every_caller_gets_what_the_matrix_says_on_every_route(rig: Rig) -> None:

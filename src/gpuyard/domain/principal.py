@@ -1,5 +1,5 @@
-"""Who is acting: every use case is called with a Principal, and authorisation is decided in
-the services, never in a route."""
+"""Who is acting: every use case is called with a Principal. What it may see and do is
+decided in one table, `services/access/rules.py`, which every service asks; never in a route."""
 
 from __future__ import annotations
 

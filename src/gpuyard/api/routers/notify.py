@@ -1,5 +1,6 @@
 """Webhooks (`gpuyard notify`): one's settings, the signing secret, the delivery log and a
-test ping. `services/workflows/notify.py` decides; these routes only translate."""
+test ping. `services/workflows/notify.py` decides (and redacts, by `services/access/rules.py`);
+these routes only translate."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from gpuyard.api.deps import Actor
 from gpuyard.domain.errors import Unavailable
-from gpuyard.domain.principal import Principal
-from gpuyard.domain.webhooks import Delivery, NotifySettings, url_host
+from gpuyard.domain.webhooks import Delivery, NotifySettings
 from gpuyard.schemas.notify_v1 import (
     DeliveryOut,
     NotifySecretOut,
@@ -38,14 +38,9 @@ Team = Annotated[
 ]
 
 
-def _settings_out(
-    e: NotifySettings, actor: Principal, secret: str | None = None
-) -> NotifySettingsOut:
-    urls = list(e.urls)
-    if e.kind == "team" and not actor.is_admin:
-        urls = [url_host(u) for u in urls]
+def _settings_out(e: NotifySettings, secret: str | None = None) -> NotifySettingsOut:
     return NotifySettingsOut(
-        kind=e.kind, name=e.name, urls=urls, events=list(e.events),
+        kind=e.kind, name=e.name, urls=list(e.urls), events=list(e.events),
         secret_set=e.secret is not None, secret_at=e.secret_at, updated_at=e.updated_at,
         secret=secret,
     )  # fmt: skip
@@ -63,7 +58,7 @@ def _delivery_out(d: Delivery) -> DeliveryOut:
 @router.get("")
 def get_settings(notify: Notify, actor: Actor) -> list[NotifySettingsOut]:
     """Your webhook defaults and your team's (admins: every user's and team's)."""
-    return [_settings_out(e, actor) for e in notify.settings(actor)]
+    return [_settings_out(e) for e in notify.settings(actor)]
 
 
 @router.put("")
@@ -73,7 +68,7 @@ def set_settings(
     """Set your webhook URLs and events (applied to your jobs that name no `--notify`); the
     first set makes your signing secret and answers it, once."""
     entry, secret = notify.set(actor, body.urls, body.events, team=team)
-    return _settings_out(entry, actor, secret)
+    return _settings_out(entry, secret)
 
 
 @router.delete("", status_code=204)

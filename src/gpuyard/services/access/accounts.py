@@ -17,6 +17,7 @@ from dataclasses import replace
 from gpuyard.domain.accounts import DEFAULT_TEAM, Account, ApiToken, Team, name_problem
 from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from gpuyard.domain.principal import SCOPES, Principal, Role, Scope
+from gpuyard.services.access.rules import may_change, may_make_token, owns, require_admin
 from gpuyard.services.access.tokens import Credential, TokenAuth, token_hash
 from gpuyard.services.ports import AccountStore
 
@@ -64,7 +65,7 @@ class AccountService:
 
     # -- accounts (admins) ----------------------------------------------------------------
     def add_team(self, actor: Principal, name: str) -> Team:
-        _admin(actor, "add a team")
+        require_admin(actor, "add a team")
         _check_name("team", name)
         with self._lock:
             if name in self._teams:
@@ -75,7 +76,7 @@ class AccountService:
             return team
 
     def teams(self, actor: Principal) -> list[Team]:
-        _admin(actor, "list teams")
+        require_admin(actor, "list teams")
         with self._lock:
             return sorted(self._teams.values(), key=lambda t: t.name)
 
@@ -89,7 +90,7 @@ class AccountService:
         unix_user: str | None = None,
     ) -> Account:
         """A new account (team: the default one); `unix_user`: whom its jobs run as."""
-        _admin(actor, "add a user")
+        require_admin(actor, "add a user")
         _check_name("user", name)
         if unix_user is not None:
             _check_name("Unix user", unix_user)
@@ -108,7 +109,7 @@ class AccountService:
             return account
 
     def users(self, actor: Principal) -> list[Account]:
-        _admin(actor, "list users")
+        require_admin(actor, "list users")
         with self._lock:
             return sorted(self._accounts.values(), key=lambda a: a.name)
 
@@ -132,7 +133,7 @@ class AccountService:
 
     def disable_user(self, actor: Principal, name: str) -> Account:
         """Refuse every token of `name` from now on; its jobs and history stay."""
-        _admin(actor, "disable a user")
+        require_admin(actor, "disable a user")
         if name == self._server_user:
             raise Conflict(
                 f"{name} is the server's own user, the admin of last resort: it cannot be disabled"
@@ -141,7 +142,7 @@ class AccountService:
 
     def enable_user(self, actor: Principal, name: str) -> Account:
         """Accept a disabled user's tokens again (those not revoked or expired meanwhile)."""
-        _admin(actor, "enable a user")
+        require_admin(actor, "enable a user")
         return self._set_disabled(name, False)
 
     def _set_disabled(self, name: str, disabled: bool) -> Account:
@@ -160,13 +161,12 @@ class AccountService:
         self, actor: Principal, *, scope: Scope = "submit", expires_in_s: float | None = None
     ) -> tuple[str, ApiToken]:
         """A new token for the actor: (the secret, shown once; its record). 256 random bits;
-        only the SHA-256 is kept. A token never allows more than the credential that made it,
-        and `admin` scope is for admins."""
+        only the SHA-256 is kept. A token never allows more than the credential that made it
+        (a read credential makes none: the front door refuses it every change), and `admin`
+        scope is for admins."""
         if scope not in SCOPES:
             raise InvalidRequest(f"scope {scope!r}: use read, submit or admin", field="scope")
-        if not actor.may_change:
-            raise Forbidden("a read-only token cannot make tokens; use one with scope submit")
-        if scope == "admin" and not actor.is_admin:
+        if not may_make_token(actor, scope):
             raise Forbidden("only an admin's admin-scope token may make admin tokens")
         if expires_in_s is not None and expires_in_s <= 0:
             raise InvalidRequest("a token's lifetime must be positive", field="expires")
@@ -185,22 +185,20 @@ class AccountService:
         with when each was last used; `everyone`: every user's (admins only, to find the one
         to revoke)."""
         if everyone:
-            _admin(actor, "list everyone's tokens")
+            require_admin(actor, "list everyone's tokens")
         self.flush_last_used()
         with self._lock:
             return [
                 t for t in self._tokens.values()
-                if (everyone or t.user == actor.user) and not t.revoked_at
+                if (everyone or owns(actor, t.user)) and not t.revoked_at
             ]  # fmt: skip
 
     def revoke_token(self, actor: Principal, token_id: int) -> ApiToken:
         """Refuse a token from now on: one's own; an admin, anyone's (another user's is 'not
         found' to a user, as their jobs are)."""
-        if not actor.may_change:
-            raise Forbidden("a read-only token cannot revoke tokens; use one with scope submit")
         with self._lock:
             token = self._tokens.get(token_id)
-            if token is None or not (actor.is_admin or token.user == actor.user):
+            if token is None or not may_change(actor, token.user):
                 raise NotFound(f"token {token_id} not found (`gpuyard token list`)")
             if token.revoked_at is not None:
                 raise Conflict(f"token {token_id} is already revoked")
@@ -252,11 +250,6 @@ class AccountService:
                 principal, token.expires_at, token.id, refused
             )
         self._auth.replace(credentials)
-
-
-def _admin(actor: Principal, what: str) -> None:
-    if not actor.is_admin:
-        raise Forbidden(f"only an admin may {what} (with a token of scope admin)")
 
 
 def _check_name(kind: str, name: str) -> None:

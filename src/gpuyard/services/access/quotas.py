@@ -17,12 +17,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal, Protocol
 
-from gpuyard.domain.errors import Forbidden, InvalidRequest, NotFound
+from gpuyard.domain.errors import InvalidRequest, NotFound
 from gpuyard.domain.limits import DEFAULT_WINDOW_S, AccountLimits, LimitKind
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.usage import UsageRow, summarise
 from gpuyard.scheduling.fair_share import ShareRow, Shares, decayed_gpu_s, share_table
 from gpuyard.scheduling.quotas import Limits, QuotaRules
+from gpuyard.services.access.rules import (
+    may_see_entry,
+    owns,
+    report_owner,
+    require_admin,
+    sees_everyone,
+)
 from gpuyard.services.ports import AccountStore, LimitStore, UsageStore
 from gpuyard.services.scheduler.live import LiveScheduler
 
@@ -96,7 +103,7 @@ class LimitService:
         shares: float | None = None,
     ) -> AccountLimits:
         """Set some of a user's or team's limits (the others stay as they were)."""
-        _admin(actor, "set limits")
+        require_admin(actor, "set limits")
         self._check_exists(kind, name)
         for what, value in (("--max-gpus", max_gpus), ("--max-pending", max_pending)):
             if value is not None and value < 0:
@@ -124,18 +131,15 @@ class LimitService:
 
     def clear(self, actor: Principal, kind: LimitKind, name: str) -> None:
         """Forget every limit and the share of a user or team (NotFound if none was set)."""
-        _admin(actor, "clear limits")
+        require_admin(actor, "clear limits")
         with self._lock:
             self._store.clear_limits(kind, name)
             self._publish(self._store.load_limits())
 
     def limits(self, actor: Principal) -> list[AccountLimits]:
         """Every entry (admins); a user sees their own and their team's."""
-        entries = self._store.load_limits()
-        if actor.is_admin:
-            return entries
         team = actor.team or self._team_of.get(actor.user)
-        return [e for e in entries if (e.kind, e.name) in (("user", actor.user), ("team", team))]
+        return [e for e in self._store.load_limits() if may_see_entry(actor, e.kind, e.name, team)]
 
     def _check_exists(self, kind: LimitKind, name: str) -> None:
         if kind == "team":
@@ -171,7 +175,7 @@ class LimitService:
             team_of,
         )  # fmt: skip
         rows = share_table(shares, used, [a.name for a in accounts if not a.disabled])
-        return rows if actor.is_admin else [r for r in rows if r.user == actor.user]
+        return rows if sees_everyone(actor) else [r for r in rows if owns(actor, r.user)]
 
     def usage(
         self,
@@ -189,14 +193,8 @@ class LimitService:
             raise InvalidRequest("--since must be a time (Unix seconds)", field="since")
         if since > now:
             raise InvalidRequest("--since is in the future")
-        owner = None if actor.is_admin else actor.user
-        records = self._store.usage_jobs(since, owner)
+        records = self._store.usage_jobs(since, report_owner(actor))
         key_of = None
         if by == "team":
             key_of = {**{a.name: a.team for a in self._store.load_accounts()}, **self._team_of}
         return summarise(records, since=since, now=now, key_of=key_of)
-
-
-def _admin(actor: Principal, what: str) -> None:
-    if not actor.is_admin:
-        raise Forbidden(f"only an admin may {what}; ask one (`gpuyard admin` needs that role)")

@@ -49,6 +49,7 @@ from gpuyard.domain.webhooks import (
     retry_delay_s,
     targets_of,
 )
+from gpuyard.services.access.rules import is_admin, may_see_entry, redact_notify, sees_everyone
 from gpuyard.services.jobs.journal import JobChange
 from gpuyard.services.ports import NotifyStore, PostResult, WebhookPoster
 
@@ -136,14 +137,17 @@ class NotifyService:
 
     # -- settings ------------------------------------------------------------------------
     def settings(self, actor: Principal) -> list[NotifySettings]:
-        """The caller's own entry and their team's (admins: every entry). Secrets stay in."""
+        """The caller's own entry and their team's (admins: every entry), as the caller may
+        see them (a team's URLs by host for a user). Secrets stay in: a route says only
+        whether one is set."""
         with self._lock:
             entries = list(self._settings.values())
-        if actor.is_admin:
+        if sees_everyone(actor):
             return sorted(entries, key=lambda e: (e.kind, e.name))
         team = actor.team or self.team_of(actor.user)
-        mine = {("user", actor.user), ("team", team or "")}
-        return [e for e in entries if (e.kind, e.name) in mine]
+        return [
+            redact_notify(actor, e) for e in entries if may_see_entry(actor, e.kind, e.name, team)
+        ]
 
     def set(
         self,
@@ -203,11 +207,9 @@ class NotifyService:
         return entry
 
     def _target(self, actor: Principal, team: str | None) -> tuple[NotifyKind, str]:
-        if not actor.may_change:
-            raise Forbidden("a read-only token cannot change notification settings")
         if team is None:
             return "user", actor.user
-        if not actor.is_admin:
+        if not is_admin(actor):
             raise Forbidden(
                 f"only an admin sets team {team}'s webhooks; set your own without --team"
             )
@@ -222,8 +224,6 @@ class NotifyService:
 
     def test(self, actor: Principal, url: str | None = None) -> list[Delivery]:
         """A `ping` to `url` (else to each of the caller's default URLs), queued now."""
-        if not actor.may_change:
-            raise Forbidden("a read-only token cannot send test webhooks")
         if url is not None:
             check_notify((url,), ())
             why = self.policy.refuses_name(url)

@@ -37,6 +37,7 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.spec_rules import decide_spec
 from gpuyard.domain.states import JobState
 from gpuyard.domain.sweep import Sweep, SweepRecord, Value, parse_sweep
+from gpuyard.services.access.rules import owns, require_visible, sees_everyone
 from gpuyard.services.jobs.service import JobService
 from gpuyard.services.ports import SweepStore
 from gpuyard.services.ticker import Ticker
@@ -148,17 +149,19 @@ class SweepService:
         """A sweep the actor may see (another user's is not found, as their jobs are)."""
         with self._lock:
             record = self._sweeps.get(sweep_id)
-        if record is None or not actor.may_see(record.owner):
-            raise NotFound(f"sweep {sweep_id} not found: `gpuyard sweep list` lists yours")
+        missing = f"sweep {sweep_id} not found: `gpuyard sweep list` lists yours"
+        if record is None:
+            raise NotFound(missing)
+        require_visible(actor, record.owner, missing)
         return record
 
     def list_sweeps(self, actor: Principal, *, everyone: bool = False) -> list[SweepRecord]:
         """The actor's sweeps (an admin with `everyone`: all), by id."""
         with self._lock:
             records = sorted(self._sweeps.values(), key=lambda r: r.id)
-        if everyone and actor.is_admin:
+        if everyone and sees_everyone(actor):
             return records
-        return [r for r in records if r.owner == actor.user]
+        return [r for r in records if owns(actor, r.owner)]
 
     def trials(self, record: SweepRecord) -> list[TrialView]:
         """The sweep's trials ranked: by the metric's best value (its goal's way), those that
