@@ -35,8 +35,3 @@ class Principal:
     def may_change(self) -> bool:
         """Whether this credential may change anything (a read token may only read)."""
         return self.scope != "read"
-
-    def may_see(self, owner: str) -> bool:
-        """A job's details (its log, its environment, its command) are its owner's and the
-        admins'."""
-        return self.is_admin or owner == self.user

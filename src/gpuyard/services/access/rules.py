@@ -23,7 +23,7 @@ def is_admin(actor: Principal) -> bool:
 
 def may_write(actor: Principal) -> bool:
     """Whether the credential may change anything at all (a read token only reads)."""
-    return actor.scope != "read"
+    return actor.may_change
 
 
 def owns(actor: Principal, owner: str) -> bool:
