@@ -15,7 +15,7 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -62,6 +62,7 @@ from gpuyard.services.jobs.stops import StopRequests, StopSignals, signal_new_st
 from gpuyard.services.launch.rendezvous import RendezvousPorts
 from gpuyard.services.launch.run_as import RunAsPolicy
 from gpuyard.services.launch.service_check import ServiceHealth
+from gpuyard.services.machine.event_ring import EventLog
 from gpuyard.services.machine.gpu_health import AfterSample, HealthGuard
 from gpuyard.services.machine.gpu_history import GpuHistory
 from gpuyard.services.machine.gpu_mem import GpuMemLimit, PeakHistory
@@ -114,6 +115,8 @@ class Core:
     progress: ProgressService | None = None  # jobs' progress and metric series
     health: ServiceHealth | None = None  # services' health checks (`serve --health`)
     notify: NotifyService | None = None  # webhooks (None: a store without their tables)
+    # The events page's ring: told by the journal, the drains and the telemetry samples.
+    events: EventLog = field(default_factory=EventLog)
 
 
 def build_core(
@@ -151,10 +154,11 @@ def build_core(
     if monitor is not None:
         after.append(finished_job_stats(store, monitor, peaks))
     notify = _notifier(store, settings, clock)  # in order: it only queues (workflows/notify.py)
+    events = EventLog()  # the events page's (machine/event_ring.py): cheap, in commit order
     journal = Journal(
         book, store,
         in_order=[scheduler_events(scheduler), queue_metrics(metrics), release_ports(ports), feed,
-                  wakeup, *([notify] if notify is not None else [])],
+                  wakeup, events.job_change, *([notify] if notify is not None else [])],
         after=after,
     )  # fmt: skip
     controller = Controller(
@@ -169,10 +173,11 @@ def build_core(
     )  # fmt: skip
     drains = DrainService(
         store, journal, scheduler, inventory, binds_devices=executor.binds_devices, clock=clock,
-        wake=wakeup,
+        wake=wakeup, listeners=[events.drain_changed],
     )  # fmt: skip
     if settle is not None:
         settle(controller, drains)
+    events.drains_in_force(drains.current())  # those still in force once settled: told once
     scheduler.set_job_lookup(NamedJobs(book, store))  # the jobs a dependency names
     scheduler.rebuild(active)
     stops = StopRequests(journal, clock, stop_signals)
@@ -188,7 +193,10 @@ def build_core(
         fair_share_half_life_s=settings.fair_share_half_life_s,
     )  # fmt: skip
     if monitor is not None:
-        _watch_samples(monitor, store, book, service, drains, stops, idle, scheduler, settings)
+        _watch_samples(
+            monitor, store, book, service, drains, stops, idle, scheduler, settings,
+            on_hot=events.hot_now,
+        )  # fmt: skip
     progress = ProgressService(book, cast(ProgressStore, store), executor.log_path, clock=clock)
     service.service_health = health = ServiceHealth(
         book, lambda job, why: stops.request(job.id, JobState.PENDING, why),
@@ -197,7 +205,7 @@ def build_core(
     )  # fmt: skip
     return Core(
         book, journal, scheduler, controller, drains, service, feed, metrics, executor, monitor,
-        progress, health, notify=notify,
+        progress, health, notify=notify, events=events,
     )  # fmt: skip
 
 
@@ -225,9 +233,12 @@ def _watch_samples(
     idle: IdleWatch,
     scheduler: LiveScheduler,
     settings: Settings,
+    *,
+    on_hot: Callable[[Mapping[int, str]], None],
 ) -> None:
     """What each telemetry sample drives: health drains, the --gpu-mem hard limit, idle jobs,
-    GPUs busy with foreign memory or too hot; and the stats and advice of earlier runs."""
+    GPUs busy with foreign memory or too hot (told `on_hot`); and the stats and advice of
+    earlier runs."""
     monitor.restore(store.load_gpu_stats(limit=10_000))
     for job in book.jobs(include_finished=True):
         if job.state.is_terminal:
@@ -240,7 +251,7 @@ def _watch_samples(
     )
     monitor.on_sample = AfterSample(
         HealthGuard(drains.drain), idle, scheduler, book, settings.foreign_mem_mib,
-        settings.hot_temp_c, gpu_mem_limit,
+        settings.hot_temp_c, gpu_mem_limit, on_hot=on_hot,
     )  # fmt: skip
 
 
@@ -333,7 +344,7 @@ def build_server(
     return ServerFacade(
         core.service, core.controller, auth,
         core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend, confinement),
-        tick_s=settings.tick_s, background=background,
+        events=core.events, tick_s=settings.tick_s, background=background,
         closers=[core.executor.close, core.scheduler.close, *closers,
                  accounts.flush_last_used, store.close],
         accounts=accounts, progress=core.progress, sweeps=sweeps,

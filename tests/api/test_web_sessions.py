@@ -234,7 +234,7 @@ def test_logout_ends_the_session(web: Web) -> None:
 
 
 def test_a_session_ends_after_its_idle_time(web: Web) -> None:
-    sessions = web.app.state.web_sessions  # type: ignore[attr-defined]
+    sessions = web.server.web_sessions
     now = [1000.0]
     sessions._clock = lambda: now[0]
     browser = web.browser()
@@ -267,7 +267,7 @@ def test_a_login_link_works_once(web: Web) -> None:
 
 
 def test_a_login_link_expires_after_a_minute(web: Web) -> None:
-    sessions = web.app.state.web_sessions  # type: ignore[attr-defined]
+    sessions = web.server.web_sessions
     now = [1000.0]
     sessions._clock = lambda: now[0]
     cli = web.browser()
@@ -306,7 +306,7 @@ def test_static_files_carry_types_caching_and_a_strict_policy(web: Web) -> None:
 
 
 def test_a_session_in_use_still_ends_seven_days_after_its_login(web: Web) -> None:
-    sessions = web.app.state.web_sessions  # type: ignore[attr-defined]
+    sessions = web.server.web_sessions
     now = [1000.0]
     sessions._clock = lambda: now[0]
     browser = web.browser()

@@ -156,7 +156,7 @@ class LiveRig:
         )  # fmt: skip
         self.book, self.scheduler = core.book, core.scheduler
         self.controller, self.service, self.journal = core.controller, core.service, core.journal
-        self.feed, self.drains = core.feed, core.drains
+        self.feed, self.drains, self.events = core.feed, core.drains, core.events
         self.notify = core.notify  # webhooks (its thread not started: tests call step())
         self.actor = Principal("ada", role="admin")
 

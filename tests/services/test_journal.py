@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuyard.domain.errors import Conflict, Forbidden, NotFound
-from gpuyard.domain.job import Job
+from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
@@ -125,6 +125,33 @@ def test_a_subscriber_hears_every_change_in_commit_order(rig: LiveRig) -> None:
         ("RUNNING", "COMPLETED"),
     ]
     assert rig.feed.subscribers == 0  # gone with the subscriber's block
+
+
+def test_the_events_ring_hears_job_changes_and_drains_as_they_commit(rig: LiveRig) -> None:
+    job = rig.submit(100, gpus=1, user="ada")
+    rig.settle()
+    rig.drains.drain(0, "fan check", "admin")  # what runs there finishes: no job event
+    rig.journal.change(job.id, lambda j: j.with_changes(state=JobState.OUT_OF_MEMORY), 5.0)
+    rig.drains.resume(0)
+    assert [(e.kind, e.gpu, e.job_id) for e in rig.events.recent()] == [
+        ("drain", 0, None), ("oom_kill", None, job.id), ("resume", 0, None),
+    ]  # fmt: skip
+
+
+def test_a_failing_drain_listener_breaks_no_drain(rig: LiveRig) -> None:
+    from gpuyard.services.jobs.drains import DrainService
+
+    def broken(gpu_index: int, drain: Drain | None) -> None:
+        raise RuntimeError("a listener's bug")
+
+    drains = DrainService(
+        rig.store, rig.journal, rig.scheduler, rig.inventory, binds_devices=True,
+        clock=rig.clock, wake=lambda: None, listeners=[broken],
+    )  # fmt: skip
+    drains.drain(0, "fan check", "admin")
+    assert drains.current()[0].reason == "fan check"
+    drains.resume(0)
+    assert drains.current() == {}
 
 
 def test_use_cases_decide_who_may_see_and_change_a_job(rig: LiveRig) -> None:

@@ -1,5 +1,6 @@
-"""The events ring: which job changes are events, drains compared with the last look, the
-ring's bound, and a subscriber woken by an event added from another thread."""
+"""The events ring: which job changes are events, drains and hot GPUs compared with what the
+ring last heard, the ring's bound, and a subscriber woken by an event added from another
+thread."""
 
 from __future__ import annotations
 
@@ -73,17 +74,27 @@ def test_the_job_changes_that_are_events() -> None:
 
 def test_drains_are_told_once_and_resumes_when_they_go() -> None:
     log = EventLog()
-    log.drains_now({}, {})
+    log.drains_in_force({})
     xid = Drain("XID 79: the GPU has fallen off the bus; it needs a reset", "auto", 50.0)
-    log.drains_now({1: xid}, {})
-    log.drains_now({1: xid}, {})  # the same drain: no news
-    log.drains_now({1: xid, 0: Drain("maintenance", "admin", 60.0)}, {0: "at 91 C"})
-    log.drains_now({0: Drain("maintenance", "admin", 60.0)}, {0: "at 91 C"})
+    log.drain_changed(1, xid)
+    log.drain_changed(1, xid)  # the same drain: no news
+    log.drain_changed(0, Drain("maintenance", "admin", 60.0))
+    log.hot_now({0: "at 91 C"})
+    log.hot_now({0: "at 91 C"})  # still hot for the same reason: no news
+    log.drain_changed(1, None)
+    log.drain_changed(3, None)  # a resume of a drain the ring never heard of: no news
     assert [(e.kind, e.gpu) for e in log.recent()] == [
         ("xid", 1), ("drain", 0), ("hot", 0), ("resume", 1),
     ]  # fmt: skip
     assert [e.id for e in log.recent(after_id=2)] == [3, 4]
     assert [e.kind for e in log.recent(since_at=55.0)][:1] == ["drain"]
+
+
+def test_the_drains_in_force_at_a_start_are_told_once() -> None:
+    log = EventLog()
+    log.drains_in_force({2: Drain("fan", "admin", 10.0), 0: Drain("xid 48", "auto", 5.0)})
+    log.drain_changed(2, Drain("fan", "admin", 10.0))  # the same drain: no news
+    assert [(e.kind, e.gpu, e.at) for e in log.recent()] == [("xid", 0, 5.0), ("drain", 2, 10.0)]
 
 
 def test_the_ring_keeps_the_last_events_only() -> None:

@@ -3,7 +3,6 @@ body, bounded bodies), one error table, and a router per resource."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -28,9 +27,9 @@ from gpuyard.api.routers import (
     verbs,
     web,
 )
+from gpuyard.api.static_files import StaticFiles, static_root
 from gpuyard.api.submit_route import SubmitFastPath
 from gpuyard.schemas.v1 import ErrorOut
-from gpuyard.services.access.web_sessions import WebSessions
 from gpuyard.services.server import ServerFacade
 
 # Every route may answer these (the front door's 421 and 429 come before any route is chosen:
@@ -49,19 +48,13 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if manage_lifecycle:
             server.start()
-        collector = asyncio.create_task(live.collect(server, app.state.events))
         yield
-        collector.cancel()
         if manage_lifecycle:
             server.close()
 
     app = FastAPI(title="gpuyard", version=__version__, lifespan=lifespan, responses=_ERRORS)  # type: ignore[arg-type]
-    app.state.server = server
-    # The dashboard's sessions live with the app (in memory: services/access/web_sessions.py).
-    app.state.web_sessions = sessions = WebSessions()
-    app.state.web_static = web.StaticFiles(web.static_root())
-    for name, value in live.live_state(server).items():  # the GPU stream, the events ring
-        setattr(app.state, name, value)
+    app.state.server = server  # with its web sessions, events ring and GPU stream's sampler
+    app.state.web_static = StaticFiles(static_root())  # the dashboard's files (static_files.py)
     install_error_handlers(app)
     routers = (system.router, jobs.router, verbs.router, gpus.router, admin.router,
                admin.accounts_router, tokens.router, limits.router, web.api_router, live.router,
@@ -71,6 +64,10 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     app.include_router(notify.router)  # webhooks (services/workflows/notify.py)
     app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door
     app.add_middleware(
-        FrontDoor, auth=server.auth, access=server.access, peers=server.peers, sessions=sessions
+        FrontDoor,
+        auth=server.auth,
+        access=server.access,
+        peers=server.peers,
+        sessions=server.web_sessions,
     )
     return app

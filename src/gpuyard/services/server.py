@@ -11,9 +11,12 @@ from gpuyard.services.access.accounts import AccountService
 from gpuyard.services.access.front import AccessRules
 from gpuyard.services.access.peers import PeerAuth
 from gpuyard.services.access.tokens import TokenAuth
+from gpuyard.services.access.web_sessions import WebSessions
 from gpuyard.services.jobs.change_feed import ChangeFeed
 from gpuyard.services.jobs.controller import Controller
 from gpuyard.services.jobs.service import JobService
+from gpuyard.services.machine.event_ring import EventLog
+from gpuyard.services.machine.gpu_stream import GpuSampler
 from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.workflows.notify import NotifyService
 from gpuyard.services.workflows.progress import ProgressService
@@ -49,6 +52,8 @@ class ServerFacade:
     feed: ChangeFeed
     metrics: QueueMetrics
     info: ServerInfo
+    # The events page's ring, told by the journal, the drains and the telemetry (build_core).
+    events: EventLog
     tick_s: float = 1.0
     background: Sequence[Background] = ()
     # Run in order at close, after the threads stopped: the executor, the Ray connection, the
@@ -66,6 +71,10 @@ class ServerFacade:
     notify: NotifyService | None = None
     # Sweeps and their early stop (None: a server built without them, e.g. by a test rig).
     sweeps: SweepService | None = None
+    # The dashboard's sessions (in memory: a restart logs every browser out).
+    web_sessions: WebSessions = field(default_factory=WebSessions)
+    # The GPU stream's one sampler, for every open dashboard.
+    gpu_sampler: GpuSampler = field(default_factory=GpuSampler)
 
     def start(self) -> None:
         self.controller.recover()

@@ -1,29 +1,25 @@
-"""/ui: the web dashboard. Its pages and static files ship inside the package
-(`gpuyard/web/static/`, no build at install); every page path serves the app shell
-(`index.html`, client-side routing) to a logged-in browser and sends anyone else to the login.
+"""/ui: the web dashboard's routes: its files, the login and the session, the app shell.
+
+Its pages and static files ship inside the package (`gpuyard/web/static/`, no build at install;
+`api/static_files.py`); every page path serves the app shell (`index.html`, client-side
+routing) to a logged-in browser and sends anyone else to the login.
 
 Login: `POST /ui/login` with an API token, or with a one-time code from `gpuyard dashboard`
 (`POST /api/v1/web/login-link`, made by whoever the CLI is: its token or its Unix-socket
-identity), makes a server-side session (`services/access/web_sessions.py`) carried in the HttpOnly
-cookie `gpuyard_session`; the page reads its CSRF token from the `gpuyard_csrf` cookie (or
-`GET /ui/session`) and sends it in `X-CSRF-Token` on every change. Every answer here carries a
-strict Content-Security-Policy (this server's own files only, no inline script, no framing).
+identity), makes a server-side session (`services/access/web_sessions.py`, the server's
+`web_sessions`) carried in the HttpOnly cookie `gpuyard_session`; the page reads its CSRF token
+from the `gpuyard_csrf` cookie (or `GET /ui/session`) and sends it in `X-CSRF-Token` on every
+change. Every answer here carries the strict Content-Security-Policy of `api/static_files.py`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import html
-import mimetypes
-from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
+import json
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
-from pydantic import BaseModel
 
 from gpuyard.api.deps import Actor, Server
 from gpuyard.api.errors import error_body
@@ -34,102 +30,28 @@ from gpuyard.api.front_door import (
     WEB_SESSION,
     request_origin,
 )
+from gpuyard.api.login_page import login_form
+from gpuyard.api.static_files import (
+    SECURITY_HEADERS,
+    dashboard_files,
+    json_bytes,
+    page_response,
+    serve_file,
+)
 from gpuyard.domain.errors import Unauthorized
 from gpuyard.domain.principal import Principal
+from gpuyard.schemas.web_v1 import LoginLinkOut, SessionOut
 from gpuyard.services.access.tokens import token_hash
 from gpuyard.services.access.web_sessions import NewSession, Origin, Session, WebSessions
+from gpuyard.services.server import ServerFacade
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 api_router = APIRouter(prefix="/api/v1/web", tags=["web"])
 
-CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
-    "form-action 'self'; frame-ancestors 'none'"
-)
-SECURITY_HEADERS = {
-    "Content-Security-Policy": CSP,
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    # A login code in a URL never leaves for another site in a Referer. Not no-referrer: under
-    # it browsers send `Origin: null` on the page's own POSTs (the login form, fetch), which
-    # the front door's cross-site check refuses (found by tests/web in Chromium).
-    "Referrer-Policy": "same-origin",
-}
-_TYPES = {
-    ".js": "text/javascript; charset=utf-8",
-    ".mjs": "text/javascript; charset=utf-8",
-    ".css": "text/css; charset=utf-8",
-    ".html": "text/html; charset=utf-8",
-    ".json": "application/json",
-    ".svg": "image/svg+xml",
-    ".png": "image/png",
-    ".ico": "image/x-icon",
-    ".woff2": "font/woff2",
-    ".map": "application/json",
-    ".txt": "text/plain; charset=utf-8",
-}
-STATIC_PREFIX = "/ui/static/"
-_REVALIDATE = "no-cache"  # use the cached copy after asking (ETag: a 304 costs no body)
-_IMMUTABLE = "public, max-age=31536000, immutable"  # asked for by its hash (?v=HASH)
-
-
-def static_root() -> Path:
-    """The dashboard's files inside the installed package."""
-    return Path(str(resources.files("gpuyard") / "web" / "static"))
-
-
-@dataclass(frozen=True, slots=True)
-class _Asset:
-    body: bytes
-    etag: str  # the content's SHA-256, short: also the `?v=` an immutable reference uses
-    media_type: str
-    mtime_ns: int
-
-
-class StaticFiles:
-    """The package's static files, read once and kept with their hashes (a few hundred KiB);
-    re-read when a file changes (an editable install during development)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root.resolve()
-        self._cache: dict[Path, _Asset] = {}
-
-    def get(self, relative: str) -> _Asset | None:
-        if not relative or any(p.startswith(".") or not p for p in relative.split("/")):
-            return None  # no hidden files, no `..`, no empty parts
-        path = (self.root / relative).resolve()
-        if not path.is_relative_to(self.root):
-            return None
-        try:
-            stat = path.stat()
-        except OSError:
-            return None
-        if not path.is_file():
-            return None
-        cached = self._cache.get(path)
-        if cached is not None and cached.mtime_ns == stat.st_mtime_ns:
-            return cached
-        body = path.read_bytes()
-        media = _TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0]
-        asset = _Asset(
-            body,
-            hashlib.sha256(body).hexdigest()[:16],
-            media or "application/octet-stream",
-            stat.st_mtime_ns,
-        )
-        self._cache[path] = asset
-        return asset
-
-
-def _files(request: Request) -> StaticFiles:
-    files: StaticFiles = request.app.state.web_static
-    return files
-
 
 def _sessions(request: Request) -> WebSessions:
-    sessions: WebSessions = request.app.state.web_sessions
-    return sessions
+    server: ServerFacade = request.app.state.server
+    return server.web_sessions
 
 
 def _session(request: Request) -> tuple[str, Session] | None:
@@ -137,103 +59,14 @@ def _session(request: Request) -> tuple[str, Session] | None:
     return found
 
 
-def _page_response(body: bytes | str, status: int = 200, **headers: str) -> Response:
-    return Response(
-        body,
-        status_code=status,
-        media_type="text/html; charset=utf-8",
-        headers={**SECURITY_HEADERS, "Cache-Control": "no-store", **headers},
-    )
-
-
-def _serve_asset(request: Request, asset: _Asset, cache: str) -> Response:
-    etag = f'"{asset.etag}"'
-    headers = {**SECURITY_HEADERS, "ETag": etag, "Cache-Control": cache}
-    if request.headers.get("if-none-match") == etag:
-        return Response(status_code=304, headers=headers)
-    return Response(asset.body, media_type=asset.media_type, headers=headers)
-
-
 @router.get("/static/{path:path}")
 async def static_file(path: str, request: Request) -> Response:
     """A file of the dashboard's: revalidated by ETag, or cached for good when asked for by
     its hash (`?v=` the ETag's value)."""
-    asset = _files(request).get(path)
-    if asset is None:
-        return _not_found(f"no dashboard file {path!r}")
-    immutable = request.query_params.get("v") == asset.etag
-    return _serve_asset(request, asset, _IMMUTABLE if immutable else _REVALIDATE)
-
-
-def _not_found(message: str) -> Response:
-    return Response(
-        _json_bytes(error_body("not_found", message)),
-        status_code=404,
-        media_type="application/json",
-        headers=SECURITY_HEADERS,
-    )
-
-
-def _json_bytes(data: Any) -> bytes:
-    import json
-
-    return json.dumps(data).encode()
+    return serve_file(request, path)
 
 
 # ----------------------------------------------------------------------------- login
-
-
-_LOGIN_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>gpuyard: log in</title>{css}</head>
-<body class="login"><main class="login-box">
-<h1>gpuyard</h1>
-{error}
-<form method="post" action="/ui/login">
-{fields}
-<input type="hidden" name="next" value="{next}">
-<button type="submit">{button}</button>
-</form>
-<p class="hint">{hint}</p>
-</main></body></html>
-"""
-
-
-def _login_page(
-    request: Request,
-    *,
-    code: str = "",
-    user: str | None = None,
-    next_path: str = "/ui/",
-    error: str = "",
-    status: int = 200,
-) -> Response:
-    """The login form (no script): a token field, or, for a one-time link, one button."""
-    css = ""
-    if _files(request).get("login.css") is not None:
-        css = '<link rel="stylesheet" href="/ui/static/login.css">'
-    elif _files(request).get("app.css") is not None:
-        css = '<link rel="stylesheet" href="/ui/static/app.css">'
-    if code:
-        fields = f'<input type="hidden" name="code" value="{html.escape(code)}">'
-        button = f"Continue as {html.escape(user)}" if user else "Continue"
-        hint = "This link works once, for a minute."
-    else:
-        fields = (
-            '<label for="token">API token</label>\n'
-            '<input id="token" name="token" type="password" autocomplete="off" required '
-            'autofocus placeholder="gpy_...">'
-        )
-        button = "Log in"
-        hint = (
-            "Make a token with <code>gpuyard token create</code>, or run <code>gpuyard "
-            "dashboard</code> on the server's machine for a one-time link."
-        )
-    shown = f'<p class="error" role="alert">{html.escape(error)}</p>' if error else ""
-    page = _LOGIN_PAGE.format(css=css, error=shown, fields=fields, next=html.escape(next_path),
-                              button=button, hint=hint)  # fmt: skip
-    return _page_response(page, status)
 
 
 def _safe_next(value: str | None) -> str:
@@ -254,14 +87,14 @@ async def login_page(
     only for a click: the code is used by the POST, so a link opened by a mail scanner or a
     preview logs nobody in."""
     if not code:
-        shell = _files(request).get("index.html")
+        shell = dashboard_files(request).get("index.html")
         if shell is not None:
-            return _page_response(shell.body)
-        return _login_page(request, next_path=_safe_next(next))
+            return page_response(shell.body)
+        return login_form(request, next_path=_safe_next(next))
     user = _sessions(request).peek(code)
     if user is None:
-        return _login_page(request, next_path=_safe_next(next), status=401, error=_CODE_GONE)
-    return _login_page(request, code=code, user=user, next_path=_safe_next(next))
+        return login_form(request, next_path=_safe_next(next), status=401, error=_CODE_GONE)
+    return login_form(request, code=code, user=user, next_path=_safe_next(next))
 
 
 _CODE_GONE = (
@@ -274,22 +107,10 @@ _BAD_TOKEN = (
 )
 
 
-class SessionOut(BaseModel):
-    """Who the dashboard's session is, and the CSRF token its changes carry."""
-
-    user: str
-    role: str
-    team: str | None
-    scope: str
-    csrf: str
-
-
 async def _login_fields(request: Request) -> dict[str, str]:
     body = await request.body()
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
-        import json
-
         try:
             data = json.loads(body or b"{}")
         except ValueError:
@@ -356,15 +177,15 @@ def _refused(
 ) -> Response:
     if wants_json:
         return Response(
-            _json_bytes(error_body(code, message)),
+            json_bytes(error_body(code, message)),
             status_code=status,
             media_type="application/json",
             headers=SECURITY_HEADERS,
         )
-    if _files(request).get("index.html") is not None:  # the shell's login page shows `error`
+    if dashboard_files(request).get("index.html") is not None:  # its login page shows `error`
         where = f"/ui/login?error={quote(message)}&next={quote(next_path)}"
         return RedirectResponse(where, status_code=303, headers=SECURITY_HEADERS)
-    return _login_page(request, next_path=next_path, error=message, status=status)
+    return login_form(request, next_path=next_path, error=message, status=status)
 
 
 def _secure(request: Request) -> bool:
@@ -404,7 +225,7 @@ async def session_info(request: Request) -> Response:
     if found is None or not isinstance(principal, Principal):
         message = "no dashboard session: log in at /ui/login"
         return Response(
-            _json_bytes(error_body(Unauthorized.code, message)),
+            json_bytes(error_body(Unauthorized.code, message)),
             status_code=401,
             media_type="application/json",
             headers={**SECURITY_HEADERS, "Cache-Control": "no-store"},
@@ -427,7 +248,7 @@ async def logout(request: Request) -> Response:
             sent = (await _login_fields(request)).get("csrf")
         if not WebSessions.csrf_matches(found[1], sent.encode() if sent else None):
             return Response(
-                _json_bytes(error_body("forbidden", _BAD_LOGOUT)),
+                json_bytes(error_body("forbidden", _BAD_LOGOUT)),
                 status_code=403,
                 media_type="application/json",
                 headers=SECURITY_HEADERS,
@@ -444,16 +265,6 @@ _BAD_LOGOUT = "missing or wrong X-CSRF-Token header (or csrf form field): reload
 
 
 # ----------------------------------------------------------------------------- login link
-
-
-class LoginLinkOut(BaseModel):
-    """A one-time login for the dashboard: open `path` on this server's URL within
-    `expires_in_s` (once)."""
-
-    path: str
-    url: str  # the path on this server's address as the request named it (or as it listens)
-    expires_in_s: int
-    user: str
 
 
 @api_router.post("/login-link")
@@ -515,8 +326,8 @@ def _shell(request: Request) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         where = "/ui/login" + (f"?next={quote(target)}" if target != "/ui/" else "")
         return RedirectResponse(where, status_code=303, headers=SECURITY_HEADERS)
-    asset = _files(request).get("index.html")
+    asset = dashboard_files(request).get("index.html")
     if asset is None:
-        return _page_response(_NO_SHELL)
+        return page_response(_NO_SHELL)
     headers = {**SECURITY_HEADERS, "Cache-Control": "no-store"}
     return Response(asset.body, media_type=asset.media_type, headers=headers)

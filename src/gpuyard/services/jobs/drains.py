@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gpuyard.domain.errors import Conflict, NotFound
 from gpuyard.domain.job import Drain, Gpu, Job
@@ -30,6 +30,10 @@ log = logging.getLogger("gpuyard.drains")
 FINAL_INTENTS = frozenset({JobState.CANCELLED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY})
 LEGACY_KEY = "index:"  # drains recorded by index before they were keyed by UUID
 
+# Told of each drain saved (GPU index, the drain) or lifted (GPU index, None), under the drains'
+# lock so in the order they happen: cheap, never blocking (the events ring, machine/).
+DrainListener = Callable[[int, Drain | None], None]
+
 
 class DrainService:
     """Takes GPUs out of service and puts them back, durably."""
@@ -44,6 +48,7 @@ class DrainService:
         binds_devices: bool,
         clock: Callable[[], float],
         wake: Callable[[], None],
+        listeners: Sequence[DrainListener] = (),
     ) -> None:
         self._store = store
         self._journal = journal
@@ -52,6 +57,7 @@ class DrainService:
         self._binds_devices = binds_devices
         self._clock = clock
         self._wake = wake
+        self._listeners = tuple(listeners)
         self._lock = threading.Lock()
         self._by_index: dict[int, Drain] = {}
         for key, drain in store.load_drains().items():
@@ -84,6 +90,7 @@ class DrainService:
         with self._lock:
             self._store.save_drain(gpu.uuid, drain)
             self._by_index[gpu_index] = drain
+            self._tell(gpu_index, drain)
         crash_point("drain_saved")
         self._scheduler.drained(gpu_index, True, at)
         if source == "admin" and not now:
@@ -120,9 +127,18 @@ class DrainService:
             self._store.save_drain(gpu.uuid, None)
             self._store.save_drain(f"{LEGACY_KEY}{gpu_index}", None)
             del self._by_index[gpu_index]
+            self._tell(gpu_index, None)
         self._scheduler.drained(gpu_index, False, self._clock())
         log.info("GPU %s back in service", gpu_index)
         self._wake()
+
+    def _tell(self, gpu_index: int, drain: Drain | None) -> None:
+        """Tell the listeners; one that fails is logged, never fails the drain or resume."""
+        for listener in self._listeners:
+            try:
+                listener(gpu_index, drain)
+            except Exception:
+                log.exception("a drain listener failed on GPU %s", gpu_index)
 
     def gpu(self, gpu_index: int) -> Gpu:
         for gpu in self._inventory.gpus:

@@ -5,8 +5,9 @@ for idling, preempted, requeued, ended by a GPU failure.
 A bounded ring in memory (the last `size` events, ids counting up from 1 for the server's
 life): cheap to keep, and the journal (job states, reasons, attempts) and the drains table
 remain the durable record; after a restart the page starts from the drains still in force.
-Events are told from the journal's committed changes (`job_change`, an in-order observer's
-view) and from the drains as they are now (`drains_now`, compared with the last look).
+Events are told as they happen: by the journal (`job_change`, an in-order observer), by the
+drain service (`drain_changed`, a drain listener) and by each telemetry sample
+(`hot_now`, the GPUs placed last), each compared with what the ring last heard.
 
 Subscribers (an SSE stream each) are woken, never queued to: each reads the ring from the
 last id it sent, so a slow one costs nothing and, fallen more than `size` behind, is told so
@@ -81,7 +82,8 @@ def _who(job: Job) -> str:
 
 
 class EventLog:
-    """The ring. `add` from any thread; `subscribe` on the subscriber's event loop."""
+    """The ring. `add` and the listeners from any thread; `subscribe` on the subscriber's
+    event loop."""
 
     def __init__(self, size: int = RING_SIZE, clock: Callable[[], float] = time.time) -> None:
         self._ring: deque[Event] = deque(maxlen=size)
@@ -89,7 +91,9 @@ class EventLog:
         self._lock = threading.Lock()
         self._clock = clock
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
-        self._drains: dict[int, Drain] | None = None
+        # What the ring last heard of drains and hot GPUs (what is news), under `_seen_lock`.
+        self._seen_lock = threading.Lock()
+        self._drains: dict[int, Drain] = {}
         self._hot: dict[int, str] = {}
 
     def add(
@@ -123,26 +127,39 @@ class EventLog:
         if found is not None:
             self.add(found[0], found[1], at=change.at, job=change.after)
 
-    def drains_now(self, drains: Mapping[int, Drain], hot: Mapping[int, str]) -> None:
-        """The GPUs out of service and the hot ones as they are now: what changed since the
-        last call becomes events (the first call only records: a restart is no news, except
-        the drains in force, told once so the page shows why a GPU is out)."""
-        first = self._drains is None
-        before = self._drains or {}
+    def drains_in_force(self, drains: Mapping[int, Drain]) -> None:
+        """The drains still in force at a start, told once so the page shows why a GPU is out
+        (a restart is no other news)."""
         for index, drain in sorted(drains.items()):
-            if index in before and before[index] == drain:
-                continue
-            kind = XID if drain.source == "auto" and "xid" in drain.reason.lower() else DRAIN
-            by = "automatically" if drain.source == "auto" else f"by {drain.source}"
-            self.add(kind, f"GPU {index} drained {by}: {drain.reason}", at=drain.drained_at,
-                     gpu=index)  # fmt: skip
-        for index in sorted(set(before) - set(drains)):
-            self.add(RESUME, f"GPU {index} resumed", gpu=index)
-        if not first:
+            self.drain_changed(index, drain)
+
+    def drain_changed(self, gpu_index: int, drain: Drain | None) -> None:
+        """A drain listener: a GPU drained (`drain`) or back in service (None), as an event
+        unless the ring knew it so already (a resume only of a drain it told)."""
+        with self._seen_lock:
+            before = self._drains.get(gpu_index)
+            if drain is None:
+                if gpu_index in self._drains:
+                    del self._drains[gpu_index]
+                    self.add(RESUME, f"GPU {gpu_index} resumed", gpu=gpu_index)
+                return
+            if before == drain:
+                return
+            self._drains[gpu_index] = drain
+            auto = drain.source == "auto"
+            kind = XID if auto and "xid" in drain.reason.lower() else DRAIN
+            by = "automatically" if auto else f"by {drain.source}"
+            self.add(kind, f"GPU {gpu_index} drained {by}: {drain.reason}", at=drain.drained_at,
+                     gpu=gpu_index)  # fmt: skip
+
+    def hot_now(self, hot: Mapping[int, str]) -> None:
+        """The GPUs placed last and why, after a telemetry sample: a GPU newly hot, or hot for
+        another reason, is an event (one cooling down is not)."""
+        with self._seen_lock:
             for index, why in sorted(hot.items()):
                 if self._hot.get(index) != why:
                     self.add(HOT, f"GPU {index} placed last: {why}", gpu=index)
-        self._drains, self._hot = dict(drains), dict(hot)
+            self._hot = dict(hot)
 
     def recent(self, after_id: int = 0, since_at: float | None = None) -> list[Event]:
         """The events kept with an id above `after_id` and at or after `since_at`, oldest

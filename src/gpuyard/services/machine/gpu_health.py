@@ -14,7 +14,7 @@ errors such as 13 or 31, which one job's bug can cause) leave the GPU in service
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpuyard.services.jobs.book import JobBook, jobs_by_gpu
@@ -132,6 +132,7 @@ class AfterSample:
     foreign_mem_mib: int
     hot_temp_c: int
     gpu_mem_limit: GpuMemLimit | None = None
+    on_hot: Callable[[Mapping[int, str]], None] | None = None  # told the hot GPUs (events ring)
     _misplaced: set[tuple[int, int]] = field(default_factory=set)  # (pid, GPU) logged once
 
     def __call__(self, snapshot: TelemetrySnapshot) -> None:
@@ -143,7 +144,10 @@ class AfterSample:
         holders = {gpu: {job.id for job in jobs} for gpu, jobs in jobs_by_gpu(running).items()}
         self._log_misplaced(snapshot, holders)
         self.scheduler.set_busy(foreign_memory(snapshot, set(holders), self.foreign_mem_mib))
-        self.scheduler.set_hot(hot_gpus(snapshot, self.hot_temp_c))
+        hot = hot_gpus(snapshot, self.hot_temp_c)
+        self.scheduler.set_hot(hot)
+        if self.on_hot is not None:
+            self.on_hot(hot)
 
     def _log_misplaced(self, snapshot: TelemetrySnapshot, holders: dict[int, set[int]]) -> None:
         """A job's process on a GPU not allocated to it (it ignored CUDA_VISIBLE_DEVICES):
