@@ -19,8 +19,8 @@ from typing import Any
 
 _WHERE = {
     "LocalNodeSpec": "cluster", "RayConnection": "cluster", "RayNode": "cluster",
-    "GangHandle": "gang", "GangLaunchError": "gang", "GangNode": "gang",
-    "GangOutcome": "gang", "GangResult": "gang", "launch": "gang",
+    "GangHandle": "gang_handle", "GangLaunchError": "gang", "GangNode": "gang_handle",
+    "GangOutcome": "gang_handle", "GangResult": "gang_handle", "launch": "gang",
 }  # fmt: skip
 
 

@@ -225,7 +225,7 @@ class RayConnection:
             return
         self._closed = True
         try:
-            from gpuyard.adapters.ray.gang import stop_all
+            from gpuyard.adapters.ray.gang_handle import stop_all
 
             stop_all("the Ray connection is closing", timeout=60)
             # The extra local nodes first, gracefully, while the head still runs: otherwise

@@ -35,7 +35,8 @@ from gpuyard.adapters.executor.job_folder import JobFolder
 from gpuyard.adapters.executor.srun_shim import SRUN_WANTED
 from gpuyard.adapters.ray import gang
 from gpuyard.adapters.ray.cluster import RayConnection
-from gpuyard.adapters.ray.gang import GangHandle, GangLaunchError, GangOutcome, GangResult
+from gpuyard.adapters.ray.gang import GangLaunchError
+from gpuyard.adapters.ray.gang_handle import GangHandle, GangOutcome, GangResult
 from gpuyard.domain.job import Job
 from gpuyard.services.ports import (
     ExitCallback,
