@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO
 
 import psutil
 from sqlalchemy import make_url
@@ -39,11 +39,13 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.retry import RetryRules
 from gpuyard.domain.states import JobState
 from gpuyard.domain.webhooks import UrlPolicy
+from gpuyard.locations import is_loopback
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.policy import Policy
 from gpuyard.services.access.accounts import AccountService
 from gpuyard.services.access.front import AccessRules, HostRules
 from gpuyard.services.access.peers import PeerAuth
+from gpuyard.services.access.quotas import LimitService
 from gpuyard.services.access.tokens import TokenAuth
 from gpuyard.services.jobs.book import JobBook
 from gpuyard.services.jobs.change_feed import ChangeFeed
@@ -69,23 +71,16 @@ from gpuyard.services.machine.gpu_mem import GpuMemLimit, PeakHistory
 from gpuyard.services.machine.idle import IdleWatch
 from gpuyard.services.machine.telemetry import GpuMonitor
 from gpuyard.services.metrics import QueueMetrics
-from gpuyard.services.ports import (
-    Executor,
-    ExitCallback,
-    GpuHistoryStore,
-    JobStore,
-    NotifyStore,
-    ProgressStore,
-    SweepStore,
-)
+from gpuyard.services.ports import Executor, ExitCallback, JobStore
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.services.scheduler.live import LiveScheduler
 from gpuyard.services.server import Background, ServerFacade, ServerInfo
+from gpuyard.services.stores import Stores
 from gpuyard.services.workflows.notify import NotifyService
 from gpuyard.services.workflows.progress import ProgressService
 from gpuyard.services.workflows.sweeps import SweepService
 from gpuyard.settings import TOKEN_FILE as TOKEN
-from gpuyard.settings import Settings, is_loopback, masked_url
+from gpuyard.settings import Settings, masked_url
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -120,7 +115,7 @@ class Core:
 
 
 def build_core(
-    store: JobStore,
+    stores: Stores,
     inventory: Inventory,
     policy: Policy,
     make_executor: Callable[[ExitCallback], Executor],
@@ -132,10 +127,11 @@ def build_core(
     settle: Callable[[Controller, DrainService], None] | None = None,
     identities: RunAsPolicy | None = None,
 ) -> Core:
-    """Wire one server's services over a store, an inventory and an executor (also what the
-    tests' rigs run: the same wiring, other adapters). `settle` runs before the scheduler is
-    rebuilt (the Ray backend ends the jobs that cannot have survived). `identities`: as whom
-    jobs run (None: as the server, whoever owns them: the tests' rigs)."""
+    """Wire one server's services over its stores (none over a store it lacks), an inventory and
+    an executor (also what the tests' rigs run: the same wiring, other adapters). `settle` runs
+    before the scheduler is rebuilt (the Ray backend ends the jobs that cannot have survived).
+    `identities`: as whom jobs run (None: as the server, whoever owns them: the tests' rigs)."""
+    store = stores.jobs
     wakeup = Wakeup()
     exits = ExitInbox(wakeup)
     executor = make_executor(exits)
@@ -144,16 +140,16 @@ def build_core(
     scheduler = LiveScheduler(policy, inventory, clock)
     metrics, feed, ports, peaks = QueueMetrics(), ChangeFeed(), RendezvousPorts(), PeakHistory()
     monitor = make_monitor(book) if make_monitor is not None else None
-    if monitor is not None and monitor.enabled:  # charts: every sample kept (gpu_history.py)
-        monitor.history = GpuHistory(
+    if monitor is not None and monitor.enabled and stores.gpu_history is not None:
+        monitor.history = GpuHistory(  # charts: every sample kept (gpu_history.py)
             {g.index: g.uuid for g in inventory.gpus if g.detected},
-            cast(GpuHistoryStore, store), period_s=monitor.period_s, clock=clock,
+            stores.gpu_history, period_s=monitor.period_s, clock=clock,
         )  # fmt: skip
     stop_signals = StopSignals()  # `cancel --signal`: from the request to the executor
     after: list[JobObserver] = [signal_new_stops(executor, stop_signals)]
     if monitor is not None:
         after.append(finished_job_stats(store, monitor, peaks))
-    notify = _notifier(store, settings, clock)  # in order: it only queues (workflows/notify.py)
+    notify = _notifier(stores, settings, clock)  # in order: it only queues (workflows/notify.py)
     events = EventLog()  # the events page's (machine/event_ring.py): cheap, in commit order
     journal = Journal(
         book, store,
@@ -190,14 +186,17 @@ def build_core(
         remove_files=executor.remove_files,
         wake=wakeup, clock=clock, monitor=monitor, idle=idle, peaks=peaks,
         preemptible_default=settings.preemptible_default, identities=identities,
-        fair_share_half_life_s=settings.fair_share_half_life_s,
+        limits=_limits(stores, scheduler, clock, settings.fair_share_half_life_s),
     )  # fmt: skip
     if monitor is not None:
         _watch_samples(
             monitor, store, book, service, drains, stops, idle, scheduler, settings,
             on_hot=events.hot_now,
         )  # fmt: skip
-    progress = ProgressService(book, cast(ProgressStore, store), executor.log_path, clock=clock)
+    progress = (
+        ProgressService(book, stores.progress, executor.log_path, clock=clock)
+        if stores.progress is not None else None
+    )  # fmt: skip
     service.service_health = health = ServiceHealth(
         book, lambda job, why: stops.request(job.id, JobState.PENDING, why),
         period_s=settings.service_check_s, failures=settings.service_check_failures,
@@ -209,16 +208,30 @@ def build_core(
     )  # fmt: skip
 
 
+def _limits(
+    stores: Stores, scheduler: LiveScheduler, clock: Callable[[], float], half_life_s: float
+) -> LimitService | None:
+    """Quotas, shares and usage over the store's tables, given to the scheduler; None (no
+    limits) for a store without them."""
+    if stores.limits is None or stores.accounts is None or stores.usage is None:
+        return None
+    limits = LimitService(
+        stores.limits, stores.accounts, stores.usage, scheduler, clock, half_life_s=half_life_s
+    )
+    limits.load()
+    return limits
+
+
 def _notifier(
-    store: JobStore, settings: Settings, clock: Callable[[], float]
+    stores: Stores, settings: Settings, clock: Callable[[], float]
 ) -> NotifyService | None:
     """Webhooks over the store's tables, POSTing through the standard library to the hosts
     GPUYARD_NOTIFY_ALLOW allows (never this server's own API port)."""
-    if not hasattr(store, "load_notify_settings"):
+    if stores.notify is None:
         return None
     policy = UrlPolicy.parse(settings.notify_allow, own_ports=(settings.port,))
     return NotifyService(
-        cast(NotifyStore, store), HttpPoster(policy), policy, clock=clock,
+        stores.notify, HttpPoster(policy), policy, clock=clock,
         retry_first_s=settings.notify_retry_s,
     )  # fmt: skip
 
@@ -308,7 +321,7 @@ def build_server(
                 )
 
         core = build_core(
-            store, inventory, make_policy(settings.policy, for_server=True), make_executor,
+            store.stores(), inventory, make_policy(settings.policy, for_server=True), make_executor,
             settings=settings,
             make_monitor=lambda book: GpuMonitor(
                 lambda: open_gpu_telemetry(inventory.gpus), PsutilProcessOwners(), book, inventory,
@@ -333,7 +346,7 @@ def build_server(
             t.name == team for t in accounts.teams(auth.principal)
         )
         background.append(core.notify)
-    sweeps = SweepService(core.service, cast(SweepStore, store), core.progress)
+    sweeps = SweepService(core.service, store, core.progress)
     background.append(sweeps)  # sweeps' early stop
     if core.monitor is not None and core.monitor.history is not None:
         background.append(core.monitor.history)  # after the sampler: its stop writes the last

@@ -1,4 +1,5 @@
-"""Where the server listens and keeps its state by default: `os` only.
+"""Where the server listens and keeps its state by default, and whether a host is this
+machine: `os` only.
 
 The CLI's start path needs these before anything else (the URL, the token file) and must not
 pay for `dataclasses` + `pathlib` (~10 ms); `gpuyard.settings` takes them from here.
@@ -51,3 +52,15 @@ def login_url() -> str | None:
             return f.read().strip() or None
     except OSError:
         return None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server on this machine (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

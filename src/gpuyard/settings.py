@@ -17,6 +17,7 @@ from gpuyard.locations import (
     DEFAULT_URL,
     SOCKET_OFF,
     TOKEN_FILE,
+    is_loopback,
     state_dir_path,
 )
 
@@ -248,18 +249,6 @@ def masked_url(url: str) -> str:
         return url
     user = userinfo.partition(":")[0]
     return f"{scheme}://{user}:***@{host}{slash}{tail}"
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding `host` keeps the server on this machine (127.0.0.0/8, ::1, localhost)."""
-    import ipaddress
-
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -10,7 +10,8 @@ import pytest
 
 from gpuyard.domain.accounts import Account, ApiToken, Team
 from gpuyard.domain.errors import Conflict, NotFound
-from gpuyard.services.ports import AccountStore, JobStore
+from gpuyard.services.ports import JobStore
+from gpuyard.services.stores import AccountStore
 from tests.contract.stores import Backend
 
 HASH_A, HASH_B = "a" * 64, "b" * 64

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from gpuyard.services.ports import GpuBucket, GpuHistoryStore, JobStore
+from gpuyard.services.ports import JobStore
+from gpuyard.services.stores import GpuBucket, GpuHistoryStore
 from tests.contract.stores import Backend
 
 GPU0, GPU1 = "GPU-00000000-aaaa", "GPU-11111111-bbbb"

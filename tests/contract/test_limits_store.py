@@ -9,7 +9,8 @@ import pytest
 
 from gpuyard.domain.errors import NotFound
 from gpuyard.domain.limits import AccountLimits
-from gpuyard.services.ports import JobStore, LimitStore
+from gpuyard.services.ports import JobStore
+from gpuyard.services.stores import LimitStore
 from tests.contract.stores import Backend
 
 

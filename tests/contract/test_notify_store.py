@@ -10,7 +10,8 @@ import pytest
 
 from gpuyard.domain.errors import NotFound
 from gpuyard.domain.webhooks import Delivery, NotifySettings
-from gpuyard.services.ports import JobStore, NotifyStore
+from gpuyard.services.ports import JobStore
+from gpuyard.services.stores import NotifyStore
 from tests.contract.stores import Backend
 
 

@@ -8,7 +8,7 @@ from typing import cast
 
 from gpuyard.domain.progress_series import ProgressPoint
 from gpuyard.domain.states import JobState
-from gpuyard.services.ports import ProgressStore
+from gpuyard.services.stores import ProgressStore
 from tests.contract.stores import Backend, pending_job
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from gpuyard.domain.errors import Conflict
 from gpuyard.domain.sweep import SweepRecord
-from gpuyard.services.ports import SweepStore
+from gpuyard.services.stores import SweepStore
 from tests.contract.stores import Backend
 
 DEFINITION = {

@@ -7,7 +7,7 @@ from typing import cast
 
 from gpuyard.domain.job import Job
 from gpuyard.domain.states import JobState
-from gpuyard.services.ports import UsageStore
+from gpuyard.services.stores import UsageStore
 from tests.contract.stores import Backend, pending_job
 
 

@@ -151,7 +151,7 @@ class LiveRig:
             return self.processes
 
         core = build_core(
-            self.store, self.inventory, policy, executor, settings=settings or Settings(),
+            self.store.stores(), self.inventory, policy, executor, settings=settings or Settings(),
             clock=self.clock, base_env={},
         )  # fmt: skip
         self.book, self.scheduler = core.book, core.scheduler

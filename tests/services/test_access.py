@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from gpuyard.domain import hello
+from gpuyard.locations import is_loopback
 from gpuyard.services.access.front import FailureThrottle, HostRules
-from gpuyard.settings import is_loopback
 
 
 def test_a_loopback_bind_takes_the_loopback_names_on_its_port_only() -> None:

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpuyard.services.ports import GpuBucket
+from gpuyard.services.stores import GpuBucket
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, delete, insert, or_, select
 
 from gpuyard.adapters.store.tables import gpu_samples
-from gpuyard.services.ports import GpuBucket
+from gpuyard.services.stores import GpuBucket
 
 
 class SqlGpuHistory:

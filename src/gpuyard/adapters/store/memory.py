@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuyard.adapters.store.accounts_memory import MemoryAccounts, MemoryAccountStore
+from gpuyard.adapters.store.bundle import every_port
 from gpuyard.adapters.store.gpu_history_memory import MemoryGpuHistory, MemoryGpuHistoryStore
 from gpuyard.adapters.store.limits_memory import MemoryLimits, MemoryLimitStore
 from gpuyard.adapters.store.notify_memory import MemoryNotify, MemoryNotifyRows
@@ -25,6 +26,7 @@ from gpuyard.adapters.store.sweeps_memory import MemorySweepRows, MemorySweeps
 from gpuyard.domain.errors import Conflict, Unavailable
 from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
+from gpuyard.services.stores import Stores
 
 _ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
 
@@ -52,9 +54,9 @@ class MemoryDatabase:
 class MemoryJobStore(
     MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore, MemoryProgress, MemorySweeps,
     MemoryNotify,
-):
-    """Implements the JobStore and AccountStore ports over a MemoryDatabase (a new, empty one
-    by default)."""
+):  # fmt: skip
+    """Implements every store port (`stores()`) over a MemoryDatabase (a new, empty one by
+    default)."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
         self.database = database if database is not None else MemoryDatabase()
@@ -65,6 +67,10 @@ class MemoryJobStore(
         self._gpu_history = self.database.gpu_history
         self._notify = self.database.notify
         self._closed = False
+
+    def stores(self) -> Stores:
+        """This store by port: it implements every one."""
+        return every_port(self)
 
     def lock_exclusive(self) -> None:
         db = self.database

@@ -25,6 +25,7 @@ from sqlalchemy import (
 from gpuyard.adapters.disk_full import translate_disk_full
 from gpuyard.adapters.store.accounts_sql import SqlAccounts
 from gpuyard.adapters.store.advisory_lock import AdvisoryLock
+from gpuyard.adapters.store.bundle import every_port
 from gpuyard.adapters.store.codec import job_to_row, row_to_job, spec_to_json
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.gpu_history_sql import SqlGpuHistory
@@ -38,6 +39,7 @@ from gpuyard.adapters.store.usage_sql import SqlUsage
 from gpuyard.domain.errors import Conflict, InvalidRequest
 from gpuyard.domain.job import Drain, Job, JobSpec
 from gpuyard.domain.states import TERMINAL_STATES, JobState
+from gpuyard.services.stores import Stores
 
 _Batch = tuple[Sequence[Job], Sequence[Job]]
 _COLUMNS = tuple(jobs.c.keys())
@@ -50,8 +52,8 @@ _DELETE_CHUNK = 500  # ids per DELETE (SQLite's default limit on bound parameter
 class SqlJobStore(
     SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory, SqlProgress, SqlSweeps, SqlNotify
 ):
-    """Implements the JobStore and AccountStore ports (accounts: `accounts_sql.py`). One
-    server process per database (`lock_exclusive`).
+    """Implements every store port (`stores()`; accounts: `accounts_sql.py`...). One server
+    process per database (`lock_exclusive`).
 
     `exclusive=True` takes that lock before the migrations run, so a second server never
     upgrades the schema under a running one."""
@@ -74,6 +76,10 @@ class SqlJobStore(
         self._update_sql = _compiled_update(self._engine)
         commit = translate_disk_full(self._engine, self._commit_batch)  # StateDiskFull: 507
         self._writer: GroupCommitWriter[_Batch] = GroupCommitWriter(commit)
+
+    def stores(self) -> Stores:
+        """This store by port: it implements every one."""
+        return every_port(self)
 
     def lock_exclusive(self) -> None:
         """Claim the database for this server until `close()`; Unavailable if another has it.

@@ -19,7 +19,7 @@ from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from gpuyard.domain.principal import SCOPES, Principal, Role, Scope
 from gpuyard.services.access.rules import may_change, may_make_token, owns, require_admin
 from gpuyard.services.access.tokens import Credential, TokenAuth, token_hash
-from gpuyard.services.ports import AccountStore
+from gpuyard.services.stores import AccountStore
 
 # Secrets start with this, so secret scanners and people can tell one when they see it.
 TOKEN_PREFIX = "gpy_"

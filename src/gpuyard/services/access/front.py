@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from gpuyard.settings import is_loopback
+from gpuyard.locations import is_loopback
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 _WILDCARDS = ("0.0.0.0", "::", "")

@@ -15,7 +15,7 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Literal, Protocol
+from typing import Literal
 
 from gpuyard.domain.errors import InvalidRequest, NotFound
 from gpuyard.domain.limits import DEFAULT_WINDOW_S, AccountLimits, LimitKind
@@ -30,16 +30,12 @@ from gpuyard.services.access.rules import (
     require_admin,
     sees_everyone,
 )
-from gpuyard.services.ports import AccountStore, LimitStore, UsageStore
 from gpuyard.services.scheduler.live import LiveScheduler
+from gpuyard.services.stores import AccountStore, LimitStore, UsageStore
 
 DEFAULT_HALF_LIFE_S = 7 * 86400.0
 # Usage older than this many half-lives weighs under 0.1%: `share` reads no further back.
 _HALF_LIVES_READ = 10
-
-
-class LimitStores(LimitStore, AccountStore, UsageStore, Protocol):
-    """The ports this service reads (the server's store implements all three)."""
 
 
 class LimitService:
@@ -47,13 +43,17 @@ class LimitService:
 
     def __init__(
         self,
-        store: LimitStores,
+        store: LimitStore,
+        accounts: AccountStore,
+        usage: UsageStore,
         scheduler: LiveScheduler,
         clock: Callable[[], float],
         *,
         half_life_s: float = DEFAULT_HALF_LIFE_S,
     ) -> None:
         self._store = store
+        self._accounts = accounts  # teams and who is in which
+        self._usage = usage  # past jobs' GPU time, for shares and `gpuyard usage`
         self._scheduler = scheduler
         self._clock = clock
         self.half_life_s = half_life_s
@@ -63,7 +63,7 @@ class LimitService:
     def load(self) -> None:
         """Read the entries and teams from the store and give the scheduler its rules."""
         with self._lock:
-            self._team_of = {a.name: a.team for a in self._store.load_accounts()}
+            self._team_of = {a.name: a.team for a in self._accounts.load_accounts()}
             self._publish(self._store.load_limits())
 
     def _publish(self, entries: list[AccountLimits]) -> None:
@@ -143,9 +143,9 @@ class LimitService:
 
     def _check_exists(self, kind: LimitKind, name: str) -> None:
         if kind == "team":
-            if name not in {t.name for t in self._store.load_teams()}:
+            if name not in {t.name for t in self._accounts.load_teams()}:
                 raise NotFound(f"no team {name}; add it first: gpuyard admin team add {name}")
-        elif name not in {a.name for a in self._store.load_accounts()}:
+        elif name not in {a.name for a in self._accounts.load_accounts()}:
             raise NotFound(f"no user {name}; add them first: gpuyard admin user add {name}")
 
     # -- reports --------------------------------------------------------------------------
@@ -155,7 +155,7 @@ class LimitService:
         now = self._clock()
         h = self.half_life_s
         used: dict[str, float] = {}
-        for job, _ in self._store.usage_jobs(now - _HALF_LIVES_READ * h):
+        for job, _ in self._usage.usage_jobs(now - _HALF_LIVES_READ * h):
             start = job.started_at
             if start is not None:
                 end = now if job.ended_at is None else job.ended_at
@@ -166,7 +166,7 @@ class LimitService:
             at = start if start is not None else now
             gpu_s += job.attained_gpu_s * 0.5 ** ((now - at) / h)
             used[job.owner] = used.get(job.owner, 0.0) + gpu_s
-        accounts = self._store.load_accounts()
+        accounts = self._accounts.load_accounts()
         entries = self._store.load_limits()
         team_of = {**{a.name: a.team for a in accounts}, **self._team_of}
         shares = Shares(
@@ -193,8 +193,8 @@ class LimitService:
             raise InvalidRequest("--since must be a time (Unix seconds)", field="since")
         if since > now:
             raise InvalidRequest("--since is in the future")
-        records = self._store.usage_jobs(since, report_owner(actor))
+        records = self._usage.usage_jobs(since, report_owner(actor))
         key_of = None
         if by == "team":
-            key_of = {**{a.name: a.team for a in self._store.load_accounts()}, **self._team_of}
+            key_of = {**{a.name: a.team for a in self._accounts.load_accounts()}, **self._team_of}
         return summarise(records, since=since, now=now, key_of=key_of)

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, cast
+from typing import BinaryIO
 
 from gpuyard.domain.errors import (
     Conflict,
@@ -24,7 +24,7 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.scheduling.projection import StartEstimates
-from gpuyard.services.access.quotas import DEFAULT_HALF_LIFE_S, LimitService, LimitStores
+from gpuyard.services.access.quotas import LimitService
 from gpuyard.services.jobs import verbs as job_verbs
 from gpuyard.services.jobs.book import jobs_by_gpu
 from gpuyard.services.jobs.dependencies import check_dependency_of
@@ -133,7 +133,7 @@ class JobService:
         peaks: PeakHistory | None = None,
         preemptible_default: bool = False,
         identities: RunAsPolicy | None = None,
-        fair_share_half_life_s: float = DEFAULT_HALF_LIFE_S,
+        limits: LimitService | None = None,
     ) -> None:
         self.journal = journal
         self._identities = identities  # refuses at submit an owner whose job could never run
@@ -158,14 +158,8 @@ class JobService:
         # Services' health checks (`serve --health`), read by JobOut; None: not checked.
         self.service_health: ServiceHealth | None = None
         self._seen_dirs: dict[str, float] = {}  # workdir -> when it last existed (monotonic)
-        # Quotas, shares and usage (`limits.py`): the server's stores implement its ports; a
-        # store that does not (a test's) runs without limits.
-        self.limits: LimitService | None = None
-        if all(hasattr(store, m) for m in ("load_limits", "load_accounts", "usage_jobs")):
-            self.limits = LimitService(
-                cast(LimitStores, store), scheduler, clock, half_life_s=fair_share_half_life_s
-            )
-            self.limits.load()
+        # Quotas, shares and usage (`access/quotas.py`); None: a store without them, no limits.
+        self.limits = limits
 
     # -- submit ---------------------------------------------------------------------------
     def submit(self, spec: JobSpec, actor: Principal, *, restart_of: int | None = None) -> Job:

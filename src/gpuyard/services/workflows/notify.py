@@ -51,7 +51,8 @@ from gpuyard.domain.webhooks import (
 )
 from gpuyard.services.access.rules import is_admin, may_see_entry, redact_notify, sees_everyone
 from gpuyard.services.jobs.journal import JobChange
-from gpuyard.services.ports import NotifyStore, PostResult, WebhookPoster
+from gpuyard.services.ports import PostResult, WebhookPoster
+from gpuyard.services.stores import NotifyStore
 
 log = logging.getLogger("gpuyard.notify")
 

@@ -34,7 +34,7 @@ from gpuyard.domain.progress_series import ProgressPoint, Timeline
 from gpuyard.services.jobs.book import JobBook
 from gpuyard.services.jobs.files import open_job_file
 from gpuyard.services.launch.plan import progress_file
-from gpuyard.services.ports import ProgressStore
+from gpuyard.services.stores import ProgressStore
 from gpuyard.services.ticker import Ticker
 
 log = logging.getLogger("gpuyard.progress")

@@ -39,7 +39,7 @@ from gpuyard.domain.states import JobState
 from gpuyard.domain.sweep import Sweep, SweepRecord, Value, parse_sweep
 from gpuyard.services.access.rules import owns, require_visible, sees_everyone
 from gpuyard.services.jobs.service import JobService
-from gpuyard.services.ports import SweepStore
+from gpuyard.services.stores import SweepStore
 from gpuyard.services.ticker import Ticker
 from gpuyard.services.workflows.progress import ProgressService
 
