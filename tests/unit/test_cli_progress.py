@@ -10,7 +10,8 @@ import time
 import pytest
 
 from gpuyard.cli.live import Footer, JobView, board_table, to_ansi
-from gpuyard.cli.render import chart_fields, chart_metric, job_record, progress_text, rate_text
+from gpuyard.cli.progress_format import chart_fields, chart_metric, progress_text, rate_text
+from gpuyard.cli.render import job_record
 from gpuyard.cli.sparkline import BLOCKS, WIDTH, downsample, sparkline
 from gpuyard.cli.top import progress_cell
 from gpuyard.client import _query_value

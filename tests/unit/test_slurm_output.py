@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import typer
 
-from gpuyard.cli.slurm_queries import (
+from gpuyard.cli.slurm_format import (
     SACCT_DEFAULT,
     SQUEUE_DEFAULT,
     compress_indices,

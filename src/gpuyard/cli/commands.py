@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from gpuyard.cli.session import client
+
 # `typing` and `dataclasses` only for the type checker: they would cost this path ~12 ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,12 +62,6 @@ class SubmitOptions:
         self.style = "id"
         self.defaults: dict[str, object] = {}
         self.slurm_values: dict[str, object] = {}  # sbatch's options submit has no flag for
-
-
-def client() -> Client:
-    from gpuyard.client import Client
-
-    return Client()
 
 
 def print_json(data: object) -> None:
@@ -263,7 +259,7 @@ def _charts(session: Client, job: dict[str, object]) -> list[tuple[str, object]]
     """`show`'s progress line and sparklines: one request for the progress, one for the
     metric's series when it reported metrics, one for GPU history when it holds GPUs (a job
     that never started asks nothing: `show` of a pending job stays one request)."""
-    from gpuyard.cli.render import chart_fields, chart_metric
+    from gpuyard.cli.progress_format import chart_fields, chart_metric
     from gpuyard.domain.errors import NotFound
 
     job_id = int(str(job["id"]))

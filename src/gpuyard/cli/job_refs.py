@@ -157,7 +157,7 @@ def each_job(
     it could not be done to on stderr; exit 1 if any. Of a reference naming several tasks (a
     whole array, `12_[1-3]`), only those `applies` to are acted on (a hold: the pending ones),
     and none is an error."""
-    from gpuyard.cli.commands import client
+    from gpuyard.cli.session import client
     from gpuyard.client import ServerUnreachable
     from gpuyard.domain.errors import GpuyardError
 

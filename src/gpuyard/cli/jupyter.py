@@ -109,7 +109,7 @@ def run_jupyter(
 ) -> int:
     """Start JupyterLab as a service job, wait until it answers, print how to reach it.
     Returns the exit status (0: running; 1: it could not start, and it was cancelled)."""
-    from gpuyard.cli import commands
+    from gpuyard.cli.session import client
 
     root_dir = os.path.abspath(workdir) if workdir else os.getcwd()
     token = secrets.token_urlsafe(24)
@@ -120,7 +120,7 @@ def run_jupyter(
         health_grace_s=health_grace_s, python=python, venv=venv,
     )  # fmt: skip
     fields["env"]["JUPYTER_TOKEN"] = token  # the environment, never the command line
-    session = commands.client()
+    session = client()
     job = session.submit(argv, **fields)
     job_id = job["id"]
     sys.stderr.write(f"gpuyard: job {job_id}: JupyterLab starting (waiting for its GPUs)...\n")

@@ -23,13 +23,13 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpuyard.cli.render import (
+from gpuyard.cli.progress_format import (
     metrics_text,
-    printable,
     progress_count,
     progress_fraction,
     rate_text,
 )
+from gpuyard.cli.render import printable
 from gpuyard.domain.units import format_duration
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from gpuyard.cli import commands
+from gpuyard.cli.session import client
 
 notify_app = typer.Typer(
     help="Webhooks told of your jobs' state changes: defaults, signing secret, delivery log.",
@@ -48,7 +49,7 @@ def notify_set(
     """Webhooks for every job of yours that names none (`submit --notify URL` replaces them
     for that job; `--mail-type` chooses that job's events). The first set prints your
     signing secret, once."""
-    entry = commands.client().set_notify(urls, _events(events), team=team)
+    entry = client().set_notify(urls, _events(events), team=team)
     if json_out:
         commands.print_json(entry)
         return
@@ -60,7 +61,7 @@ def notify_set(
 @notify_app.command("show")
 def notify_show(json_out: JsonOpt = False) -> None:
     """Your webhook defaults and your team's (admins: everyone's)."""
-    entries = commands.client().notify_settings()
+    entries = client().notify_settings()
     if json_out:
         commands.print_json(entries)
         return
@@ -75,7 +76,7 @@ def notify_show(json_out: JsonOpt = False) -> None:
 @notify_app.command("clear")
 def notify_clear(team: TeamOpt = None) -> None:
     """Forget your (or a team's) webhook URLs and events; the secret stays."""
-    commands.client().clear_notify(team=team)
+    client().clear_notify(team=team)
     sys.stderr.write(f"{'team ' + team if team else 'your'} webhooks cleared\n")
 
 
@@ -87,7 +88,7 @@ def notify_secret(
 ) -> None:
     """The secret your deliveries are signed with (X-Gpuyard-Signature): made and printed
     once; `--rotate` replaces it (a lost one cannot be shown again)."""
-    session = commands.client()
+    session = client()
     if not rotate:
         key = ("team", team) if team else ("user", session.whoami()["user"])
         for e in session.notify_settings():
@@ -111,7 +112,7 @@ def notify_log(
     json_out: JsonOpt = False,
 ) -> None:
     """Your deliveries, newest first: event, job, the URL's host, state, tries, last error."""
-    rows = commands.client().notify_deliveries(limit=limit)
+    rows = client().notify_deliveries(limit=limit)
     if json_out:
         commands.print_json(rows)
         return
@@ -132,7 +133,7 @@ def notify_test(
     json_out: JsonOpt = False,
 ) -> None:
     """Send a `ping` event, signed like any delivery, and say how it went."""
-    session = commands.client()
+    session = client()
     made = session.notify_test(url)
     ids = {d["id"] for d in made}
     deadline = time.monotonic() + wait_s

@@ -71,10 +71,10 @@ def run(
         raise typer.Exit(run_jupyter(**options))
     if not command:
         _fail("nothing to run: give the session's program after --, e.g. gpuyard run -- bash", 2)
-    from gpuyard.cli import commands
+    from gpuyard.cli.session import client
     from gpuyard.cli.submitting import build_submission
 
-    session = commands.client()
+    session = client()
     _refuse_remote(session)
     argv, fields = build_submission(command, name, workdir, options["env"], True)
     fields.update(gpus=gpus, cpus=cpus, mem=mem, time_limit=time_limit, kind="interactive")
@@ -88,9 +88,9 @@ def run(
 def attach(job_id: Annotated[int, typer.Argument(metavar="JOB")]) -> None:
     """Attach this terminal to an interactive session (`gpuyard run`) again; waits if it has
     not started yet."""
-    from gpuyard.cli import commands
+    from gpuyard.cli.session import client
 
-    session = commands.client()
+    session = client()
     _refuse_remote(session)
     job = session.job(job_id)
     if job.get("kind") != "interactive":

@@ -1,7 +1,7 @@
 """`gpuyard sbatch`: `submit` as Slurm's sbatch is typed and answers.
 
-The same options as `submit` (one list: this command's signature is submit's, plus sbatch's
-`--parsable` and `--wrap`), a batch script first, and sbatch's defaults under the script's
+The same options as `submit` (one list, `cli/submit_options.py`, plus sbatch's `--parsable`
+and `--wrap`), a batch script first, and sbatch's defaults under the script's
 directives: the output in `slurm-%j.out` (`slurm-%A_%a.out` for an array) in the working
 directory, the whole submitting environment (`--export=ALL`), `SLURM_SUBMIT_DIR`. It prints
 `Submitted batch job N` (`--parsable`: `N`). Slurm options that mean nothing here
@@ -18,15 +18,14 @@ import click
 import typer
 
 from gpuyard.cli import commands
+from gpuyard.cli.cmd_common import exit_with
+from gpuyard.cli.submit_options import OPTIONS, SubmitCommand, taking
 
 
-def register(app: typer.Typer) -> None:
-    """Add `sbatch` to the app, with submit's options (read from its signature)."""
-    from gpuyard.cli.app import SubmitCommand, submit
-
-    signature = inspect.signature(submit)
+def register(app: typer.Typer, admin: typer.Typer) -> None:
+    """Add `sbatch` to the app, with submit's options (cli/submit_options.py) and its own."""
     params = []
-    for param in signature.parameters.values():
+    for param in OPTIONS:
         if param.name == "command":  # optional here: --wrap needs none
             param = param.replace(
                 annotation=Annotated[
@@ -48,26 +47,23 @@ def register(app: typer.Typer) -> None:
         ),
     ]  # fmt: skip
 
+    @taking(params)
     def sbatch(**given: Any) -> None:
-        _exit(run_sbatch(given))
-
-    sbatch.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-    sbatch.__annotations__ = {p.name: p.annotation for p in params}
-    sbatch.__doc__ = (
-        "Queue a batch script as Slurm's sbatch does: its #SBATCH directives, flags over them; "
-        "prints `Submitted batch job N`."
-    )
-
-    class SbatchCommand(SubmitCommand):
-        """submit's one-line usage errors, and Slurm's options that mean nothing here (before
-        the script) taken out with a warning each, as the same directives in a script are."""
-
-        def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-            args, ctx.meta["sbatch_values"] = _take_slurm_options(self, args)
-            return super().parse_args(ctx, args)
+        """Queue a batch script as Slurm's sbatch does: its #SBATCH directives, flags over
+        them; prints `Submitted batch job N`."""
+        exit_with(run_sbatch(given))
 
     app.command("sbatch", cls=SbatchCommand,
                 context_settings={"allow_interspersed_args": False})(sbatch)  # fmt: skip
+
+
+class SbatchCommand(SubmitCommand):
+    """submit's one-line usage errors, and Slurm's options that mean nothing here (before
+    the script) taken out with a warning each, as the same directives in a script are."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args, ctx.meta["sbatch_values"] = _take_slurm_options(self, args)
+        return super().parse_args(ctx, args)
 
 
 def run_sbatch(given: dict[str, Any]) -> int:
@@ -88,11 +84,6 @@ def run_sbatch(given: dict[str, Any]) -> int:
     opts.defaults = {"export": "ALL"}
     opts.slurm_values = click.get_current_context().meta.get("sbatch_values", {})
     return commands.submit(opts)
-
-
-def _exit(code: int) -> None:
-    if code:
-        raise typer.Exit(code)
 
 
 def _take_slurm_options(command: click.Command, args: list[str]

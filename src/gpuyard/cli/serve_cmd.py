@@ -180,6 +180,7 @@ def serve(
     """Keep a service (a model server) running on its GPUs: health-checked, restarted on
     failure; prints its id and local address."""
     from gpuyard.cli import commands
+    from gpuyard.cli.session import client
 
     argv, fields = service_fields(
         command, gpus=gpus, cpus=cpus, mem=mem, gpu_mem=gpu_mem, time_limit=time_limit,
@@ -187,7 +188,7 @@ def serve(
         port=parse_port(port), health=health, health_grace_s=parse_grace_s(health_grace),
         python=python, venv=venv,
     )  # fmt: skip
-    session = commands.client()
+    session = client()
     job = start_service(session, argv, fields)
     if not json_out:
         sys.stdout.write(f"{job['id']} {job['service_url']}\n")

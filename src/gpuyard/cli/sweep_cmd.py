@@ -19,6 +19,7 @@ import typer
 
 from gpuyard.cli import commands
 from gpuyard.cli.render import printable, table
+from gpuyard.cli.session import client
 from gpuyard.domain.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def _submit(path: str, dry_run: bool, json_out: bool) -> None:
     if dry_run:
         _print_dry_run(checked, json_out)
         return
-    made = commands.client().submit_sweep(_json_safe(doc), os.getcwd())
+    made = client().submit_sweep(_json_safe(doc), os.getcwd())
     if json_out:
         commands.print_json(made)
         return
@@ -145,7 +146,7 @@ def _print_dry_run(checked: Sweep, json_out: bool) -> None:
 
 
 def _list(everyone: bool, json_out: bool) -> None:
-    found = commands.client().sweeps(all=everyone)
+    found = client().sweeps(all=everyone)
     if json_out:
         commands.print_json(found)
         return
@@ -161,7 +162,7 @@ def _list(everyone: bool, json_out: bool) -> None:
 
 
 def _show(sweep_id: int, json_out: bool) -> None:
-    found = commands.client().sweep(sweep_id)
+    found = client().sweep(sweep_id)
     if json_out:
         commands.print_json(found)
         return

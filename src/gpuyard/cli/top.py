@@ -8,14 +8,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpuyard.cli.render import (
-    NA,
-    bar,
-    gpu_notes,
-    printable,
-    progress_count,
-    progress_fraction,
-)
+from gpuyard.cli.progress_format import progress_count, progress_fraction
+from gpuyard.cli.render import NA, bar, gpu_notes, printable
 from gpuyard.domain.units import format_duration, format_size_mib
 
 if TYPE_CHECKING:

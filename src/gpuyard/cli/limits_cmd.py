@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from gpuyard.cli import commands
+from gpuyard.cli.session import client
 from gpuyard.cli.when import since_timestamp
 
 limit_app = typer.Typer(
@@ -61,7 +62,7 @@ def limit_set(
             window_s = parse_duration_s(window, field="window")
         except GpuyardError as exc:
             raise typer.BadParameter(exc.message) from None
-    entry = commands.client().set_limits(
+    entry = client().set_limits(
         kind, name, max_gpus=max_gpus, max_pending=max_pending, max_gpu_hours=max_gpu_hours,
         window_s=window_s, shares=shares,
     )  # fmt: skip
@@ -74,7 +75,7 @@ def limit_set(
 @limit_app.command("list")
 def limit_list(json_out: JsonOpt = False) -> None:
     """Every user's and team's limits (yours and your team's unless you are an admin)."""
-    entries = commands.client().limits()
+    entries = client().limits()
     if json_out:
         commands.print_json(entries)
         return
@@ -88,7 +89,7 @@ def limit_list(json_out: JsonOpt = False) -> None:
 def limit_clear(user: UserOpt = None, team: TeamOpt = None) -> None:
     """Forget every limit and the share of a user or team."""
     kind, name = _target(user, team)
-    commands.client().clear_limits(kind, name)
+    client().clear_limits(kind, name)
     sys.stderr.write(f"{kind} {name}: limits cleared\n")
 
 
@@ -105,7 +106,7 @@ def _limits_table(entries: Sequence[dict[str, Any]]) -> None:
 def share(json_out: JsonOpt = False) -> None:
     """Fair share per user, as `sshare`: shares, usage decayed with the half-life, factor
     (1: owed GPUs, 0.5: used exactly their share, toward 0: used more)."""
-    rows = commands.client().share()
+    rows = client().share()
     if json_out:
         commands.print_json(rows)
         return
@@ -131,7 +132,7 @@ def usage(
     as `sreport` (default: the last 7 days). Admins see everyone; users themselves."""
     if by not in ("user", "team"):
         raise typer.BadParameter(f"--by {by!r}: use user or team")
-    rows = commands.client().usage(by=by, since=since_timestamp(since) if since else None)
+    rows = client().usage(by=by, since=since_timestamp(since) if since else None)
     if json_out:
         commands.print_json(rows)
         return

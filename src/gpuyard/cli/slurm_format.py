@@ -1,23 +1,21 @@
-"""`gpuyard squeue`, `sacct` and `scancel`: Slurm's commands for the common flags, printing
-what their namesakes print, so muscle memory and small scripts keep working.
+"""squeue's and sacct's tables: what their namesakes print, column for column.
 
-    gpuyard squeue -u alice          JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)
-    gpuyard sacct -j 12 -X --format=JobID,State,ExitCode,Elapsed -P
+    JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)        squeue_text
+    JobID|State|ExitCode|Elapsed                                     sacct_text (-P)
 
 What gpuyard has no counterpart for is printed as Slurm prints an unset value: the partition
 is the server's one queue (`gpuyard`), the account the owner's team is not known to a job
-record (blank). Pending tasks of an array are folded as squeue folds them (`12_[3-9%2]`);
-`-r` shows one line per task. The formatting is pure; the commands only fetch jobs.
+record (blank). Pending tasks of an array are folded as squeue folds them (`12_[3-9%2]`).
+Jobs in, text out (an unknown `--format` field is typer's usage error); the commands that
+fetch the jobs and print these are `cli/slurm_queries_cmd.py`'s.
 """
 
 from __future__ import annotations
 
 import re
-import sys
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -39,13 +37,12 @@ SACCT_LONG = (
 )
 
 # Compact job states (squeue's %t).
-_SHORT_STATE = {
+SHORT_STATE = {
     "PENDING": "PD", "RUNNING": "R", "COMPLETING": "CG", "CANCELLING": "CG",
     "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA", "TIMEOUT": "TO",
     "OUT_OF_MEMORY": "OOM", "NODE_FAIL": "NF",
 }  # fmt: skip
 _LONG_STATE = {"CANCELLING": "COMPLETING"}
-_ACTIVE = ("PENDING", "RUNNING")
 
 
 def state_of(job: Job) -> str:
@@ -137,7 +134,7 @@ SQUEUE_FIELDS: dict[str, tuple[str, Callable[[Job], str]]] = {
     "P": ("PARTITION", lambda j: PARTITION),
     "j": ("NAME", lambda j: printable(str(j["name"]))),
     "u": ("USER", lambda j: str(j["owner"])),
-    "t": ("ST", lambda j: _SHORT_STATE.get(state_of(j), state_of(j))),
+    "t": ("ST", lambda j: SHORT_STATE.get(state_of(j), state_of(j))),
     "T": ("STATE", state_of),
     "M": ("TIME", lambda j: format_duration(_elapsed(j))),
     "l": ("TIME_LIMIT", _limit),
@@ -255,7 +252,7 @@ def _ref_or_label(job: Job) -> str:
 SQUEUE_FIELDS["i"] = ("JOBID", _ref_or_label)
 
 
-def _squeue_order(job: Job) -> tuple[int, int, int]:
+def squeue_order(job: Job) -> tuple[int, int, int]:
     """Slurm's default `-S P,t,-p`: by state (PD before R), then priority, then age."""
     return (0 if job["state"] == "PENDING" else 1, -int(job.get("priority") or 0), job["id"])
 
@@ -354,220 +351,3 @@ def sacct_text(
             lines.append(line(["-" * w for _, w in columns]))
     lines += [line([cell(job, k, w) for k, w in columns]) for job in jobs]
     return "\n".join(lines)
-
-
-# -- the commands ---------------------------------------------------------------------------
-
-
-def _split(values: Sequence[str] | None) -> list[str]:
-    return [v for value in values or () for v in value.split(",") if v]
-
-
-def _state_names(values: Sequence[str] | None) -> set[str]:
-    """`-t PD,R` or `--states=pending,running` -> {"PENDING", "RUNNING"}; `all`: every one."""
-    by_short = {short: long for long, short in _SHORT_STATE.items() if long != "CANCELLING"}
-    names = set()
-    for value in _split(values):
-        upper = value.upper()
-        if upper == "ALL":
-            return set()
-        names.add(by_short.get(upper, upper))
-    return names
-
-
-def _fetch(session: Any, refs: Sequence[str], everything: bool) -> list[Job]:
-    """The jobs `refs` name (`12`: a job, or every task of array 12; `12_3`: one task), or
-    the queue (with `everything`: the recent history too)."""
-    if not refs:
-        return list(session.jobs(all=everything, limit=1000 if everything else None))
-    found: list[Job] = []
-    for ref in refs:
-        array_id, sep, task = ref.partition("_")
-        if not array_id.isdigit() or (sep and not task.isdigit()):
-            raise typer.BadParameter(f"{ref!r} is not a job id (12) or an array task (12_3)")
-        job = session.job(int(array_id))
-        if job.get("array_job_id") == job["id"]:
-            tasks = session.array(job["id"])
-            found += [t for t in tasks if not sep or str(t["array_task_id"]) == task]
-        elif not sep:
-            found.append(job)
-    return found
-
-
-def squeue(
-    user: Annotated[list[str] | None, typer.Option("--user", "-u", help="users' jobs")] = None,
-    jobs: Annotated[list[str] | None, typer.Option("--jobs", "-j", help="job ids")] = None,
-    states: Annotated[list[str] | None, typer.Option("--states", "-t", help="PD,R,...")] = None,
-    name: Annotated[list[str] | None, typer.Option("--name", "-n", help="job names")] = None,
-    fmt: Annotated[str | None, typer.Option("--format", "-o", help="squeue's %-fields")] = None,
-    noheader: Annotated[bool, typer.Option("--noheader", "-h")] = False,
-    expand: Annotated[bool, typer.Option("--array", "-r", help="one line per array task")] = False,
-    long: Annotated[bool, typer.Option("--long", "-l")] = False,
-    me: Annotated[bool, typer.Option("--me", help="your jobs")] = False,
-    partition: Annotated[str | None, typer.Option("--partition", "-p", hidden=True)] = None,
-) -> None:
-    """Slurm's squeue: pending and running jobs in squeue's columns."""
-    from gpuyard.cli.commands import client
-
-    session = client()
-    wanted_states = _state_names(states)
-    found = _fetch(session, _split(jobs), everything=bool(states) or bool(jobs))
-    users = set(_split(user)) | ({session.whoami()["user"]} if me else set())
-    names = set(_split(name))
-    shown = [
-        j for j in found
-        if (j["state"] in wanted_states if wanted_states else
-            (j["state"] in _ACTIVE or bool(jobs) or states is not None))
-        and (not users or j["owner"] in users) and (not names or j["name"] in names)
-    ]  # fmt: skip
-    shown.sort(key=_squeue_order)
-    if not expand:
-        shown = fold_arrays(shown)
-    text = squeue_text(shown, fmt or (SQUEUE_LONG if long else SQUEUE_DEFAULT), not noheader)
-    if long and not noheader:
-        sys.stdout.write(time.strftime("%a %b %d %H:%M:%S %Y") + "\n")
-    if text:
-        sys.stdout.write(text + "\n")
-
-
-def sacct(
-    jobs: Annotated[list[str] | None, typer.Option("--jobs", "-j", help="job ids")] = None,
-    user: Annotated[list[str] | None, typer.Option("--user", "-u")] = None,
-    allusers: Annotated[bool, typer.Option("--allusers", "-a")] = False,
-    allocations: Annotated[bool, typer.Option("--allocations", "-X", help="no steps")] = False,
-    fmt: Annotated[str | None, typer.Option("--format", "-o", help="Field[%W],...")] = None,
-    brief: Annotated[bool, typer.Option("--brief", "-b")] = False,
-    long: Annotated[bool, typer.Option("--long", "-l")] = False,
-    parsable: Annotated[bool, typer.Option("--parsable", "-p", help="'|' after each")] = False,
-    parsable2: Annotated[bool, typer.Option("--parsable2", "-P", help="'|' between")] = False,
-    noheader: Annotated[bool, typer.Option("--noheader", "-n")] = False,
-    states: Annotated[list[str] | None, typer.Option("--state", "-s")] = None,
-    starttime: Annotated[
-        str | None, typer.Option("--starttime", "-S", help="YYYY-MM-DD[THH:MM[:SS]]")
-    ] = None,
-    name: Annotated[list[str] | None, typer.Option("--name")] = None,
-) -> None:
-    """Slurm's sacct: finished and running jobs with their states and exit codes."""
-    from gpuyard.cli.commands import client
-
-    session = client()
-    fields = fmt or (SACCT_BRIEF if brief else SACCT_LONG if long else SACCT_DEFAULT)
-    columns = sacct_columns(fields)
-    refs = _split(jobs)
-    found = _fetch(session, refs, everything=True)
-    since = _since(starttime) if starttime else (None if refs else _midnight())
-    users = set(_split(user))
-    if not users and not allusers and not refs:
-        users = {session.whoami()["user"]}
-    wanted_states = _state_names(states)
-    names = set(_split(name))
-    rows = [
-        j for j in found
-        if (since is None or _ended_since(j, since))
-        and (not users or j["owner"] in users) and (not names or j["name"] in names)
-        and (not wanted_states or state_of(j) in wanted_states)
-    ]  # fmt: skip
-    rows.sort(key=lambda j: j["id"])
-    if not allocations and not brief:
-        rows = with_steps(rows)
-    delimiter = "|" if parsable or parsable2 else None
-    sys.stdout.write(
-        sacct_text(rows, columns, header=not noheader, delimiter=delimiter, trailing=parsable)
-        + "\n"
-    )
-
-
-def scancel(
-    job_ids: Annotated[list[str] | None, typer.Argument(metavar="[JOB_ID[_TASK]...]")] = None,
-    user: Annotated[str | None, typer.Option("--user", "-u")] = None,
-    name: Annotated[str | None, typer.Option("--name", "-n")] = None,
-    state: Annotated[str | None, typer.Option("--state", "-t", help="PENDING or RUNNING")] = None,
-    signal: Annotated[str | None, typer.Option("--signal", "-s")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
-) -> None:
-    """Slurm's scancel: cancel jobs, array tasks or whole arrays; silent when it works."""
-    from gpuyard.cli.commands import client
-    from gpuyard.domain.errors import NotFound
-
-    if signal is not None:
-        _fail("--signal only signals a job in Slurm, which gpuyard cannot do without stopping "
-              "it: use `gpuyard cancel --signal SIG JOB` to stop it with SIG")  # fmt: skip
-    refs = list(job_ids or [])
-    if not refs and not (user or name or state):
-        _fail("no job identification provided: give job ids, or --user/--name/--state")
-    session = client()
-    wanted = _state_names([state] if state else None)
-    targets: list[tuple[str, Callable[[], object]]] = []
-    if refs:
-        for ref in refs:
-            array_id, sep, task = ref.partition("_")
-            if not array_id.isdigit() or (sep and not task.isdigit()):
-                _fail(f"Invalid job id {ref}")
-            try:
-                job = session.job(int(array_id))
-            except NotFound:
-                _warn(f"Kill job error on job id {ref}: Invalid job id specified", quiet)
-                continue
-            is_array = job.get("array_job_id") == job["id"]
-            if is_array and not sep:
-                targets.append((ref, _canceller(session.cancel_array, job["id"])))
-                continue
-            if sep:
-                tasks = [t for t in session.array(job["id"]) if str(t["array_task_id"]) == task]
-                if not is_array or not tasks:
-                    _warn(f"Kill job error on job id {ref}: Invalid job id specified", quiet)
-                    continue
-                job = tasks[0]
-            if job["state"] in _ACTIVE and (not wanted or job["state"] in wanted):
-                targets.append((ref, _canceller(session.cancel, job["id"])))
-            elif job["state"] not in _ACTIVE:
-                _warn(f"Kill job error on job id {ref}: Job/step already completing or "
-                      "completed", quiet)  # fmt: skip
-    else:
-        for job in session.jobs():
-            if ((not user or job["owner"] == user) and (not name or job["name"] == name)
-                    and (not wanted or job["state"] in wanted)):  # fmt: skip
-                targets.append((job_ref(job), _canceller(session.cancel, job["id"])))
-    for _ref, cancel in targets:
-        cancel()
-
-
-def _canceller(cancel: Callable[[int], object], job_id: int) -> Callable[[], object]:
-    return lambda: cancel(job_id)
-
-
-def _warn(message: str, quiet: bool) -> None:
-    if not quiet:
-        sys.stderr.write(f"scancel: error: {message}\n")
-
-
-def _fail(message: str) -> None:
-    sys.stderr.write(f"gpuyard: {message}\n")
-    raise typer.Exit(1)
-
-
-def _midnight() -> float:
-    """sacct's default start: 00:00 today, local time."""
-    now = time.localtime()
-    return time.mktime((now.tm_year, now.tm_mon, now.tm_mday, 0, 0, 0, 0, 0, -1))
-
-
-def _since(text: str) -> float:
-    for form in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y"):
-        try:
-            return time.mktime(time.strptime(text, form))
-        except ValueError:
-            continue
-    raise typer.BadParameter(f"{text!r}: give YYYY-MM-DD[THH:MM[:SS]]", param_hint="--starttime")
-
-
-def _ended_since(job: Job, since: float) -> bool:
-    """Still running or pending, or ended at or after `since` (sacct's window)."""
-    ended = job.get("ended_at")
-    return not ended or datetime.fromisoformat(ended).timestamp() >= since
-
-
-def register(app: typer.Typer) -> None:
-    app.command("squeue")(squeue)
-    app.command("sacct")(sacct)
-    app.command("scancel")(scancel)

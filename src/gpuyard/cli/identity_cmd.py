@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from gpuyard.cli import commands
+from gpuyard.cli.session import client
 
 token_app = typer.Typer(help="Your API tokens (for the SDK, REST, another machine).",
                         no_args_is_help=True)  # fmt: skip
@@ -45,7 +46,7 @@ def token_create(
     json_out: JsonOpt = False,
 ) -> None:
     """Make a token for yourself; its secret is printed this once and kept nowhere."""
-    made = commands.client().create_token(scope=scope, expires=expires)
+    made = client().create_token(scope=scope, expires=expires)
     if json_out:
         commands.print_json(made)
         return
@@ -65,7 +66,7 @@ def token_list(
     ] = False,
 ) -> None:
     """Your tokens (never their secrets): id, scope, created, expires, last used."""
-    tokens = commands.client().tokens(all=all_users)
+    tokens = client().tokens(all=all_users)
     if json_out:
         commands.print_json(tokens)
         return
@@ -83,7 +84,7 @@ def token_list(
 @token_app.command("revoke")
 def token_revoke(token_id: Annotated[int, typer.Argument(metavar="ID")]) -> None:
     """Refuse a token from now on (yours; an admin: anyone's)."""
-    commands.client().revoke_token(token_id)
+    client().revoke_token(token_id)
     sys.stdout.write(f"token {token_id} revoked\n")
 
 
@@ -139,14 +140,14 @@ def user_add(
     unix_user: Annotated[str | None, typer.Option(help="whom the jobs run as [NAME]")] = None,
 ) -> None:
     """Add an account; its user then makes tokens with `gpuyard token create`."""
-    made = commands.client().add_user(name, team=team, role=role, unix_user=unix_user)
+    made = client().add_user(name, team=team, role=role, unix_user=unix_user)
     sys.stdout.write(f"user {made['name']} added (team {made['team']}, role {made['role']})\n")
 
 
 @user_app.command("list")
 def user_list(json_out: JsonOpt = False) -> None:
     """Every account: name, role, team, Unix user, whether disabled."""
-    users = commands.client().users()
+    users = client().users()
     if json_out:
         commands.print_json(users)
         return
@@ -161,27 +162,27 @@ def user_list(json_out: JsonOpt = False) -> None:
 @user_app.command("disable")
 def user_disable(name: Annotated[str, typer.Argument(metavar="NAME")]) -> None:
     """Refuse all of the user's tokens from now on; their jobs and history stay."""
-    commands.client().disable_user(name)
+    client().disable_user(name)
     sys.stdout.write(f"user {name} disabled: none of their tokens is accepted\n")
 
 
 @user_app.command("enable")
 def user_enable(name: Annotated[str, typer.Argument(metavar="NAME")]) -> None:
     """Accept a disabled user's tokens again (those not revoked or expired meanwhile)."""
-    commands.client().enable_user(name)
+    client().enable_user(name)
     sys.stdout.write(f"user {name} enabled\n")
 
 
 @team_app.command("add")
 def team_add(name: Annotated[str, typer.Argument(metavar="TEAM")]) -> None:
     """Add a team (`admin user add NAME --team TEAM` puts users in it)."""
-    commands.client().add_team(name)
+    client().add_team(name)
     sys.stdout.write(f"team {name} added\n")
 
 
 @team_app.command("list")
 def team_list(json_out: JsonOpt = False) -> None:
-    teams = commands.client().teams()
+    teams = client().teams()
     if json_out:
         commands.print_json(teams)
         return

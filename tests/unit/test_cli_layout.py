@@ -1,0 +1,34 @@
+"""The CLI's one rule for where a command lives (cli/app.py's docstring), checked on the source."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+CLI = Path(__file__).resolve().parents[2] / "src" / "gpuyard" / "cli"
+
+
+def _sources() -> dict[str, str]:
+    return {path.stem: path.read_text() for path in sorted(CLI.glob("*.py"))}
+
+
+def test_every_command_lives_in_a_cmd_module_that_the_app_registers() -> None:
+    sources = _sources()
+    cmd_modules = {name for name in sources if name.endswith("_cmd")}
+    declaring = {name for name, text in sources.items() if ".command(" in text}
+    assert declaring == cmd_modules, "commands declared outside a *_cmd.py module"
+    registering = {name for name, text in sources.items() if "\ndef register(" in text}
+    assert registering == cmd_modules
+    app = ast.parse(sources["app"])
+    imported = {
+        alias.name
+        for node in ast.walk(app)
+        if isinstance(node, ast.ImportFrom) and node.module == "gpuyard.cli"
+        for alias in node.names
+    }
+    assert imported == cmd_modules, "app.py registers every *_cmd.py module, and only those"
+
+
+def test_the_app_only_builds_and_registers() -> None:
+    app = ast.parse(_sources()["app"])
+    assert not [node for node in ast.walk(app) if isinstance(node, ast.FunctionDef)]
