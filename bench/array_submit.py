@@ -89,16 +89,17 @@ def in_process(tasks: int, passes: int) -> dict[str, Any]:
     server.start()
     out: dict[str, Any] = {}
     try:
-        service, admin = server.service, server.auth.principal
-        lock = service.scheduler._lock  # the TimedLock the metric reads
+        submits, reads, verbs = server.submits, server.reads, server.verbs
+        admin = server.auth.principal
+        lock = server.scheduler._lock  # the TimedLock the metric reads
         base = JobSpec(argv=("sleep", "3600"), name="sleep", gpus=1, workdir=str(root))
-        holders = [service.submit(base, admin) for _ in range(GPUS)]
-        _until(lambda: all(service.get(j.id, admin).state.value == "RUNNING" for j in holders))
+        holders = [submits.submit(base, admin) for _ in range(GPUS)]
+        _until(lambda: all(reads.get(j.id, admin).state.value == "RUNNING" for j in holders))
         spec = dataclasses.replace(base, argv=("true",), name="true", time_limit_s=86_400)
         _quiet(lock)
         lock.reset()
         t0 = time.perf_counter()
-        made = service.submit_array([spec] * tasks, range(tasks), admin)
+        made = submits.submit_array([spec] * tasks, range(tasks), admin)
         out["inproc_submit_s"] = round(time.perf_counter() - t0, 3)
         _quiet(lock)
         out["digest_hold_max_ms"] = ms(lock.hold_max_s)
@@ -106,7 +107,7 @@ def in_process(tasks: int, passes: int) -> dict[str, Any]:
         lock.reset()
         lock.cpu_max_s = 0.0
         for _ in range(passes):
-            service.submit(spec, admin)
+            submits.submit(spec, admin)
             _quiet(lock, idle_s=0.05)
         out["passes"] = lock.holds
         out["pass_hold_max_ms"] = ms(lock.hold_max_s)
@@ -114,13 +115,13 @@ def in_process(tasks: int, passes: int) -> dict[str, Any]:
         lock.reset()
         lock.cpu_max_s = 0.0
         t0 = time.perf_counter()
-        service.cancel_array(made[0].id, admin)
+        verbs.cancel_array(made[0].id, admin)
         out["inproc_cancel_s"] = round(time.perf_counter() - t0, 3)
         _quiet(lock)
         out["cancel_hold_max_ms"] = ms(lock.hold_max_s)
         out["cancel_hold_cpu_max_ms"] = ms(lock.cpu_max_s)
         for job in holders:
-            service.cancel(job.id, admin)
+            verbs.cancel(job.id, admin)
     finally:
         server.close()
         kill_supervisors(str(root / "state" / "jobs"))

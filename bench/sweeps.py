@@ -44,7 +44,7 @@ DEFINITION: dict[str, Any] = {
 
 
 class _Jobs:
-    """What the sweep service reads of the job service: the book, the store, stops (none
+    """What the sweep service reads of the job use cases: the book, the store, stops (none
     granted here, so every tick judges every running trial again)."""
 
     preemptible_default = False
@@ -85,7 +85,8 @@ def tick_cost(trials: int, running: int, points: int, ticks: int, root: Path) ->
         (root / str(job.id) / "output.log").write_text("")
     progress = ProgressService(book, store, lambda i: f"{root}/{i}/output.log")
     progress.tick()  # the running trials' logs are read from their ends from now on
-    service = SweepService(_Jobs(book, store), store, progress)  # type: ignore[arg-type]
+    jobs_side = _Jobs(book, store)  # as the submits, the verbs and the desk
+    service = SweepService(jobs_side, jobs_side, jobs_side, store, progress)  # type: ignore[arg-type]
     started = time.perf_counter()
     service.tick()  # reads every series once; the ended trials' are kept from then on
     first_ms = (time.perf_counter() - started) * 1000

@@ -47,20 +47,19 @@ from gpuyard.services.access.front import AccessRules, HostRules
 from gpuyard.services.access.peers import PeerAuth
 from gpuyard.services.access.quotas import LimitService
 from gpuyard.services.access.tokens import TokenAuth
+from gpuyard.services.jobs.admission import Admission
 from gpuyard.services.jobs.book import JobBook
 from gpuyard.services.jobs.change_feed import ChangeFeed
 from gpuyard.services.jobs.controller import Controller, ExitInbox, Wakeup
 from gpuyard.services.jobs.dependencies import NamedJobs
+from gpuyard.services.jobs.desk import JobDesk
 from gpuyard.services.jobs.drains import DrainService
 from gpuyard.services.jobs.journal import JobObserver, Journal
-from gpuyard.services.jobs.observers import (
-    finished_job_stats,
-    queue_metrics,
-    release_ports,
-    scheduler_events,
-)
-from gpuyard.services.jobs.service import JobService
+from gpuyard.services.jobs.observers import queue_metrics, release_ports, scheduler_events
+from gpuyard.services.jobs.reads import JobReads
 from gpuyard.services.jobs.stops import StopRequests, StopSignals, signal_new_stops
+from gpuyard.services.jobs.submit import JobSubmits
+from gpuyard.services.jobs.verbs import JobVerbs
 from gpuyard.services.launch.rendezvous import RendezvousPorts
 from gpuyard.services.launch.run_as import RunAsPolicy
 from gpuyard.services.launch.service_check import ServiceHealth
@@ -68,7 +67,9 @@ from gpuyard.services.machine.event_ring import EventLog
 from gpuyard.services.machine.gpu_health import AfterSample, HealthGuard
 from gpuyard.services.machine.gpu_history import GpuHistory
 from gpuyard.services.machine.gpu_mem import GpuMemLimit, PeakHistory
+from gpuyard.services.machine.gpus import GpuDesk
 from gpuyard.services.machine.idle import IdleWatch
+from gpuyard.services.machine.observers import finished_job_stats
 from gpuyard.services.machine.telemetry import GpuMonitor
 from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.ports import Executor, ExitCallback, JobStore
@@ -102,7 +103,11 @@ class Core:
     scheduler: LiveScheduler
     controller: Controller
     drains: DrainService
-    service: JobService
+    desk: JobDesk  # what the job use cases share
+    submits: JobSubmits
+    reads: JobReads
+    verbs: JobVerbs
+    gpus: GpuDesk
     feed: ChangeFeed
     metrics: QueueMetrics
     executor: Executor
@@ -112,6 +117,7 @@ class Core:
     notify: NotifyService | None = None  # webhooks (None: a store without their tables)
     # The events page's ring: told by the journal, the drains and the telemetry samples.
     events: EventLog = field(default_factory=EventLog)
+    limits: LimitService | None = None  # quotas, shares, usage (None: a store without them)
 
 
 def build_core(
@@ -181,30 +187,36 @@ def build_core(
         settings.idle_util_pct, settings.idle_after_s, settings.idle_cancel_s,
         lambda job, why: stops.request(job.id, JobState.CANCELLED, why),
     )  # fmt: skip
-    service = JobService(
-        journal, store, scheduler, drains, stops, inventory, log_path=executor.log_path,
-        remove_files=executor.remove_files,
-        wake=wakeup, clock=clock, monitor=monitor, idle=idle, peaks=peaks,
-        preemptible_default=settings.preemptible_default, identities=identities,
-        limits=_limits(stores, scheduler, clock, settings.fair_share_half_life_s),
+    desk = JobDesk(
+        journal, store, scheduler, stops, inventory, executor.log_path, wakeup, clock,
+        executor.remove_files,
     )  # fmt: skip
+    limits = _limits(stores, scheduler, clock, settings.fair_share_half_life_s)
+    reads = JobReads(desk)
+    admission = Admission(desk, reads, limits=limits, identities=identities)
+    submits = JobSubmits(
+        desk, admission, reads, identities=identities,
+        preemptible_default=settings.preemptible_default,
+    )  # fmt: skip
+    verbs = JobVerbs(desk, reads, admission, submits)
+    gpus = GpuDesk(inventory, book, scheduler, drains, monitor=monitor, idle=idle, peaks=peaks)
     if monitor is not None:
         _watch_samples(
-            monitor, store, book, service, drains, stops, idle, scheduler, settings,
+            monitor, store, book, peaks, drains, stops, idle, scheduler, settings,
             on_hot=events.hot_now,
         )  # fmt: skip
     progress = (
         ProgressService(book, stores.progress, executor.log_path, clock=clock)
         if stores.progress is not None else None
     )  # fmt: skip
-    service.service_health = health = ServiceHealth(
+    health = ServiceHealth(
         book, lambda job, why: stops.request(job.id, JobState.PENDING, why),
         period_s=settings.service_check_s, failures=settings.service_check_failures,
         local=settings.backend == "local", clock=clock,
     )  # fmt: skip
     return Core(
-        book, journal, scheduler, controller, drains, service, feed, metrics, executor, monitor,
-        progress, health, notify=notify, events=events,
+        book, journal, scheduler, controller, drains, desk, submits, reads, verbs, gpus, feed,
+        metrics, executor, monitor, progress, health, notify=notify, events=events, limits=limits,
     )  # fmt: skip
 
 
@@ -240,7 +252,7 @@ def _watch_samples(
     monitor: GpuMonitor,
     store: JobStore,
     book: JobBook,
-    service: JobService,
+    peaks: PeakHistory,
     drains: DrainService,
     stops: StopRequests,
     idle: IdleWatch,
@@ -257,7 +269,7 @@ def _watch_samples(
         if job.state.is_terminal:
             stats = monitor.job_stats(job.id)
             if stats is not None and stats.memory_peak_per_gpu_mib:
-                service.peaks.record(job.owner, job.spec.name, stats.memory_peak_per_gpu_mib)
+                peaks.record(job.owner, job.spec.name, stats.memory_peak_per_gpu_mib)
     gpu_mem_limit = GpuMemLimit(
         lambda job, why: stops.request(job.id, JobState.OUT_OF_MEMORY, why),
         lambda job_id: _peak_per_gpu_mib(monitor, job_id),
@@ -346,7 +358,7 @@ def build_server(
             t.name == team for t in accounts.teams(auth.principal)
         )
         background.append(core.notify)
-    sweeps = SweepService(core.service, store, core.progress)
+    sweeps = SweepService(core.submits, core.verbs, core.desk, store, core.progress)
     background.append(sweeps)  # sweeps' early stop
     if core.monitor is not None and core.monitor.history is not None:
         background.append(core.monitor.history)  # after the sampler: its stop writes the last
@@ -355,9 +367,11 @@ def build_server(
         ray.watch.on_back = lambda name: _node_back(core.drains, inventory, name)
         background.append(ray.watch)
     return ServerFacade(
-        core.service, core.controller, auth,
+        core.controller, auth,
         core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend, confinement),
-        events=core.events, tick_s=settings.tick_s, background=background,
+        events=core.events, submits=core.submits, reads=core.reads, verbs=core.verbs,
+        gpus=core.gpus, drains=core.drains, scheduler=core.scheduler, limits=core.limits,
+        health=core.health, tick_s=settings.tick_s, background=background,
         closers=[core.executor.close, core.scheduler.close, *closers,
                  accounts.flush_last_used, store.close],
         accounts=accounts, progress=core.progress, sweeps=sweeps,
@@ -746,7 +760,7 @@ def serve(settings: Settings) -> None:
         f"gpuyard server listening on {settings.url}",
         f"  state dir: {settings.state_dir}",
         f"  database:  {describe_database(database_of(settings))}",
-        f"  GPUs:      {server.service.inventory.source}",
+        f"  GPUs:      {server.gpus.inventory.source}",
         f"  policy:    {settings.policy}",
         f"  job limits: {server.info.confinement}",
         f"  API token: {settings.token_path} (the CLI on this machine finds it)",

@@ -23,7 +23,7 @@ def api(tmp_path: Path) -> Iterator[TestClient]:
         client.workdir = str(tmp_path)  # type: ignore[attr-defined]
         yield client
         admin = server.auth.principal
-        for job in server.service.list_jobs(admin, include_finished=False):
+        for job in server.reads.list_jobs(admin, include_finished=False):
             with contextlib.suppress(GpuyardError):  # it may end meanwhile
                 # While the server runs: no job outlives a test.
-                server.service.cancel(job.id, admin)
+                server.verbs.cancel(job.id, admin)

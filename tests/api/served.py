@@ -42,9 +42,9 @@ def served(
         yield
     finally:
         admin = server.auth.principal
-        for job in server.service.list_jobs(admin, include_finished=False):
+        for job in server.reads.list_jobs(admin, include_finished=False):
             try:
-                server.service.cancel(job.id, admin)
+                server.verbs.cancel(job.id, admin)
             except Exception:  # it may end meanwhile
                 pass
         http.should_exit = True

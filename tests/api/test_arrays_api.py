@@ -35,8 +35,8 @@ def served(tmp_path: Path) -> Iterator[tuple[ServerFacade, TestClient]]:
         client.workdir = str(tmp_path)  # type: ignore[attr-defined]
         yield server, client
         admin = server.auth.principal
-        for job in server.service.list_jobs(admin, include_finished=False):
-            server.service.cancel(job.id, admin)
+        for job in server.reads.list_jobs(admin, include_finished=False):
+            server.verbs.cancel(job.id, admin)
 
 
 @pytest.fixture
@@ -132,10 +132,10 @@ def test_ended_tasks_are_read_from_the_store_once_evicted(
     served: tuple[ServerFacade, TestClient],
 ) -> None:
     server, api = served
-    server.service.book.keep_finished = 1  # keep one finished job in memory
+    server.controller.book.keep_finished = 1  # keep one finished job in memory
     array_id = _submit(api, "1-3", command=["true"]).json()["id"]
     tasks = _wait_all(api, array_id, TERMINAL)
-    assert len(server.service.book.array_tasks(array_id)) < 3  # evicted from memory
+    assert len(server.controller.book.array_tasks(array_id)) < 3  # evicted from memory
     assert [(t["array_task_id"], t["state"]) for t in tasks] == [
         (1, "COMPLETED"), (2, "COMPLETED"), (3, "COMPLETED"),
     ]  # fmt: skip

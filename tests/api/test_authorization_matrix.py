@@ -283,9 +283,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     with TestClient(wrapped, base_url=settings.url) as client:
         yield Rig(server, wrapped, client, settings)
         admin = server.auth.principal
-        for job in server.service.list_jobs(admin, include_finished=False):
+        for job in server.reads.list_jobs(admin, include_finished=False):
             with contextlib.suppress(GpuyardError):  # it may end meanwhile
-                server.service.cancel(job.id, admin)
+                server.verbs.cancel(job.id, admin)
 
 
 def _routes(rig: Rig) -> list[tuple[str, str]]:

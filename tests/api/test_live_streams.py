@@ -81,7 +81,7 @@ def test_a_read_only_session_follows_the_gpus_but_cannot_drain(live: Live) -> No
             headers={"X-CSRF-Token": viewer.cookies["gpuyard_csrf"]},
         )
         assert refused.status_code == 403
-        live.server.service.drain(0, "by the test", live.server.auth.principal)
+        live.server.gpus.drain(0, "by the test", live.server.auth.principal)
         _, later = gpus.next_matching(lambda kind, data: data[0]["drained"])
         assert later[0]["drain_reason"] == "by the test"
     finally:

@@ -110,7 +110,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
             started = live.session.post(f"{live.url}/api/v1/jobs", json=blocker, headers=admin)
             assert started.status_code == 201, started.text
             deadline = time.monotonic() + 30
-            while server.service.get(started.json()["id"], server.auth.principal).state.value != (
+            while server.reads.get(started.json()["id"], server.auth.principal).state.value != (
                 "RUNNING"
             ):
                 assert time.monotonic() < deadline, "the blocking job did not start"

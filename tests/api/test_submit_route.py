@@ -70,8 +70,8 @@ def clients(tmp_path: Path) -> Iterator[tuple[TestClient, TestClient]]:
         TestClient(plain, headers=auth, base_url=settings.url) as slow,
     ):
         yield fast, slow
-        for job in server.service.list_jobs(server.auth.principal, include_finished=False):
-            server.service.cancel(job.id, server.auth.principal)
+        for job in server.reads.list_jobs(server.auth.principal, include_finished=False):
+            server.verbs.cancel(job.id, server.auth.principal)
 
 
 def _is_fast_path(middleware: object) -> bool:

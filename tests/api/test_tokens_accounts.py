@@ -66,8 +66,8 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         rig = Rig(server, client, str(tmp_path))
         yield rig
         admin = server.auth.principal
-        for job in server.service.list_jobs(admin, include_finished=False):
-            server.service.cancel(job.id, admin)
+        for job in server.reads.list_jobs(admin, include_finished=False):
+            server.verbs.cancel(job.id, admin)
 
 
 def _add_user(rig: Rig, name: str, **fields: object) -> Any:

@@ -53,9 +53,9 @@ def web(tmp_path: Path) -> Iterator[Web]:
             tokens[name] = secret
         rig = Web(server, settings, admin_token, tokens, app)
         yield rig
-        for job in server.service.list_jobs(server.auth.principal, include_finished=False):
+        for job in server.reads.list_jobs(server.auth.principal, include_finished=False):
             with contextlib.suppress(GpuyardError):
-                server.service.cancel(job.id, server.auth.principal)
+                server.verbs.cancel(job.id, server.auth.principal)
 
 
 def _login(browser: TestClient, token: str) -> None:

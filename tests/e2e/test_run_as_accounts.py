@@ -47,7 +47,7 @@ def _run(server: ServerFacade, client: TestClient, who: dict[str, str]) -> tuple
     job_id = answer.json()["id"]
     admin = server.auth.principal
     deadline = time.monotonic() + 20
-    while server.service.get(job_id, admin).state.value in ("PENDING", "RUNNING"):
+    while server.reads.get(job_id, admin).state.value in ("PENDING", "RUNNING"):
         assert time.monotonic() < deadline, "the job did not end"
         time.sleep(0.05)
     user, home = Path(server.controller.executor.log_path(job_id)).read_text().split()
@@ -88,9 +88,9 @@ def test_a_job_naming_no_workdir_runs_in_its_owners_home(app, users: UnixUsers):
     assert answer.json()["workdir"] == home
     job_id = answer.json()["id"]
     deadline = time.monotonic() + 20
-    while server.service.get(job_id, server.auth.principal).state.value in ("PENDING", "RUNNING"):
+    while server.reads.get(job_id, server.auth.principal).state.value in ("PENDING", "RUNNING"):
         assert time.monotonic() < deadline, "the job did not end"
         time.sleep(0.05)
-    job = server.service.get(job_id, server.auth.principal)
+    job = server.reads.get(job_id, server.auth.principal)
     assert job.state.value == "COMPLETED", job.reason
     assert Path(server.controller.executor.log_path(job_id)).read_text().strip() == home

@@ -1,5 +1,6 @@
-"""The live server's decision path (Controller, LiveScheduler, JobService, JobBook, a real SQLite
-store) driven in simulated time, so that its decisions can be compared with the simulator's.
+"""The live server's decision path (Controller, LiveScheduler, the job use cases, JobBook, a
+real SQLite store) driven in simulated time, so that its decisions can be compared with the
+simulator's.
 
 Only the executor is replaced: `SimulatedProcesses` runs each job for its trace duration in
 simulated time and ends a stopped job at once (as SIGTERM does to a job that checkpoints and
@@ -155,7 +156,10 @@ class LiveRig:
             clock=self.clock, base_env={},
         )  # fmt: skip
         self.book, self.scheduler = core.book, core.scheduler
-        self.controller, self.service, self.journal = core.controller, core.service, core.journal
+        self.controller, self.journal = core.controller, core.journal
+        self.submits, self.reads, self.verbs = core.submits, core.reads, core.verbs
+        self.gpus, self.limits, self.stops = core.gpus, core.limits, core.desk.stops
+        self.health = core.health  # services' health checks (a test may give its own)
         self.feed, self.drains, self.events = core.feed, core.drains, core.events
         self.notify = core.notify  # webhooks (its thread not started: tests call step())
         self.actor = Principal("ada", role="admin")
@@ -165,7 +169,7 @@ class LiveRig:
 
     def submit(self, work_s: float, *, user: str = "ada", **spec: Any) -> Job:
         job_spec = JobSpec(**{"argv": ("train",), "name": "t", "workdir": "/", **spec})
-        job = self.service.submit(job_spec, Principal(user))
+        job = self.submits.submit(job_spec, Principal(user))
         self.processes.work_s[job.id] = work_s
         return job
 
@@ -200,7 +204,7 @@ class LiveRig:
             self.settle()
 
     def job(self, job_id: int) -> Job:
-        return self.service.get(job_id, self.actor)
+        return self.reads.get(job_id, self.actor)
 
     def state(self, job_id: int) -> JobState:
         return self.job(job_id).state

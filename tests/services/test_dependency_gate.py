@@ -1,5 +1,5 @@
 """Dependencies, array caps and singleton in the live scheduler's gate: the server's own wiring
-(LiveRig: Controller, LiveScheduler, JobService, a real SQLite store) in simulated time."""
+(LiveRig: Controller, LiveScheduler, the job use cases, a real SQLite store) in simulated time."""
 
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ def fail(rig: LiveRig, job: Job) -> None:
 
 
 def why(rig: LiveRig, job: Job) -> str:
-    return rig.service.reason(rig.job(job.id))
+    return rig.reads.reason(rig.job(job.id))
 
 
 def array(rig: LiveRig, n: int, work_s: float, *, cap: int = 0, dep: str = "") -> list[Job]:
     spec = JobSpec(argv=("t",), name="arr", workdir="/", gpus=1, array_max_running=cap,
                    dependency=dep)  # fmt: skip
-    tasks = rig.service.submit_array([spec] * n, list(range(n)), rig.actor)
+    tasks = rig.submits.submit_array([spec] * n, list(range(n)), rig.actor)
     for task in tasks:
         rig.processes.work_s[task.id] = work_s
     return tasks
@@ -97,7 +97,7 @@ def test_a_dependent_never_reaches_the_policy_early(tmp_path: Path) -> None:
         rig.settle()
         assert rig.state(younger.id) is JobState.RUNNING
         assert why(rig, waiting) == "Dependency"
-        assert rig.service.estimated_starts().get(waiting.id) is None
+        assert rig.scheduler.estimated_starts().get(waiting.id) is None
     finally:
         rig.close()
 
@@ -108,7 +108,7 @@ def test_an_array_cap_keeps_at_most_n_tasks_running(rig: LiveRig) -> None:
     states = [rig.state(t.id) for t in tasks]
     assert states.count(JobState.RUNNING) == 2
     assert [why(rig, t) for t in tasks[2:]] == ["JobArrayTaskLimit"] * 4
-    rig.service.cancel(tasks[3].id, rig.actor)  # a waiting task cancelled frees nothing
+    rig.verbs.cancel(tasks[3].id, rig.actor)  # a waiting task cancelled frees nothing
     rig.settle()
     assert [rig.state(t.id) for t in tasks].count(JobState.RUNNING) == 2
     rig.advance(100.0)
@@ -155,15 +155,15 @@ def test_a_dependency_on_a_job_that_does_not_exist_or_is_not_yours_is_refused(
     theirs = rig.submit(10, gpus=1, user="bob")
     spec = JobSpec(argv=("t",), name="t", workdir="/", dependency="afterok:999")
     with pytest.raises(InvalidRequest, match="names job 999, which does not exist"):
-        rig.service.submit(spec, Principal("ada"))
+        rig.submits.submit(spec, Principal("ada"))
     spec = JobSpec(argv=("t",), name="t", workdir="/", dependency=f"afterany:{theirs.id}")
     with pytest.raises(InvalidRequest, match=f"names job {theirs.id}"):
-        rig.service.submit(spec, Principal("ada"))
+        rig.submits.submit(spec, Principal("ada"))
     tasks = array(rig, 2, 10)
     spec = JobSpec(argv=("t",), name="t", workdir="/", dependency=f"afterok:{tasks[0].id}_7")
     with pytest.raises(InvalidRequest, match=f"names job {tasks[0].id}_7"):
-        rig.service.submit(spec, rig.actor)
-    assert rig.service.submit(spec.__class__(argv=("t",), name="t", workdir="/",
+        rig.submits.submit(spec, rig.actor)
+    assert rig.submits.submit(spec.__class__(argv=("t",), name="t", workdir="/",
                               dependency=f"afterok:{tasks[0].id}_1"), rig.actor)  # fmt: skip
 
 
@@ -242,11 +242,11 @@ def test_after_starts_once_the_job_named_started_and_its_minutes_passed(rig: Liv
 
 def test_a_held_task_does_not_take_a_place_under_its_arrays_cap(rig: LiveRig) -> None:
     tasks = array(rig, 3, 100, cap=1)
-    rig.service.hold(tasks[0].id, rig.actor)
+    rig.verbs.hold(tasks[0].id, rig.actor)
     rig.settle()
     assert why(rig, tasks[0]) == "JobHeldUser"
     assert [rig.state(t.id) for t in tasks][1:] == [JobState.RUNNING, JobState.PENDING]
-    rig.service.release(tasks[0].id, rig.actor)
+    rig.verbs.release(tasks[0].id, rig.actor)
     rig.settle()
     assert why(rig, tasks[0]) == "JobArrayTaskLimit"
     rig.advance(100.0)

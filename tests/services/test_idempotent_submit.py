@@ -33,7 +33,7 @@ def _spec(workdir: str = "/", **changes: object) -> JobSpec:
 
 
 def _submit(rig: LiveRig, key: str, spec: JobSpec | None = None, who: Principal = ADA):
-    return asyncio.run(rig.service.submit_once_async(spec or _spec(), who, key))
+    return asyncio.run(rig.submits.submit_once_async(spec or _spec(), who, key))
 
 
 def test_the_same_key_answers_the_same_job(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_a_finished_job_the_book_evicted_is_found_in_the_store(tmp_path: Path) -
         first, _ = _submit(rig, "old")
         second, _ = _submit(rig, "new", _spec(name="later"))
         for job in (first, second):
-            rig.service.cancel(job.id, ADA)
+            rig.verbs.cancel(job.id, ADA)
         assert rig.book.get(first.id) is None  # evicted: only the store has it
         again, replayed = _submit(rig, "old")
         assert replayed and again.id == first.id and again.state is JobState.CANCELLED
@@ -124,7 +124,7 @@ def test_concurrent_submits_with_one_key_make_one_job(tmp_path: Path) -> None:
     async def burst() -> list[tuple[Job, bool]]:
         return list(
             await asyncio.gather(
-                *(rig.service.submit_once_async(_spec(), ADA, "burst") for _ in range(8))
+                *(rig.submits.submit_once_async(_spec(), ADA, "burst") for _ in range(8))
             )
         )
 
@@ -168,7 +168,7 @@ def test_a_refused_submit_does_not_use_up_its_key(tmp_path: Path) -> None:
     spec = _spec(str(workdir))
 
     async def two() -> list[object]:
-        calls = (rig.service.submit_once_async(spec, ADA, "k") for _ in range(2))
+        calls = (rig.submits.submit_once_async(spec, ADA, "k") for _ in range(2))
         return list(await asyncio.gather(*calls, return_exceptions=True))
 
     try:
@@ -205,7 +205,7 @@ def test_a_finished_script_job_is_replayed_though_the_book_dropped_its_script(
     spec = _spec(argv=("./job.sh",), script="#!/bin/sh\necho hi\n")
     try:
         job, _ = _submit(rig, "script-key", spec)
-        rig.service.cancel(job.id, ADA)
+        rig.verbs.cancel(job.id, ADA)
         kept = rig.book.get(job.id)
         assert kept is not None and kept.spec.script is None
         again, replayed = _submit(rig, "script-key", spec)
@@ -224,8 +224,8 @@ def test_a_submit_whose_request_is_cancelled_mid_write_is_still_queued(tmp_path:
     async def cancelled_submit() -> None:
         # A first submit from the same folder: the second then goes straight to the group
         # commit (its folder was just checked), where one turn of the loop leaves it waiting.
-        await rig.service.submit_async(_spec(), ADA)
-        task = asyncio.ensure_future(rig.service.submit_async(_spec(), ADA))
+        await rig.submits.submit_async(_spec(), ADA)
+        task = asyncio.ensure_future(rig.submits.submit_async(_spec(), ADA))
         await asyncio.sleep(0)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -83,7 +83,7 @@ def test_a_cancel_whose_record_fails_is_not_lost(rig: LiveRig) -> None:
     waiting = rig.submit(100, gpus=1)
     rig.settle()
     FailingWrites(rig, lambda job: job.state is JobState.CANCELLED)
-    rig.service.cancel(waiting.id, rig.actor)
+    rig.verbs.cancel(waiting.id, rig.actor)
     assert rig.journal.current(waiting.id).state is JobState.CANCELLED  # type: ignore[union-attr]
     rig.settle()
     assert rig.state(waiting.id) is JobState.CANCELLED
@@ -95,7 +95,7 @@ def test_a_change_made_on_an_unwritten_one_replaces_it(rig: LiveRig) -> None:
     job = rig.submit(100, gpus=1)
     rig.settle()
     failing = FailingWrites(rig, lambda j: j.stop_intent is not None, times=1)
-    rig.service.cancel(job.id, rig.actor)  # the stop intent cannot be written yet
+    rig.verbs.cancel(job.id, rig.actor)  # the stop intent cannot be written yet
     assert failing.refused and rig.journal.unwritten_count() == 1
     rig.controller.on_exit(job.id, ExitStatus(exit_code=None, signal=15, ended_at=rig.now))
     rig.settle()
@@ -159,14 +159,14 @@ def test_use_cases_decide_who_may_see_and_change_a_job(rig: LiveRig) -> None:
     rig.settle()
     bob = Principal("bob")
     with pytest.raises(NotFound):
-        rig.service.get(job.id, bob)  # another user's job is not there for bob
+        rig.reads.get(job.id, bob)  # another user's job is not there for bob
     with pytest.raises(NotFound):
-        rig.service.cancel(job.id, bob)
+        rig.verbs.cancel(job.id, bob)
     with pytest.raises(NotFound):
-        rig.service.read_log(job.id, bob)
+        rig.reads.read_log(job.id, bob)
     with pytest.raises(Forbidden, match="only an admin"):
-        rig.service.drain(0, "maintenance", bob)
-    assert rig.service.cancel(job.id, Principal("ada")).stop_intent is JobState.CANCELLED
+        rig.gpus.drain(0, "maintenance", bob)
+    assert rig.verbs.cancel(job.id, Principal("ada")).stop_intent is JobState.CANCELLED
     assert rig.state(job.id) is JobState.RUNNING  # stopping; it ends when its process is gone
 
 
@@ -183,8 +183,8 @@ def test_a_single_gpu_drain_is_refused_where_the_backend_picks_devices(
         live_harness.SimulatedProcesses.binds_devices = original
     try:
         with pytest.raises(Conflict, match="chooses each job's physical GPUs"):
-            rig.service.drain(0, "maintenance", rig.actor)
-        assert rig.service.drains() == {}
+            rig.gpus.drain(0, "maintenance", rig.actor)
+        assert rig.drains.current() == {}
     finally:
         rig.close()
 
@@ -195,10 +195,10 @@ def test_an_admin_cancelling_another_users_job_is_on_the_record(
     job = rig.submit(100, gpus=1, user="bob")
     rig.settle()
     with caplog.at_level("WARNING", logger="gpuyard.audit"):
-        rig.service.cancel(job.id, Principal("bob"))  # the owner: not an audit event
+        rig.verbs.cancel(job.id, Principal("bob"))  # the owner: not an audit event
         assert not [r for r in caplog.records if r.name == "gpuyard.audit"]
     again = rig.submit(100, gpus=1, user="bob")
     with caplog.at_level("WARNING", logger="gpuyard.audit"):
-        rig.service.cancel(again.id, Principal("root", role="admin"))
+        rig.verbs.cancel(again.id, Principal("root", role="admin"))
     audited = [r.getMessage() for r in caplog.records if r.name == "gpuyard.audit"]
     assert audited == [f"admin root cancelled job {again.id} of bob"]

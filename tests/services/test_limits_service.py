@@ -38,8 +38,8 @@ def rig(live_rig: MakeRig) -> LiveRig:
 
 
 def _limits(rig: LiveRig) -> LimitService:
-    assert rig.service.limits is not None
-    return rig.service.limits
+    assert rig.limits is not None
+    return rig.limits
 
 
 def test_a_team_limit_set_by_an_admin_holds_and_releases(rig: LiveRig) -> None:
@@ -48,20 +48,20 @@ def test_a_team_limit_set_by_an_admin_holds_and_releases(rig: LiveRig) -> None:
     assert (entry.max_gpus, entry.max_pending) == (2, None)
     limits.set_limits(ADMIN, "team", "vision", max_pending=5)  # the other limit stays
     assert [(e.name, e.max_gpus, e.max_pending) for e in limits.limits(ADMIN)] == [("vision", 2, 5)]
-    a = rig.service.submit(rig_spec(gpus=2), ALICE).id
-    b = rig.service.submit(rig_spec(gpus=1), BOB).id
-    c = rig.service.submit(rig_spec(gpus=2), CAROL).id
+    a = rig.submits.submit(rig_spec(gpus=2), ALICE).id
+    b = rig.submits.submit(rig_spec(gpus=1), BOB).id
+    c = rig.submits.submit(rig_spec(gpus=2), CAROL).id
     rig.processes.work_s.update({a: 100.0, b: 100.0, c: 100.0})
     rig.settle()
     assert rig.state(a) is JobState.RUNNING and rig.state(c) is JobState.RUNNING
     assert rig.scheduler.reason_for(b) == REASON_TEAM_GPUS
     with pytest.raises(QuotaExceeded, match="job asks 3 GPUs; team vision may hold at most 2"):
-        rig.service.submit(rig_spec(gpus=3), BOB)
+        rig.submits.submit(rig_spec(gpus=3), BOB)
     rig.advance(100)
     assert rig.state(b) is JobState.RUNNING
     limits.clear(ADMIN, "team", "vision")
     assert limits.limits(ADMIN) == []
-    rig.service.submit(rig_spec(gpus=3), BOB)  # no limit any more
+    rig.submits.submit(rig_spec(gpus=3), BOB)  # no limit any more
 
 
 def test_only_admins_set_limits_on_what_exists(rig: LiveRig) -> None:
@@ -85,8 +85,8 @@ def test_share_and_usage_numbers(rig: LiveRig) -> None:
     limits = _limits(rig)
     limits.half_life_s = 1e12  # no decay within the test: usage is plain GPU-hours
     limits.set_limits(ADMIN, "team", "vision", shares=3.0)
-    a = rig.service.submit(rig_spec(gpus=2), ALICE).id
-    c = rig.service.submit(rig_spec(gpus=1), CAROL).id
+    a = rig.submits.submit(rig_spec(gpus=2), ALICE).id
+    c = rig.submits.submit(rig_spec(gpus=1), CAROL).id
     rig.processes.work_s.update({a: 3600.0, c: 1800.0})
     rig.settle()
     rig.advance(1800)
@@ -117,7 +117,7 @@ def rig_spec(**kw: Any) -> JobSpec:
 
 def test_the_half_life_reaches_fairshare_and_share(tmp_path: Path) -> None:
     live = LiveRig(tmp_path, make_policy("fairshare", for_server=True), gpus=1)
-    limits = live.service.limits
+    limits = live.limits
     assert limits is not None and limits.half_life_s == 7 * 86400.0
     limits.half_life_s = 3600.0
     limits.load()
@@ -134,7 +134,7 @@ def test_limits_and_past_gpu_hours_survive_a_restart(tmp_path: Path) -> None:
         first.store.add_account(Account("dave", "user", "nlp", 0.0))
         _limits(first).load()
         _limits(first).set_limits(ADMIN, "user", "dave", max_gpu_hours=2.0, window_s=day)
-        ran = first.service.submit(rig_spec(gpus=2), Principal("dave", team="nlp")).id
+        ran = first.submits.submit(rig_spec(gpus=2), Principal("dave", team="nlp")).id
         first.processes.work_s[ran] = 3600.0
         first.settle()
         first.advance(3600)
@@ -144,9 +144,9 @@ def test_limits_and_past_gpu_hours_survive_a_restart(tmp_path: Path) -> None:
     again = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=4)
     try:
         again.now = 3700.0
-        waiting = again.service.submit(rig_spec(gpus=1), Principal("dave", team="nlp"))
+        waiting = again.submits.submit(rig_spec(gpus=1), Principal("dave", team="nlp"))
         again.processes.work_s[waiting.id] = 10.0
         again.settle()
-        assert again.service.reason(again.job(waiting.id)) == "QOSMaxGpuHoursPerUser"
+        assert again.reads.reason(again.job(waiting.id)) == "QOSMaxGpuHoursPerUser"
     finally:
         again.close()

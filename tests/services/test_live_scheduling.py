@@ -119,7 +119,7 @@ def test_a_job_that_did_not_opt_in_is_never_preempted(
             assert rig.processes.stops == [], policy
             assert rig.state(keep.id) is JobState.RUNNING, policy
             assert rig.state(urgent.id) is JobState.PENDING, policy
-            assert rig.service.reason(rig.job(urgent.id)) == "Resources", policy
+            assert rig.reads.reason(rig.job(urgent.id)) == "Resources", policy
             assert rig.state(short.id) is JobState.PENDING, policy
         finally:
             rig.close()
@@ -148,8 +148,8 @@ def test_a_job_chosen_over_a_stopping_job_waits_for_its_gpus_and_can_be_cancelle
         assert rig.job(low.id).state is JobState.RUNNING
         assert rig.job(low.id).stop_intent is JobState.PENDING
         assert rig.state(high.id) is JobState.PENDING
-        assert rig.service.reason(rig.job(high.id)) == REASON_PREEMPTING
-        rig.service.cancel(high.id, rig.actor)
+        assert rig.reads.reason(rig.job(high.id)) == REASON_PREEMPTING
+        rig.verbs.cancel(high.id, rig.actor)
         rig.settle()
         assert rig.state(high.id) is JobState.CANCELLED
         rig.controller.on_exit(low.id, _sigterm(rig.now))  # the victim stops now
@@ -195,11 +195,11 @@ def test_estimated_starts_assume_running_jobs_use_their_whole_time_limit(tmp_pat
         a = rig.submit(60, gpus=4, time_limit_s=3_600)
         b = rig.submit(60, gpus=2)
         rig.settle()
-        estimates = rig.service.estimated_starts()
+        estimates = rig.scheduler.estimated_starts()
         assert estimates == {a.id: 1_000.0 + 7_200, b.id: 1_000.0 + 7_200 + 3_600}
         assert rig.state(r.id) is JobState.RUNNING
-        assert rig.service.reason(rig.job(a.id)) == "Resources"
-        assert rig.service.reason(rig.job(b.id)) == "Priority"
+        assert rig.reads.reason(rig.job(a.id)) == "Resources"
+        assert rig.reads.reason(rig.job(b.id)) == "Priority"
     finally:
         rig.close()
 
@@ -211,7 +211,7 @@ def test_no_estimate_behind_a_job_without_a_time_limit(tmp_path: Path) -> None:
         rig.settle()
         waiting = rig.submit(60, gpus=1, time_limit_s=60)
         rig.settle()
-        assert rig.service.estimated_starts() == {waiting.id: None}
+        assert rig.scheduler.estimated_starts() == {waiting.id: None}
     finally:
         rig.close()
 
@@ -230,12 +230,12 @@ def test_behind_a_job_without_a_limit_the_estimate_says_what_it_assumes(tmp_path
             waiting = rig.submit(60, gpus=1, time_limit_s=60)
             behind = rig.submit(60, gpus=1, time_limit_s=60)
             rig.settle()
-            estimates = rig.service.start_estimates()
+            estimates = rig.scheduler.start_estimates()
             if not preemptible:
                 assert estimates.starts == {waiting.id: None, behind.id: None}
                 assert not estimates.assumes_preemption(waiting.id)
                 spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=1, time_limit_s=60)
-                answer = rig.service.dry_run(spec, rig.actor)
+                answer = rig.submits.dry_run(spec, rig.actor)
                 assert (answer.start_at, answer.assumes_preemption) == (None, False)
                 continue
             # When `default` would preempt it: after 4 min of protection if it pays, else by
@@ -244,7 +244,7 @@ def test_behind_a_job_without_a_limit_the_estimate_says_what_it_assumes(tmp_path
             assert estimates.assumes_preemption(waiting.id)
             assert estimates.assumes_preemption(behind.id)  # it needs the same preemption
             spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=1, time_limit_s=60)
-            assert rig.service.dry_run(spec, rig.actor).assumes_preemption
+            assert rig.submits.dry_run(spec, rig.actor).assumes_preemption
         finally:
             rig.close()
 
@@ -258,7 +258,7 @@ def test_an_estimate_that_needs_no_preemption_says_none(tmp_path: Path) -> None:
         rig.advance(1_100.0)
         waiting = rig.submit(60, gpus=1, time_limit_s=60)
         rig.settle()
-        estimates = rig.service.start_estimates()
+        estimates = rig.scheduler.start_estimates()
         if estimates.starts[waiting.id] == 1_000.0 + 600:  # waits for the end: no preemption
             assert not estimates.assumes_preemption(waiting.id)
         else:  # or the policy preempts sooner, and says so
@@ -276,14 +276,14 @@ def test_dry_run_answers_when_a_job_would_start_and_queues_nothing(tmp_path: Pat
         rig.submit(500, gpus=2, time_limit_s=3_000, preemptible=False)
         rig.settle()
         spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=1)
-        assert rig.service.dry_run(spec, rig.actor).start_at == 50.0 + 3_000
+        assert rig.submits.dry_run(spec, rig.actor).start_at == 50.0 + 3_000
         cpu_only = JobSpec(argv=("x",), name="x", workdir="/", gpus=0)
-        assert rig.service.dry_run(cpu_only, rig.actor).start_at == 50.0
+        assert rig.submits.dry_run(cpu_only, rig.actor).start_at == 50.0
         assert len(rig.book.jobs(include_finished=True)) == 1  # nothing was queued
         from gpuyard.domain.errors import InvalidRequest
 
         with pytest.raises(InvalidRequest, match="has 2 GPUs"):
-            rig.service.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=3), rig.actor)
+            rig.submits.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=3), rig.actor)
     finally:
         rig.close()
 
@@ -335,10 +335,10 @@ def test_dry_run_beyond_the_projection_budget_says_not_before_where_it_stopped(
         rig.submit(500, gpus=1, time_limit_s=100)
         rig.settle()
         monkeypatch.setattr(estimates, "DRY_RUN_BUDGET_S", 0.0)  # a "very deep queue"
-        answer = rig.service.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=1), rig.actor)
+        answer = rig.submits.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=1), rig.actor)
         assert (answer.start_at, answer.not_before) == (None, 10.0)
         monkeypatch.setattr(estimates, "DRY_RUN_BUDGET_S", 5.0)
-        answer = rig.service.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=1), rig.actor)
+        answer = rig.submits.dry_run(JobSpec(argv=("x",), name="x", workdir="/", gpus=1), rig.actor)
         assert (answer.start_at, answer.not_before) == (110.0, None)
     finally:
         rig.close()
@@ -350,7 +350,7 @@ def test_a_cancel_during_a_preemption_ends_the_job_instead_of_requeueing_it(
     rig, low, _ = _preempting(tmp_path)
     try:
         assert rig.job(low.id).stop_intent is JobState.PENDING
-        rig.service.cancel(low.id, rig.actor)  # the user cancels it during its grace period
+        rig.verbs.cancel(low.id, rig.actor)  # the user cancels it during its grace period
         assert rig.job(low.id).stop_intent is JobState.CANCELLED
         rig.controller.on_exit(low.id, _sigterm(rig.now))
         rig.settle()
@@ -412,7 +412,7 @@ def test_estimates_stay_within_a_year_when_starvation_preemptions_ping_pong(
         rig.settle()
         waiting = [rig.submit(10**9, gpus=1, preemptible=True) for _ in range(48)]
         rig.settle()
-        estimates = rig.service.estimated_starts()
+        estimates = rig.scheduler.estimated_starts()
         assert set(estimates) == {job.id for job in waiting}
         for start in estimates.values():
             assert start is None or rig.now <= start <= rig.now + 366 * 86400
@@ -426,12 +426,12 @@ def test_a_drained_gpu_stays_out_of_service_across_a_restart(tmp_path: Path) -> 
         running = rig.submit(10_000, gpus=1)
         rig.settle()
         held = rig.job(running.id).gpus[0]
-        requeued = rig.service.drain(held, "maintenance", rig.actor, now=True)
+        requeued = rig.gpus.drain(held, "maintenance", rig.actor, now=True)
         assert [j.id for j in requeued] == [running.id]
         rig.settle()
         job = rig.job(running.id)
         assert job.restarts == 1 and held not in job.gpus  # requeued, restarted elsewhere
-        rig.service.cancel(running.id, rig.actor)
+        rig.verbs.cancel(running.id, rig.actor)
         rig.settle()
     finally:
         rig.close()
@@ -442,7 +442,7 @@ def test_a_drained_gpu_stays_out_of_service_across_a_restart(tmp_path: Path) -> 
         again.settle()
         assert again.state(pair.id) is JobState.PENDING  # one GPU is out of service
         assert again.job(single.id).gpus == (1 - held,)
-        again.service.resume(held, again.actor)
+        again.gpus.resume(held, again.actor)
         again.advance(again.now + 100)  # the single job ends; both GPUs are free again
         assert again.state(pair.id) is JobState.RUNNING
     finally:

@@ -180,11 +180,11 @@ def test_a_cancelled_pending_job_and_a_timeout_are_their_own_events(
     waiting = rig.submit(10.0, gpus=1, notify=(hook.url,), notify_events=("cancel",))
     rig.settle()
     assert rig.state(waiting.id) is JobState.PENDING
-    rig.service.cancel(waiting.id, ADA)
+    rig.verbs.cancel(waiting.id, ADA)
     notify.step()
     (cancel,) = hook.wait(1)
     assert (cancel.event, cancel.json["job"]["state"]) == ("cancel", "CANCELLED")
-    rig.service.cancel(blocker.id, ADA)
+    rig.verbs.cancel(blocker.id, ADA)
     # events_of: what each change is, most specific first.
     running = waiting.transition(JobState.RUNNING, gpus=(0,))
     timed_out = running.transition(JobState.TIMEOUT)
@@ -264,7 +264,7 @@ def test_a_job_with_a_time_limit_is_warned_at_90_percent_of_it_once(
     assert len(hook.received()) == 1
     late = rig.submit(1000.0, gpus=1, time_limit_s=100, notify=(hook.url,),
                       notify_events=("time_limit",))  # fmt: skip
-    rig.service.cancel(warned.id, ADA)
+    rig.verbs.cancel(warned.id, ADA)
     rig.settle()
     assert rig.state(late.id) is JobState.RUNNING
     rig.now += 95.0  # the server was down when its warning was due: sent at the restart
@@ -272,7 +272,7 @@ def test_a_job_with_a_time_limit_is_warned_at_90_percent_of_it_once(
     again.resume_warnings([rig.job(late.id)])
     again.step()
     assert [r.json["job"]["id"] for r in hook.wait(2)] == [warned.id, late.id]
-    rig.service.cancel(late.id, ADA)
+    rig.verbs.cancel(late.id, ADA)
     rig.settle()
     # One that ends before 90% of its limit is not warned.
     quick = rig.submit(10.0, gpus=1, time_limit_s=100, notify=(hook.url,),

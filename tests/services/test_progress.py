@@ -39,7 +39,7 @@ def _settings(tmp_path: Path) -> Settings:
 def _wait(server: ServerFacade, job_id: int, state: JobState) -> Job:
     deadline = time.monotonic() + 30
     while True:
-        job = server.service.get(job_id, server.auth.principal)
+        job = server.reads.get(job_id, server.auth.principal)
         if job.state is state:
             return job
         assert time.monotonic() < deadline, f"job {job_id} is {job.state}, not {state}"
@@ -53,11 +53,11 @@ def test_a_job_reports_through_the_protocol_and_the_sdk_and_it_outlives_a_restar
     try:
         server.start()
         spec = JobSpec(argv=(sys.executable, "-c", TRAIN), name="train", workdir=str(tmp_path))
-        job = server.service.submit(spec, server.auth.principal)
+        job = server.submits.submit(spec, server.auth.principal)
         assert server.progress is not None
         seen_protocol = False
         deadline = time.monotonic() + 30
-        while server.service.get(job.id, server.auth.principal).state is not JobState.COMPLETED:
+        while server.reads.get(job.id, server.auth.principal).state is not JobState.COMPLETED:
             view = server.progress.progress(job)
             seen_protocol |= view.source == "protocol" and view.total == 10
             assert time.monotonic() < deadline, "the job did not end"

@@ -30,7 +30,7 @@ def test_an_admin_drain_lets_the_running_job_finish_and_places_nothing_new_there
     running = rig.submit(100, gpus=1)
     rig.settle()
     gpu = rig.job(running.id).gpus[0]
-    left = rig.service.drain(gpu, "maintenance", rig.actor)
+    left = rig.gpus.drain(gpu, "maintenance", rig.actor)
     assert [j.id for j in left] == [running.id]
     rig.settle()
     assert rig.job(running.id).stop_intent is None
@@ -47,12 +47,12 @@ def test_an_admin_drain_now_requeues_the_running_job_instead_of_failing_it(
 ) -> None:
     running = rig.submit(100, gpus=2)
     rig.settle()
-    stopped = rig.service.drain(0, "maintenance", rig.actor, now=True)
+    stopped = rig.gpus.drain(0, "maintenance", rig.actor, now=True)
     assert [j.id for j in stopped] == [running.id]
     rig.settle()
     job = rig.job(running.id)
     assert (job.state, job.restarts) == (JobState.PENDING, 1)  # 2 GPUs, one drained: waits
-    rig.service.resume(0, rig.actor)
+    rig.gpus.resume(0, rig.actor)
     rig.settle()
     assert rig.state(running.id) is JobState.RUNNING
 
@@ -68,8 +68,8 @@ def test_a_held_job_never_starts_stays_held_across_a_restart_and_starts_once_rel
         blocker = rig.submit(100, gpus=1)
         rig.settle()
         waiting = rig.submit(10, gpus=1, user="bob")
-        held = rig.service.hold(waiting.id, Principal("bob"))
-        assert held.held and rig.service.reason(held) == REASON_HELD
+        held = rig.verbs.hold(waiting.id, Principal("bob"))
+        assert held.held and rig.reads.reason(held) == REASON_HELD
         rig.advance(100)  # the GPU is free: still not started
         assert rig.state(blocker.id) is JobState.COMPLETED
         assert rig.state(waiting.id) is JobState.PENDING
@@ -80,10 +80,10 @@ def test_a_held_job_never_starts_stays_held_across_a_restart_and_starts_once_rel
         again.processes.work_s[waiting.id] = 10
         again.settle()
         job = again.job(waiting.id)
-        assert (job.state, job.held, again.service.reason(job)) == (
+        assert (job.state, job.held, again.reads.reason(job)) == (
             JobState.PENDING, True, REASON_HELD,
         )  # fmt: skip
-        released = again.service.release(waiting.id, Principal("bob"))
+        released = again.verbs.release(waiting.id, Principal("bob"))
         assert not released.held
         again.settle()
         assert again.state(waiting.id) is JobState.RUNNING
@@ -95,11 +95,11 @@ def test_hold_and_release_refuse_what_they_cannot_do_in_one_line(rig: LiveRig) -
     running = rig.submit(100, gpus=1, user="bob")
     rig.settle()
     with pytest.raises(Conflict, match=r"^job 1 is RUNNING; only a pending job can be held"):
-        rig.service.hold(running.id, Principal("bob"))
+        rig.verbs.hold(running.id, Principal("bob"))
     with pytest.raises(Conflict, match="is not held"):
-        rig.service.release(running.id, Principal("bob"))
+        rig.verbs.release(running.id, Principal("bob"))
     with pytest.raises(NotFound):
-        rig.service.hold(running.id, Principal("eve"))  # another user's job is not there
+        rig.verbs.hold(running.id, Principal("eve"))  # another user's job is not there
 
 
 # -- requeue ----------------------------------------------------------------------------------
@@ -109,14 +109,14 @@ def test_requeue_stops_a_running_job_and_puts_it_back_in_the_queue(rig: LiveRig)
     job = rig.submit(100, gpus=2)
     rig.settle()
     rig.advance(30)
-    stopping = rig.service.requeue(job.id, rig.actor)
+    stopping = rig.verbs.requeue(job.id, rig.actor)
     assert (stopping.state, stopping.stop_intent) == (JobState.RUNNING, JobState.PENDING)
     rig.settle()
     again = rig.job(job.id)
     assert again.restarts == 1 and again.attained_gpu_s == pytest.approx(60)
     assert again.state is JobState.RUNNING  # it was alone: it starts again at once
     with pytest.raises(Conflict, match="is pending: it is in the queue already"):
-        rig.service.requeue(rig.submit(1, gpus=1).id, rig.actor)
+        rig.verbs.requeue(rig.submit(1, gpus=1).id, rig.actor)
 
 
 # -- update -----------------------------------------------------------------------------------
@@ -130,18 +130,18 @@ def test_update_of_a_pending_job_reaches_the_scheduler_and_keeps_its_submit_time
     behind = rig.submit(100, gpus=1)
     rig.settle()
     assert rig.state(too_big.id) is rig.state(behind.id) is JobState.PENDING  # fifo: 2 GPUs
-    updated = rig.service.update(too_big.id, rig.actor, gpus=1, time_limit_s=600, priority=3)
+    updated = rig.verbs.update(too_big.id, rig.actor, gpus=1, time_limit_s=600, priority=3)
     assert (updated.spec.gpus, updated.spec.time_limit_s, updated.spec.priority) == (1, 600, 3)
     assert updated.submitted_at == too_big.submitted_at
     rig.settle()  # it fits on the free GPU now, and is still ahead of the job behind it
     assert rig.state(too_big.id) is JobState.RUNNING
     assert rig.state(behind.id) is JobState.PENDING
     with pytest.raises(Conflict, match=r"^job \d+ is RUNNING; only a pending job can be upd"):
-        rig.service.update(too_big.id, rig.actor, priority=1)
+        rig.verbs.update(too_big.id, rig.actor, priority=1)
     with pytest.raises(InvalidRequest, match="nothing to update"):
-        rig.service.update(first.id, rig.actor)
+        rig.verbs.update(first.id, rig.actor)
     with pytest.raises(InvalidRequest, match="this server has 2 GPUs"):
-        rig.service.update(rig.submit(1, gpus=2).id, rig.actor, gpus=3)
+        rig.verbs.update(rig.submit(1, gpus=2).id, rig.actor, gpus=3)
 
 
 # -- restart ----------------------------------------------------------------------------------
@@ -151,9 +151,9 @@ def test_restart_runs_a_finished_job_again_under_a_new_id_linked_to_the_old(rig:
     job = rig.submit(10, gpus=1, user="bob", time_limit_s=60)
     rig.settle()
     with pytest.raises(Conflict, match="only a finished job can be restarted"):
-        rig.service.restart(job.id, Principal("bob"))
+        rig.verbs.restart(job.id, Principal("bob"))
     rig.advance(10)
-    again = rig.service.restart(job.id, Principal("bob"))
+    again = rig.verbs.restart(job.id, Principal("bob"))
     assert again.id != job.id and again.restart_of == job.id
     assert (again.spec, again.owner) == (job.spec, "bob")
     stored = rig.store.get_job(again.id)
@@ -169,5 +169,5 @@ def test_a_finished_jobs_script_copy_stays_in_the_store_and_restart_uses_it(rig:
     assert rig.state(job.id) is JobState.COMPLETED
     assert rig.job(job.id).spec.script is None  # finished: not held in memory
     assert rig.store.get_job(job.id).spec.script == copy  # type: ignore[union-attr]
-    again = rig.service.restart(job.id, Principal("bob"))
+    again = rig.verbs.restart(job.id, Principal("bob"))
     assert again.spec.script == copy and again.spec.argv == ("sh", "job.sh")

@@ -72,14 +72,14 @@ def test_a_user_hold_and_a_quota_hold_together(rig: LiveRig) -> None:
     rig.settle()
     assert rig.scheduler.reason_for(held) == REASON_USER_GPUS
     alice = Principal("alice")
-    rig.service.hold(held, alice)
+    rig.verbs.hold(held, alice)
     rig.settle()
     assert rig.scheduler.reason_for(held) == "JobHeldUser"
     rig.advance(100)  # the quota frees, the user's hold stays
     assert rig.state(first) is JobState.COMPLETED
     assert rig.state(held) is JobState.PENDING
     assert rig.scheduler.reason_for(held) == "JobHeldUser"
-    rig.service.release(held, alice)
+    rig.verbs.release(held, alice)
     rig.settle()
     assert rig.state(held) is JobState.RUNNING
 

@@ -40,11 +40,11 @@ def _seed_running(
 def _wait_state(server, job_id: int, state: JobState) -> Job:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        job = server.service.get(job_id, server.auth.principal)
+        job = server.reads.get(job_id, server.auth.principal)
         if job.state is state:
             return job  # type: ignore[no-any-return]
         time.sleep(0.02)
-    last = server.service.get(job_id, server.auth.principal).state
+    last = server.reads.get(job_id, server.auth.principal).state
     raise AssertionError(f"job {job_id} is {last}, not {state}")
 
 
@@ -72,10 +72,10 @@ def test_a_vanished_supervisor_without_status_ends_failed(tmp_path: Path):
     server = build_server(_settings(tmp_path))
     try:
         server.start()
-        job = server.service.get(3, server.auth.principal)
+        job = server.reads.get(3, server.auth.principal)
         assert job.state is JobState.FAILED
         assert job.reason.startswith("SupervisorLost")
-        assert server.service.gpus()[1].job is None
+        assert server.gpus.holdings()[1].job is None
     finally:
         server.close()
 

@@ -94,7 +94,7 @@ def test_a_job_in_backoff_waits_with_reason_begintime_and_its_gpu_is_free_meanwh
     end_run(rig, job.id, ExitStatus(exit_code=1, ended_at=5))
     waiting = rig.job(job.id)
     assert waiting.state is JobState.PENDING and waiting.not_before == 5 + BACKOFF_S
-    assert rig.service.reason(waiting) == REASON_BEGIN_TIME
+    assert rig.reads.reason(waiting) == REASON_BEGIN_TIME
     # Its GPU is free meanwhile: a job behind it starts.
     other = rig.submit(3, gpus=1)
     rig.settle()
@@ -194,7 +194,7 @@ def test_a_command_that_cannot_start_is_not_retried_unless_asked(
 def test_a_cancelled_job_is_never_retried(rig: LiveRig) -> None:
     job = rig.submit(100, gpus=1, retries=3)
     rig.settle()
-    rig.service.cancel(job.id, rig.actor)
+    rig.verbs.cancel(job.id, rig.actor)
     rig.settle()
     assert rig.state(job.id) is JobState.CANCELLED
 
@@ -203,7 +203,7 @@ def test_a_job_cancelled_in_its_backoff_ends_there(rig: LiveRig) -> None:
     job = rig.submit(5, gpus=1, retries=2)
     rig.settle()
     end_run(rig, job.id, ExitStatus(exit_code=1, ended_at=0))
-    rig.service.cancel(job.id, rig.actor)
+    rig.verbs.cancel(job.id, rig.actor)
     rig.advance(BACKOFF_S + 1)
     assert rig.state(job.id) is JobState.CANCELLED
     assert job.id not in rig.processes.runs
@@ -215,18 +215,18 @@ def test_a_user_hold_during_backoff_outlasts_it_and_a_release_before_it_ends_wai
     job = rig.submit(5, gpus=1, retries=2)
     rig.settle()
     end_run(rig, job.id, ExitStatus(exit_code=1, ended_at=0))
-    rig.service.hold(job.id, rig.actor)
+    rig.verbs.hold(job.id, rig.actor)
     rig.advance(BACKOFF_S + 1)
     assert rig.state(job.id) is JobState.PENDING  # held: the backoff's end does not start it
-    rig.service.release(job.id, rig.actor)
+    rig.verbs.release(job.id, rig.actor)
     rig.settle()
     assert rig.state(job.id) is JobState.RUNNING
     # Released before its backoff ends: it still waits for it.
     end_run(rig, job.id, ExitStatus(exit_code=1, ended_at=rig.now))
-    rig.service.hold(job.id, rig.actor)
-    rig.service.release(job.id, rig.actor)
+    rig.verbs.hold(job.id, rig.actor)
+    rig.verbs.release(job.id, rig.actor)
     rig.settle()
-    assert rig.service.reason(rig.job(job.id)) == REASON_BEGIN_TIME
+    assert rig.reads.reason(rig.job(job.id)) == REASON_BEGIN_TIME
     rig.advance(rig.now + 2 * BACKOFF_S)
     assert rig.state(job.id) is JobState.RUNNING
 
@@ -237,7 +237,7 @@ def test_a_preemption_is_kept_as_an_attempt(tmp_path: Path) -> None:
         job = live.submit(100, gpus=1)
         live.settle()
         live.now = 3
-        live.service.requeue(job.id, live.actor)
+        live.verbs.requeue(job.id, live.actor)
         live.settle()
         requeued = live.job(job.id)
         (attempt,) = requeued.attempts
@@ -290,14 +290,14 @@ def test_past_the_node_fail_limit_the_job_is_held_with_the_reason_until_released
         held = rig.job(job.id)
         assert held.state is JobState.PENDING and held.held
         assert [a.state for a in held.attempts] == [JobState.NODE_FAIL] * 3
-        reason = rig.service.reason(held)
+        reason = rig.reads.reason(held)
         assert reason.startswith("NodeFailLimit: 3 node failures, more than the 2 requeues")
         assert "fell off the bus" in reason and f"gpuyard release {job.id}" in reason
         for gpu in range(3):
             rig.drains.resume(gpu)
         rig.settle()
         assert rig.state(job.id) is JobState.PENDING  # held: resumed GPUs do not start it
-        rig.service.release(job.id, rig.actor)
+        rig.verbs.release(job.id, rig.actor)
         rig.settle()
         assert rig.state(job.id) is JobState.RUNNING
     finally:
@@ -339,8 +339,8 @@ def test_attempts_backoff_and_a_node_fail_hold_survive_a_restart(tmp_path: Path)
         again.settle()
         for job_id, job in before.items():
             assert again.job(job_id).attempts == job.attempts
-        assert again.service.reason(again.job(retried.id)) == REASON_BEGIN_TIME
-        assert again.service.reason(again.job(failing.id)).startswith("NodeFailLimit")
+        assert again.reads.reason(again.job(retried.id)) == REASON_BEGIN_TIME
+        assert again.reads.reason(again.job(failing.id)).startswith("NodeFailLimit")
         again.advance(5 + BACKOFF_S)
         assert again.state(retried.id) is JobState.RUNNING
         assert again.state(failing.id) is JobState.PENDING

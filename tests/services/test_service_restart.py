@@ -109,8 +109,8 @@ def test_cancel_ends_a_service_for_good_running_or_waiting_out_its_backoff(
     rig.now = 1
     end_run(rig, waiting, ExitStatus(exit_code=1, ended_at=1))
     assert rig.state(waiting) is JobState.PENDING
-    rig.service.cancel(waiting, rig.actor)
-    rig.service.cancel(running, rig.actor)
+    rig.verbs.cancel(waiting, rig.actor)
+    rig.verbs.cancel(running, rig.actor)
     rig.settle()
     assert rig.state(running) is JobState.CANCELLED and rig.state(waiting) is JobState.CANCELLED
     rig.advance(100)
@@ -170,8 +170,8 @@ def test_an_idempotent_retry_of_an_auto_port_submit_answers_the_same_service(
     import asyncio
 
     spec = JobSpec(argv=("serve",), name="s", workdir="/", kind="service")
-    made, replayed = asyncio.run(rig.service.submit_once_async(spec, Principal("ada"), "k1"))
-    again, replayed = asyncio.run(rig.service.submit_once_async(spec, Principal("ada"), "k1"))
+    made, replayed = asyncio.run(rig.submits.submit_once_async(spec, Principal("ada"), "k1"))
+    again, replayed = asyncio.run(rig.submits.submit_once_async(spec, Principal("ada"), "k1"))
     assert replayed and again.id == made.id and made.spec.service_port != 0
 
 
@@ -189,10 +189,10 @@ def test_the_health_check_restarts_a_service_failing_past_its_grace_once_per_run
 
     mono = [0.0]
     health = ServiceHealth(
-        rig.book, lambda job, why: rig.service.stops.request(job.id, JobState.PENDING, why),
+        rig.book, lambda job, why: rig.stops.request(job.id, JobState.PENDING, why),
         failures=3, check=check, clock=rig.clock, monotonic=lambda: mono[0],
     )  # fmt: skip
-    rig.service.service_health = health
+    rig.health = health
     job = rig.job(job_id)
     assert health.of(job) is not None and health.of(job).state == "starting"  # type: ignore[union-attr]
     # Refused for 9 s (within its grace): starting, never restarted.
@@ -233,8 +233,8 @@ def test_the_health_check_restarts_a_service_failing_past_its_grace_once_per_run
 
 def test_an_array_of_services_gives_each_task_its_own_port(rig: LiveRig) -> None:
     spec = JobSpec(argv=("serve",), name="s", workdir="/", kind="service")
-    tasks = rig.service.submit_array([spec] * 3, [0, 1, 2], Principal("ada"))
+    tasks = rig.submits.submit_array([spec] * 3, [0, 1, 2], Principal("ada"))
     assert len({task.spec.service_port for task in tasks} - {0}) == 3
     fixed = dataclasses.replace(spec, service_port=PORT_RANGE[1] + 1)  # no auto port's
     with pytest.raises(Conflict, match="held by service another task of this array"):
-        rig.service.submit_array([fixed] * 2, [0, 1], Principal("ada"))
+        rig.submits.submit_array([fixed] * 2, [0, 1], Principal("ada"))

@@ -31,7 +31,7 @@ def _settings(tmp_path: Path) -> Settings:
 
 
 def _task(server: ServerFacade, job_id: int) -> Job:
-    return server.service.get(job_id, server.auth.principal)
+    return server.reads.get(job_id, server.auth.principal)
 
 
 def _until(what: str, check: object, timeout_s: float = 60) -> None:

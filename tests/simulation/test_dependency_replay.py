@@ -171,7 +171,7 @@ def _submit(rig: LiveRig, arrivals: list[TraceJob]) -> None:
                    time_limit_s=int(t.time_limit_s or 0) or None, preemptible=t.preemptible,
                    dependency=t.dependency, array_max_running=t.array_max_running)  # fmt: skip
     if t.array_job_id is None:
-        job = rig.service.submit(spec, Principal(t.user))
+        job = rig.submits.submit(spec, Principal(t.user))
         rig.processes.work_s[job.id] = t.duration_s
         assert job.id == t.id
         return
@@ -187,7 +187,7 @@ def _submit(rig: LiveRig, arrivals: list[TraceJob]) -> None:
         )
         for task in tasks
     ]
-    made = rig.service.submit_array(specs, [task.array_task_id or 0 for task in tasks],
+    made = rig.submits.submit_array(specs, [task.array_task_id or 0 for task in tasks],
                                     Principal(t.user))  # fmt: skip
     for job, task in zip(made, tasks, strict=True):
         assert job.id == task.id and job.array_job_id == t.array_job_id

@@ -62,7 +62,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     for router in (*routers, sweeps.router):
         app.include_router(router)
     app.include_router(notify.router)  # webhooks (services/workflows/notify.py)
-    app.add_middleware(SubmitFastPath, service=server.service)  # inside the front door
+    app.add_middleware(SubmitFastPath, server=server)  # inside the front door
     app.add_middleware(
         FrontDoor,
         auth=server.auth,

@@ -29,8 +29,9 @@ from gpuyard.schemas.v1 import (
     JobSubmitIn,
     ServiceHealthOut,
 )
-from gpuyard.services.jobs.service import DryRun, GpuHolding
+from gpuyard.services.jobs.submit import DryRun
 from gpuyard.services.launch.service_check import HealthState, service_url
+from gpuyard.services.machine.gpus import GpuHolding
 from gpuyard.services.machine.telemetry import GpuTelemetry, JobGpuStats
 
 # JobSpec fields the wire spells otherwise (units a person writes, a mapping): spec field ->

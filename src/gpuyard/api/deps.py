@@ -11,7 +11,10 @@ from fastapi import Depends, Request
 from gpuyard.domain.errors import Unauthorized, Unavailable
 from gpuyard.domain.principal import Principal
 from gpuyard.services.access.accounts import AccountService
-from gpuyard.services.jobs.service import JobService
+from gpuyard.services.jobs.reads import JobReads
+from gpuyard.services.jobs.submit import JobSubmits
+from gpuyard.services.jobs.verbs import JobVerbs
+from gpuyard.services.machine.gpus import GpuDesk
 from gpuyard.services.server import ServerFacade
 
 
@@ -27,9 +30,24 @@ async def _actor(request: Request) -> Principal:
     return principal
 
 
-async def _service(request: Request) -> JobService:
+async def _submits(request: Request) -> JobSubmits:
     server: ServerFacade = request.app.state.server
-    return server.service
+    return server.submits
+
+
+async def _reads(request: Request) -> JobReads:
+    server: ServerFacade = request.app.state.server
+    return server.reads
+
+
+async def _verbs(request: Request) -> JobVerbs:
+    server: ServerFacade = request.app.state.server
+    return server.verbs
+
+
+async def _gpus(request: Request) -> GpuDesk:
+    server: ServerFacade = request.app.state.server
+    return server.gpus
 
 
 async def _accounts(request: Request) -> AccountService:
@@ -41,5 +59,8 @@ async def _accounts(request: Request) -> AccountService:
 
 Accounts = Annotated[AccountService, Depends(_accounts)]
 Actor = Annotated[Principal, Depends(_actor)]
-Service = Annotated[JobService, Depends(_service)]
+Submits = Annotated[JobSubmits, Depends(_submits)]
+Reads = Annotated[JobReads, Depends(_reads)]
+Verbs = Annotated[JobVerbs, Depends(_verbs)]
+Gpus = Annotated[GpuDesk, Depends(_gpus)]
 Server = Annotated[ServerFacade, Depends(_server)]

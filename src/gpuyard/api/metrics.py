@@ -29,9 +29,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from gpuyard.services.jobs.service import GpuHolding, JobService
+from gpuyard.services.jobs.reads import JobReads
+from gpuyard.services.machine.gpus import GpuDesk, GpuHolding
 from gpuyard.services.metrics import HistogramView, QueueMetrics
 from gpuyard.services.ports import GpuReading
+from gpuyard.services.scheduler.live import LiveScheduler
+from gpuyard.services.server import ServerFacade
 from gpuyard.services.workflows.progress import ProgressService
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -95,10 +98,19 @@ _AMD: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
 
 
 class ServerCollector(Collector):
-    """Builds every family at scrape time from the service's latest state."""
+    """Builds every family at scrape time from the server's latest state."""
 
-    def __init__(self, service: JobService, metrics: QueueMetrics, hostname: str) -> None:
-        self._service = service
+    def __init__(
+        self,
+        reads: JobReads,
+        gpus: GpuDesk,
+        scheduler: LiveScheduler,
+        metrics: QueueMetrics,
+        hostname: str,
+    ) -> None:
+        self._reads = reads
+        self._gpus = gpus
+        self._scheduler = scheduler
         self._metrics = metrics
         self._hostname = hostname
 
@@ -107,7 +119,7 @@ class ServerCollector(Collector):
         yield from self._queue_families()
 
     def _gpu_families(self) -> Iterator[Metric]:
-        holdings = self._service.gpus()
+        holdings = self._gpus.holdings()
         sampled = [h for h in holdings if h.telemetry is not None and h.gpu.vendor != "amd"]
         amd = [h for h in holdings if h.gpu.vendor == "amd"]
         if amd:
@@ -163,12 +175,12 @@ class ServerCollector(Collector):
         return [[*device, str(job.id), job.owner] for job in holding.jobs] or [[*device, "", ""]]
 
     def _queue_families(self) -> Iterator[Metric]:
-        service, metrics = self._service, self._metrics
-        pending, running = service.counts()
+        gpus, metrics = self._gpus, self._metrics
+        pending, running = self._reads.counts()
         yield GaugeMetricFamily("gpuyard_jobs_pending", "Jobs waiting in the queue.", pending)
         yield GaugeMetricFamily("gpuyard_jobs_running", "Jobs running now.", running)
         yield GaugeMetricFamily(
-            "gpuyard_gpus", "GPUs this server schedules.", len(service.inventory.gpus)
+            "gpuyard_gpus", "GPUs this server schedules.", len(gpus.inventory.gpus)
         )
         yield CounterMetricFamily(
             "gpuyard_job_submits", "Jobs accepted since the server started.",
@@ -185,9 +197,9 @@ class ServerCollector(Collector):
         yield GaugeMetricFamily(
             "gpuyard_scheduler_lock_hold_max_seconds",
             "Longest hold of the scheduler's lock since the server started (bench/api_latency.py).",
-            service.scheduler.lock_hold_max_s,
+            self._scheduler.lock_hold_max_s,
         )
-        monitor = service.monitor
+        monitor = gpus.monitor
         if monitor is not None and monitor.enabled:
             yield CounterMetricFamily(
                 "gpuyard_telemetry_cpu_seconds", "CPU time spent sampling GPUs.",
@@ -243,15 +255,12 @@ class ProgressCollector(Collector):
         return [str(job_id), owner, name, self._hostname]
 
 
-def render_metrics(
-    service: JobService,
-    metrics: QueueMetrics,
-    hostname: str,
-    progress: ProgressService | None = None,
-) -> bytes:
+def render_metrics(server: ServerFacade, hostname: str) -> bytes:
     """The Prometheus text exposition of everything above."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ServerCollector(service, metrics, hostname))
-    if progress is not None:
-        registry.register(ProgressCollector(progress, hostname))
+    registry.register(
+        ServerCollector(server.reads, server.gpus, server.scheduler, server.metrics, hostname)
+    )
+    if server.progress is not None:
+        registry.register(ProgressCollector(server.progress, hostname))
     return generate_latest(registry)

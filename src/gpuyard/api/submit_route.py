@@ -14,7 +14,7 @@ answered 201 with its new job; any later one with the same key from the same use
 A malformed key is 400; the key reused for a different job is 422.
 
 A body with `array` (sbatch's `--array 0-99%8`) makes one task (job) per index in one durable
-write (`JobService.submit_array_async`), and is answered 201 with the first task, whose id is
+write (`JobSubmits.submit_array_async`), and is answered 201 with the first task, whose id is
 the array's (`array_job_id`); a retry with the same key answers that task, never a second array.
 """
 
@@ -35,7 +35,7 @@ from gpuyard.domain.errors import GpuyardError, Unauthorized
 from gpuyard.domain.principal import Principal
 from gpuyard.schemas.v1 import JobSubmitIn
 from gpuyard.services.jobs.crashpoints import crash_point
-from gpuyard.services.jobs.service import JobService
+from gpuyard.services.server import ServerFacade
 
 SUBMIT_PATH = "/api/v1/jobs"
 _SUBMIT_IN: TypeAdapter[JobSubmitIn] = TypeAdapter(JobSubmitIn)
@@ -87,7 +87,7 @@ class _Invalid(Exception):
 
 
 async def submit(
-    service: JobService,
+    server: ServerFacade,
     body: JobSubmitIn,
     actor: Principal,
     home: str,
@@ -96,32 +96,33 @@ async def submit(
     """Queue the job durably; the answer is the job as JSON, and whether it is a replay (an
     earlier request with `idempotency_key` made the job). No pass has seen a new job yet: its
     reason is the record's ("None"); asking the scheduler would make the hottest route wait."""
-    spec = spec_from_wire(body, service.owner_home(actor) or home, service.preemptible_default)
+    submits, reads = server.submits, server.reads
+    spec = spec_from_wire(body, submits.owner_home(actor) or home, submits.preemptible_default)
     if body.array is not None:  # one task per index, one write; the answer: the first task
         indices = parse_array(body.array).indices
         specs = [spec] * len(indices)
         if idempotency_key is None:
-            job, replayed = (await service.submit_array_async(specs, indices, actor))[0], False
+            job, replayed = (await submits.submit_array_async(specs, indices, actor))[0], False
         else:
-            job, replayed = await service.submit_array_once_async(
+            job, replayed = await submits.submit_array_once_async(
                 specs, indices, actor, idempotency_key
             )
     elif idempotency_key is None:
-        job, replayed = await service.submit_async(spec, actor), False
+        job, replayed = await submits.submit_async(spec, actor), False
     else:
-        job, replayed = await service.submit_once_async(spec, actor, idempotency_key)
-    reason = service.reason(job) if replayed else job.reason
-    out = job_to_wire(job, reason, service.log_path(job.id))
-    out.hint = service.hint(job.spec, actor)
+        job, replayed = await submits.submit_once_async(spec, actor, idempotency_key)
+    reason = reads.reason(job) if replayed else job.reason
+    out = job_to_wire(job, reason, reads.log_path(job.id))
+    out.hint = server.gpus.hint(job.spec, actor)
     return out.model_dump_json().encode(), replayed
 
 
 class SubmitFastPath:
     """ASGI middleware answering `POST /api/v1/jobs`; every other request passes through."""
 
-    def __init__(self, app: ASGIApp, service: JobService) -> None:
+    def __init__(self, app: ASGIApp, server: ServerFacade) -> None:
         self._app = app
-        self._service = service
+        self._server = server
         self._home = str(Path.home())  # the default workdir; looked up once, not per submit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -157,7 +158,7 @@ class SubmitFastPath:
         if not isinstance(principal, Principal):  # only if the front door left it public
             raise Unauthorized("this route needs the API token")
         key = idempotency_key_of(keys) if keys else None
-        return await submit(self._service, body, principal, self._home, key)
+        return await submit(self._server, body, principal, self._home, key)
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -4,20 +4,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
 from gpuyard.services.access.accounts import AccountService
 from gpuyard.services.access.front import AccessRules
 from gpuyard.services.access.peers import PeerAuth
+from gpuyard.services.access.quotas import LimitService
 from gpuyard.services.access.tokens import TokenAuth
 from gpuyard.services.access.web_sessions import WebSessions
 from gpuyard.services.jobs.change_feed import ChangeFeed
 from gpuyard.services.jobs.controller import Controller
-from gpuyard.services.jobs.service import JobService
+from gpuyard.services.jobs.drains import DrainService
+from gpuyard.services.jobs.reads import JobReads
+from gpuyard.services.jobs.submit import JobSubmits
+from gpuyard.services.jobs.verbs import JobVerbs
+from gpuyard.services.launch.service_check import ServiceHealth
 from gpuyard.services.machine.event_ring import EventLog
 from gpuyard.services.machine.gpu_stream import GpuSampler
+from gpuyard.services.machine.gpus import GpuDesk
 from gpuyard.services.metrics import QueueMetrics
+from gpuyard.services.scheduler.live import LiveScheduler
 from gpuyard.services.workflows.notify import NotifyService
 from gpuyard.services.workflows.progress import ProgressService
 from gpuyard.services.workflows.sweeps import SweepService
@@ -46,7 +53,6 @@ class ServerInfo:
 class ServerFacade:
     """One server process's services, ready for the API: start once, close once."""
 
-    service: JobService
     controller: Controller
     auth: TokenAuth
     feed: ChangeFeed
@@ -54,6 +60,20 @@ class ServerFacade:
     info: ServerInfo
     # The events page's ring, told by the journal, the drains and the telemetry (build_core).
     events: EventLog
+    _: KW_ONLY
+    # The use cases on jobs (services/jobs/): submit (and dry run), read, the verbs.
+    submits: JobSubmits
+    reads: JobReads
+    verbs: JobVerbs
+    # The GPUs as shown and drained by admins (machine/gpus.py), the drains in force, and the
+    # live scheduler (pending jobs' reasons and estimated starts, GPUs placed last when hot).
+    gpus: GpuDesk
+    drains: DrainService
+    scheduler: LiveScheduler
+    # Quotas, shares and usage (None: a store without their tables, e.g. a test's).
+    limits: LimitService | None = None
+    # Services' health checks (`serve --health`), read by a job's record (None: not checked).
+    health: ServiceHealth | None = None
     tick_s: float = 1.0
     background: Sequence[Background] = ()
     # Run in order at close, after the threads stopped: the executor, the Ray connection, the

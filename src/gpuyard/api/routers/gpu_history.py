@@ -12,11 +12,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from gpuyard.api.deps import Actor, Service
+from gpuyard.api.deps import Actor, Server
 from gpuyard.domain.errors import NotFound
 from gpuyard.schemas.charts_v1 import GpuHistoryOut, JobGpuHistoryOut
-from gpuyard.services.jobs.service import JobService
 from gpuyard.services.machine.gpu_history import GpuHistory, GpuSeries
+from gpuyard.services.machine.gpus import GpuDesk
 
 router = APIRouter(tags=["gpus"])
 
@@ -27,7 +27,7 @@ MaxPoints = Annotated[int, Query(ge=1, le=10_000, description="at most this many
 @router.get("/api/v1/gpus/{index}/history")
 def gpu_history(
     index: int,
-    service: Service,
+    server: Server,
     actor: Actor,
     since: Annotated[
         float,
@@ -37,12 +37,12 @@ def gpu_history(
 ) -> GpuHistoryOut:
     """GPU `index`'s utilisation, memory, temperature and power since then, oldest first,
     as bucket means (1 s samples for the last 24 h, 60 s buckets before, kept 90 days)."""
-    gpu = next((g for g in service.inventory.gpus if g.index == index), None)
+    gpu = next((g for g in server.gpus.inventory.gpus if g.index == index), None)
     if gpu is None:
         raise NotFound(f"GPU {index} not found: `gpuyard gpus` lists them")
     now = time.time()
     start = since if since > _EPOCH else now - since
-    history = _history(service)
+    history = _history(server.gpus)
     if history is None or not history.knows(index):
         return GpuHistoryOut(index=index, uuid=gpu.uuid, resolution_s=0.0, samples=[])
     return _wire(history.gpu_series(index, start, now, max_points))
@@ -50,17 +50,17 @@ def gpu_history(
 
 @router.get("/api/v1/jobs/{job_id}/gpu-history")
 def job_gpu_history(
-    job_id: int, service: Service, actor: Actor, max_points: MaxPoints = 600
+    job_id: int, server: Server, actor: Actor, max_points: MaxPoints = 600
 ) -> JobGpuHistoryOut:
     """The GPUs the job held, over its runs (earlier attempts' too; past jobs included)."""
-    job = service.get(job_id, actor)
-    history = _history(service)
+    job = server.reads.get(job_id, actor)
+    history = _history(server.gpus)
     series = [] if history is None else history.job_series(job, max_points)
     return JobGpuHistoryOut(job_id=job.id, gpus=[_wire(s) for s in series])
 
 
-def _history(service: JobService) -> GpuHistory | None:
-    return service.monitor.history if service.monitor is not None else None
+def _history(gpus: GpuDesk) -> GpuHistory | None:
+    return gpus.monitor.history if gpus.monitor is not None else None
 
 
 def _wire(series: GpuSeries) -> GpuHistoryOut:

@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 
 from gpuyard.api.convert import dry_run_to_wire, job_to_wire, spec_from_wire
-from gpuyard.api.deps import Actor, Server, Service
+from gpuyard.api.deps import Actor, Reads, Server, Submits, Verbs
 from gpuyard.api.submit_route import (
     IDEMPOTENCY_KEY,
     MAX_KEY_CHARS,
@@ -29,7 +29,9 @@ from gpuyard.domain.units import parse_duration_s
 from gpuyard.scheduling.projection import StartEstimates
 from gpuyard.schemas.v1 import CleanOut, DryRunOut, JobOut, JobSubmitIn
 from gpuyard.services.jobs.change_feed import ChangeFeed
-from gpuyard.services.jobs.service import MAX_PAGE, JobService, LogReader
+from gpuyard.services.jobs.reads import MAX_PAGE, JobReads, LogReader
+from gpuyard.services.scheduler.live import LiveScheduler
+from gpuyard.services.server import ServerFacade
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -39,37 +41,36 @@ _FOLLOW_POLL_S = 0.2
 _JOB_LIST = TypeAdapter(list[JobOut])
 
 
-def _out(service: JobService, job: Job, estimates: StartEstimates | None) -> JobOut:
+def _out(server: ServerFacade, job: Job, estimates: StartEstimates | None) -> JobOut:
     start = estimates.starts.get(job.id) if estimates else None
+    reads, gpus, health = server.reads, server.gpus, server.health
     return job_to_wire(
-        job, service.reason(job), service.log_path(job.id), start, service.gpu_stats(job.id),
-        service.idle_since(job),
+        job, reads.reason(job), reads.log_path(job.id), start, gpus.job_stats(job.id),
+        gpus.idle_since(job),
         estimate_assumes="preemption" if estimates and estimates.assumes_preemption(job.id)
         else None,
-        service_health=service.service_health.of(job) if service.service_health else None,
+        service_health=health.of(job) if health else None,
     )  # fmt: skip
 
 
 def _listed(
-    service: JobService, actor: Principal, job: Job, estimates: StartEstimates | None
+    server: ServerFacade, actor: Principal, job: Job, estimates: StartEstimates | None
 ) -> JobOut:
-    """A job in the queue as the actor may see it: everyone sees who, what size, which state
-    and why (as `squeue`); the command, working directory, log and GPU stats are the owner's and
-    the admins' only."""
-    if actor.may_see(job.owner):
-        return _out(service, job, estimates)
+    """A listed job (already as the actor may see it, `JobReads.list_jobs`), with its log,
+    GPU stats and health only where `shows_details` says they are the actor's to see."""
+    if server.reads.shows_details(actor, job):
+        return _out(server, job, estimates)
     start = estimates.starts.get(job.id) if estimates else None
-    out = job_to_wire(job, service.reason(job), "", start)
-    return out.model_copy(update={"command": [], "workdir": ""})
+    return job_to_wire(job, server.reads.reason(job), "", start)
 
 
-async def _estimates(service: JobService, jobs: list[Job]) -> StartEstimates | None:
+async def _estimates(scheduler: LiveScheduler, jobs: list[Job]) -> StartEstimates | None:
     """Projected starts, only when a pending job is listed (a projection costs a copy of the
     scheduler's state), off the event loop."""
     pending = [job.id for job in jobs if job.state is JobState.PENDING]
     if not pending:
         return None
-    return await asyncio.to_thread(service.start_estimates, pending)
+    return await asyncio.to_thread(scheduler.start_estimates, pending)
 
 
 # Routes that only read memory or await the group commit are async: no thread hop.
@@ -88,7 +89,7 @@ _REPLAY = {
 async def submit_job(
     request: Request,
     body: JobSubmitIn,
-    service: Service,
+    server: Server,
     actor: Actor,
     idempotency_key: Annotated[
         str | None,
@@ -103,22 +104,22 @@ async def submit_job(
 ) -> Response:
     # Every value, as the fast path sees them (the parameter above is the last one's).
     key = idempotency_key_of(request.headers.getlist(IDEMPOTENCY_KEY))
-    answer, replayed = await submit(service, body, actor, str(Path.home()), key)
+    answer, replayed = await submit(server, body, actor, str(Path.home()), key)
     if replayed:
         return _json(answer, headers={REPLAYED_HEADER: "true"})
     return _json(answer, status=201)
 
 
 @router.post("/dry-run")
-def dry_run(body: JobSubmitIn, service: Service, actor: Actor) -> DryRunOut:
+def dry_run(body: JobSubmitIn, submits: Submits, actor: Actor) -> DryRunOut:
     """Whether the job can ever run here and when it would start, without queueing it."""
-    spec = spec_from_wire(body, service.owner_home(actor), service.preemptible_default)
-    return dry_run_to_wire(service.dry_run(spec, actor))
+    spec = spec_from_wire(body, submits.owner_home(actor), submits.preemptible_default)
+    return dry_run_to_wire(submits.dry_run(spec, actor))
 
 
 @router.get("", response_model=list[JobOut])
 async def list_jobs(
-    service: Service,
+    server: Server,
     actor: Actor,
     response: Response,
     all: Annotated[bool, Query(description="include finished jobs (a page of history)")] = False,
@@ -130,14 +131,14 @@ async def list_jobs(
     name: Annotated[str | None, Query(max_length=1024, description="only this name")] = None,
 ) -> Response:
     jobs = await asyncio.to_thread(
-        service.list_jobs, actor, include_finished=all, limit=limit, before_id=before_id,
+        server.reads.list_jobs, actor, include_finished=all, limit=limit, before_id=before_id,
         since=since, states=state, owner=user, name=name,
     )  # fmt: skip
-    estimates = await _estimates(service, jobs)
+    estimates = await _estimates(server.scheduler, jobs)
     # Off the event loop: 10,000 jobs are ~150 ms of Python (their reasons read the last pass's
     # snapshot, no lock), during which submits would wait.
     body = await asyncio.to_thread(
-        lambda: _JOB_LIST.dump_json([_listed(service, actor, job, estimates) for job in jobs])
+        lambda: _JOB_LIST.dump_json([_listed(server, actor, job, estimates) for job in jobs])
     )
     headers = {}
     if all and jobs and len(jobs) == min(limit or MAX_PAGE, MAX_PAGE):
@@ -161,6 +162,8 @@ async def _changes(feed: ChangeFeed, actor: Principal) -> AsyncIterator[bytes]:
             if sub.overflowed:
                 sub.overflowed = False
                 yield b"event: resync\ndata: {}\n\n"
+            if change.removed:  # `clean` forgot a finished job: the queue has not changed
+                continue
             # Every job, as the queue lists it to everyone (`_listed`): a live queue page moves
             # other users' jobs too; their details are fetched (and refused) one by one.
             job = change.after
@@ -172,7 +175,7 @@ async def _changes(feed: ChangeFeed, actor: Principal) -> AsyncIterator[bytes]:
 
 @router.post("/clean")
 def clean_jobs(
-    service: Service,
+    verbs: Verbs,
     actor: Actor,
     older_than: Annotated[
         str | None,
@@ -185,20 +188,20 @@ def clean_jobs(
     """Forget finished jobs, their records and folders (pueue's clean): an admin's for
     everyone, a user's own; pending and running jobs are never touched."""
     age_s = None if older_than is None else parse_duration_s(older_than, field="older_than")
-    done = service.clean(actor, older_than_s=age_s, owner=user)
+    done = verbs.clean(actor, older_than_s=age_s, owner=user)
     return CleanOut(cleaned=done.jobs, folders_kept=list(done.folders_kept))
 
 
 @router.get("/{job_id}", response_model=JobOut)
-async def get_job(job_id: int, service: Service, actor: Actor) -> Response:
-    job = service.get(job_id, actor)
-    return _json(_out(service, job, await _estimates(service, [job])).model_dump_json())
+async def get_job(job_id: int, server: Server, actor: Actor) -> Response:
+    job = server.reads.get(job_id, actor)
+    return _json(_out(server, job, await _estimates(server.scheduler, [job])).model_dump_json())
 
 
 @router.post("/{job_id}/cancel")
 def cancel_job(
     job_id: int,
-    service: Service,
+    server: Server,
     actor: Actor,
     signal: Annotated[
         str | None,
@@ -210,13 +213,13 @@ def cancel_job(
     ] = None,
 ) -> JobOut:
     stop_signal = None if signal is None else parse_signal(signal, field="signal")
-    return _out(service, service.cancel(job_id, actor, stop_signal), None)
+    return _out(server, server.verbs.cancel(job_id, actor, stop_signal), None)
 
 
 @router.get("/{job_id}/log", response_class=Response)
 async def job_log(
     job_id: int,
-    service: Service,
+    reads: Reads,
     actor: Actor,
     offset: Annotated[int, Query(ge=0, le=2**62, description="from this byte")] = 0,
     tail: Annotated[
@@ -226,7 +229,7 @@ async def job_log(
 ) -> Response:
     """The job's output, streamed: from `offset`, or its last `tail` lines; `X-Log-Start` is
     where the body starts, `X-Log-Offset` (not following) where to ask for the rest."""
-    log = await asyncio.to_thread(service.open_log, job_id, actor, offset, tail)
+    log = await asyncio.to_thread(reads.open_log, job_id, actor, offset, tail)
     headers = {"X-Log-Start": str(log.start), "X-Job-State": log.state.value}
     if not follow:
         headers["X-Log-Offset"] = str(log.end)
@@ -236,7 +239,7 @@ async def job_log(
     start = log.start
     log.close()
     return StreamingResponse(
-        _follow(service, actor, job_id, start), media_type="text/plain", headers=headers
+        _follow(reads, actor, job_id, start), media_type="text/plain", headers=headers
     )
 
 
@@ -251,10 +254,10 @@ async def _stream(log: LogReader) -> AsyncIterator[bytes]:
 
 
 async def _follow(
-    service: JobService, actor: Principal, job_id: int, offset: int
+    reads: JobReads, actor: Principal, job_id: int, offset: int
 ) -> AsyncIterator[bytes]:
     while True:
-        chunk = await asyncio.to_thread(service.read_log, job_id, actor, offset, _LOG_CHUNK)
+        chunk = await asyncio.to_thread(reads.read_log, job_id, actor, offset, _LOG_CHUNK)
         offset = chunk.next_offset
         if chunk.data:
             yield chunk.data

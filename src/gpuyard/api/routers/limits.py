@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from gpuyard.api.deps import Actor, Service
+from gpuyard.api.deps import Actor, Server
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.limits import AccountLimits
 from gpuyard.domain.usage import UsageRow
@@ -18,10 +18,10 @@ from gpuyard.services.access.quotas import LimitService
 router = APIRouter(prefix="/api/v1", tags=["limits"])
 
 
-async def _limits(service: Service) -> LimitService:
-    if service.limits is None:
+async def _limits(server: Server) -> LimitService:
+    if server.limits is None:
         raise Unavailable("this server keeps no limits")
-    return service.limits
+    return server.limits
 
 
 Limits = Annotated[LimitService, Depends(_limits)]

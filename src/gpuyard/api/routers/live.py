@@ -38,7 +38,7 @@ _SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 def _gpu_frame(server: ServerFacade) -> bytes:
     """The GPU stream's frame: the GPUs as `GET /api/v1/gpus` lists them, as one SSE event."""
-    gpus = list_gpus(server.service, server.auth.principal)
+    gpus = list_gpus(server, server.auth.principal)
     data = json.dumps([g.model_dump(mode="json") for g in gpus], separators=(",", ":"))
     return f"event: gpus\ndata: {data}\n\n".encode()
 

@@ -22,7 +22,7 @@ _MAX_NAMES = 64
 def job_progress(job_id: int, server: Server, actor: Actor) -> ProgressOut:
     """The job's latest progress: step of total, rate (steps/s over recent steps), ETA, the
     latest value of each metric, when and how it was last reported (all null: nothing yet)."""
-    job = server.service.get(job_id, actor)
+    job = server.reads.get(job_id, actor)
     if server.progress is None:
         return ProgressOut(job_id=job.id)
     view = server.progress.progress(job)
@@ -46,7 +46,7 @@ def job_series(
 ) -> SeriesOut:
     """The job's series, `[[t, value], ...]` oldest first (t: Unix time): "step" and each
     metric, downsampled to `max_points` (the server keeps at most 2,000 points a series)."""
-    job = server.service.get(job_id, actor)
+    job = server.reads.get(job_id, actor)
     wanted = None
     if names is not None:
         wanted = [n.strip() for n in names.split(",") if n.strip()][:_MAX_NAMES]

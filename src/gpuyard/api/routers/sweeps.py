@@ -35,7 +35,7 @@ def submit_sweep(body: SweepIn, server: Server, actor: Actor) -> SweepOut:
     """Queue every trial of the sweep as one job array (at most `max_running` at once); the
     answer: the sweep, its id (the array's) and its trials in order."""
     sweeps = _sweeps(server)
-    home = server.service.owner_home(actor) or str(Path.home())
+    home = server.submits.owner_home(actor) or str(Path.home())
     record, _ = sweeps.submit(body.sweep, actor, body.workdir or home)
     return _out(sweeps, record, with_trials=True)
 

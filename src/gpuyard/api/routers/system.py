@@ -21,14 +21,13 @@ def healthz() -> dict[str, str]:
 @router.get("/metrics", response_class=Response)
 def metrics(server: Server, actor: Actor) -> Response:
     """Prometheus text format: dcgm-exporter's GPU metrics and gpuyard_* queue metrics."""
-    service = server.service
-    body = render_metrics(service, server.metrics, service.inventory.node.name, server.progress)
+    body = render_metrics(server, server.gpus.inventory.node.name)
     return Response(body, media_type=METRICS_CONTENT_TYPE)
 
 
 @router.get("/api/v1/info")
 def info(server: Server, actor: Actor) -> ServerInfoOut:
-    inv = server.service.inventory
+    inv = server.gpus.inventory
     return ServerInfoOut(
         version=__version__, gpus_source=inv.source, num_gpus=len(inv.gpus), cpus=inv.node.cpus,
         mem_mib=inv.node.mem_mib, owner=server.info.owner, policy=server.info.policy,

@@ -79,7 +79,7 @@ class _Visible(Protocol):
 
 
 def check_dependency_of(jobs: _Visible, spec: JobSpec, actor: Principal) -> None:
-    """`check_dependency` with the jobs `actor` may see (JobService's `get`, `array_tasks`)."""
+    """`check_dependency` with the jobs `actor` may see (`JobReads.get`, `array_tasks`)."""
     if spec.dependency:
         check_dependency(
             spec, lambda i: jobs.get(i, actor), lambda a: jobs.array_tasks(a, actor)

@@ -23,7 +23,7 @@ scheduler hears `ended` and gives the GPUs to the next job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -37,11 +37,14 @@ log = logging.getLogger("gpuyard.journal")
 
 @dataclass(frozen=True, slots=True)
 class JobChange:
-    """One committed change: `before` None for a new job; `at` when it happened."""
+    """One committed change: `before` None for a new job; `at` when it happened. `removed`:
+    the finished job was forgotten (`gpuyard clean`), `before` and `after` both the job as it
+    was, so an observer of state changes sees none (and one that keeps jobs drops it)."""
 
     before: Job | None
     after: Job
     at: float
+    removed: bool = False
 
 
 JobObserver = Callable[[JobChange], None]
@@ -94,6 +97,21 @@ class Journal:
         self._publish(self._in_order, change)
         self.book.put(job)
         self._publish(self._after, change)
+
+    def removed(self, job_ids: Iterable[int], at: float) -> None:
+        """Forget finished jobs the store has just deleted (`gpuyard clean`), and publish each
+        the book held as a removal. Under the lock: a job that ended just before the delete is
+        in the book by now (the journal writes, then puts, under this lock), so it goes too;
+        a pending or running one stays (the store deletes only finished rows)."""
+        ids = list(job_ids)
+        with self.transaction() as tx:
+            gone = [job for job in map(self.book.get, ids) if job is not None]
+            self.book.forget(ids)
+            for job in gone:
+                if self.book.get(job.id) is None:  # dropped (a finished one)
+                    change = JobChange(job, job, at, removed=True)
+                    self._publish(self._in_order, change)
+                    tx.published.append(change)
 
     # -- changes --------------------------------------------------------------------------
     @contextmanager

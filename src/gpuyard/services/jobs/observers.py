@@ -1,6 +1,8 @@
 """What follows a committed job change, one observer per concern, registered on the journal
 when the server is built (`bootstrap.build_core`): the scheduler's inbox, the queue metrics,
-rendezvous ports, a finished job's GPU stats. Each reads the change's before and after."""
+rendezvous ports (a finished job's GPU stats: `machine/observers.py`). Each reads the change's
+before and after; a removal (`clean`: before and after the same finished job) is none of
+their changes."""
 
 from __future__ import annotations
 
@@ -10,10 +12,7 @@ from gpuyard.domain.job import REASON_HELD, Job
 from gpuyard.domain.states import JobState
 from gpuyard.services.jobs.journal import JobChange
 from gpuyard.services.launch.rendezvous import RendezvousPorts
-from gpuyard.services.machine.gpu_mem import PeakHistory
-from gpuyard.services.machine.telemetry import GpuMonitor
 from gpuyard.services.metrics import QueueMetrics
-from gpuyard.services.ports import JobStore
 from gpuyard.services.scheduler.live import LiveScheduler
 
 
@@ -68,25 +67,5 @@ def release_ports(ports: RendezvousPorts) -> Callable[[JobChange], None]:
         was_running = change.before is not None and change.before.state is JobState.RUNNING
         if was_running and change.after.state is not JobState.RUNNING:
             ports.release(change.after.id)
-
-    return observe
-
-
-def finished_job_stats(
-    store: JobStore, monitor: GpuMonitor, peaks: PeakHistory
-) -> Callable[[JobChange], None]:
-    """After the lock: a job that ended for good keeps its GPU stats across restarts, and its
-    per-GPU peak memory feeds `submit`'s --gpu-mem advice."""
-
-    def observe(change: JobChange) -> None:
-        job = change.after
-        if not job.state.is_terminal or (change.before and change.before.state.is_terminal):
-            return
-        saved = monitor.saved_form(job.id)
-        if saved is not None:
-            store.save_gpu_stats(job.id, saved)
-        stats = monitor.job_stats(job.id)
-        if stats is not None and stats.memory_peak_per_gpu_mib:
-            peaks.record(job.owner, job.spec.name, stats.memory_peak_per_gpu_mib)
 
     return observe

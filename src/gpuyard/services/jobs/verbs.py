@@ -1,9 +1,12 @@
-"""Slurm's and pueue's everyday verbs on one job: hold/release, requeue, update, restart.
+"""Slurm's and pueue's everyday verbs on one job: cancel, hold/release, requeue, update,
+restart; an array's cancel; and `clean`, which forgets finished jobs.
 
-Each is a use case with its actor (the job's owner or an admin) and changes the job only
+Each is a use case with its actor: a job another user owns does not exist for them (`reads.get`
+answers NotFound), so only its owner or an admin gets this far. Each changes the job only
 through the journal, so the change is durable before anything acts on it; the journal's
 scheduler observer carries it to the scheduler (`observers.scheduler_events`):
 
+    cancel(7)    pending: CANCELLED   -> the policy forgets it; running: stop intent, signalled
     hold(7)      held=True, stored    -> the gate keeps 7 out of the policy (JobHeldUser)
     release(7)   held=False, stored   -> the gate lets it back in at the next pass
     requeue(7)   stop intent PENDING  -> stopped as a preemption is, then back in the queue
@@ -11,136 +14,234 @@ scheduler observer carries it to the scheduler (`observers.scheduler_events`):
     update(7)    a new spec, pending  -> the policy forgets it and hears of it again, with
                                          its submit time kept
     restart(7)   a finished job       -> a new job, same spec and owner, restart_of=7
+    clean()      finished rows gone   -> the journal publishes their removal (`removed`)
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest
 from gpuyard.domain.job import REASON_PREEMPTING, Job
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.spec_rules import check_shape
 from gpuyard.domain.states import JobState
+from gpuyard.services.access.rules import owns, sees_everyone
+from gpuyard.services.jobs.admission import Admission
+from gpuyard.services.jobs.desk import JobDesk
+from gpuyard.services.jobs.reads import JobReads
+from gpuyard.services.jobs.submit import JobSubmits
 
-if TYPE_CHECKING:
-    from gpuyard.services.jobs.service import JobService
+# What admins do to other users' jobs, kept apart in the server log.
+audit = logging.getLogger("gpuyard.audit")
 
 REASON_REQUEUED = "Requeued by user"
 _MAX_GPUS, _MAX_PRIORITY = 1024, 1_000_000
+# An array's cancel: tasks cancelled per durable write (and per hold of the journal's lock).
+_CANCEL_CHUNK = 1_000
 
 
-def hold(service: JobService, job_id: int, actor: Principal) -> Job:
-    """Keep a pending job out of the queue until `release` (Slurm's `scontrol hold`)."""
-    job = _own(service, job_id, actor, "hold")
+@dataclass(frozen=True, slots=True)
+class Cleaned:
+    """What `clean` did: how many finished jobs it forgot, and those whose folder could not
+    be removed (their records are gone all the same)."""
 
-    def held(current: Job) -> Job | None:
-        _pending(current, "held (a running job holds its GPUs: `gpuyard requeue` it first)")
-        _not_starting(service, job_id, "hold")
-        return None if current.held else current.with_changes(held=True)
-
-    return _change(service, job_id, held) or job
+    jobs: int
+    folders_kept: tuple[int, ...] = ()
 
 
-def release(service: JobService, job_id: int, actor: Principal) -> Job:
-    """Let a held job back in the queue."""
-    job = _own(service, job_id, actor, "release")
+class JobVerbs:
+    """The verbs; `update` asks the admission whether a new spec fits, `restart` submits."""
 
-    def released(current: Job) -> Job | None:
-        if not current.held or current.state is not JobState.PENDING:
-            raise Conflict(f"job {job_id} is not held; there is nothing to release")
-        return current.with_changes(held=False)
+    def __init__(
+        self, desk: JobDesk, reads: JobReads, admission: Admission, submits: JobSubmits
+    ) -> None:
+        self._desk = desk
+        self._reads = reads
+        self._admission = admission
+        self._submits = submits
 
-    return _change(service, job_id, released) or job
+    def cancel(self, job_id: int, actor: Principal, stop_signal: int | None = None) -> Job:
+        """Cancel a pending job at once; ask a running one to stop (its stop signal, grace,
+        KILL). `stop_signal` (`cancel --signal`): sent instead of the job's `--signal`."""
+        desk = self._desk
+        job = self._reads.get(job_id, actor)
+        if job.state.is_terminal:
+            raise Conflict(
+                f"job {job_id} already ended ({job.state.value}); there is nothing to cancel"
+            )
+        now = desk.clock()
 
+        def cancel_pending(current: Job) -> Job | None:
+            if current.state is not JobState.PENDING:
+                return None
+            return current.transition(JobState.CANCELLED, ended_at=now, reason="Cancelled by user")
 
-def requeue(service: JobService, job_id: int, actor: Principal) -> Job:
-    """Stop a running job and put it back in the queue, as a preemption does."""
-    job = _own(service, job_id, actor, "requeue")
-    if job.state is JobState.PENDING:
-        raise Conflict(f"job {job_id} is pending: it is in the queue already")
-    if job.state.is_terminal:
-        raise Conflict(
-            f"job {job_id} already ended ({job.state.value}); `gpuyard restart {job_id}` runs "
-            "it again"
-        )
-    current = service.stops.request(job_id, JobState.PENDING, reason=REASON_REQUEUED)
-    if current is None or current.stop_intent is not JobState.PENDING:
-        raise Conflict(f"job {job_id} is stopping already (cancelled or failing): not requeued")
-    service.wake()
-    return current
+        current = desk.journal.change(job_id, cancel_pending, now) or job
+        if current.state is JobState.RUNNING:
+            asked = desk.stops.request(job_id, JobState.CANCELLED, stop_signal=stop_signal)
+            current = asked or current
+        if not owns(actor, job.owner):  # an admin acting on someone's job: on the record
+            audit.warning("admin %s cancelled job %s of %s", actor.user, job_id, job.owner)
+        desk.wake()
+        return current
 
+    def cancel_array(self, array_id: int, actor: Principal) -> list[Job]:
+        """Cancel every pending task of the array at once (one durable write) and ask every
+        running one to stop; ended tasks stay as they are. Returns the tasks by index."""
+        desk = self._desk
+        tasks = self._reads.array_tasks(array_id, actor)
+        owner = tasks[0].owner
+        now = desk.clock()
+        active = [t for t in tasks if not t.state.is_terminal]
+        # A write per chunk, the journal's lock released between them: a pass (which takes
+        # it) never waits for all of a 10,000-task array. A task started meanwhile is RUNNING
+        # by the time the stops below look at it.
+        for at in range(0, len(active), _CANCEL_CHUNK):
+            with desk.journal.transaction() as tx:
+                cancelled = []
+                for task in active[at : at + _CANCEL_CHUNK]:
+                    current = tx.current(task.id)
+                    if current is not None and current.state is JobState.PENDING:
+                        cancelled.append(
+                            current.transition(
+                                JobState.CANCELLED, ended_at=now, reason="Cancelled by user"
+                            )
+                        )
+                tx.commit(cancelled, now)
+        for task in active:
+            current = desk.book.get(task.id)
+            if current is not None and current.state is JobState.RUNNING:
+                desk.stops.request(task.id, JobState.CANCELLED)
+        if not owns(actor, owner):
+            audit.warning("admin %s cancelled array %s of %s", actor.user, array_id, owner)
+        desk.wake()
+        return [desk.book.get(task.id) or task for task in tasks]
 
-def update(
-    service: JobService,
-    job_id: int,
-    actor: Principal,
-    *,
-    time_limit_s: int | None = None,
-    priority: int | None = None,
-    gpus: int | None = None,
-) -> Job:
-    """Change a pending job's time limit, priority or GPUs (pueue's edit, scontrol update)."""
-    job = _own(service, job_id, actor, "update")
-    changes = _checked_changes(time_limit_s, priority, gpus)
-    spec = replace(job.spec, **changes)  # type: ignore[arg-type]
-    if spec.gpu_mem_mib and spec.gpus < 1:
-        raise InvalidRequest(
-            f"--gpus 0: job {job_id} shares GPUs by memory (--gpu-mem): it needs at least one",
-            field="gpus",
-        )
-    check_shape(spec)
-    service.check_fits(spec)
+    def clean(
+        self, actor: Principal, *, older_than_s: float | None = None, owner: str | None = None
+    ) -> Cleaned:
+        """Forget finished jobs, their records and folders (pueue's `clean`): that ended more
+        than `older_than_s` ago (None: any), of `owner`. An admin cleans everyone's (or
+        `owner`'s), a user only their own. Pending and running jobs are never touched: the
+        store deletes only finished rows, and the book drops only finished jobs."""
+        desk = self._desk
+        if not sees_everyone(actor):
+            if owner is not None and not owns(actor, owner):
+                raise Forbidden(
+                    f"only an admin may clean {owner}'s jobs; `gpuyard clean` cleans your own"
+                )
+            owner = actor.user
+        now = desk.clock()
+        before = None if older_than_s is None else now - older_than_s
+        ids = desk.store.delete_finished(ended_before=before, owner=owner)
+        desk.journal.removed(ids, now)
+        kept: list[int] = []
+        for job_id in ids:
+            try:
+                desk.remove_files(job_id)
+            except OSError:
+                kept.append(job_id)
+        return Cleaned(len(ids), tuple(kept))
 
-    def updated(current: Job) -> Job | None:
-        _pending(current, "updated (its resources are held: `gpuyard requeue` it first)")
-        _not_starting(service, job_id, "update")
-        return current.with_changes(spec=replace(current.spec, **changes))  # type: ignore[arg-type]
+    def hold(self, job_id: int, actor: Principal) -> Job:
+        """Keep a pending job out of the queue until `release` (Slurm's `scontrol hold`)."""
+        job = self._reads.get(job_id, actor)
 
-    current = _change(service, job_id, updated) or job
-    service.wake()
-    return current
+        def held(current: Job) -> Job | None:
+            _pending(current, "held (a running job holds its GPUs: `gpuyard requeue` it first)")
+            self._not_starting(job_id, "hold")
+            return None if current.held else current.with_changes(held=True)
 
+        return self._change(job_id, held) or job
 
-def restart(service: JobService, job_id: int, actor: Principal) -> Job:
-    """Run a finished job again: same spec and owner, a new id that names the old one."""
-    job = _own(service, job_id, actor, "restart")
-    if not job.state.is_terminal:
-        raise Conflict(
-            f"job {job_id} is {job.state.value}; only a finished job can be restarted "
-            f"(`gpuyard requeue {job_id}` puts a running one back in the queue)"
-        )
-    stored = service.store.get_job(job.id) or job  # the book keeps no finished job's script
-    return service.submit(stored.spec, Principal(job.owner), restart_of=job.id)
+    def release(self, job_id: int, actor: Principal) -> Job:
+        """Let a held job back in the queue."""
+        job = self._reads.get(job_id, actor)
 
+        def released(current: Job) -> Job | None:
+            if not current.held or current.state is not JobState.PENDING:
+                raise Conflict(f"job {job_id} is not held; there is nothing to release")
+            return current.with_changes(held=False)
 
-def _own(service: JobService, job_id: int, actor: Principal, verb: str) -> Job:
-    job = service.get(job_id, actor)
-    if not (actor.is_admin or job.owner == actor.user):
-        raise Forbidden(f"job {job_id} is {job.owner}'s; only they or an admin may {verb} it")
-    return job
+        return self._change(job_id, released) or job
+
+    def requeue(self, job_id: int, actor: Principal) -> Job:
+        """Stop a running job and put it back in the queue, as a preemption does."""
+        job = self._reads.get(job_id, actor)
+        if job.state is JobState.PENDING:
+            raise Conflict(f"job {job_id} is pending: it is in the queue already")
+        if job.state.is_terminal:
+            raise Conflict(
+                f"job {job_id} already ended ({job.state.value}); `gpuyard restart {job_id}` "
+                "runs it again"
+            )
+        current = self._desk.stops.request(job_id, JobState.PENDING, reason=REASON_REQUEUED)
+        if current is None or current.stop_intent is not JobState.PENDING:
+            raise Conflict(f"job {job_id} is stopping already (cancelled or failing): not requeued")
+        self._desk.wake()
+        return current
+
+    def update(
+        self,
+        job_id: int,
+        actor: Principal,
+        *,
+        time_limit_s: int | None = None,
+        priority: int | None = None,
+        gpus: int | None = None,
+    ) -> Job:
+        """Change a pending job's time limit, priority or GPUs (pueue's edit, scontrol update)."""
+        job = self._reads.get(job_id, actor)
+        changes = _checked_changes(time_limit_s, priority, gpus)
+        spec = replace(job.spec, **changes)  # type: ignore[arg-type]
+        if spec.gpu_mem_mib and spec.gpus < 1:
+            raise InvalidRequest(
+                f"--gpus 0: job {job_id} shares GPUs by memory (--gpu-mem): it needs at least one",
+                field="gpus",
+            )
+        check_shape(spec)
+        self._admission.check_fits(spec)
+
+        def updated(current: Job) -> Job | None:
+            _pending(current, "updated (its resources are held: `gpuyard requeue` it first)")
+            self._not_starting(job_id, "update")
+            return current.with_changes(spec=replace(current.spec, **changes))  # type: ignore[arg-type]
+
+        current = self._change(job_id, updated) or job
+        self._desk.wake()
+        return current
+
+    def restart(self, job_id: int, actor: Principal) -> Job:
+        """Run a finished job again: same spec and owner, a new id that names the old one."""
+        job = self._reads.get(job_id, actor)
+        if not job.state.is_terminal:
+            raise Conflict(
+                f"job {job_id} is {job.state.value}; only a finished job can be restarted "
+                f"(`gpuyard requeue {job_id}` puts a running one back in the queue)"
+            )
+        stored = self._desk.store.get_job(job.id) or job  # the book keeps no finished script
+        return self._submits.submit(stored.spec, Principal(job.owner), restart_of=job.id)
+
+    def _not_starting(self, job_id: int, verb: str) -> None:
+        """A job the policy chose waits only for the jobs it preempted to stop: the policy has
+        started it already, so it can no longer be held or changed in the queue."""
+        if self._desk.scheduler.reason_for(job_id) == REASON_PREEMPTING:
+            raise Conflict(
+                f"job {job_id} is starting (the jobs it preempted are stopping): to {verb} it, "
+                f"`gpuyard requeue {job_id}` once it runs"
+            )
+
+    def _change(self, job_id: int, update: Callable[[Job], Job | None]) -> Job | None:
+        return self._desk.journal.change(job_id, update, self._desk.clock())
 
 
 def _pending(job: Job, verb: str) -> None:
     if job.state is not JobState.PENDING:
         state = "ended" if job.state.is_terminal else "is"
         raise Conflict(f"job {job.id} {state} {job.state.value}; only a pending job can be {verb}")
-
-
-def _not_starting(service: JobService, job_id: int, verb: str) -> None:
-    """A job the policy chose waits only for the jobs it preempted to stop: the policy has
-    started it already, so it can no longer be held or changed in the queue."""
-    if service.scheduler.reason_for(job_id) == REASON_PREEMPTING:
-        raise Conflict(
-            f"job {job_id} is starting (the jobs it preempted are stopping): to {verb} it, "
-            f"`gpuyard requeue {job_id}` once it runs"
-        )
-
-
-def _change(service: JobService, job_id: int, update: Callable[[Job], Job | None]) -> Job | None:
-    return service.journal.change(job_id, update, service.now())
 
 
 def _checked_changes(

@@ -3,7 +3,7 @@ rule cancels the trials that fall behind.
 
 Submit: the file's table is checked by the domain (`domain/sweep.py`), expanded into trials,
 each trial's draft decided by the spec rules like any submission, and the whole sweep queued
-as ONE job array (`JobService.submit_array`: one durable write; trial `i` is task `i`, the
+as ONE job array (`JobSubmits.submit_array`: one durable write; trial `i` is task `i`, the
 array's `array_max_running` is the sweep's `max_running`). Then the sweep's definition is
 saved (`SweepStore`, table `sweeps`) under the array's id, which is the sweep's id. Sweeps are
 few (people submit them): every one is kept in memory, loaded at start.
@@ -38,7 +38,9 @@ from gpuyard.domain.spec_rules import decide_spec
 from gpuyard.domain.states import JobState
 from gpuyard.domain.sweep import Sweep, SweepRecord, Value, parse_sweep
 from gpuyard.services.access.rules import owns, require_visible, sees_everyone
-from gpuyard.services.jobs.service import JobService
+from gpuyard.services.jobs.desk import JobDesk
+from gpuyard.services.jobs.submit import JobSubmits
+from gpuyard.services.jobs.verbs import JobVerbs
 from gpuyard.services.stores import SweepStore
 from gpuyard.services.ticker import Ticker
 from gpuyard.services.workflows.progress import ProgressService
@@ -89,14 +91,16 @@ class SweepService:
 
     def __init__(
         self,
-        jobs: JobService,
+        submits: JobSubmits,
+        verbs: JobVerbs,
+        desk: JobDesk,
         store: SweepStore,
         progress: ProgressService | None,
         *,
         period_s: float = 2.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._jobs = jobs
+        self._submits, self._verbs, self._desk = submits, verbs, desk
         self._store = store
         self._progress = progress
         self._period_s = period_s
@@ -122,11 +126,11 @@ class SweepService:
             decide_spec(
                 sweep.draft(i, params, None),
                 default_workdir=default_workdir,
-                default_preemptible=self._jobs.preemptible_default,
+                default_preemptible=self._submits.preemptible_default,
             )
             for i, params in enumerate(trials)
         ]
-        tasks = self._jobs.submit_array(specs, range(len(specs)), actor)
+        tasks = self._submits.submit_array(specs, range(len(specs)), actor)
         first = tasks[0]
         record = SweepRecord(
             first.array_job_id or first.id, actor.user, sweep.name, first.submitted_at,
@@ -210,7 +214,7 @@ class SweepService:
             if sweep.early_stop is None or sweep.metric is None or self._progress is None:
                 continue
             # Running trials are always in the book: a sweep with none costs no store read.
-            kept = self._jobs.book.array_tasks(record.id)
+            kept = self._desk.book.array_tasks(record.id)
             if not any(j.state is JobState.RUNNING for j in kept):
                 self._reads.pop(record.id, None)
                 continue
@@ -243,12 +247,12 @@ class SweepService:
             if decision is None:
                 continue
             why = decision.reason(metric.name)
-            if self._jobs.stops.request(job.id, JobState.CANCELLED, why) is not None:
+            if self._desk.stops.request(job.id, JobState.CANCELLED, why) is not None:
                 log.info("job %s (sweep %s, trial %s): %s", job.id, job.array_job_id,
                          job.array_task_id, why)  # fmt: skip
                 stopped.append((job.id, why))
         if stopped:
-            self._jobs.wake()
+            self._desk.wake()
         return stopped
 
     # -- inside ------------------------------------------------------------------------------
@@ -263,9 +267,9 @@ class SweepService:
 
     def _tasks(self, record: SweepRecord) -> dict[int, Job]:
         """The sweep's trials' jobs by trial index (the book's, else the store's)."""
-        kept = self._jobs.book.array_tasks(record.id)
+        kept = self._desk.book.array_tasks(record.id)
         if len(kept) < len(record.trials):
-            stored = {j.id: j for j in self._jobs.store.array_tasks(record.id)}
+            stored = {j.id: j for j in self._desk.store.array_tasks(record.id)}
             stored.update({j.id: j for j in kept})  # the book is never older than the store
             kept = list(stored.values())
         return {j.array_task_id: j for j in kept if j.array_task_id is not None}
@@ -293,6 +297,6 @@ class SweepService:
     def _cancel_all(self, tasks: list[Job], actor: Principal) -> None:
         for task in tasks:
             try:
-                self._jobs.cancel(task.id, actor)
+                self._verbs.cancel(task.id, actor)
             except GpuyardError:
                 pass

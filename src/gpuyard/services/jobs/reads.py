@@ -1,0 +1,275 @@
+"""Reading jobs: one job, an array's tasks, the queue and its history, a job's log.
+
+What a caller sees is decided here, by the rules (`services/access/rules.py`): another user's
+job does not exist for them when asked for by id (NotFound, in the words of a missing one);
+in a listing it shows who, what size, which state and why (as `squeue`), its command and
+working directory blanked (`redact_job`), and its log, GPU stats and health are not theirs to
+see (`shows_details`). The routes only convert what these answer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from gpuyard.domain.errors import Conflict, NotFound
+from gpuyard.domain.job import Job
+from gpuyard.domain.principal import Principal
+from gpuyard.domain.states import JobState
+from gpuyard.services.access.rules import may_see, redact_job, require_visible
+from gpuyard.services.jobs.desk import JobDesk
+from gpuyard.services.jobs.files import open_job_file
+
+# Listing history: a page is at most this many jobs (the store pages through the rest).
+MAX_PAGE = 10_000
+MAX_JOB_ID = 2**63 - 1  # the store's integers: a larger id in a request is no job's
+_TAIL_BLOCK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """Part of a job's log: `data` from `offset`; `next_offset` to ask for the rest."""
+
+    data: bytes
+    offset: int
+    next_offset: int
+    state: JobState
+
+
+class LogReader:
+    """An open job log, read from `start` up to `end` (its size when opened): a log still
+    being written is sent as it was then, and `end` is where to ask for the rest."""
+
+    def __init__(self, file: BinaryIO | None, start: int, end: int, state: JobState) -> None:
+        self._file = file
+        self.start = start
+        self.end = end
+        self.state = state
+        self._at = start
+
+    def read(self, limit: int) -> bytes:
+        """The next bytes, at most `limit`, never past `end` (b"": done)."""
+        if self._file is None:
+            return b""
+        data = self._file.read(min(limit, self.end - self._at))
+        self._at += len(data)
+        return data
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class JobReads:
+    """The read use cases, each with its actor; `log_path` names a job's log file."""
+
+    def __init__(self, desk: JobDesk) -> None:
+        self._desk = desk
+        self.log_path = desk.log_path
+
+    def get(self, job_id: int, actor: Principal) -> Job:
+        """A job the actor may see (another user's job is 'not found', as if it did not exist)."""
+        desk = self._desk
+        # An id no job can have (past SQLite's 64-bit integers) is simply not found.
+        job = desk.book.get(job_id) or (
+            desk.store.get_job(job_id) if 0 < job_id <= MAX_JOB_ID else None
+        )
+        missing = f"job {job_id} not found: `gpuyard queue --all` lists every job"
+        if job is None:
+            raise NotFound(missing)
+        require_visible(actor, job.owner, missing)
+        return job
+
+    def array_tasks(self, array_id: int, actor: Principal) -> list[Job]:
+        """An array's tasks by index, as the actor may see them: the book's (pending, running,
+        recently finished), the store's for those the book evicted. NotFound for no such
+        array, or another user's."""
+        book = self._desk.book
+        kept = book.array_tasks(array_id)
+        first = book.get(array_id)
+        # Every task kept and none evicted: the book alone answers (no database read).
+        stored: list[Job] = []
+        if not kept or first is None or _maybe_evicted(kept):
+            stored = self._desk.store.array_tasks(array_id) if 0 < array_id <= MAX_JOB_ID else []
+        by_id = {job.id: job for job in stored}
+        by_id.update((job.id, job) for job in kept)  # the book is never older than the store
+        tasks = sorted(by_id.values(), key=lambda j: (j.array_task_id or 0, j.id))
+        missing = (
+            f"array {array_id} not found: `gpuyard queue --all` lists every job (an array's id "
+            "is its first task's)"
+        )
+        if not tasks:
+            raise NotFound(missing)
+        require_visible(actor, tasks[0].owner, missing)
+        return tasks
+
+    def list_jobs(
+        self,
+        actor: Principal,
+        *,
+        include_finished: bool,
+        limit: int | None = None,
+        before_id: int | None = None,
+        since: float | None = None,
+        states: Collection[JobState] | None = None,
+        owner: str | None = None,
+        name: str | None = None,
+    ) -> list[Job]:
+        """Pending and running jobs from memory; with `include_finished`, a page of history
+        from the store (newest first by id up to `limit`, before `before_id`), returned in id
+        order. Filters by submit time, state, owner and name. Each job as the actor may see it
+        in a listing (`redact_job`)."""
+        return [redact_job(actor, job) for job in self._listed(
+            include_finished, limit, before_id, since, states, owner, name
+        )]  # fmt: skip
+
+    def _listed(
+        self,
+        include_finished: bool,
+        limit: int | None,
+        before_id: int | None,
+        since: float | None,
+        states: Collection[JobState] | None,
+        owner: str | None,
+        name: str | None,
+    ) -> list[Job]:
+        book = self._desk.book
+        if not include_finished:
+            jobs = book.jobs(include_finished=False)
+            return [j for j in jobs if _matches(j, since, states, owner, name)][:limit]
+        if before_id is not None:
+            before_id = min(max(before_id, 0), MAX_JOB_ID)
+        page = self._desk.store.page_jobs(
+            limit=min(limit or MAX_PAGE, MAX_PAGE), before_id=before_id, since=since,
+            states=states, owner=owner, name=name,
+        )  # fmt: skip
+        # The book is never older than the store (written first): prefer its version.
+        return sorted((book.get(j.id) or j for j in page), key=lambda j: j.id)
+
+    @staticmethod
+    def shows_details(actor: Principal, job: Job) -> bool:
+        """Whether a listed job's log, GPU stats, idleness and health are the actor's to see
+        (its owner's and the admins'); everyone else sees what `redact_job` leaves."""
+        return may_see(actor, job.owner)
+
+    def reason(self, job: Job) -> str:
+        """Why a job is in its state: the scheduler's reason for pending jobs."""
+        if job.state is JobState.PENDING:
+            return self._desk.scheduler.reason_for(job.id)
+        return job.reason
+
+    def counts(self) -> tuple[int, int]:
+        """How many jobs are pending and running now (for /metrics)."""
+        jobs = self._desk.book.jobs(include_finished=False)
+        pending = sum(1 for job in jobs if job.state is JobState.PENDING)
+        return pending, len(jobs) - pending
+
+    def read_log(
+        self, job_id: int, actor: Principal, offset: int = 0, limit: int | None = None
+    ) -> LogChunk:
+        """Part of a job's output, from `offset` (past the end: nothing, not an error)."""
+        with self.open_log(job_id, actor, offset) as log:
+            data = log.read(limit if limit is not None else log.end - log.start)
+            return LogChunk(data, log.start, log.start + len(data), log.state)
+
+    def open_log(
+        self, job_id: int, actor: Principal, offset: int = 0, tail: int | None = None
+    ) -> LogReader:
+        """A job's log opened for streaming, from `offset` (clamped to its size) or, with
+        `tail`, from its last `tail` lines, up to its size now. A job that never ran has an
+        empty log; an ended job's log deleted, or replaced by something that is not a file, is
+        an error that says so."""
+        job = self.get(job_id, actor)
+        path = self.log_path(job_id)
+        try:
+            f = open_job_file(path)  # never through a link the job planted; LogReader owns it
+        except FileNotFoundError:
+            # Created by the job's supervisor, first thing: until a launched job has ended it
+            # may not be there yet.
+            if job.pid is None or not job.state.is_terminal:
+                return LogReader(None, 0, 0, job.state)
+            raise NotFound(
+                f"job {job_id}'s log {path} is not on the server any more (deleted?), so its "
+                "output is lost"
+            ) from None
+        except OSError as exc:
+            raise Conflict(_unreadable_log(job_id, path, exc)) from None
+        try:
+            size = os.fstat(f.fileno()).st_size
+            start = min(offset, size)
+            if tail is not None:
+                start = max(start, _tail_start(f, size, tail))
+            f.seek(start)
+        except OSError as exc:
+            f.close()
+            raise Conflict(_unreadable_log(job_id, path, exc)) from None
+        return LogReader(f, start, size, job.state)
+
+
+def _maybe_evicted(kept: list[Job]) -> bool:
+    """Whether an array's tasks kept in memory may lack some the book evicted: its ids are
+    consecutive from the array's, so a gap, or any finished task (the next to go), says so."""
+    ids = [job.id for job in kept]
+    first = kept[0].array_job_id
+    return (
+        min(ids) != first
+        or max(ids) - min(ids) + 1 != len(ids)
+        or any(job.state.is_terminal for job in kept)
+    )
+
+
+def _matches(
+    job: Job,
+    since: float | None,
+    states: Collection[JobState] | None,
+    owner: str | None,
+    name: str | None,
+) -> bool:
+    return (
+        (since is None or job.submitted_at >= since)
+        and (not states or job.state in states)
+        and (owner is None or job.owner == owner)
+        and (name is None or job.spec.name == name)
+    )
+
+
+def _tail_start(f: BinaryIO, size: int, lines: int) -> int:
+    """Where a file's last `lines` lines begin (a final newline ends a line, it does not start
+    one): read backwards block by block, so a tail of a 200 MB log reads only its end."""
+    if lines <= 0:
+        return size
+    pos, newlines = size, 0
+    last = size - 1  # a newline here ends the last line
+    while pos > 0:
+        step = min(_TAIL_BLOCK, pos)
+        pos -= step
+        f.seek(pos)
+        block = f.read(step)
+        end = len(block)
+        while (i := block.rfind(b"\n", 0, end)) >= 0:
+            end = i
+            if pos + i == last:
+                continue
+            newlines += 1
+            if newlines == lines:
+                return pos + i + 1
+    return 0
+
+
+def _unreadable_log(job_id: int, path: str, exc: OSError) -> str:
+    if isinstance(exc, IsADirectoryError):
+        what = "a directory, not a file"
+    else:
+        what = exc.strerror or str(exc)
+    return (
+        f"job {job_id}'s log {path} cannot be read ({what}); ask the server's admin to put "
+        "the file back or move that away"
+    )

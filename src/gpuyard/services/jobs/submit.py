@@ -1,0 +1,232 @@
+"""Submitting: a job, a job array, either with an `Idempotency-Key`, and the dry run, all one
+path: `Admission.admit` (every refusal, in its one order), new jobs with their ids and ports,
+ONE durable write, then the journal queues them (the scheduler never starts a job it could
+lose). A submit on the event loop awaits the write without a thread and looks at the file
+system off the loop; the others block until the write lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuyard.domain.errors import GpuyardError, InvalidRequest
+from gpuyard.domain.job import Job, JobSpec
+from gpuyard.domain.principal import Principal
+from gpuyard.domain.states import JobState
+from gpuyard.services.jobs.admission import Admission, Submission
+from gpuyard.services.jobs.desk import JobDesk
+from gpuyard.services.jobs.insert_batch import InsertBatcher
+from gpuyard.services.jobs.reads import JobReads
+from gpuyard.services.jobs.submit_keys import KEY_FIELD, SubmitKeys
+from gpuyard.services.launch.run_as import RunAsPolicy
+from gpuyard.services.launch.service_port import ServicePorts
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """The answer to `submit --dry-run`: the job fits this server; it would start at
+    `start_at`. None: not before jobs without a time limit end, or, with `not_before`, not
+    before that time (the projection stopped there: a deep queue)."""
+
+    now: float
+    start_at: float | None
+    not_before: float | None = None
+    assumes_preemption: bool = False  # `start_at` holds only if the policy preempts as planned
+
+
+class JobSubmits:
+    """The submit use cases. `preemptible_default`: whether a submission that does not say
+    may be preempted (`--preemptible-default`)."""
+
+    def __init__(
+        self,
+        desk: JobDesk,
+        admission: Admission,
+        reads: JobReads,
+        *,
+        identities: RunAsPolicy | None = None,
+        preemptible_default: bool = False,
+    ) -> None:
+        self._desk = desk
+        self._admission = admission
+        self._reads = reads  # a replayed key's array, as the submitter sees it
+        self._identities = identities
+        self.preemptible_default = preemptible_default
+        self._inserts = InsertBatcher(desk.store)  # the event loop's submits, one write per turn
+        self._keys = SubmitKeys(desk.book, desk.store)  # submits with an Idempotency-Key
+        self._ports = ServicePorts(desk.book)  # `serve --port auto`: chosen at submit
+
+    # -- one job --------------------------------------------------------------------------
+    def submit(self, spec: JobSpec, actor: Principal, *, restart_of: int | None = None) -> Job:
+        """Validate, store durably, then queue; returns only once the job cannot be lost.
+        `restart_of`: the finished job this one runs again (`gpuyard restart`)."""
+        return self._submit(Submission((spec,), actor), restart_of=restart_of)[0]
+
+    async def submit_async(self, spec: JobSpec, actor: Principal) -> Job:
+        """`submit` for the event loop: waits for the group commit without holding a thread;
+        the file system is looked at off the loop (a stalled mount must not stall the API)."""
+        return (await self._submit_async(Submission((spec,), actor)))[0]
+
+    async def submit_once_async(
+        self, spec: JobSpec, actor: Principal, idempotency_key: str
+    ) -> tuple[Job, bool]:
+        """`submit_async` with the request's `Idempotency-Key` (`submit_keys.py`): the job and
+        whether an earlier request with this key made it (a replay: nothing new is queued,
+        and the refusals of a new submit, a quota reached since or a workdir removed, do not
+        apply). InvalidRequest if the key was used for another submission."""
+        return await self._submit_once(Submission((spec,), actor), idempotency_key)
+
+    # -- arrays ---------------------------------------------------------------------------
+    def submit_array(
+        self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal
+    ) -> list[Job]:
+        """A job array (`--array`): one task (job) per index, all written in ONE durable write
+        with consecutive ids; each task's `array_job_id` is the first task's id (Slurm's %A),
+        its `array_task_id` its index (%a). `specs[i]` is task i's spec (a sweep's trials
+        differ; `--array` repeats one). Every task counts against the quotas. Returns the
+        tasks in index order, queued."""
+        return self._submit(Submission(specs, actor, indices))
+
+    async def submit_array_async(
+        self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal
+    ) -> list[Job]:
+        """`submit_array` for the event loop: the one write is awaited without a thread."""
+        return await self._submit_async(Submission(specs, actor, indices))
+
+    async def submit_array_once_async(
+        self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal, key: str
+    ) -> tuple[Job, bool]:
+        """`submit_array_async` with an `Idempotency-Key`: the array's first task and whether
+        an earlier request with this key made the array (a retry never makes a second one)."""
+        return await self._submit_once(Submission(specs, actor, indices), key)
+
+    # -- the dry run ----------------------------------------------------------------------
+    def dry_run(self, spec: JobSpec, actor: Principal) -> DryRun:
+        """Whether `spec` can ever run here and when it would start, without queueing it."""
+        self._admission.admit(Submission((spec,), actor))
+        desk = self._desk
+        probe_id = desk.book.peek_next_id()
+        projection = desk.scheduler.dry_run(spec, actor.user, probe_id)
+        start = projection.starts[probe_id]
+        later_than = None if start is not None or projection.complete else projection.reached_at
+        return DryRun(
+            now=desk.clock(), start_at=start, not_before=later_than,
+            assumes_preemption=projection.estimates.assumes_preemption(probe_id),
+        )  # fmt: skip
+
+    def owner_home(self, actor: Principal) -> str | None:
+        """Where a job that names no working directory runs: its owner's home on a server
+        that runs jobs as their owners (the server's own home is not theirs to enter); None:
+        the server's default (its home; a single-user box)."""
+        if self._identities is None or not self._identities.switches_users:
+            return None
+        try:
+            return self._identities.for_owner(actor.user).home
+        except GpuyardError:
+            return None  # refused by the admission's owner check in one line, at the submit
+
+    # -- the one path -----------------------------------------------------------------------
+    def _submit(self, sub: Submission, *, restart_of: int | None = None) -> list[Job]:
+        self._admission.admit(sub)
+        jobs = self._new_jobs(sub, restart_of=restart_of)
+        self._desk.store.write(jobs, [])
+        return self._queue(jobs)
+
+    async def _submit_async(self, sub: Submission, key: str | None = None) -> list[Job]:
+        """`key`: recorded on every job (a retry finds the first); only `_submit_once` passes
+        one (it makes sure no other job has it)."""
+        for workdir in self._admission.admit(sub, defer_dirs=True):
+            await asyncio.to_thread(self._admission.check_workdir, workdir)
+        jobs = self._new_jobs(sub, key=key)
+        # Shielded: a request cancelled (its client gone) while the write is under way still
+        # queues the jobs once they are on disk; else they would sit in the database
+        # unscheduled until the next restart loaded them.
+        return await asyncio.shield(self._write_and_queue(jobs, sub.indices is None))
+
+    async def _write_and_queue(self, jobs: list[Job], one: bool) -> list[Job]:
+        if one:  # single jobs share a group commit per loop turn
+            await self._inserts.insert(jobs[0])
+        else:
+            await asyncio.wrap_future(self._desk.store.write_future(jobs, []))
+        return self._queue(jobs)
+
+    async def _submit_once(self, sub: Submission, key: str) -> tuple[Job, bool]:
+        user = sub.actor.user
+        while True:
+            found = self._keys.claim(user, key, sub.specs[0])
+            if found is None:
+                break
+            if isinstance(found, Job):
+                return self._same_shape(found, sub), True
+            made = await asyncio.wrap_future(found)
+            if made is not None:
+                return self._same_shape(made, sub), True
+            # The submit holding the key wrote nothing (refused, or its write failed): claim
+            # it again, and be refused or queued on this request's own account.
+        # Shielded: a request cancelled while its write is under way must still settle its
+        # claim when the write lands, or a retry could find neither claim nor job and insert.
+        return await asyncio.shield(self._submit_claimed(sub, key)), False
+
+    async def _submit_claimed(self, sub: Submission, key: str) -> Job:
+        queued: Job | None = None
+        try:
+            queued = (await self._submit_async(sub, key))[0]
+            return queued
+        finally:
+            self._keys.settle(sub.actor.user, key, queued)
+
+    def _same_shape(self, made: Job, sub: Submission) -> Job:
+        """A retry's key found `made`: it must be what the retry asks for, a plain job or an
+        array of the same task indices (the spec alone, which the keys compare, does not say)."""
+        if sub.indices is None:
+            same = made.array_job_id is None
+        else:
+            same = made.array_job_id is not None and sorted(
+                task.array_task_id or 0
+                for task in self._reads.array_tasks(made.array_job_id, sub.actor)
+            ) == sorted(sub.indices)
+        if not same:
+            raise InvalidRequest(
+                f"this {KEY_FIELD} was already used for another submission (job {made.id}); "
+                "send a new key with a new job",
+                field=KEY_FIELD,
+            )
+        return made
+
+    def _new_jobs(
+        self, sub: Submission, *, restart_of: int | None = None, key: str | None = None
+    ) -> list[Job]:
+        """Pending jobs with new ids, their services' ports chosen: one, or an array's tasks
+        with consecutive ids, each naming the first (the array's id) and its index."""
+        book, owner = self._desk.book, sub.actor.user
+        if sub.indices is None:
+            return [Job(
+                id=book.allocate_id(), spec=self._ports.assign(sub.specs[0]), owner=owner,
+                state=JobState.PENDING, submitted_at=self._desk.clock(), restart_of=restart_of,
+                idempotency_key=key,
+            )]  # fmt: skip
+        first = book.allocate_ids(len(sub.indices))
+        now = self._desk.clock()
+        specs = self._ports.assign_many(sub.specs)  # each service task its own port
+        return [
+            Job(
+                id=first + i,
+                spec=spec,
+                owner=owner,
+                state=JobState.PENDING,
+                submitted_at=now,
+                idempotency_key=key,
+                array_job_id=first,
+                array_task_id=index,
+            )
+            for i, (spec, index) in enumerate(zip(specs, sub.indices, strict=True))
+        ]
+
+    def _queue(self, jobs: list[Job]) -> list[Job]:
+        """Only durable jobs enter the queue: the scheduler never starts a job it could lose."""
+        for job in jobs:
+            self._desk.journal.inserted(job, job.submitted_at)
+        self._desk.wake()
+        return jobs
