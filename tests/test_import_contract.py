@@ -167,7 +167,7 @@ def violations() -> list[tuple[str, str]]:
 def test_the_walk_sees_imports() -> None:
     # Guard: a walk that finds nothing would pass every rule.
     assert "gpuyard.adapters.executor.local" in gpuyard_imports(
-        "gpuyard.bootstrap", MODULES["gpuyard.bootstrap"]
+        "gpuyard.bootstrap.server", MODULES["gpuyard.bootstrap.server"]
     )
     assert "gpuyard.domain.errors" in gpuyard_imports("gpuyard.client", MODULES["gpuyard.client"])
     assert not allowed("gpuyard.api.app", "gpuyard.bootstrap")

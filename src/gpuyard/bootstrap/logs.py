@@ -1,0 +1,43 @@
+"""The server's log lines: one line a record, control characters escaped."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    pass
+
+
+
+class OneLineFormatter(logging.Formatter):
+    """Every log record on one line: a newline or a control character in the message (a drain
+    reason, a job's name: text a user chose) is written as an escape (`\\n`, `\\x1b`), so it
+    cannot forge a line of the server's log nor move an admin's terminal. A traceback keeps its
+    lines, each marked `  | ` (an exception's text may hold a user's newline too): no line
+    after a record's first can pass for a record of its own."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        text = record.message
+        if not text.isprintable():
+            record.message = _escaped(text)
+        return super().formatMessage(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        first, newline, rest = super().format(record).partition("\n")
+        if not newline:
+            return first
+        lines = (_escaped(line) for line in rest.split("\n"))
+        return first + "".join(f"\n  | {line}" for line in lines)
+
+
+def _escaped(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def configure_logging(stream: TextIO) -> None:
+    """The server's log: INFO and up, one line per record (`OneLineFormatter`), to `stream`."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    logging.getLogger("alembic").setLevel(logging.WARNING)

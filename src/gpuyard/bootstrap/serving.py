@@ -1,0 +1,185 @@
+"""`gpuyard server`: bind the TCP port and the Unix socket safely, start the server, serve
+until a signal, close."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import socket
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuyard.adapters.store.sql import SqlJobStore
+from gpuyard.domain.errors import Unavailable
+from gpuyard.locations import is_loopback
+from gpuyard.scheduling.policies import make_policy
+from gpuyard.settings import Settings
+
+if TYPE_CHECKING:
+    pass
+from gpuyard.bootstrap.core import METRICS_TOKEN_FILE
+from gpuyard.bootstrap.server import build_app
+from gpuyard.bootstrap.state_dir import refuse_foreign, writable_state_dir
+from gpuyard.bootstrap.store import database_of, describe_database, open_store
+
+
+def serve(settings: Settings) -> None:
+    """`gpuyard server`: bind first (a wrong name or a taken port is one line, before anything
+    is built), build the server and its API, then listen and serve in the foreground."""
+    from gpuyard.api.http_server import serve as serve_http
+
+    make_policy(settings.policy, for_server=True)  # a wrong name: one line, before binding
+    # Everything the server creates is its own alone (database, logs, launch files); jobs
+    # run as the server's user get back the umask it was started with.
+    job_umask = os.umask(0o077)
+    store: SqlJobStore | None = None
+    if settings.standby:
+        # A standby binds only once it holds the database: the server it replaces may be
+        # on this machine, on the same port and socket, until it dies.
+        writable_state_dir(settings.state_dir)
+        store = open_store(settings)
+    try:
+        sock = _bind(settings.host, settings.port)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
+    path = settings.socket_path
+    try:
+        local = bind_unix(path, explicit=settings.socket is not None) if path else None
+    except BaseException:
+        sock.close()
+        if store is not None:
+            store.close()
+        raise
+    socks = [sock] if local is None else [sock, local]
+    inode = os.lstat(path).st_ino if local is not None and path is not None else None
+    try:
+        server, app = build_app(settings, job_umask, store)
+    except BaseException:
+        for each in socks:
+            each.close()
+        if inode is not None and path is not None:
+            _unlink_own_socket(path, inode)
+        raise
+    for each in socks:  # only now: a client that connects finds the token and a ready server
+        each.listen(1024)
+    for line in (
+        f"gpuyard server listening on {settings.url}",
+        f"  state dir: {settings.state_dir}",
+        f"  database:  {describe_database(database_of(settings))}",
+        f"  GPUs:      {server.gpus.inventory.source}",
+        f"  policy:    {settings.policy}",
+        f"  job limits: {server.info.confinement}",
+        f"  API token: {settings.token_path} (the CLI on this machine finds it)",
+        f"  metrics:   {settings.state_dir / METRICS_TOKEN_FILE} (GET /metrics only)",
+        *_local_line(settings, local),
+        *_remote_warning(settings),
+    ):
+        print(line, flush=True)
+    # What the start made (modules, the book's jobs, the policy's replayed history) lives as
+    # long as the server: moved out of the cyclic collector's reach, so that a full collection
+    # no longer scans it all inside a pass or a submit (bench/dependency_chain.py: the chain's
+    # worst link 84-102 ms with it scanned, 14-24 ms frozen). Refcounting still frees it.
+    gc.freeze()
+    try:
+        serve_http(
+            app, socks, header_timeout_s=settings.header_timeout_s,
+            max_connections=settings.max_connections,
+        )  # fmt: skip
+    finally:
+        if inode is not None and path is not None:
+            _unlink_own_socket(path, inode)
+
+
+def _local_line(settings: Settings, local: socket.socket | None) -> list[str]:
+    """The start banner's line on the Unix socket: where local users reach the server."""
+    if local is None:
+        return []
+    who = (
+        "a new local user gets an account on first use"
+        if settings.register_local_users
+        else "local users need an account (`gpuyard admin user add`)"
+    )
+    return [f"  local users: {settings.socket_path} (no token: the kernel says who; {who})"]
+
+
+def bind_unix(path: str, *, explicit: bool) -> socket.socket | None:
+    """The root server's Unix socket for local users, bound (not yet listening): mode 0666
+    (anyone may connect: the kernel says who they are) in a folder only root may write (0755:
+    nobody can put another socket in its place). A stale socket (nobody listening) is
+    replaced; one a running server holds is an error when asked for (`--socket`), a warning
+    for the default (the server then serves TCP only)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        os.makedirs(folder, mode=0o755)
+        os.chmod(folder, 0o755)  # the server's umask is 077: made 0700 otherwise
+    refuse_foreign(Path(folder), "socket folder")
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise Unavailable(f"{path} exists and is not a socket: remove it, or pick --socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            os.unlink(path)  # stale: its server is gone
+        else:
+            if explicit:
+                raise Unavailable(
+                    f"another server listens on {path}: stop it, or pick another --socket"
+                )
+            logging.getLogger("gpuyard.server").warning(
+                "another server listens on %s: local users reach that one", path
+            )
+            return None
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o666)
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(
+            f"cannot listen on {path} ({exc.strerror}): pick another --socket, or --socket off"
+        ) from None
+    sock.set_inheritable(False)
+    return sock
+
+
+def _unlink_own_socket(path: str, inode: int) -> None:
+    """Remove the socket file at close if it is still this server's (not a newer one's)."""
+    try:
+        if os.lstat(path).st_ino == inode:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def _remote_warning(settings: Settings) -> list[str]:
+    """What a server reachable from other machines says first: its API is plain HTTP."""
+    if is_loopback(settings.host):
+        return []
+    return [
+        f"WARNING: listening on {settings.host} (--allow-remote): other machines can reach this "
+        "server over plain HTTP, so tokens cross the network readable; put TLS in front (a "
+        "reverse proxy such as Caddy or nginx on 127.0.0.1, clients on https://)",
+    ]
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(
+            f"cannot listen on {host}:{port} ({exc.strerror}); is another server running? "
+            "pick another --port"
+        ) from None
+    sock.set_inheritable(False)
+    return sock

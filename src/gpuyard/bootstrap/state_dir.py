@@ -1,0 +1,106 @@
+"""The state dir's safety: writable by the server alone, searchable by job owners where they
+must reach it, never a planted file or link; the API token kept in it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuyard.domain.errors import Unavailable
+from gpuyard.settings import TOKEN_FILE as TOKEN
+
+if TYPE_CHECKING:
+    pass
+
+
+
+def writable_state_dir(state: Path) -> None:
+    """Make the state dir and prove it takes a file, so that a read-only or full file system
+    is one line naming the path and a fix (a bare "Read-only file system" named nothing);
+    then close it (`close_state_dir`)."""
+    probe = state / f".write-test-{os.getpid()}"
+    try:
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        raise Unavailable(
+            f"the state dir {state} cannot be written ({exc.strerror or exc}): choose a "
+            "writable one with --state-dir or GPUYARD_STATE_DIR (`gpuyard doctor --state-dir "
+            "DIR` checks one)"
+        ) from None
+    close_state_dir(state)
+    if os.geteuid() == 0:
+        _warn_unreachable(state)
+
+
+def _warn_unreachable(state: Path) -> None:
+    """A root server runs jobs as their owners, who must cross every folder above their own
+    job's folder to run the script copied at submit: say which one shuts them out (the
+    default state dir under /root does)."""
+    for folder in (state.resolve(), *state.resolve().parents):
+        if not os.stat(folder).st_mode & 0o001:
+            logging.getLogger("gpuyard.server").warning(
+                "jobs run as their owners cannot reach their folders under %s (%s is not "
+                "searchable by others): submitted scripts will not run; use a state dir such "
+                "as /var/lib/gpuyard (--state-dir)", state, folder,
+            )  # fmt: skip
+            return
+
+
+def close_state_dir(state: Path) -> None:
+    """The state dir holds every job's command and `--env` secrets, the database and the
+    token: refused when another user owns it or may write in it (they could plant a token or
+    a database), else made 0700 (0711 on a root server: each job, run as its owner, reaches
+    its own folder by path; nobody lists it) and its files the server's alone (0600)."""
+    refuse_foreign(state, "state dir")
+    os.chmod(state, 0o711 if os.geteuid() == 0 else 0o700)
+    for name in ("gpuyard.db", "gpuyard.db-wal", "gpuyard.db-shm", "gpuyard.db.lock", TOKEN):
+        path = state / name
+        if path.exists() and not path.is_symlink():
+            refuse_foreign(path, "token file" if name == TOKEN else "database file")
+            os.chmod(path, 0o600)
+
+
+def refuse_foreign(path: Path, what: str) -> None:
+    """One line with the fix when `path` is another user's or others may write to it."""
+    info = os.stat(path)
+    if info.st_uid != os.geteuid():
+        raise Unavailable(
+            f"the {what} {path} belongs to uid {info.st_uid}, not to the server's user "
+            f"(uid {os.geteuid()}): use one of your own (--state-dir) or `chown -R "
+            f"{os.geteuid()} {path}`"
+        )
+    if info.st_mode & 0o022:
+        raise Unavailable(
+            f"the {what} {path} may be written by other users (mode {info.st_mode & 0o777:o}): "
+            f"`chmod go-w {path}` after checking what is in it"
+        )
+
+
+def current_umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def ensure_token(path: Path) -> str:
+    """The API token, created on first start with mode 0600; one found there is used only if
+    it is the server's own and nobody else may write it (a planted token admits its planter)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        if path.is_symlink():
+            raise Unavailable(
+                f"the token file {path} is a symbolic link: remove it (the server makes a new one)"
+            ) from None
+        refuse_foreign(path, "token file")
+        os.chmod(path, 0o600)
+        return path.read_text().strip()
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
