@@ -135,8 +135,8 @@ class _Run:
 class QuotaLedger:
     """Runs (open and recently ended) per job, for GPUs held and GPU-hours in a window.
 
-    The live gate `sync`s it with the jobs the policy has running at each pass; a replay can
-    call `start`/`end` itself. Ended runs older than the longest window are dropped."""
+    The gate's pipeline (`gate.py`, live and simulated) `sync`s it with the jobs the policy
+    has running at each pass. Ended runs older than the longest window are dropped."""
 
     def __init__(self) -> None:
         self._open: dict[int, _Run] = {}

@@ -3,7 +3,7 @@
 Pure (stdlib and domain only), so the live scheduler's gate and `gpuyard simulate` let jobs in
 by the same code. A gated job is kept out of the policy until its dependency holds and its
 array (or singleton name) has room; the gate says which jobs to let in and which can never run,
-and the caller feeds the policy (live: `PolicyFeed.unpark`; simulator: `policy.submit`).
+and the gate's pipeline (`gate.py`, which both drive) feeds the policy (`World.unpark`).
 
 Worked example. Array 20 of 4 tasks (ids 20-23) with `%2`, and job 30 `afterok:20`. Tasks 20
 and 21 are let in at once; 22 and 23 wait (JobArrayTaskLimit); 30 waits (Dependency). Task 20

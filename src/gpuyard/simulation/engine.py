@@ -5,15 +5,14 @@ server's controller calls it after a submit, an exit or a policy wake-up, and at
 time: passes follow the events, so live and simulated decisions are the same. A preempted job
 pays the restart penalty (default 60 s, Tiresias' measurement) before it makes progress again.
 
-With `quotas`, the replay runs the live server's quota gate (`scheduling/quotas.py`, the same
-`admission`) before each pass: a job over its user's or team's limit leaves the policy (as
-`cancel`) and comes back (`submit`) when usage drops, exactly as the live pass parks it.
-
-Trace jobs with a dependency, an array cap or singleton pass the live gate's workflow stages
-(`scheduling/workflow_gate.py`, the same code): the policy hears of such a job only when the
-gate lets it in (`submit`, its own submit time kept); one whose dependency can never hold is
-cancelled unseen. A job the gate lets in because another *started* (`after`) is let in by a
-second pass at that instant, as the live server's next pass does.
+Before each pass the replay drives the live server's gate (`scheduling/gate.py`, the same
+`GatePipeline`). With `quotas`, a job over its user's or team's limit leaves the policy (as
+`cancel`) and comes back (`submit`) when usage drops, exactly as the live pass parks it. Trace
+jobs with a dependency, an array cap or singleton pass its workflow stage: the policy hears of
+such a job only when the gate lets it in (`submit`, its own submit time kept); one whose
+dependency can never hold is cancelled unseen. A job the gate lets in because another
+*started* (`after`) is let in by a second pass at that instant, as the live server's next pass
+does.
 """
 
 from __future__ import annotations
@@ -25,9 +24,10 @@ from dataclasses import dataclass, field
 from gpuyard.domain.dependency import Ref, parse_dependency
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.gate import GatePipeline
 from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
-from gpuyard.scheduling.quotas import QuotaJob, QuotaLedger, QuotaRules, admission, next_recheck_at
-from gpuyard.scheduling.workflow_gate import GateJob, Named, WorkflowGate
+from gpuyard.scheduling.quotas import QuotaRules
+from gpuyard.scheduling.workflow_gate import GateJob, Named
 from gpuyard.simulation.trace import TraceJob
 
 _ARRIVE, _FINISH, _WAKE = 0, 1, 2
@@ -67,6 +67,39 @@ class _Run:
     penalty_s: float = 0.0  # restart penalty of the current run
     version: int = 0
     finished_at: float | None = None
+
+
+class _Queue:
+    """The policy's side of the gate (`gate.World`): the jobs in the policy, those kept out."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.jobs: dict[int, SchedJob] = {}  # pending or running in the policy
+        self.parked: dict[int, SchedJob] = {}
+
+    def submit(self, job: SchedJob, at: float, parked: bool) -> None:
+        if parked:
+            self.parked[job.id] = job
+            return
+        self.jobs[job.id] = job
+        self.policy.submit(job, at)
+
+    def park(self, job_id: int, at: float) -> bool:
+        job = self.jobs.get(job_id)
+        if job is None or job.running:
+            return False
+        del self.jobs[job_id]
+        self.policy.cancel(job, at)
+        self.parked[job_id] = job
+        return True
+
+    def unpark(self, job_id: int, at: float) -> bool:
+        job = self.parked.pop(job_id, None)
+        if job is None:
+            return False
+        self.jobs[job_id] = job
+        self.policy.submit(job, at)
+        return True
 
 
 class Replay:
@@ -111,13 +144,11 @@ class Replay:
         self._busy_in_window = 0.0
         self._busy_since = first
         self._next_wake: float | None = None
-        self._quotas = quotas if quotas is not None and not quotas.empty else None
-        self._ledger = QuotaLedger()
-        self._waiting: dict[int, SchedJob] = {}  # pending in the policy (quotas only)
-        self._parked: dict[int, SchedJob] = {}  # held by the quota gate
-        self._held: dict[int, str] = {}  # the last gate's holds, in its order (as the live one)
+        self._queue = _Queue(policy)
         self._gated = {t.id: g for t in trace if (g := _gate_job(t)).gated}
-        self._workflow = WorkflowGate(self._named) if self._gated else None
+        rules = quotas if quotas is not None and not quotas.empty else None
+        self._gate = GatePipeline(self._named, lambda: self.now, quotas=rules)
+        self._gates = rules is not None or bool(self._gated)  # else no stage ever holds a job
         self._arrays: dict[int, list[int]] = {}
         for t in trace:
             if t.array_job_id is not None:
@@ -133,11 +164,7 @@ class Replay:
         run = self._runs[job.id]
         self._account()
         apply_start(self.policy, job, self.cluster, placement, self.now)
-        if self._quotas is not None:
-            self._waiting.pop(job.id, None)
-            self._ledger.start(job.id, job.user, job.gpus, self.now)
-        if self._workflow is not None:
-            self._workflow.began(job.id, self.now)
+        self._gate.began(job.id, self.now)
         run.penalty_s = self.penalty_s if job.restarts else 0.0
         run.version += 1
         finish = self.now + run.penalty_s + (run.trace.duration_s - run.done_s)
@@ -147,9 +174,6 @@ class Replay:
         run = self._runs[job.id]
         self._account()
         held = apply_preempt(self.policy, job, self.cluster, self.now)
-        if self._quotas is not None:
-            self._waiting[job.id] = job
-            self._ledger.end(job.id, self.now)
         run.done_s += max(0.0, held - run.penalty_s)
         run.version += 1  # its completion event is void now
 
@@ -176,15 +200,14 @@ class Replay:
                 elif self._gates and self.now != self._next_wake:
                     continue  # a wake-up the policy no longer asks for (the live pass's rule)
                 happened = True
-            if not happened and self._workflow is None:
+            if not happened and not self._gated:
                 continue
-            ran, recheck = self._pass(happened)
-            if not ran:
+            if not self._pass(happened):
                 continue
             wake = policy.next_decision_at(self.now)
-            for also in (recheck, self._workflow.next_at() if self._workflow else None):
-                if also is not None and (wake is None or also < wake):
-                    wake = also
+            also = self._gate.next_at(self.now)
+            if also is not None and (wake is None or also < wake):
+                wake = also
             if wake is not None and wake > self.now and wake != self._next_wake:
                 self._next_wake = wake
                 self._push(wake, _WAKE, None)
@@ -193,52 +216,31 @@ class Replay:
         self._account()
         return self._result()
 
-    @property
-    def _gates(self) -> bool:
-        return self._quotas is not None or self._workflow is not None
-
-    def _pass(self, happened: bool) -> tuple[bool, float | None]:
+    def _pass(self, happened: bool) -> bool:
         """The live pass: the gate's stages, then the policy, only if the policy was told
-        something (an event, or a job the workflow stage let in); again at this instant while
-        that stage lets jobs in because others started (`after`), as the live server's next
-        pass would. Returns whether the policy ran, and when the quota gate wants to look
-        again."""
-        ran, recheck = False, None
+        something (an event, or a job a stage let in); again at this instant while the gate
+        lets jobs in because others started (`after`), as the live server's next pass would.
+        Returns whether the policy ran."""
+        gate, queue, ran = self._gate, self._queue, False
         while True:
-            if not self._let_in() and not happened:
-                return ran, recheck
-            recheck = self._gate() if self._quotas is not None else None
+            fed = gate.admit(queue, self.now, told=happened)
+            for job_id, _ in gate.take_never():  # cancelled, never seen by the policy
+                self._cancelled[job_id] = self.now
+                gate.ended(job_id, JobState.CANCELLED, None, self.now)
+            if not fed:
+                return ran
             self.policy.schedule(self)
+            gate.passed(queue, self.now)
             ran, happened = True, False
-            if self._workflow is None or not self._workflow.busy:
-                return ran, recheck
+            if not gate.busy:
+                return ran
 
     def _arrive(self, run: _Run) -> bool:
         """A trace job arrives; True if the policy heard of it (the gate did not park it)."""
         job = run.job
-        gated = self._gated.get(job.id)
-        workflow = self._workflow
-        if gated is not None and workflow is not None and workflow.arrive(gated, self.now):
-            return False  # parked until the gate lets it in
-        self._submit(job)
-        return True
-
-    def _submit(self, job: SchedJob) -> None:
-        self.policy.submit(job, self.now)
-        if self._quotas is not None:
-            self._waiting[job.id] = job
-
-    def _let_in(self) -> bool:
-        """The workflow stage (the live pass's order: after the events, before quotas)."""
-        if self._workflow is None:
-            return False
-        released, never = self._workflow.take(self.now)
-        for job_id, _ in never:  # cancelled, never seen by the policy
-            self._cancelled[job_id] = self.now
-            self._workflow.ended(job_id, JobState.CANCELLED, None, self.now)
-        for job_id in released:
-            self._submit(self._runs[job_id].job)
-        return bool(released)
+        parked = self._gate.submitted(job.id, self.now, flow=self._gated.get(job.id))
+        self._queue.submit(job, self.now, parked)
+        return not parked
 
     def _named(self, ref: Ref) -> list[Named]:
         """The trace jobs a reference names, as they are now (an array's id: its tasks)."""
@@ -267,40 +269,13 @@ class Replay:
         job = run.job
         self._account()
         apply_finish(self.policy, job, self.cluster, self.now)
-        if self._quotas is not None:
-            self._ledger.end(job.id, self.now)
+        del self._queue.jobs[job.id]
         run.done_s = run.trace.duration_s
         run.finished_at = self.now
-        if self._workflow is not None:
-            failed = run.trace.exit_code != 0
-            state = JobState.FAILED if failed else JobState.COMPLETED
-            self._workflow.ended(job.id, state, run.trace.exit_code, self.now)
-
-    def _gate(self) -> float | None:
-        """The live pass's quota gate: park the jobs over a limit, let back those under it;
-        returns when to look again without an event (GPU-hours fall with time)."""
-        rules, policy, now = self._quotas, self.policy, self.now
-        assert rules is not None
-        candidates = [j for j in (*self._waiting.values(), *self._parked.values())
-                      if rules.limited(j.user)]  # fmt: skip
-        held = admission(
-            rules, self._ledger,
-            (QuotaJob(j.id, j.user, j.gpus, j.priority, j.submitted_at) for j in candidates),
-            now,
-        )  # fmt: skip
-        for job_id in held:  # the live pass's order: parks, then releases
-            job = self._waiting.pop(job_id, None)
-            if job is not None:
-                policy.cancel(job, now)
-                self._parked[job_id] = job
-        for job_id in self._held:
-            if job_id not in held:
-                job = self._parked.pop(job_id)
-                policy.submit(job, now)
-                self._waiting[job_id] = job
-        self._held = held
-        self._ledger.prune(rules, now)
-        return next_recheck_at(held, now)
+        gate = self._gate
+        gate.run_ended(job.id, self.now)
+        state = JobState.FAILED if run.trace.exit_code != 0 else JobState.COMPLETED
+        gate.ended(job.id, state, run.trace.exit_code, self.now)
 
     def _account(self) -> None:
         """Integrate busy GPUs over the submission window up to now."""

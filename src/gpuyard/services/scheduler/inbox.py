@@ -4,15 +4,13 @@ Events are typed (mypy checks every kind the pass handles) and queued in an inbo
 threads that make them; the pass applies them in order, with their own timestamps.
 
 The gate sits between the inbox and the policy: a job it holds is not fed to the policy (so no
-policy ranks, reserves for or starts it) and its pending reason is the gate's own. Holds,
-dependencies, quotas, array throttles and retry back-off plug in here (Slurm keeps such limits
-beside its priority plug-in, not inside it). `Gate` is the explicit holds, from any thread:
+policy ranks, reserves for or starts it) and its pending reason is the gate's own. Its ordered
+stages (holds, retry back-off, dependencies and array caps, quotas) are one pure pipeline,
+`scheduling/gate.py`, that the pass (`live.py`) feeds with these events. `Gate` here is its
+first stage's front, the explicit holds, callable from any thread:
 
     gate.hold(7, "JobHeldUser")   # job 7 leaves the policy at the next pass (if pending)
     gate.release(7)               # and comes back at the pass after this
-
-The other stages live with the pass (`live_scheduler.py`): retry back-off (BeginTime),
-dependencies and array caps (`scheduling/workflow_gate.py`, fed by these same events), quotas.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ things differ from the simulator, and neither changes a decision:
   (its pending reason meanwhile: `Preempting`).
 - The policy thinks in GPU counts per node; `gpu_binding.py` chooses the physical GPUs.
 
-Three parts: the pass (here: typed events from an inbox, through the gate, into the policy;
-`sched_events.py`), the GPU binding (`gpu_binding.py`) and the estimates (`estimates.py`).
+Parts: the pass (here: typed events from an inbox, `inbox.py`, through the gate's stages,
+`scheduling/gate.py`, the pipeline the simulator drives too, into the policy), the GPU binding
+(`gpu_binding.py`), the estimates (`estimates.py`) and a restart's rebuild (`rebuild.py`).
 
 Thread model: events arrive from API and executor threads and are queued in an inbox (cheap,
 no lock shared with the pass); `decide()` runs on the controller thread under the scheduler's
@@ -26,10 +27,8 @@ import math
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 
 from gpuyard.domain.dependency import Ref
-from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import (
     REASON_PREEMPTING,
     REASON_PRIORITY,
@@ -37,14 +36,15 @@ from gpuyard.domain.job import (
     Job,
     JobSpec,
 )
-from gpuyard.domain.retry import REASON_BEGIN_TIME, hold_reason
+from gpuyard.domain.retry import hold_reason
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.fair_share import Shares
-from gpuyard.scheduling.policy import Policy, place_job
+from gpuyard.scheduling.gate import GatePipeline
+from gpuyard.scheduling.policy import Policy
 from gpuyard.scheduling.projection import Projection, StartEstimates
-from gpuyard.scheduling.quotas import QuotaJob, QuotaLedger, QuotaRules, admission, next_recheck_at
-from gpuyard.scheduling.workflow_gate import Named, WorkflowGate, gate_job, gated
+from gpuyard.scheduling.quotas import QuotaRules
+from gpuyard.scheduling.workflow_gate import Named, gate_job, gated
 from gpuyard.services.scheduler.estimates import Batch, Estimator, copy_world
 from gpuyard.services.scheduler.gpu_binding import GpuBinding, Launch
 from gpuyard.services.scheduler.inbox import (
@@ -59,15 +59,13 @@ from gpuyard.services.scheduler.inbox import (
     Updated,
 )
 from gpuyard.services.scheduler.inventory import Inventory
-from gpuyard.services.scheduler.pass_view import HostShort, MemoryShort, PassView
+from gpuyard.services.scheduler.pass_view import PassView, head_short
 from gpuyard.services.scheduler.policy_steps import Decision, PolicyFeed, sched_job
+from gpuyard.services.scheduler.rebuild import past_events, replay_past, restore_gate
 from gpuyard.services.scheduler.timed_lock import TimedLock
 
 __all__ = ["Decisions", "Launch", "LiveScheduler", "PassView", "sched_job"]
 
-# Jobs that ended longer ago than this many jobs back teach a restarted policy nothing new:
-# every policy's memory of the past is bounded (histories, decayed usage).
-_REBUILD_HISTORY_JOBS = 20_000
 # A backlog of events (a 10,000-task array arrives at once) is fed to the policy this many at
 # a time, the lock released between chunks, so no single hold grows with the backlog.
 _INBOX_CHUNK = 500
@@ -117,26 +115,13 @@ class LiveScheduler:
         self._unrecorded_stops: dict[int, None] = {}  # preempted, not yet recorded (ordered)
         self._wake_at: float | None = -math.inf  # the first pass runs whatever happened
         self._view = PassView()
-        # Quotas (scheduling/quotas.py): the rules are swapped in whole by `set_quotas` (any
-        # thread); the pass holds jobs over a limit out of the policy (parked, as the gate's
-        # holds are) and publishes why, read lock-free by `reason_for`.
-        self._quota_rules = QuotaRules()
-        self._rules_applied = self._quota_rules
-        self._quota_ledger = QuotaLedger()
-        self._quota_held: Mapping[int, str] = MappingProxyType({})
         self._shares = self._shares_applied = Shares()
-        # Retries' backoff (`Job.not_before`): a job waiting it out is parked out of the policy,
-        # as a held one is, and let in by the first pass at or after its time (the pass asks
-        # to be woken then). `_begin_at` is the copy `reason_for` reads (BeginTime), swapped.
-        self._backoff: dict[int, float] = {}
-        self._begin_at: Mapping[int, float] = MappingProxyType({})
-        # Dependencies, array caps, singleton (`scheduling/workflow_gate.py`, pure: the
-        # simulator runs it too): gated jobs are parked out of the policy until it lets them
-        # in; its reasons are read lock-free. `named_jobs` looks up the jobs a dependency
-        # names (the book, else the store: `set_job_lookup`).
+        # The gate's stages after the holds (`scheduling/gate.py`, pure: the simulator drives
+        # it too): back-off, dependencies and array caps, quotas. A job they hold is parked out
+        # of the policy; their reasons are read lock-free. `_named` looks up the jobs a
+        # dependency names (the book, else the store: `set_job_lookup`).
         self._named: Callable[[Ref], Sequence[Named]] = lambda ref: []
-        self.workflow = WorkflowGate(lambda ref: self._named(ref))
-        self._never: list[tuple[int, str]] = []
+        self.pipeline = GatePipeline(lambda ref: self._named(ref), clock, holds=self.gate.reason)
         self._fed_early = False  # events fed by `_feed_backlog` since the last pass
         self.estimator = Estimator(
             clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live,
@@ -183,7 +168,7 @@ class LiveScheduler:
 
     def set_quotas(self, rules: QuotaRules) -> None:
         """New limits (any thread): the next pass holds and releases jobs by them."""
-        self._quota_rules = rules
+        self.pipeline.set_quotas(rules)
 
     def set_job_lookup(self, named: Callable[[Ref], Sequence[Named]]) -> None:
         """How the gate finds the jobs a dependency names (wired once, before `rebuild`)."""
@@ -191,7 +176,7 @@ class LiveScheduler:
 
     @property
     def quota_rules(self) -> QuotaRules:
-        return self._quota_rules
+        return self.pipeline.quota_rules
 
     def set_hot(self, hot: dict[int, str]) -> None:
         """GPUs to hand out last (too hot, or throttled by heat or power), with why."""
@@ -212,71 +197,47 @@ class LiveScheduler:
             if self._assigned.pop(job_id, None) is not None:
                 self._view = replace(self._view, assigned=frozenset(self._assigned))
             self.binding.holding[job_id] = gpus
-            self.workflow.began(job_id, self._clock())  # `after` holds from its start
+            self.pipeline.began(job_id, self._clock())  # `after` holds from its start
 
     # -- the pass (controller thread) ----------------------------------------------------------
     def decide(self) -> Decisions:
-        """Apply the events since the last pass, let the policy decide, and say what to do."""
+        """Apply the events since the last pass, let the gate and the policy decide, and say
+        what to do."""
         self._feed_backlog()
         with self._lock:
             now = self._clock()
-            fed = self._apply_inbox() or self._fed_early
+            told = self._apply_inbox() or self._fed_early
             self._fed_early = False
-            fed = self._release_due(now) or fed
-            fed = self._apply_workflow(now) or fed
-            if self._shares is not self._shares_applied:
-                self._shares_applied = self._shares
-                self._feed.set_shares(self._shares_applied)
-                fed = True
             due = self._wake_at is not None and self._wake_at <= now
-            rules = self._quota_rules
-            if (fed or due or rules is not self._rules_applied) and (
-                not rules.empty or self._quota_held
-            ):
-                fed = self._apply_quotas(rules, now) or fed
-            self._rules_applied = rules
+            pipeline = self.pipeline
+            fed = pipeline.admit(
+                self._feed, now, told=told, due=due, before_quotas=self._apply_shares
+            )  # fmt: skip
             passed = fed or due
             generation = self._view.generation
             if passed:
                 # Else no pass, exactly as in the simulator (a pass at another instant could
                 # decide otherwise for time-dependent ranks).
                 self._apply_decisions(self._feed.schedule(now))
-                if not rules.empty:  # the runs it started count from now on
-                    self._sync_ledger(now)
+                pipeline.passed(self._feed, now)  # the runs it started count from now on
                 generation += 1
-                wakes = (
-                    self.policy.next_decision_at(now),
-                    next_recheck_at(self._quota_held, now),
-                    min(self._backoff.values(), default=None),
-                    self.workflow.next_at(),
-                )
+                wakes = (self.policy.next_decision_at(now), pipeline.next_at(now))
                 self._wake_at = min((w for w in wakes if w is not None), default=None)
             launches, waiting_busy = self.binding.launchable(self._assigned, self.cluster)
             ops = self._feed.take_ops()
             if ops:
                 self.estimator.record(Batch(generation, ops))
             self._publish(generation, now, waiting_busy, refresh_head=passed)
-            never, self._never = self._never, []
+            never = pipeline.take_never()
             return Decisions(launches, list(self._unrecorded_stops), passed, never)
 
-    def _apply_workflow(self, now: float) -> bool:
-        """The workflow stages' outcome since the last pass: jobs whose dependency now holds
-        and whose array has room go to the policy (with their own submit time, as a release);
-        jobs that can never run stay parked and are handed to the controller to end."""
-        workflow = self.workflow
-        if not workflow.busy and not self._timed_due(now):
+    def _apply_shares(self) -> bool:
+        """New fair-share weights go to the policy (a recorded step); True if there were."""
+        if self._shares is self._shares_applied:
             return False
-        released, never = workflow.take(now)
-        self._never.extend(never)
-        fed = False
-        for job_id in released:
-            if not self._kept_out(job_id):
-                fed = self._feed.unpark(job_id, now) or fed
-        return fed
-
-    def _timed_due(self, now: float) -> bool:
-        due = self.workflow.next_at()
-        return due is not None and due <= now
+        self._shares_applied = self._shares
+        self._feed.set_shares(self._shares_applied)
+        return True
 
     def _apply_decisions(self, decided: list[Decision]) -> None:
         for decision in decided:
@@ -286,42 +247,6 @@ class LiveScheduler:
             elif self._assigned.pop(job_id, None) is None:  # it has processes to stop
                 self._stopping.add(job_id)
                 self._unrecorded_stops[job_id] = None
-
-    def _apply_quotas(self, rules: QuotaRules, now: float) -> bool:
-        """Hold the pending jobs over a quota out of the policy and let back those under it
-        again (`quotas.admission`); True if the policy was told anything. Usage is what the
-        policy has running (the jobs it chose this pass included) and the runs the ledger kept."""
-        feed, gate, ledger = self._feed, self.gate, self._quota_ledger
-        self._sync_ledger(now)
-        ledger.prune(rules, now)
-        candidates = [
-            j for j in feed.jobs.values() if not j.running and rules.limited(j.user)
-        ] + [
-            feed.parked[i] for i in self._quota_held
-            if i in feed.parked and gate.reason(i) is None and i not in self._backoff
-            and self.workflow.reason(i) is None
-        ]  # fmt: skip
-        held = admission(
-            rules, ledger,
-            (QuotaJob(j.id, j.user, j.gpus, j.priority, j.submitted_at) for j in candidates),
-            now,
-        )  # fmt: skip
-        fed = False
-        for job_id in held:
-            if job_id in feed.jobs:
-                fed = feed.park(job_id, now) or fed
-        for job_id in self._quota_held:
-            if job_id not in held and not self._kept_out(job_id):
-                fed = feed.unpark(job_id, now) or fed
-        self._quota_held = MappingProxyType(held)
-        return fed
-
-    def _sync_ledger(self, now: float) -> None:
-        self._quota_ledger.sync(
-            ((j.id, j.user, j.gpus, j.run_started_at) for j in self._feed.jobs.values()
-             if j.run_started_at is not None),
-            now,
-        )  # fmt: skip
 
     def stops_recorded(self, job_ids: list[int]) -> None:
         """The controller recorded these preemptions durably; until then `decide` repeats them
@@ -345,36 +270,20 @@ class LiveScheduler:
         if refresh_head or head not in self._feed.jobs:
             pending = self.policy.pending(now)
             head = pending[0].id if pending else None
-            memory = self._head_short(head)
+            memory = head_short(self.cluster, None if head is None else self._feed.jobs.get(head))
         self._view = PassView(
             generation, head, memory, frozenset(self._assigned), waiting_busy,
             self.binding.shared_free(self.cluster),
         )  # fmt: skip
-
-    def _head_short(self, head: int | None) -> MemoryShort | HostShort | None:
-        job = None if head is None else self._feed.jobs.get(head)
-        if job is None or job.running:
-            return None
-        cluster = self.cluster
-        if not job.gpu_mem_mib:
-            return _host_short(cluster, job.gpus, job.cpus, job.mem_mib, job.nodes)
-        fits = place_job(cluster, job) is not None
-        most, free = cluster.most_free_shared_mib(), cluster.free_gpus
-        return MemoryShort(job.gpus, job.gpu_mem_mib, fits, most, free)
 
     def reason_for(self, job_id: int) -> str:
         """Why a pending job waits, as of the last pass, in Slurm's words: the gate's reason
         for a held job; the job next in line waits for Resources, the ones behind it for
         Priority; a job already chosen waits for the jobs it preempted (Preempting). Reads
         only the last pass's snapshot: never waits for a pass (the event loop calls this)."""
-        held = (
-            self.gate.reason(job_id) or self.workflow.reason(job_id)
-            or self._quota_held.get(job_id)
-        )  # fmt: skip
+        held = self.pipeline.reason(job_id)  # the gate's: a hold, back-off, workflow, quota
         if held is not None:
             return held
-        if job_id in self._begin_at:
-            return REASON_BEGIN_TIME
         view = self._view
         if job_id in view.waiting_busy:
             return f"GpuMemoryBusy: {view.waiting_busy[job_id]}"
@@ -402,7 +311,7 @@ class LiveScheduler:
     def _apply_inbox(self, limit: int | None = None) -> bool:
         """Feed the queued events (at most `limit`) to the policy, through the gate; True if it
         was told anything."""
-        inbox, feed, gate = self._inbox, self._feed, self.gate
+        inbox, feed, gate, pipeline = self._inbox, self._feed, self.gate, self.pipeline
         fed = False
         taken = 0
         while inbox and (limit is None or taken < limit):
@@ -410,16 +319,13 @@ class LiveScheduler:
             event = inbox.popleft()
             match event:
                 case Submitted(job, at):
-                    self._note_backoff(job)
-                    if gated(job):
-                        self.workflow.arrive(gate_job(job), at)
-                    parked = self._kept_out(job.id)
+                    flow = gate_job(job) if gated(job) else None
+                    parked = pipeline.submitted(job.id, at, flow=flow, not_before=job.not_before)
                     feed.submit(job, at, parked)
                     fed = fed or not parked
                 case Cancelled(job_id, at):
                     gate.forget(job_id)
-                    self.workflow.ended(job_id, JobState.CANCELLED, None, at)
-                    self._end_backoff(job_id)
+                    pipeline.ended(job_id, JobState.CANCELLED, None, at)
                     fed = self._forget(job_id, at) or fed
                 case Drained(gpu, out_of_service, _):
                     drained = self.binding.drained
@@ -433,10 +339,10 @@ class LiveScheduler:
                     held = gate.reason(job_id) is not None and job_id not in self._assigned
                     fed = (held and feed.park(job_id, at)) or fed
                     if held and (job_id in feed.parked or job_id not in feed.jobs):
-                        self.workflow.step_aside(job_id)  # no place under its array's cap
+                        pipeline.step_aside(job_id)  # no place under its array's cap
                 case Released(job_id, at):  # a job still in its backoff stays out
-                    self.workflow.come_back(job_id)
-                    fed = (not self._kept_out(job_id) and feed.unpark(job_id, at)) or fed
+                    pipeline.come_back(job_id)
+                    fed = (not pipeline.kept_out(job_id) and feed.unpark(job_id, at)) or fed
         self.binding.charge_drained(feed)
         return fed
 
@@ -447,14 +353,13 @@ class LiveScheduler:
     def _on_end(self, record: Job, at: float) -> bool:
         job_id = record.id
         self.binding.holding.pop(job_id, None)
-        self._quota_ledger.end(job_id, at)  # its run counts for GPU-hours up to its end
+        self.pipeline.run_ended(job_id, at)  # its run counts for GPU-hours up to its end
         requeued = record.state is JobState.PENDING
         if not requeued:
             self.gate.forget(job_id)
-            self.workflow.ended(job_id, record.state, record.exit_code, at)
-            self._end_backoff(job_id)
+            self.pipeline.ended(job_id, record.state, record.exit_code, at)
         else:  # a retry waits out its backoff; a job held by the server (NodeFailLimit) waits
-            self._note_backoff(record)
+            self.pipeline.back_off(job_id, record.not_before)
             if record.held and self.gate.reason(job_id) is None:
                 self.gate.hold(job_id, hold_reason(record))
         if job_id in self._stopping:
@@ -487,120 +392,28 @@ class LiveScheduler:
         if known is None and record.id not in self._feed.parked:
             return False  # cancelled meanwhile
         self._forget(record.id, at)
-        parked = self._kept_out(record.id)
+        parked = self.pipeline.kept_out(record.id)
         self._feed.submit(record, at, parked)
         return not parked
 
     def _park_if_held(self, job_id: int, at: float) -> bool:
         """A requeued job the gate holds, or one waiting out a retry's backoff, leaves the
         policy again."""
-        return self._kept_out(job_id) and self._feed.park(job_id, at)
-
-    def _kept_out(self, job_id: int) -> bool:
-        """Held by the gate (a hold, a dependency, an array's cap), or not to start before its
-        backoff ends."""
-        return (
-            self.gate.reason(job_id) is not None or job_id in self._backoff
-            or self.workflow.reason(job_id) is not None
-        )  # fmt: skip
-
-    def _note_backoff(self, record: Job) -> None:
-        """A pending job whose `not_before` is still ahead waits for it (BeginTime)."""
-        if record.not_before is not None and record.not_before > self._clock():
-            self._backoff[record.id] = record.not_before
-            self._begin_at = MappingProxyType(dict(self._backoff))
-
-    def _end_backoff(self, job_id: int) -> None:
-        if self._backoff.pop(job_id, None) is not None:
-            self._begin_at = MappingProxyType(dict(self._backoff))
-
-    def _release_due(self, now: float) -> bool:
-        """Jobs whose backoff has ended go back to the policy (unless the gate holds them:
-        they come back at its release); True if the policy was told anything."""
-        due = [job_id for job_id, at in self._backoff.items() if at <= now]
-        fed = False
-        for job_id in due:
-            self._end_backoff(job_id)
-            if not self._kept_out(job_id):
-                fed = self._feed.unpark(job_id, now) or fed
-        return fed
+        return self.pipeline.kept_out(job_id) and self._feed.park(job_id, at)
 
     # -- restart ------------------------------------------------------------------------------
     def rebuild(self, jobs: Iterable[Job]) -> None:
-        """Feed the policy the server's past in time order, so that a restarted server ranks
-        jobs as the one that stopped did: finished runs (history, usage), running jobs (on
-        their GPUs), pending jobs (with the service they attained before a preemption)."""
-        events: list[tuple[float, int, int, Job]] = []
+        """Feed the policy the server's past in time order (`rebuild.py`), so that a restarted
+        server ranks jobs as the one that stopped did; the gate holds what it held."""
         jobs = list(jobs)
-        finished = [
-            j for j in jobs if j.state.is_terminal and j.started_at is not None and j.ended_at
-        ]
-        finished.sort(key=lambda j: j.ended_at or 0.0)
-        for job in finished[-_REBUILD_HISTORY_JOBS:]:
-            events += _life(job, (job.submitted_at, job.started_at, job.ended_at))
-            if job.started_at is not None and job.ended_at is not None:  # GPU-hours quotas
-                self._quota_ledger.past_run(
-                    job.owner, job.spec.gpus, job.started_at, job.ended_at
-                )  # fmt: skip
-        for job in jobs:
-            if job.state is JobState.PENDING:
-                events += _life(job, (job.submitted_at,))
-            elif job.state is JobState.RUNNING:
-                events += _life(job, (job.submitted_at, job.started_at))
-        events.sort(key=lambda e: e[:3])
-        for job in jobs:  # holds and backoffs are stored on the job: they hold again
-            if job.held and job.state is JobState.PENDING:
-                self.gate.hold(job.id, hold_reason(job))
-            if job.state is JobState.PENDING:
-                self._note_backoff(job)
-        self._rebuild_workflow(jobs)
+        events = past_events(jobs, self.pipeline)
+        restore_gate(jobs, self.gate, self.pipeline)
         with self._lock:
-            for at, kind, _, record in events:
-                self._replay(kind, at, record)
+            self._stopping |= replay_past(
+                events, self._feed, self.binding, self.pipeline, self._clock
+            )  # fmt: skip
             ops = self._feed.take_ops()
             self.estimator.record(Batch(self._view.generation, ops))
-
-    def _rebuild_workflow(self, jobs: list[Job]) -> None:
-        """Running jobs hold their places under their caps; pending ones arrive again in
-        submit order, their dependencies judged anew from the stored jobs (the jobs they name
-        may have left the book: the lookup asks the store)."""
-        workflow, now = self.workflow, self._clock()
-        for job in sorted(jobs, key=lambda j: j.id):
-            if job.state is JobState.RUNNING:
-                workflow.occupy(gate_job(job))
-        for job in sorted(jobs, key=lambda j: j.id):
-            if job.state is JobState.PENDING and gated(job):
-                workflow.arrive(gate_job(job), now)
-        _, never = workflow.take(now)  # the jobs it let in are not parked by the replay
-        self._never.extend(never)
-
-    def _replay(self, kind: int, at: float, record: Job) -> None:
-        feed = self._feed
-        if kind == 0:
-            feed.submit(record, at, self._kept_out(record.id))
-        elif kind == 2:
-            feed.finish(record.id, at)  # placement () for a finished run: frees nothing
-        elif record.state is not JobState.RUNNING:
-            feed.restore_past_run(record.id, at)
-        else:
-            self._restore_running(record, at)
-
-    def _restore_running(self, record: Job, at: float) -> None:
-        placement, slots = self.binding.restored_placement(record)
-        try:
-            self._feed.restore_run(record.id, placement, slots, at)
-        except ValueError:
-            raise Unavailable(
-                f"job {record.id} is still running on GPUs "
-                f"{','.join(map(str, record.gpus)) or '-'} with {record.spec.cpus} CPUs, "
-                "more than this server now offers next to the other running jobs; start "
-                "it with the GPUs/--cpus it had, or stop that job's processes first"
-            ) from None
-        self.binding.holding[record.id] = record.gpus
-        if record.stop_intent is JobState.PENDING:
-            # It was being preempted when the server stopped: it still is.
-            self._feed.restore_preemption(record.id, self._clock())
-            self._stopping.add(record.id)
 
     # -- estimates ----------------------------------------------------------------------------
     def estimated_starts(self, wanted: Collection[int] = ()) -> dict[int, float | None]:
@@ -629,38 +442,3 @@ class LiveScheduler:
             self.estimator.drop_batches()
             data = copy_world(self._feed)
             return data, self._view.generation
-
-
-def _host_short(
-    cluster: ClusterState, gpus: int, cpus: int, mem_mib: int, nodes: int
-) -> HostShort | None:
-    """What a machine lacks for a job whose GPUs are free: CPUs first, then memory; None when
-    GPUs are what it waits for (or nothing: the next pass starts it)."""
-    per_node = gpus // max(nodes, 1)
-    with_gpus = [i for i, free in enumerate(cluster.free) if free >= per_node]
-    if len(with_gpus) < nodes or gpus > cluster.free_gpus:
-        return None
-    cpus_each, mem_each = -(-cpus // nodes), -(-mem_mib // nodes)
-    for what, free, want in (
-        ("CPUs", cluster.free_cpus, cpus_each),
-        ("memory", cluster.free_mem_mib, mem_each),
-    ):
-        fits = sorted((free[i] for i in with_gpus), reverse=True)
-        if fits[nodes - 1] < want:
-            best = max(with_gpus, key=lambda i: free[i])
-            spec = cluster.nodes[best]
-            total = spec.cpus if what == "CPUs" else spec.mem_mib
-            if total is not None:
-                return HostShort(what, total - free[best], total)
-    return None
-
-
-def _life(job: Job, times: tuple[float | None, ...]) -> list[tuple[float, int, int, Job]]:
-    """Rebuild events of one job: (time, kind: 0 submit / 1 start / 2 end, id, record). Times
-    never go back (a clock stepped back, or an end time a job wrote itself, must not put an
-    end before its start and stop the server from starting)."""
-    events, last = [], -math.inf
-    for kind, at in enumerate(times):
-        last = max(last, at or 0.0)
-        events.append((last, kind, job.id, job))
-    return events

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuyard.domain.units import format_size_mib
+from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.policy import SchedJob, place_job
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,42 @@ class PassView:
     assigned: frozenset[int] = frozenset()
     waiting_busy: Mapping[int, str] = field(default_factory=dict)
     shared_free: Mapping[int, int] = field(default_factory=dict)
+
+
+def head_short(cluster: ClusterState, job: SchedJob | None) -> MemoryShort | HostShort | None:
+    """What the head of the queue lacks, in the pass's numbers (None: not pending, or GPUs are
+    what it waits for)."""
+    if job is None or job.running:
+        return None
+    if not job.gpu_mem_mib:
+        return _host_short(cluster, job.gpus, job.cpus, job.mem_mib, job.nodes)
+    fits = place_job(cluster, job) is not None
+    most, free = cluster.most_free_shared_mib(), cluster.free_gpus
+    return MemoryShort(job.gpus, job.gpu_mem_mib, fits, most, free)
+
+
+def _host_short(
+    cluster: ClusterState, gpus: int, cpus: int, mem_mib: int, nodes: int
+) -> HostShort | None:
+    """What a machine lacks for a job whose GPUs are free: CPUs first, then memory; None when
+    GPUs are what it waits for (or nothing: the next pass starts it)."""
+    per_node = gpus // max(nodes, 1)
+    with_gpus = [i for i, free in enumerate(cluster.free) if free >= per_node]
+    if len(with_gpus) < nodes or gpus > cluster.free_gpus:
+        return None
+    cpus_each, mem_each = -(-cpus // nodes), -(-mem_mib // nodes)
+    for what, free, want in (
+        ("CPUs", cluster.free_cpus, cpus_each),
+        ("memory", cluster.free_mem_mib, mem_each),
+    ):
+        fits = sorted((free[i] for i in with_gpus), reverse=True)
+        if fits[nodes - 1] < want:
+            best = max(with_gpus, key=lambda i: free[i])
+            spec = cluster.nodes[best]
+            total = spec.cpus if what == "CPUs" else spec.mem_mib
+            if total is not None:
+                return HostShort(what, total - free[best], total)
+    return None
 
 
 def _count(n: int, what: str) -> str:
