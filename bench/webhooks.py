@@ -1,7 +1,7 @@
 """What webhooks cost the journal, and how fast a delivery reaches a receiver.
 
-In process, the server's own objects (`NotifyService` over a SQLite store, the standard
-library's HTTP poster, a `ThreadingHTTPServer` receiver on loopback):
+In process, the server's own objects (`NotifyService` and its `WebhookSender` over a SQLite
+store, the standard library's HTTP poster, a `ThreadingHTTPServer` receiver on loopback):
 - `observer_us`: the in-order observer's time per committed change (it runs under the
   journal's lock): with no webhook anywhere (`none_set`), and with a default set so that every
   job's begin is queued (`queued`); mean over `--changes` calls;
@@ -32,7 +32,7 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.domain.webhooks import UrlPolicy
 from gpuyard.services.jobs.journal import JobChange
-from gpuyard.services.workflows.notify import NotifyService
+from gpuyard.services.workflows.notify import make_notify
 
 
 def jobs(n: int, start: int = 1) -> list[tuple[Job, Job]]:
@@ -48,7 +48,7 @@ def observer_us(store: SqlJobStore, url: str, changes: int) -> dict[str, float]:
     policy = UrlPolicy.parse("loopback")
     figures = {}
     for label, set_default in (("none_set", False), ("queued", True)):
-        service = NotifyService(store, HttpPoster(policy), policy, queue_size=changes + 1)
+        service = make_notify(store, HttpPoster(policy), policy, queue_size=changes + 1)
         if set_default:
             service.set(Principal("ada"), [url], ["begin"])
         pairs = [JobChange(p, r, 0.0) for p, r in jobs(changes)]
@@ -81,9 +81,9 @@ def delivery_ms(store: SqlJobStore, deliveries: int) -> dict[str, float]:
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
     policy = UrlPolicy.parse("loopback")
-    service = NotifyService(store, HttpPoster(policy), policy)
+    service = make_notify(store, HttpPoster(policy), policy)
     service.set(Principal("ada"), [url], ["begin"])
-    service.start()
+    service.sender.start()
     sent: dict[int, float] = {}
     try:
         for pending, running in jobs(deliveries, start=10_000_000):
@@ -92,7 +92,7 @@ def delivery_ms(store: SqlJobStore, deliveries: int) -> dict[str, float]:
             time.sleep(0.005)
         done.wait(120)
     finally:
-        service.stop()
+        service.sender.stop()
         receiver.shutdown()
     waits = sorted((arrived[i] - sent[i]) * 1000 for i in sent if i in arrived)
     return {

@@ -18,7 +18,7 @@ from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.domain.webhooks import UrlPolicy, events_of
 from gpuyard.scheduling.policies import make_policy
-from gpuyard.services.workflows.notify import NotifyService
+from gpuyard.services.workflows.notify import NotifyService, make_notify
 from gpuyard.settings import Settings
 from tests.e2e.server import wait_for
 from tests.services.live_harness import LiveRig
@@ -43,10 +43,10 @@ def make_rig(tmp_path: Path, allow: str = "loopback") -> tuple[LiveRig, NotifySe
 def run_to_end(rig: LiveRig, notify: NotifyService, job: Job, work_s: float = 10.0) -> None:
     rig.settle()
     assert rig.state(job.id) is JobState.RUNNING
-    notify.step()
+    notify.sender.step()
     rig.advance(rig.now + work_s)
     assert rig.state(job.id).is_terminal
-    notify.step()
+    notify.sender.step()
 
 
 def test_a_job_asking_for_begin_and_end_gets_both_in_order_signed_and_without_its_secrets(
@@ -97,8 +97,8 @@ def test_a_failed_try_is_tried_again_later_and_holds_back_the_next_event(
     )  # fmt: skip
     assert begin.next_at == pytest.approx(begin.updated_at + 30.0)  # the first retry's wait
     rig.now = begin.next_at
-    notify.step()  # begin again
-    notify.step()  # then end
+    notify.sender.step()  # begin again
+    notify.sender.step()  # then end
     assert [(r.event, r.status) for r in hook.wait(3)] == [
         ("begin", 500), ("begin", 200), ("end", 200)
     ]  # fmt: skip
@@ -115,7 +115,7 @@ def test_five_failed_tries_end_the_delivery_failed(tmp_path: Path, hook: Receive
     run_to_end(rig, notify, job)  # default events: end
     for _ in range(5):
         rig.now += 1000.0
-        notify.step()
+        notify.sender.step()
     (end,) = notify.deliveries(ADA)
     assert (end.event, end.state, end.attempts, end.last_status) == ("end", "failed", 5, 503)
     assert len(hook.received()) == 5
@@ -129,13 +129,13 @@ def test_a_restarted_server_sends_what_was_left_pending(tmp_path: Path, hook: Re
     assert [d.state for d in notify.deliveries(ADA)] == ["pending"]
     # A new server on the same database: its sender finds the pending delivery and sends it.
     policy = UrlPolicy.parse("loopback")
-    again = NotifyService(rig.store, HttpPoster(policy), policy, retry_first_s=0.01)
-    again.start()
+    again = make_notify(rig.store, HttpPoster(policy), policy, retry_first_s=0.01)
+    again.sender.start()
     try:
         assert [(r.event, r.status) for r in hook.wait(2)] == [("end", 502), ("end", 200)]
         wait_for(lambda: again.deliveries(ADA)[0].state == "delivered")
     finally:
-        again.stop()
+        again.sender.stop()
     assert again.deliveries(ADA)[0].attempts == 2
 
 
@@ -144,7 +144,7 @@ def test_defaults_apply_to_jobs_naming_no_url_and_the_most_specific_wins(
 ) -> None:
     rig, notify = make_rig(tmp_path)
     admin = Principal("root", role="admin")
-    notify.team_of = lambda user: "vision" if user in ("ada", "bob") else None
+    notify.cache.team_of = lambda user: "vision" if user in ("ada", "bob") else None
     team_entry, team_secret = notify.set(admin, [hook.url + "/team"], ["begin"], team="vision")
     assert team_secret is not None and team_entry.secret == team_secret
     entry, made = notify.set(ADA, [hook.url + "/ada"], ["end"])
@@ -181,7 +181,7 @@ def test_a_cancelled_pending_job_and_a_timeout_are_their_own_events(
     rig.settle()
     assert rig.state(waiting.id) is JobState.PENDING
     rig.verbs.cancel(waiting.id, ADA)
-    notify.step()
+    notify.sender.step()
     (cancel,) = hook.wait(1)
     assert (cancel.event, cancel.json["job"]["state"]) == ("cancel", "CANCELLED")
     rig.verbs.cancel(blocker.id, ADA)
@@ -232,7 +232,7 @@ def test_who_may_set_what(tmp_path: Path, hook: Receiver) -> None:
     notify.set(ADA, [hook.url])
     assert [(e.kind, e.name) for e in notify.settings(Principal("bob"))] == []
     (ping,) = notify.test(ADA)
-    notify.step()
+    notify.sender.step()
     (got,) = hook.wait(1)
     assert (got.event, got.json["job"], ping.event) == ("ping", None, "ping")
     assert json.loads(got.body)["delivery_id"] == ping.id
@@ -245,22 +245,22 @@ def test_a_job_with_a_time_limit_is_warned_at_90_percent_of_it_once(
     warned = rig.submit(1000.0, gpus=1, time_limit_s=100, notify=(hook.url,),
                         notify_events=("time_limit",))  # fmt: skip
     rig.settle()
-    notify.step()
+    notify.sender.step()
     rig.now = 89.0
-    notify.step()
+    notify.sender.step()
     assert hook.received() == []
     rig.now = 90.0
-    notify.step()
-    notify.step()
+    notify.sender.step()
+    notify.sender.step()
     (warning,) = hook.wait(1)
     assert (warning.event, warning.json["job"]["state"]) == ("time_limit", "RUNNING")
     assert warning.json["job"]["time_limit_s"] == 100
     # A restarted server plans the warnings of the jobs still running again, and knows from
     # the log that this one was sent.
     policy = UrlPolicy.parse("loopback")
-    again = NotifyService(rig.store, HttpPoster(policy), policy, clock=rig.clock)
-    again.resume_warnings([rig.job(warned.id)])
-    again.step()
+    again = make_notify(rig.store, HttpPoster(policy), policy, clock=rig.clock)
+    again.sender.resume_warnings([rig.job(warned.id)])
+    again.sender.step()
     assert len(hook.received()) == 1
     late = rig.submit(1000.0, gpus=1, time_limit_s=100, notify=(hook.url,),
                       notify_events=("time_limit",))  # fmt: skip
@@ -268,9 +268,9 @@ def test_a_job_with_a_time_limit_is_warned_at_90_percent_of_it_once(
     rig.settle()
     assert rig.state(late.id) is JobState.RUNNING
     rig.now += 95.0  # the server was down when its warning was due: sent at the restart
-    again = NotifyService(rig.store, HttpPoster(policy), policy, clock=rig.clock)
-    again.resume_warnings([rig.job(late.id)])
-    again.step()
+    again = make_notify(rig.store, HttpPoster(policy), policy, clock=rig.clock)
+    again.sender.resume_warnings([rig.job(late.id)])
+    again.sender.step()
     assert [r.json["job"]["id"] for r in hook.wait(2)] == [warned.id, late.id]
     rig.verbs.cancel(late.id, ADA)
     rig.settle()
@@ -279,5 +279,5 @@ def test_a_job_with_a_time_limit_is_warned_at_90_percent_of_it_once(
                        notify_events=("time_limit",))  # fmt: skip
     run_to_end(rig, notify, quick)
     rig.now += 1000.0
-    notify.step()
+    notify.sender.step()
     assert len(hook.received()) == 2

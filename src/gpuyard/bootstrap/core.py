@@ -44,7 +44,7 @@ from gpuyard.services.ports import Executor, ExitCallback, JobStore
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.services.scheduler.live import LiveScheduler
 from gpuyard.services.stores import Stores
-from gpuyard.services.workflows.notify import NotifyService
+from gpuyard.services.workflows.notify import NotifyService, make_notify
 from gpuyard.services.workflows.progress import ProgressService
 from gpuyard.settings import Settings
 
@@ -209,7 +209,7 @@ def _notifier(
     if stores.notify is None:
         return None
     policy = UrlPolicy.parse(settings.notify_allow, own_ports=(settings.port,))
-    return NotifyService(
+    return make_notify(
         stores.notify, HttpPoster(policy), policy, clock=clock,
         retry_first_s=settings.notify_retry_s,
     )  # fmt: skip

@@ -114,12 +114,12 @@ def build_server(
     if core.health is not None:
         background.append(core.health)
     if core.notify is not None:
-        core.notify.team_of = lambda name: _team_of(accounts, name)
-        core.notify.resume_warnings(core.book.jobs(include_finished=False))
+        core.notify.cache.team_of = lambda name: _team_of(accounts, name)
+        core.notify.sender.resume_warnings(core.book.jobs(include_finished=False))
         core.notify.team_exists = lambda team: any(
             t.name == team for t in accounts.teams(auth.principal)
         )
-        background.append(core.notify)
+        background.append(core.notify.sender)  # webhooks' sender
     sweeps = SweepService(core.submits, core.verbs, core.desk, store, core.progress)
     background.append(sweeps)  # sweeps' early stop
     if core.monitor is not None and core.monitor.history is not None:
