@@ -46,7 +46,7 @@ from gpuyard.domain.job import (
 )
 from gpuyard.domain.retry import REASON_BEGIN_TIME, REASON_NODE_FAIL_LIMIT
 from gpuyard.domain.states import JobState
-from gpuyard.scheduling.policy import SchedJob
+from gpuyard.scheduling.policy import Policy, SchedJob
 from gpuyard.scheduling.quotas import (
     QUOTA_REASONS,
     QuotaJob,
@@ -94,6 +94,48 @@ class World(Protocol):
     def unpark(self, job_id: int, at: float) -> bool:
         """A parked job goes (back) to the policy (False: not parked)."""
         ...
+
+
+class PolicyQueue:
+    """A `World` as a value: the jobs in the policy and those the gate keeps out, and the moves
+    between them. The simulator drives it as it is; the live `PolicyFeed` (`services/scheduler/
+    policy_steps.py`) is one that records each move for its mirror."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.jobs: dict[int, SchedJob] = {}  # pending or running in the policy
+        self.parked: dict[int, SchedJob] = {}  # kept out by the gate
+
+    def _moved(self, name: str, job_id: int, at: float) -> None:
+        """A job was parked or unparked (the live feed records it; here: nothing)."""
+
+    def enter(self, job: SchedJob, at: float, parked: bool) -> None:
+        """A new job: into the policy, or straight to the parked ones (the gate holds it)."""
+        if parked:
+            self.parked[job.id] = job
+            return
+        self.jobs[job.id] = job
+        self.policy.submit(job, at)
+
+    def park(self, job_id: int, at: float) -> bool:
+        """The gate holds a pending job: out of the policy until `unpark`."""
+        job = self.jobs.get(job_id)
+        if job is None or job.running:
+            return False
+        self._moved("park", job_id, at)
+        del self.jobs[job_id]
+        self.policy.cancel(job, at)
+        self.parked[job_id] = job
+        return True
+
+    def unpark(self, job_id: int, at: float) -> bool:
+        job = self.parked.pop(job_id, None)
+        if job is None:
+            return False
+        self._moved("unpark", job_id, at)
+        self.jobs[job_id] = job
+        self.policy.submit(job, at)
+        return True
 
 
 def _no_hold(job_id: int) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from gpuyard.domain.dependency import Ref, parse_dependency
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, Placement
-from gpuyard.scheduling.gate import GatePipeline
+from gpuyard.scheduling.gate import GatePipeline, PolicyQueue
 from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
 from gpuyard.scheduling.quotas import QuotaRules
 from gpuyard.scheduling.workflow_gate import GateJob, Named
@@ -69,39 +69,6 @@ class _Run:
     finished_at: float | None = None
 
 
-class _Queue:
-    """The policy's side of the gate (`gate.World`): the jobs in the policy, those kept out."""
-
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-        self.jobs: dict[int, SchedJob] = {}  # pending or running in the policy
-        self.parked: dict[int, SchedJob] = {}
-
-    def submit(self, job: SchedJob, at: float, parked: bool) -> None:
-        if parked:
-            self.parked[job.id] = job
-            return
-        self.jobs[job.id] = job
-        self.policy.submit(job, at)
-
-    def park(self, job_id: int, at: float) -> bool:
-        job = self.jobs.get(job_id)
-        if job is None or job.running:
-            return False
-        del self.jobs[job_id]
-        self.policy.cancel(job, at)
-        self.parked[job_id] = job
-        return True
-
-    def unpark(self, job_id: int, at: float) -> bool:
-        job = self.parked.pop(job_id, None)
-        if job is None:
-            return False
-        self.jobs[job_id] = job
-        self.policy.submit(job, at)
-        return True
-
-
 class Replay:
     """One policy over one trace on one cluster; `run()` returns every job's outcome."""
 
@@ -144,7 +111,7 @@ class Replay:
         self._busy_in_window = 0.0
         self._busy_since = first
         self._next_wake: float | None = None
-        self._queue = _Queue(policy)
+        self._queue = PolicyQueue(policy)
         self._gated = {t.id: g for t in trace if (g := _gate_job(t)).gated}
         rules = quotas if quotas is not None and not quotas.empty else None
         self._gate = GatePipeline(self._named, lambda: self.now, quotas=rules)
@@ -239,7 +206,7 @@ class Replay:
         """A trace job arrives; True if the policy heard of it (the gate did not park it)."""
         job = run.job
         parked = self._gate.submitted(job.id, self.now, flow=self._gated.get(job.id))
-        self._queue.submit(job, self.now, parked)
+        self._queue.enter(job, self.now, parked)
         return not parked
 
     def _named(self, ref: Ref) -> list[Named]:

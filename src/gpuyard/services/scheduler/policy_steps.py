@@ -17,6 +17,7 @@ from typing import cast
 from gpuyard.domain.job import Job
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.fair_share import Shares
+from gpuyard.scheduling.gate import PolicyQueue
 from gpuyard.scheduling.policy import (
     Policy,
     SchedJob,
@@ -51,15 +52,17 @@ def sched_job(job: Job) -> SchedJob:
     )  # fmt: skip
 
 
-class PolicyFeed:
-    """A policy and its cluster, fed through recorded steps (`ops` is None: not recorded)."""
+class PolicyFeed(PolicyQueue):
+    """A policy and its cluster, fed through recorded steps (`ops` is None: not recorded); the
+    gate's moves (`park`, `unpark`) are the queue's, recorded too."""
 
     def __init__(self, policy: Policy, cluster: ClusterState, *, record: bool) -> None:
-        self.policy = policy
+        super().__init__(policy)
         self.cluster = cluster
-        self.jobs: dict[int, SchedJob] = {}  # pending or running in the policy's view
-        self.parked: dict[int, SchedJob] = {}  # held by the gate: out of the policy
         self.ops: list[Op] | None = [] if record else None
+
+    def _moved(self, name: str, job_id: int, at: float) -> None:
+        self._op(name, job_id, at)
 
     def _op(self, name: str, *args: object) -> None:
         if self.ops is not None:
@@ -87,12 +90,7 @@ class PolicyFeed:
     # -- events -----------------------------------------------------------------------------
     def submit(self, record: Job, at: float, parked: bool = False) -> None:
         self._op("submit", record, at, parked)
-        job = sched_job(record)
-        if parked:
-            self.parked[job.id] = job
-            return
-        self.jobs[job.id] = job
-        self.policy.submit(job, at)
+        self.enter(sched_job(record), at, parked)
 
     def forget(self, job_id: int, at: float) -> bool:
         """Take a job out of the policy's view without a run to learn from (cancelled while
@@ -120,26 +118,6 @@ class PolicyFeed:
         job = self.jobs[job_id]
         end_run(job, self.cluster, at)
         self.policy.preempted(job, at)
-
-    def park(self, job_id: int, at: float) -> bool:
-        """The gate holds a pending job: out of the policy until `unpark`."""
-        job = self.jobs.get(job_id)
-        if job is None or job.running:
-            return False
-        self._op("park", job_id, at)
-        del self.jobs[job_id]
-        self.policy.cancel(job, at)
-        self.parked[job_id] = job
-        return True
-
-    def unpark(self, job_id: int, at: float) -> bool:
-        job = self.parked.pop(job_id, None)
-        if job is None:
-            return False
-        self._op("unpark", job_id, at)
-        self.jobs[job_id] = job
-        self.policy.submit(job, at)
-        return True
 
     def set_shares(self, shares: Shares) -> None:
         """New fair-share weights for a policy that uses them (`fairshare`, `default`)."""
