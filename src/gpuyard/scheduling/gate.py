@@ -338,9 +338,7 @@ class GatePipeline:
         candidates = [
             j for j in jobs.values() if not j.running and rules.limited(j.user)
         ] + [
-            parked[i] for i in self._quota_held
-            if i in parked and self._holds(i) is None and i not in self._backoff
-            and self.workflow.reason(i) is None
+            parked[i] for i in self._quota_held if i in parked and not self.kept_out(i)
         ]  # fmt: skip
         held = admission(
             rules, ledger,
