@@ -7,7 +7,6 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gpuyard.adapters.webhook import HttpPoster
 from gpuyard.domain.retry import RetryRules
@@ -43,22 +42,13 @@ from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.ports import Executor, ExitCallback, JobStore
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.services.scheduler.live import LiveScheduler
+from gpuyard.services.scheduler.rebuild import REBUILD_HISTORY_JOBS
 from gpuyard.services.stores import Stores
 from gpuyard.services.workflows.notify import NotifyService, make_notify
 from gpuyard.services.workflows.progress import ProgressService
 from gpuyard.settings import Settings
 
-if TYPE_CHECKING:
-    pass
-
-
-
 METRICS_TOKEN_FILE = "metrics-token"  # accepted for GET /metrics only (a Prometheus scraper's)
-
-
-# A restarted policy learns from this many finished runs (histories, decayed usage); the book
-# keeps fewer in memory (older jobs are paged from the store).
-_REBUILD_HISTORY_JOBS = 20_000
 
 
 @dataclass
@@ -108,7 +98,7 @@ def build_core(
     wakeup = Wakeup()
     exits = ExitInbox(wakeup)
     executor = make_executor(exits)
-    active = store.load_active(_REBUILD_HISTORY_JOBS)
+    active = store.load_active(REBUILD_HISTORY_JOBS)
     book = JobBook(active, next_id=store.max_job_id() + 1)
     scheduler = LiveScheduler(policy, inventory, clock)
     metrics, feed, ports, peaks = QueueMetrics(), ChangeFeed(), RendezvousPorts(), PeakHistory()

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, TextIO
-
-if TYPE_CHECKING:
-    pass
-
+from typing import TextIO
 
 
 class OneLineFormatter(logging.Formatter):

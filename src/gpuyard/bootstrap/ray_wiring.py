@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuyard.domain.errors import Unavailable
 from gpuyard.services.jobs.controller import Controller
@@ -13,10 +13,6 @@ from gpuyard.services.jobs.drains import DrainService
 from gpuyard.services.ports import Executor, ExitCallback
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.settings import Settings
-
-if TYPE_CHECKING:
-    pass
-
 
 
 @dataclass

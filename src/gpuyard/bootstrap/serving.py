@@ -9,20 +9,16 @@ import os
 import socket
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpuyard.adapters.store.sql import SqlJobStore
-from gpuyard.domain.errors import Unavailable
-from gpuyard.locations import is_loopback
-from gpuyard.scheduling.policies import make_policy
-from gpuyard.settings import Settings
-
-if TYPE_CHECKING:
-    pass
 from gpuyard.bootstrap.core import METRICS_TOKEN_FILE
 from gpuyard.bootstrap.server import build_app
 from gpuyard.bootstrap.state_dir import refuse_foreign, writable_state_dir
 from gpuyard.bootstrap.store import database_of, describe_database, open_store
+from gpuyard.domain.errors import Unavailable
+from gpuyard.locations import is_loopback
+from gpuyard.scheduling.policies import make_policy
+from gpuyard.settings import Settings
 
 
 def serve(settings: Settings) -> None:

@@ -7,14 +7,9 @@ import logging
 import os
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpuyard.domain.errors import Unavailable
 from gpuyard.settings import TOKEN_FILE as TOKEN
-
-if TYPE_CHECKING:
-    pass
-
 
 
 def writable_state_dir(state: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from sqlalchemy import make_url
 from sqlalchemy.exc import DBAPIError
@@ -13,11 +12,6 @@ from sqlalchemy.exc import DBAPIError
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.errors import Unavailable
 from gpuyard.settings import Settings, masked_url
-
-if TYPE_CHECKING:
-    pass
-
-
 
 STANDBY_POLL_S = 1.0  # how often a standby asks for the database's lock
 

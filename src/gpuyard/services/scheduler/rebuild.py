@@ -23,7 +23,7 @@ from gpuyard.services.scheduler.policy_steps import PolicyFeed
 
 # Jobs that ended longer ago than this many jobs back teach a restarted policy nothing new:
 # every policy's memory of the past is bounded (histories, decayed usage).
-_REBUILD_HISTORY_JOBS = 20_000
+REBUILD_HISTORY_JOBS = 20_000
 
 # One rebuild event: (time, kind: 0 submit / 1 start / 2 end, job id, record).
 PastEvent = tuple[float, int, int, Job]
@@ -34,7 +34,7 @@ def past_events(jobs: list[Job], pipeline: GatePipeline) -> list[PastEvent]:
     events: list[PastEvent] = []
     finished = [j for j in jobs if j.state.is_terminal and j.started_at is not None and j.ended_at]
     finished.sort(key=lambda j: j.ended_at or 0.0)
-    for job in finished[-_REBUILD_HISTORY_JOBS:]:
+    for job in finished[-REBUILD_HISTORY_JOBS:]:
         events += _life(job, (job.submitted_at, job.started_at, job.ended_at))
         if job.started_at is not None and job.ended_at is not None:  # GPU-hours quotas
             pipeline.ledger.past_run(job.owner, job.spec.gpus, job.started_at, job.ended_at)
