@@ -44,7 +44,6 @@ RETENTION_S = 90 * 86400.0
 PRUNE_EVERY_S = 3600.0
 
 
-
 @dataclass(frozen=True, slots=True)
 class Point:
     """One point of a chart: the means over `[t, t + resolution)` (None: n/a throughout)."""
