@@ -113,6 +113,33 @@ def test_a_job_held_before_its_submit_is_never_fed_and_a_held_job_can_be_cancell
     assert rig.tick() == [2]
 
 
+@pytest.mark.parametrize("in_process", [True, False])
+def test_estimates_stop_counting_a_held_job_at_once_and_count_it_again_on_release(
+    in_process: bool,
+) -> None:
+    """Right after `hold`, the job behind the held one is estimated to start in its place:
+    not after the next pass, nor after the last estimates grow stale (issue 26)."""
+    rig = Rig("default", in_process=in_process)
+    try:
+        rig.submit(1)
+        assert rig.tick() == [1]
+        rig.submit(2)
+        rig.submit(3)
+        rig.tick()
+        assert rig.scheduler.estimated_starts() == {2: rig.now + 3600, 3: rig.now + 7200}
+
+        rig.scheduler.gate.hold(2, "JobHeldUser")
+        assert rig.scheduler.estimated_starts() == {3: rig.now + 3600}  # before any pass
+        rig.tick()
+        assert rig.scheduler.estimated_starts() == {3: rig.now + 3600}
+
+        rig.scheduler.gate.release(2)
+        rig.tick()
+        assert rig.scheduler.estimated_starts() == {2: rig.now + 3600, 3: rig.now + 7200}
+    finally:
+        rig.scheduler.close()
+
+
 # -- lock-free readers ------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Collection
 from typing import IO, Any
 
 from gpuyard.domain.job import Job
@@ -33,8 +34,10 @@ _HEADER = struct.Struct("!I")
 # Requests and their answers (tuples, pickled):
 #   ("init", world: bytes, generation)                 no answer
 #   ("ops", [(generation, ops), ...])                  no answer
-#   ("project", now, budget_s)      -> ("ok", generation, StartEstimates) | ("diverged",)
-#   ("dry_run", probe: Job, now, budget_s) -> ("ok", generation, Projection) | ("diverged",)
+#   ("project", now, budget_s, held)  -> ("ok", generation, StartEstimates) | ("diverged",)
+#   ("dry_run", probe: Job, now, budget_s, held) -> ("ok", generation, Projection) | ("diverged",)
+# `held`: the ids the gate holds now; one the last pass still had pending leaves the copy (a
+# hold counts at once, not from the next pass on).
 
 
 class MirrorEngine:
@@ -59,16 +62,20 @@ class MirrorEngine:
                 return
             self.generation = generation
 
-    def project(self, now: float, budget_s: float) -> tuple[Any, ...]:
-        copied = self._copy()
+    def project(
+        self, now: float, budget_s: float, held: Collection[int] = ()
+    ) -> tuple[Any, ...]:
+        copied = self._copy(held, now)
         if copied is None:
             return ("diverged",)
         policy, cluster, running = copied
         projected = project_starts(policy, cluster, running, now, budget_s=budget_s)
         return ("ok", self.generation, projected.estimates)
 
-    def dry_run(self, probe: Job, now: float, budget_s: float) -> tuple[Any, ...]:
-        copied = self._copy()
+    def dry_run(
+        self, probe: Job, now: float, budget_s: float, held: Collection[int] = ()
+    ) -> tuple[Any, ...]:
+        copied = self._copy(held, now)
         if copied is None:
             return ("diverged",)
         policy, cluster, running = copied
@@ -79,15 +86,20 @@ class MirrorEngine:
         )
         return ("ok", self.generation, projection)
 
-    def _copy(self) -> tuple[Any, Any, Any] | None:
+    def _copy(self, held: Collection[int], now: float) -> tuple[Any, Any, Any] | None:
+        """The policy, cluster and running jobs, copied; the pending jobs in `held` cancelled
+        in the copy (copied in the same pickle, so they are the copy's own objects)."""
         feed = self.feed
         if feed is None:
             return None
         running = [job for job in feed.jobs.values() if job.running]
-        copied: tuple[Any, Any, Any] = pickle.loads(
-            pickle.dumps((feed.policy, feed.cluster, running), protocol=5)
+        holding = [job for i in held if (job := feed.jobs.get(i)) is not None and not job.running]
+        policy, cluster, running, holding = pickle.loads(
+            pickle.dumps((feed.policy, feed.cluster, running, holding), protocol=5)
         )
-        return copied
+        for job in holding:
+            policy.cancel(job, now)
+        return policy, cluster, running
 
     def handle(self, message: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """One request; its answer, or None for requests that have none."""
@@ -97,9 +109,9 @@ class MirrorEngine:
         elif kind == "ops":
             self.apply(message[1])
         elif kind == "project":
-            return self.project(message[1], message[2])
+            return self.project(*message[1:])
         elif kind == "dry_run":
-            return self.dry_run(message[1], message[2], message[3])
+            return self.dry_run(*message[1:])
         else:
             raise ValueError(f"unknown request {kind!r}")
         return None

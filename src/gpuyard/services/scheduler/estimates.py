@@ -27,7 +27,8 @@ import pickle
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from types import MappingProxyType
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,7 @@ DRY_RUN_BUDGET_S = 5.0
 # Passes queued for the mirror before a background thread replays them (bounds the memory a
 # server that nobody asks for estimates keeps for them).
 CATCH_UP_BATCHES = 2_000
+_NO_HOLDS: Mapping[int, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,7 @@ class Batch:
 @dataclass(frozen=True, slots=True)
 class _Estimates:
     generation: int  # the scheduling pass they were projected after
+    held: Mapping[int, str]  # the gate's holds they count (a new mapping at each change)
     estimates: StartEstimates
     made_at: float  # time.monotonic()
     took_s: float
@@ -101,9 +104,13 @@ class Estimator:
         live_assigned: Callable[[], frozenset[int]],
         resync: Callable[[], tuple[bytes, int]],
         *,
+        held: Callable[[], Mapping[int, str]] = lambda: _NO_HOLDS,
         in_process: bool = False,
     ) -> None:
+        """`held`: the gate's holds now (lock-free; a new mapping at each hold or release):
+        estimates count a hold at once, before the pass that parks the job."""
         self._clock = clock
+        self._held = held
         self._live_generation = live_generation  # lock-free reads of the last pass
         self._live_assigned = live_assigned  # chosen by the policy, not launched yet
         self._resync_from_live = resync  # a copy of the live world, taken under its lock
@@ -216,7 +223,7 @@ class Estimator:
     def estimates(self, wanted: Collection[int] = ()) -> StartEstimates:
         """Projected start of every pending job, and what they assume (a preemption)."""
         cached = self._estimates
-        if cached is not None:
+        if cached is not None and cached.held is self._held():
             current = cached.generation == self._live_generation()
             recent = time.monotonic() - cached.made_at < FRESH_S
             covers = all(job_id in cached.estimates.starts for job_id in wanted)
@@ -246,12 +253,14 @@ class Estimator:
     def _project(self) -> StartEstimates:
         began = time.monotonic()
         now = self._clock()
+        held = self._held()
         projected: StartEstimates
-        _, generation, projected = self._ask(("project", now, PROJECTION_BUDGET_S))
+        _, generation, projected = self._ask(("project", now, PROJECTION_BUDGET_S, tuple(held)))
         starts = dict(projected.starts)
         starts.update({job_id: now for job_id in self._live_assigned()})  # chosen: start now
         estimates = StartEstimates(starts, projected.preempted_from)
-        made = _Estimates(generation, estimates, time.monotonic(), time.monotonic() - began)
+        took_s = time.monotonic() - began
+        made = _Estimates(generation, held, estimates, time.monotonic(), took_s)
         previous = self._estimates
         if previous is None or previous.generation <= generation:
             self._estimates = made
@@ -262,5 +271,6 @@ class Estimator:
         the projection, which says how far it got), as of the last pass."""
         now = self._clock()
         probe = Job(job_id, spec, owner, JobState.PENDING, submitted_at=now)
-        projection: Projection = self._ask(("dry_run", probe, now, DRY_RUN_BUDGET_S))[2]
+        ask = ("dry_run", probe, now, DRY_RUN_BUDGET_S, tuple(self._held()))
+        projection: Projection = self._ask(ask)[2]
         return projection

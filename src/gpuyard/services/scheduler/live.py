@@ -125,7 +125,7 @@ class LiveScheduler:
         self._fed_early = False  # events fed by `_feed_backlog` since the last pass
         self.estimator = Estimator(
             clock, lambda: self._view.generation, lambda: self._view.assigned, self._copy_live,
-            in_process=estimates_in_process,
+            held=lambda: self.gate.held, in_process=estimates_in_process,
         )  # fmt: skip
         self.estimator.start_mirror(self._feed)
 
