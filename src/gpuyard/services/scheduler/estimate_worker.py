@@ -62,9 +62,7 @@ class MirrorEngine:
                 return
             self.generation = generation
 
-    def project(
-        self, now: float, budget_s: float, held: Collection[int] = ()
-    ) -> tuple[Any, ...]:
+    def project(self, now: float, budget_s: float, held: Collection[int] = ()) -> tuple[Any, ...]:
         copied = self._copy(held, now)
         if copied is None:
             return ("diverged",)

@@ -28,8 +28,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
-from types import MappingProxyType
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from gpuyard.domain.job import Job, JobSpec
