@@ -288,6 +288,39 @@ def test_dry_run_answers_when_a_job_would_start_and_queues_nothing(tmp_path: Pat
         rig.close()
 
 
+@pytest.mark.parametrize("limit_s", [3_000, None])
+def test_a_dry_run_names_the_cpus_it_waits_for_and_the_end_it_counts_on(
+    tmp_path: Path, limit_s: int | None
+) -> None:
+    """GPUs idle, every CPU taken: the dry run names the CPUs (it blamed "GPUs held by jobs
+    without a time limit") and the job whose end its estimate counts on (issue 26)."""
+    from gpuyard.api.convert import dry_run_to_wire
+    from gpuyard.cli.render import dry_run_answer
+    from gpuyard.domain.job import JobSpec
+
+    rig = LiveRig(tmp_path, make_policy("default", for_server=True), gpus=2)
+    try:
+        rig.now = 50.0
+        blocker = rig.submit(500, gpus=0, cpus=10_000, time_limit_s=limit_s)
+        rig.settle()
+        spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=1, cpus=1)
+        answer = rig.submits.dry_run(spec, rig.actor)
+        assert answer.waits_for == "CPUs (10000 of 10000 in use)"
+        line = dry_run_answer(dry_run_to_wire(answer).model_dump())
+        assert "GPU" not in line
+        if limit_s is None:
+            assert answer.start_at is None
+            assert (
+                "it waits for CPUs (10000 of 10000 in use), held by jobs without a time limit"
+                in line
+            )
+        else:
+            assert (answer.start_at, answer.after_jobs) == (50.0 + 3_000, (blocker.id,))
+            assert f"it waits for CPUs (10000 of 10000 in use) until job {blocker.id} ends" in line
+    finally:
+        rig.close()
+
+
 # -- restart ----------------------------------------------------------------------------------
 
 

@@ -252,6 +252,16 @@ def test_the_head_waiting_for_cpus_or_memory_with_gpus_free_is_told_which_and_ho
     assert rig.scheduler.reason_for(2) == "Resources: memory (1024G of 1024G in use)"
 
 
+def test_a_gpu_memory_job_waiting_for_a_cpu_is_told_cpus_not_gpu_memory() -> None:
+    """3 GPUs free, every CPU taken: the reason names the CPUs (it blamed GPU memory)."""
+    rig = Rig("fifo", gpus=4, gpu_mem_mib=80 * 1024)
+    rig.submit(1, cpus=64)
+    assert rig.tick() == [1]
+    rig.submit(2, gpu_mem_mib=70 * 1024, cpus=2)
+    rig.tick()
+    assert rig.scheduler.reason_for(2) == "Resources: CPUs (64 of 64 in use)"
+
+
 def test_the_head_waiting_for_gpus_keeps_the_plain_resources_reason() -> None:
     rig = Rig("fifo", gpus=1)
     rig.submit(1)

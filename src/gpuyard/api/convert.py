@@ -200,6 +200,8 @@ def dry_run_to_wire(answer: DryRun) -> DryRunOut:
         starts_in_s=None if start is None else round(max(0.0, start - answer.now), 3),
         not_before=_iso(answer.not_before),
         estimate_assumes="preemption" if answer.assumes_preemption else None,
+        waits_for=answer.waits_for,
+        after_jobs=list(answer.after_jobs),
     )
 
 

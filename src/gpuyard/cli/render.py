@@ -175,22 +175,30 @@ def _attempt_row(a: dict[str, Any]) -> list[str]:
 
 
 def dry_run_answer(answer: dict[str, Any]) -> str:
-    """One line for `submit --dry-run`."""
-    seconds = answer["starts_in_s"]
+    """One line for `submit --dry-run`, naming what it would wait for (the server's
+    `waits_for`: the resource that binds now) and the ends its estimate counts on."""
+    seconds, binds = answer["starts_in_s"], answer.get("waits_for")
+    waits = (f"it waits for {binds}" if binds
+             else "it fits now, but jobs queued ahead of it go first")  # fmt: skip
     if seconds is None and answer.get("not_before"):
         return (f"the job fits this server; it would not start before "
-                f"{_local(answer['not_before'])} (the projection of a deep queue stopped "
-                "there; nothing was queued)")  # fmt: skip
+                f"{_local(answer['not_before'])}: {waits} (the projection of a deep queue "
+                "stopped there; nothing was queued)")  # fmt: skip
     if seconds is None:
-        return ("the job fits this server, but no start can be estimated: the GPUs it needs "
-                "are held by jobs without a time limit (nothing was queued)")  # fmt: skip
+        held = "held" if binds else "who wait"
+        return (f"the job fits this server, but no start can be estimated: {waits}, {held} "
+                "by jobs without a time limit (nothing was queued)")  # fmt: skip
     if seconds < 1:
         return "the job would start now (nothing was queued)"
     assumes = ("if the scheduler preempts a running job then, as it plans to"
                if answer.get("estimate_assumes") == "preemption"
                else "if running jobs use their whole time limit")  # fmt: skip
+    ends = answer.get("after_jobs") or []
+    if ends:
+        many = len(ends) > 1
+        waits += f" until job{'s' * many} {', '.join(map(str, ends))} end{'' if many else 's'}"
     return (f"the job would start in about {format_duration(seconds)}, at "
-            f"{_local(answer['start_at'])}, {assumes} (nothing was queued)")  # fmt: skip
+            f"{_local(answer['start_at'])}: {waits}, {assumes} (nothing was queued)")  # fmt: skip
 
 
 def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -> str:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
@@ -34,11 +35,16 @@ HORIZON_S = 366 * 86400.0  # the longest time limit a job may ask for
 class _Projection:
     """The Context a projected pass acts on: starts and preemptions in projected time."""
 
-    def __init__(self, policy: Policy, cluster: ClusterState, now: float) -> None:
+    def __init__(
+        self, policy: Policy, cluster: ClusterState, now: float, explain: set[int] | None = None
+    ) -> None:
         self.policy = policy
         self.cluster = cluster
         self.now = now
         self.first_start: dict[int, float] = {}
+        self.explain = explain or set()  # jobs whose start is told with what freed it
+        self.freed_by: dict[int, tuple[int, ...]] = {}
+        self._ended: tuple[float, list[int]] = (-math.inf, [])  # the jobs ended at that instant
         self.preempted_from: float | None = None  # projected time of the first preemption
         self._ends: list[tuple[float, int, int, SchedJob]] = []
         self._run_of: dict[int, int] = {}
@@ -46,6 +52,9 @@ class _Projection:
 
     def start(self, job: SchedJob, placement: Placement) -> None:
         apply_start(self.policy, job, self.cluster, placement, self.now)
+        if job.id not in self.first_start and job.id in self.explain:
+            at, ended = self._ended
+            self.freed_by[job.id] = tuple(ended) if at == self.now else ()
         self.first_start.setdefault(job.id, self.now)
         self.expect_end(job, self.now)
 
@@ -78,6 +87,10 @@ class _Projection:
                 continue
             del self._run_of[job_id]
             apply_finish(self.policy, job, self.cluster, self.now)
+            if self.explain:
+                if self._ended[0] != self.now:
+                    self._ended = (self.now, [])
+                self._ended[1].append(job_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +113,14 @@ class StartEstimates:
 class Projection:
     """Projected first starts (None: not reached) and how far the projection got: `complete`
     when it stopped because every wanted job started or nothing more would ever end;
-    `preempted_from`: see `StartEstimates`."""
+    `preempted_from`: see `StartEstimates`; `freed_by`: for the jobs asked to be explained,
+    the running or projected jobs whose ends (at their time limits) let it start then."""
 
     starts: dict[int, float | None]
     reached_at: float
     complete: bool
     preempted_from: float | None = None
+    freed_by: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def estimates(self) -> StartEstimates:
@@ -122,13 +137,15 @@ def project_starts(
     max_events: int = 2000,
     budget_s: float | None = None,
     horizon_s: float = HORIZON_S,
+    explain: set[int] | None = None,
 ) -> Projection:
     """Estimated first start of the `wanted` jobs (default: every job `policy` has pending), by
     simulating forward from `now` with each running and started job ending at its time limit.
     Stops after `max_events`, `budget_s` seconds of wall time, or `horizon_s` of projected time
     (preemption ping-pong under a starvation guard can push projected time out by centuries).
+    `explain`: jobs whose start is told with the ends that freed it (`Projection.freed_by`).
     Mutates its arguments: pass copies."""
-    ctx = _Projection(policy, cluster, now)
+    ctx = _Projection(policy, cluster, now, explain)
     for job in running:
         assert job.run_started_at is not None, f"job {job.id} is not running"
         ctx.expect_end(job, job.run_started_at)
@@ -153,4 +170,4 @@ def project_starts(
         ctx.now = at
         ctx.end_due()
     starts = {job_id: ctx.first_start.get(job_id) for job_id in wanted}
-    return Projection(starts, ctx.now, complete, ctx.preempted_from)
+    return Projection(starts, ctx.now, complete, ctx.preempted_from, ctx.freed_by)

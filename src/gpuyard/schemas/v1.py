@@ -348,6 +348,14 @@ class DryRunOut(BaseModel):
     estimate_assumes: Literal["preemption"] | None = Field(
         None, description='"preemption": start_at holds only if the policy preempts as it plans'
     )
+    waits_for: str | None = Field(
+        None,
+        description='the resource it would wait for now, e.g. "CPUs (2 of 2 in use)"; null: '
+        "it fits now (only jobs queued ahead of it can delay it)",
+    )
+    after_jobs: list[int] = Field(
+        [], description="the jobs whose ends at their time limits let it start at start_at"
+    )
 
 
 class GpuProcessOut(BaseModel):

@@ -34,6 +34,11 @@ class DryRun:
     start_at: float | None
     not_before: float | None = None
     assumes_preemption: bool = False  # `start_at` holds only if the policy preempts as planned
+    # Why the estimate is what it is: the resource it would wait for now (None: it fits now,
+    # so only jobs queued ahead of it could delay it), and the jobs whose ends at their time
+    # limits let it start at `start_at`.
+    waits_for: str | None = None
+    after_jobs: tuple[int, ...] = ()
 
 
 class JobSubmits:
@@ -108,12 +113,13 @@ class JobSubmits:
         self._admission.admit(Submission((spec,), actor))
         desk = self._desk
         probe_id = desk.book.peek_next_id()
-        projection = desk.scheduler.dry_run(spec, actor.user, probe_id)
+        projection, waits_for = desk.scheduler.dry_run(spec, actor.user, probe_id)
         start = projection.starts[probe_id]
         later_than = None if start is not None or projection.complete else projection.reached_at
         return DryRun(
             now=desk.clock(), start_at=start, not_before=later_than,
             assumes_preemption=projection.estimates.assumes_preemption(probe_id),
+            waits_for=waits_for, after_jobs=projection.freed_by.get(probe_id, ()),
         )  # fmt: skip
 
     def owner_home(self, actor: Principal) -> str | None:

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from gpuyard.domain.job import Job
 from gpuyard.scheduling.projection import Projection, StartEstimates, project_starts
+from gpuyard.services.scheduler.pass_view import waits_for
 from gpuyard.services.scheduler.policy_steps import Op, PolicyFeed, sched_job
 
 _HEADER = struct.Struct("!I")
@@ -35,7 +36,8 @@ _HEADER = struct.Struct("!I")
 #   ("init", world: bytes, generation)                 no answer
 #   ("ops", [(generation, ops), ...])                  no answer
 #   ("project", now, budget_s, held)  -> ("ok", generation, StartEstimates) | ("diverged",)
-#   ("dry_run", probe: Job, now, budget_s, held) -> ("ok", generation, Projection) | ("diverged",)
+#   ("dry_run", probe: Job, now, budget_s, held)
+#                -> ("ok", generation, Projection, what binds now: str | None) | ("diverged",)
 # `held`: the ids the gate holds now; one the last pass still had pending leaves the copy (a
 # hold counts at once, not from the next pass on).
 
@@ -78,11 +80,13 @@ class MirrorEngine:
             return ("diverged",)
         policy, cluster, running = copied
         job = sched_job(probe)
+        short = waits_for(cluster, job)  # what binds now, before the projection moves on
         policy.submit(job, now)
         projection = project_starts(
-            policy, cluster, running, now, wanted={job.id}, max_events=100_000, budget_s=budget_s
-        )
-        return ("ok", self.generation, projection)
+            policy, cluster, running, now, wanted={job.id}, max_events=100_000,
+            budget_s=budget_s, explain={job.id},
+        )  # fmt: skip
+        return ("ok", self.generation, projection, None if short is None else short.text())
 
     def _copy(self, held: Collection[int], now: float) -> tuple[Any, Any, Any] | None:
         """The policy, cluster and running jobs, copied; the pending jobs in `held` cancelled

@@ -266,11 +266,14 @@ class Estimator:
             self._estimates = made
         return estimates
 
-    def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> Projection:
+    def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> tuple[Projection, str | None]:
         """When a job of `spec` submitted now would start (`starts[job_id]`; None: not within
-        the projection, which says how far it got), as of the last pass."""
+        the projection, which says how far it got), as of the last pass; and the resource it
+        would wait for now (`pass_view.waits_for`'s text; None: it fits now)."""
         now = self._clock()
         probe = Job(job_id, spec, owner, JobState.PENDING, submitted_at=now)
         ask = ("dry_run", probe, now, DRY_RUN_BUDGET_S, tuple(self._held()))
-        projection: Projection = self._ask(ask)[2]
-        return projection
+        answer = self._ask(ask)
+        projection: Projection = answer[2]
+        short: str | None = answer[3]
+        return projection, short

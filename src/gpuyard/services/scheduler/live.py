@@ -425,9 +425,9 @@ class LiveScheduler:
         """`estimated_starts` with what they assume (a preemption the policy plans)."""
         return self.estimator.estimates(wanted)
 
-    def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> Projection:
+    def dry_run(self, spec: JobSpec, owner: str, job_id: int) -> tuple[Projection, str | None]:
         """When a job of `spec` submitted now would start (`starts[job_id]`; None: not within
-        the projection, which says how far it got)."""
+        the projection, which says how far it got), and what it would wait for now."""
         return self.estimator.dry_run(spec, owner, job_id)
 
     def close(self) -> None:

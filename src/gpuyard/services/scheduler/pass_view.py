@@ -57,6 +57,20 @@ class HostShort:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuShort:
+    """Whole GPUs are what a job waits for (of the type it asks for, if any)."""
+
+    in_use: int
+    total: int
+
+    def text(self) -> str:
+        return f"GPUs ({self.in_use} of {self.total} in use)"
+
+
+Short = MemoryShort | HostShort | GpuShort
+
+
+@dataclass(frozen=True, slots=True)
 class PassView:
     """What the last pass leaves for readers on other threads; replaced whole, never changed."""
 
@@ -69,15 +83,41 @@ class PassView:
 
 
 def head_short(cluster: ClusterState, job: SchedJob | None) -> MemoryShort | HostShort | None:
-    """What the head of the queue lacks, in the pass's numbers (None: not pending, or GPUs are
-    what it waits for)."""
+    """What the head of the queue lacks, in the pass's numbers (None: not pending, or whole
+    GPUs are what it waits for: plain `Resources`)."""
     if job is None or job.running:
         return None
-    if not job.gpu_mem_mib:
-        return _host_short(cluster, job.gpus, job.cpus, job.mem_mib, job.nodes)
-    fits = place_job(cluster, job) is not None
-    most, free = cluster.most_free_shared_mib(), cluster.free_gpus
-    return MemoryShort(job.gpus, job.gpu_mem_mib, fits, most, free)
+    short = waits_for(cluster, job)
+    if short is None and job.gpu_mem_mib:  # it fits: the next pass places it
+        most, free = cluster.most_free_shared_mib(), cluster.free_gpus
+        return MemoryShort(job.gpus, job.gpu_mem_mib, True, most, free)
+    return None if isinstance(short, GpuShort) else short
+
+
+def waits_for(cluster: ClusterState, job: SchedJob) -> Short | None:
+    """The resource that keeps `job` from starting on `cluster` now (None: it fits now): GPU
+    memory only when that is what is short (a `--gpu-mem` job waiting for a CPU is told CPUs),
+    then a machine's CPUs or memory, else whole GPUs."""
+    if job.gpu_mem_mib:
+        shared = cluster.place(
+            job.gpus, 0, 0, job.gpu_mem_mib, nodes=job.nodes, gpu_type=job.gpu_type
+        )  # fmt: skip
+        if shared is None:
+            most, free = cluster.most_free_shared_mib(), cluster.free_gpus
+            return MemoryShort(job.gpus, job.gpu_mem_mib, False, most, free)
+        if place_job(cluster, job) is None:
+            return _host_short_on(cluster, [node for node, _ in shared], job.cpus, job.mem_mib,
+                                  job.nodes)  # fmt: skip
+        return None
+    if place_job(cluster, job) is not None:
+        return None
+    host = _host_short(cluster, job.gpus, job.cpus, job.mem_mib, job.nodes)
+    if host is not None:
+        return host
+    allowed = cluster.nodes_of_type(job.gpu_type)
+    typed = [i for i in range(len(cluster.nodes)) if allowed is None or i in allowed]
+    total = sum(cluster.nodes[i].gpus for i in typed)
+    return GpuShort(total - sum(cluster.free[i] for i in typed), total)
 
 
 def _host_short(
@@ -88,6 +128,17 @@ def _host_short(
     per_node = gpus // max(nodes, 1)
     with_gpus = [i for i, free in enumerate(cluster.free) if free >= per_node]
     if len(with_gpus) < nodes or gpus > cluster.free_gpus:
+        return None
+    return _host_short_on(cluster, with_gpus, cpus, mem_mib, nodes)
+
+
+def _host_short_on(
+    cluster: ClusterState, with_gpus: list[int], cpus: int, mem_mib: int, nodes: int
+) -> HostShort | None:
+    """CPUs first, then memory, of the machines `with_gpus` (those with the GPUs the job
+    needs): what the best of them lacks; None when they have enough."""
+    nodes = min(nodes, len(with_gpus))
+    if not nodes:
         return None
     cpus_each, mem_each = -(-cpus // nodes), -(-mem_mib // nodes)
     for what, free, want in (
