@@ -64,6 +64,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._cancel_header_timer()
         super().connection_lost(exc)
 
+    def shutdown(self) -> None:
+        """A stopping server's word to this connection: a response already streaming (a log
+        followed, a live feed: they never end by themselves) is cut now, and its client comes
+        back to the next server, instead of holding the stop until uvicorn cancels it with an
+        ERROR; a request still being answered is answered first."""
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started and not cycle.response_complete:
+            self.transport.close()
+            return
+        super().shutdown()
+
     def _arm_header_timer(self) -> None:
         if getattr(self, "_header_timer", None) is None:
             self._header_timer = self.loop.call_later(self.header_timeout_s, self._too_slow)
