@@ -5,16 +5,20 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 url="${GPUYARD_URL:-http://127.0.0.1:8765}"
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# The server's own log goes to a file, not between the jobs' output on this terminal.
+log="${GPUYARD_SERVER_LOG:-$PWD/.venv/gpuyard-server.log}"
 
-gpuyard server "$@" &
+gpuyard server "$@" >"$log" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server; exit 0' INT TERM
 
-for _ in $(seq 1 100); do
-  gpuyard queue >/dev/null 2>&1 && break
-  kill -0 $server 2>/dev/null || { wait $server; exit 1; }
+# Until it answers (or exits): a loaded machine may take a while to start it.
+until gpuyard queue >/dev/null 2>&1; do
+  kill -0 $server 2>/dev/null || { cat "$log" >&2; wait $server; exit 1; }
   sleep 0.2
 done
+cat "$log"
+echo "  its log:   $log (everything it says from now on)"
 
 gpu_count=$(gpuyard gpus --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 gpu_flag=()
@@ -35,7 +39,7 @@ say "gpuyard logs $j3"
 gpuyard logs "$j3"
 say "gpuyard queue --all"
 gpuyard queue --all
-say "gpuyard server is running at $url (Ctrl-C stops it). In a new terminal, in this folder:"
+say "gpuyard server is running at $url (Ctrl-C stops it; its log: $log). In a new terminal, in this folder:"
 echo '  JOB=$(.venv/bin/gpuyard submit --time 10m -- .venv/bin/python examples/train_mlp.py)'
 echo "  .venv/bin/gpuyard queue"
 echo '  .venv/bin/gpuyard logs -f $JOB'

@@ -5,6 +5,7 @@ checks)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NoReturn
 
@@ -14,6 +15,12 @@ from tests.needs import missing
 
 if TYPE_CHECKING:
     from tests.postgres_server import PostgresServer
+
+# A root test run never touches the machine's Unix socket (/run/gpuyard/gpuyard.sock): a server
+# a test starts (or one refused at start, which binds it first) would take over, or be refused
+# by, a real server's local users. Every process the tests start inherits this; a test that
+# wants a socket names its own (`--socket` or GPUYARD_SOCKET under its tmp_path).
+os.environ.setdefault("GPUYARD_SOCKET", "off")
 
 
 def _missing(why: str) -> NoReturn:
