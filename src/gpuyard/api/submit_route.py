@@ -32,7 +32,9 @@ from gpuyard.api.convert import job_to_wire, spec_from_wire
 from gpuyard.api.errors import BAD_BODY, describe_invalid, error_response, status_of
 from gpuyard.domain.arrays import parse_array
 from gpuyard.domain.errors import GpuyardError, Unauthorized
+from gpuyard.domain.job import JobSpec
 from gpuyard.domain.principal import Principal
+from gpuyard.domain.units import bare_size_hint
 from gpuyard.schemas.v1 import JobSubmitIn
 from gpuyard.services.jobs.crashpoints import crash_point
 from gpuyard.services.server import ServerFacade
@@ -113,8 +115,22 @@ async def submit(
         job, replayed = await submits.submit_once_async(spec, actor, idempotency_key)
     reason = reads.reason(job) if replayed else job.reason
     out = job_to_wire(job, reason, reads.log_path(job.id))
-    out.hint = server.gpus.hint(job.spec, actor)
+    out.hint = _hints(server, body, job.spec, actor)
     return out.model_dump_json().encode(), replayed
+
+
+def _hints(server: ServerFacade, body: JobSubmitIn, spec: JobSpec, actor: Principal) -> str | None:
+    """Advice printed after the job's id: a --gpu-mem from earlier runs, a `--mem 16` that is
+    16 MiB, and a --mem this server does not hold the job to (no cgroups)."""
+    confinement = server.info.confinement
+    advisory = body.mem is not None and confinement.startswith("none")
+    why = confinement[confinement.find("(") + 1 : confinement.find(")")] or confinement
+    hints = [
+        server.gpus.hint(spec, actor), bare_size_hint(body.mem),
+        f"--mem is advisory on this server ({why}): the job is not held to it"
+        if advisory else None,
+    ]  # fmt: skip
+    return "; ".join(hint for hint in hints if hint) or None
 
 
 class SubmitFastPath:

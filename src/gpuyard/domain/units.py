@@ -33,6 +33,26 @@ def parse_size_mib(text: str, *, field: str = "mem") -> int:
     return max(1, round(mib)) if float(number) > 0 else 0
 
 
+# A bare --mem below this many MiB is most likely gigabytes written without their unit.
+_BARE_MEM_HINT_BELOW_MIB = 1024
+
+
+def bare_size_hint(text: str | None, flag: str = "--mem") -> str | None:
+    """Advice when a size was written without a unit and is small enough to be a slip:
+    `--mem 16` is 16 MiB, as sbatch reads it, which no training job fits in (None: no
+    advice)."""
+    if text is None:
+        return None
+    match = _SIZE_RE.match(text)
+    if match is None or match.group(2) or match.group(3):
+        return None
+    number = match.group(1)
+    if not 0 < float(number) < _BARE_MEM_HINT_BELOW_MIB:
+        return None
+    return (f"{flag} {text.strip()} is {number} MiB (a number without a unit is MiB, as sbatch "
+            f"reads it); did you mean {flag} {number}G?")  # fmt: skip
+
+
 _SUFFIX_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _UNIT_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 
