@@ -139,3 +139,60 @@ def test_the_sweeps_cap_holds_and_cancel_of_its_id_cancels_every_trial(
 
     sweep = wait_for(all_cancelled, timeout_s=30)
     assert {t["reason"] for t in sweep["trials"]} == {"Cancelled by user"}
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(1200)  # six CPU training runs, two at once: minutes on a loaded machine
+def test_the_example_sweep_runs_as_is_on_a_small_machine_without_gpus(tmp_path: Path) -> None:
+    """The README's `gpuyard sweep examples/sweep.toml`, from the clone's root, on a server
+    with no GPUs and two CPUs: every trial runs its training (none fails), and `sweep show`
+    ranks them by the loss they reported."""
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("examples/sweep.toml runs .venv/bin/python, which `make run` makes")
+    server = ServerProcess(tmp_path / "state", "--gpus", "0", "--cpus", "2", "--kill-grace", "1")
+    server.start(timeout_s=120)
+    try:
+        said = server.cli("sweep", "examples/sweep.toml", cwd=REPO).stdout
+        assert "6 trials queued, at most 2 at once" in said, said
+        sweep_id = int(said.split()[1])
+        client = server.client()
+        ended = lambda: set(client.sweep(sweep_id)["states"]) <= TERMINAL  # noqa: E731
+        wait_for(ended, timeout_s=1100, interval_s=0.5)  # pytest's timeout is the deadline
+        sweep = client.sweep(sweep_id)
+        assert set(sweep["states"]) <= {"COMPLETED", "CANCELLED"}, sweep["trials"]
+        assert sweep["states"].get("COMPLETED", 0) >= 2, sweep["trials"]
+        for trial in sweep["trials"]:
+            assert trial["best"] is not None, trial  # each reported its loss
+            if trial["state"] == "CANCELLED":
+                assert trial["reason"].startswith("EarlyStopped: loss "), trial
+        shown = server.cli("sweep", "show", str(sweep_id)).stdout
+        assert "metric: loss (minimize)" in shown and "\n1 " in shown, shown
+    finally:
+        server.stop()
+        server.kill_jobs()
+
+
+def test_a_sweep_whose_program_is_not_there_is_refused_at_submit(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """As `submit` checks its program: the old example's `python3 train.py` from a folder
+    without train.py is one line naming the file's line, and nothing is queued (it used to
+    queue 8 trials that each failed after their wait)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "sweep.toml").write_text(
+        'name = "s"\ncommand = "python3 train.py --lr {lr}"\n[parameters]\nlr = [0.1, 0.2]\n'
+    )
+    refused = server.cli("sweep", "sweep.toml", cwd=work, check=False)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith(
+        f"gpuyard: sweep.toml, line 2: command: train.py: no such file in {work}"
+    ), refused.stderr
+    (work / "sweep.toml").write_text(
+        'name = "s"\ncommand = "./nothing-here --lr {lr}"\n[parameters]\nlr = [0.1]\n'
+    )
+    absent = server.cli("sweep", "sweep.toml", cwd=work, check=False)
+    assert absent.returncode == 1 and "command: ./nothing-here: no such file" in absent.stderr
+    assert server.client().jobs(all=True) == []

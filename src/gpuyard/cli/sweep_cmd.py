@@ -1,6 +1,7 @@
 """`gpuyard sweep`: hyper-parameter sweeps (grid or random, median stopping) as job arrays.
 
-    gpuyard sweep sweep.toml          queue every trial (prints the sweep's id and trial count)
+    gpuyard sweep sweep.toml          queue every trial (prints the sweep's id and trial count;
+                                      --parsable: the id alone)
     gpuyard sweep sweep.toml --dry-run   the trials it would make, nothing queued
     gpuyard sweep show ID             the trials ranked by the metric
     gpuyard sweep list                your sweeps
@@ -45,6 +46,9 @@ def sweep(
     ] = False,
     everyone: Annotated[bool, typer.Option("--all", help="list: every user's (admins)")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    parsable: Annotated[
+        bool, typer.Option("--parsable", help="print the sweep's id alone (as sbatch's)")
+    ] = False,
 ) -> None:
     """Run a hyper-parameter sweep from a TOML file: every trial a task of one job array (at
     most max_running at once), the worst stopped early by the median rule; `sweep show ID`
@@ -59,7 +63,7 @@ def sweep(
     elif sweep_id is not None:
         _usage(f"unexpected {sweep_id!r}: gpuyard sweep FILE | show ID | list")
     else:
-        _submit(what, dry_run, json_out)
+        _submit(what, dry_run, json_out, parsable)
 
 
 def _usage(message: str) -> NoReturn:
@@ -100,19 +104,60 @@ def read_sweep_file(path: str) -> tuple[dict[str, Any], Sweep]:
         raise InvalidRequest(f"{where}: {message}", field=exc.field) from None
 
 
-def _submit(path: str, dry_run: bool, json_out: bool) -> None:
+def _submit(path: str, dry_run: bool, json_out: bool, parsable: bool = False) -> None:
     doc, checked = read_sweep_file(path)
     if dry_run:
         _print_dry_run(checked, json_out)
         return
+    check_trial_program(path, checked)
     made = client().submit_sweep(_json_safe(doc), os.getcwd())
     if json_out:
         commands.print_json(made)
+        return
+    if parsable:  # SWEEP=$(gpuyard sweep --parsable FILE)
+        print(made["id"])
         return
     cap = f", at most {made['max_running']} at once" if made.get("max_running") else ""
     print(
         f"sweep {made['id']} ({printable(made['name'])}): {made['trial_count']} trials "
         f"queued{cap}; `gpuyard sweep show {made['id']}` ranks them"
+    )
+
+
+_INTERPRETERS = ("python", "sh", "bash")
+_SCRIPTS = (".py", ".sh", ".bash")
+
+
+def check_trial_program(path: str, checked: Sweep) -> None:
+    """What every trial runs is here, checked as `submit` checks its program: a missing one
+    fails now, in one line naming the file's line, not in every trial after its wait. The
+    program, and the script an interpreter is given (`python3 train.py`), from this folder."""
+    from gpuyard.cli.submitting import check_program
+    from gpuyard.domain.sweep import line_of
+
+    argv = list(checked.draft(0, checked.expand()[0], None).argv)
+    missing: str | None = None
+    try:
+        check_program(argv[0])
+    except InvalidRequest:
+        missing = argv[0]
+    script = argv[1] if len(argv) > 1 else ""
+    interpreted = os.path.basename(argv[0]).startswith(_INTERPRETERS)
+    if missing is None and interpreted and script.endswith(_SCRIPTS) and not os.path.isfile(script):
+        missing = script
+    if missing is None:
+        return
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            line = line_of(f.read(), "command")
+    except OSError:
+        line = None
+    where = f"{path}, line {line}" if line else path
+    here = "" if os.path.isabs(missing) else f" in {os.getcwd()}"
+    raise InvalidRequest(
+        f"{where}: command: {missing}: no such file{here}; run the sweep from the folder its "
+        "paths are relative to, or give full paths",
+        field="command",
     )
 
 
