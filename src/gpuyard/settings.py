@@ -90,6 +90,16 @@ class Settings:
     # Every job's process and thread limit (its cgroup's pids.max; 0: none): a fork bomb stops
     # there, not at the machine's.
     job_pids_max: int = 16384
+    # Memory for every job: one without --mem gets def_mem_per_cpu_mib for each CPU it asks
+    # (Slurm's DefMemPerCPU; 0: the machine's memory less jobs_mem_reserve_mib, over its
+    # CPUs; -1: none). All jobs together are held below the server's memory (its group's
+    # limit, else the machine's) less jobs_mem_reserve_mib (0: a tenth, 512 MiB to 4 GiB), so
+    # an OOM kill takes a job, never the server. jobs_pids_max, user_pids_max: processes of
+    # all jobs, and of one user's jobs, together (0: 3/4 and 1/2 of the kernel's pid_max).
+    def_mem_per_cpu_mib: int = 0
+    jobs_mem_reserve_mib: int = 0
+    jobs_pids_max: int = 0
+    user_pids_max: int = 0
     # Per-job cgroups where the kernel allows them (--mem, --cpus, pids, GPU devices held by
     # the kernel). Off: limits advisory, and no cgroup migration in a job's start (on v1, the
     # first start after an idle spell waits for an RCU grace period: ~4-13 ms here).
@@ -138,7 +148,8 @@ class Settings:
             ("header_timeout_s", float), ("max_connections", int),
             ("allow_remote", _flag), ("public_names", _names),
             ("preemptible_default", _flag), ("allow_root_jobs", _flag), ("job_pids_max", int),
-            ("job_cgroups", _flag),
+            ("job_cgroups", _flag), ("def_mem_per_cpu_mib", int), ("jobs_mem_reserve_mib", int),
+            ("jobs_pids_max", int), ("user_pids_max", int),
             ("fair_share_half_life_s", float),
             ("retry_backoff_s", float), ("retry_backoff_max_s", float),
             ("node_fail_requeues", int),

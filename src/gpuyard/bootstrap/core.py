@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpuyard.adapters.webhook import HttpPoster
+from gpuyard.domain.machine_share import default_mem_per_cpu_mib
 from gpuyard.domain.retry import RetryRules
 from gpuyard.domain.states import JobState
 from gpuyard.domain.webhooks import UrlPolicy
@@ -154,6 +155,7 @@ def build_core(
     submits = JobSubmits(
         desk, admission, reads, identities=identities,
         preemptible_default=settings.preemptible_default,
+        default_mem_per_cpu_mib=_default_mem_per_cpu(settings, inventory),
     )  # fmt: skip
     verbs = JobVerbs(desk, reads, admission, submits)
     gpus = GpuDesk(inventory, book, scheduler, drains, monitor=monitor, idle=idle, peaks=peaks)
@@ -175,6 +177,17 @@ def build_core(
         book, journal, scheduler, controller, drains, desk, submits, reads, verbs, gpus, feed,
         metrics, executor, monitor, progress, health, notify=notify, events=events, limits=limits,
     )  # fmt: skip
+
+
+def _default_mem_per_cpu(settings: Settings, inventory: Inventory) -> int:
+    """What a job without --mem gets per CPU: the admin's (-1: nothing), else the smallest
+    machine's share for jobs per CPU (`domain/machine_share.py`)."""
+    if settings.def_mem_per_cpu_mib:
+        return max(0, settings.def_mem_per_cpu_mib)
+    return min(
+        default_mem_per_cpu_mib(node.mem_mib, node.cpus, settings.jobs_mem_reserve_mib)
+        for node in inventory.nodes
+    )
 
 
 def _limits(

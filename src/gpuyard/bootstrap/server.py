@@ -189,6 +189,8 @@ def job_cgroups(jobs_dir: Path, settings: Settings, inventory: Inventory) -> Job
     return JobCgroups(
         scope, pids_max=settings.job_pids_max or None, all_gpus=tuple(inventory.gpu_indices()),
         gpu_devices=gpu_device_numbers(inventory.gpus),
+        jobs_mem_reserve_mib=settings.jobs_mem_reserve_mib, jobs_pids_max=settings.jobs_pids_max,
+        user_pids_max=settings.user_pids_max,
     )  # fmt: skip
 
 

@@ -3,7 +3,11 @@ held by the kernel rather than by the job's good will (CUDA_VISIBLE_DEVICES is a
 can unset it).
 
 Where: under the server's own cgroup (a systemd unit's, or wherever it was started), in
-`gpuyard/job-<id>`, so the admin's limits on the server also bound its jobs. cgroup v2 when
+`gpuyard/<scope>/user-<uid>/job-<id>`, so the admin's limits on the server also bound its
+jobs. `<scope>` holds all of this server's jobs to the server's memory (its group's limit,
+else the machine's) less a reserve, so a job's OOM kill happens among the jobs and never takes
+the server or a job within its own --mem, and to a pids limit for all jobs; `user-<uid>` to a
+pids limit for each user's jobs together (`domain/machine_share.py` says how much). cgroup v2 when
 its `memory`, `cpu` and `pids` controllers can be enabled there, else the v1 hierarchies of
 those controllers and of `devices` (v1 alone confines devices here: v2 needs a BPF program).
 Without either (not root, no cgroup file system), the limits are advisory: `describe()` says
@@ -24,7 +28,9 @@ The executor makes the groups before the supervisor starts and names them in `la
 the job's process joins them (writes itself to each `cgroup.procs`) before it drops its
 privileges, so the supervisor stays outside (an OOM kill never takes it). When the job has
 ended the executor reads whether the kernel killed it for memory (v2 memory.events
-`oom_kill`, v1 memory.oom_control `oom_kill`) and removes the groups.
+`oom_kill`, v1 memory.oom_control `oom_kill`), and why (`oom_cause`: its own limit was hit,
+v1 memory.failcnt / v2 memory.events `max`; else all jobs' limit, or the machine), and removes
+the groups.
 """
 
 from __future__ import annotations
@@ -33,12 +39,14 @@ import contextlib
 import glob
 import logging
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuyard.domain.job import Gpu
+from gpuyard.domain.machine_share import mem_reserve_mib, pids_shares
 
 log = logging.getLogger("gpuyard.cgroups")
 
@@ -50,6 +58,7 @@ _PERIOD_US = 100_000
 _V1_CONTROLLERS = ("memory", "cpu", "pids", "devices")
 _V2_CONTROLLERS = ("memory", "cpu", "pids")
 _STALE_S = 60.0
+_PEAK_SLACK_B = 1 << 20  # a group whose peak came this close to its limit reached it
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +73,7 @@ class JobLimits:
     # (major, minor) of each GPU's device node by index (`gpu_device_numbers`); empty: the
     # NVIDIA rule, /dev/nvidiaN for GPU N.
     gpu_devices: tuple[tuple[int, int, int], ...] = ()
+    uid: int | None = None  # whose job: its group sits in that user's (None: in the scope)
 
 
 class JobCgroups:
@@ -78,11 +88,18 @@ class JobCgroups:
         root: Path = ROOT,
         self_cgroup: str = "/proc/self/cgroup",
         gpu_devices: Mapping[int, tuple[int, int]] | None = None,
+        jobs_mem_reserve_mib: int = 0,
+        jobs_pids_max: int = 0,
+        user_pids_max: int = 0,
+        meminfo: str = "/proc/meminfo",
+        pid_max: str = "/proc/sys/kernel/pid_max",
     ) -> None:
         """`scope`: this server's own folder under `gpuyard/` (two servers on one machine
         both have a job 1); `pids_max`: every job's limit; `all_gpus`: the server's GPUs;
         `gpu_devices`: each GPU's device node (major, minor) by index, where they are not
-        NVIDIA's /dev/nvidiaN (`gpu_device_numbers`)."""
+        NVIDIA's /dev/nvidiaN (`gpu_device_numbers`); `jobs_mem_reserve_mib`: what all jobs
+        together leave the server and the machine (0: `mem_reserve_mib`'s); `jobs_pids_max`,
+        `user_pids_max`: processes of all jobs, of one user's jobs (0: `pids_shares`')."""
         self._scope = scope
         self.pids_max = pids_max
         self.all_gpus = all_gpus
@@ -92,10 +109,19 @@ class JobCgroups:
         self._v2: Path | None = None
         self._v1: dict[str, Path] = {}
         self._why_not = ""
+        self._lock = threading.Lock()  # a user's folder is made by one launch at a time
+        self._uids: dict[int, int] = {}  # job id -> whose group it is in
+        self._scope_fails: dict[int, int] = {}  # job id -> all jobs' limit hits at its start
+        self.jobs_mem_mib: int | None = None  # all jobs together (None: not held)
         try:
             self._find(root, Path(self_cgroup).read_text())
         except OSError as exc:
             self._why_not = f"no cgroup file system ({exc.strerror or exc})"
+        jobs_pids, self.user_pids_max = pids_shares(
+            _read_int(Path(pid_max)) or 32768, jobs_pids_max, user_pids_max
+        )
+        if self.available:
+            self._hold_all_jobs(root, _mem_total_mib(meminfo), jobs_mem_reserve_mib, jobs_pids)
 
     @property
     def available(self) -> bool:
@@ -142,62 +168,137 @@ class JobCgroups:
         self._v1 = v1
         self._why_not = "no writable memory controller (the server must run as root)"
 
+    def _hold_all_jobs(self, root: Path, total_mib: int, reserve_mib: int, pids: int) -> None:
+        """The scope's limits: the server's memory less the reserve, and the pids of all jobs."""
+        scope = self._v2 if self._v2 is not None else self._v1.get("memory")
+        if scope is not None:
+            above = _limit_above_mib(scope, "memory.max" if self._v2 else "memory.limit_in_bytes")
+            total = min(total_mib, above) if above else total_mib
+            jobs_mib = total - mem_reserve_mib(total, reserve_mib)
+            try:
+                if self._v2 is not None:
+                    _write(scope / "memory.max", str(jobs_mib << 20))
+                else:
+                    # RAM alone (each job's own group holds its swap): the kernel counts
+                    # this limit's hits (failcnt) only where the RAM counter is the one hit.
+                    _write(scope / "memory.limit_in_bytes", str(jobs_mib << 20))
+                self.jobs_mem_mib = jobs_mib
+            except OSError as exc:
+                log.warning("cannot hold all jobs below %d MiB (%s)", jobs_mib, exc)
+        pids_scope = self._v2 if self._v2 is not None else self._v1.get("pids")
+        if pids_scope is not None:
+            with contextlib.suppress(OSError):
+                _write(pids_scope / "pids.max", str(pids))
+
     # -- per job ------------------------------------------------------------------------
-    def limits(self, mem_mib: int, cpus: int, gpus: tuple[int, ...]) -> JobLimits:
-        """A job's limits from its request (0: none asked)."""
+    def limits(
+        self, mem_mib: int, cpus: int, gpus: tuple[int, ...], *, uid: int | None = None
+    ) -> JobLimits:
+        """A job's limits from its request (0: none asked); `uid`: whose job it is."""
         return JobLimits(
-            mem_mib or None, cpus or None, self.pids_max, gpus, self.all_gpus, self.gpu_devices
-        )
+            mem_mib or None, cpus or None, self.pids_max, gpus, self.all_gpus, self.gpu_devices,
+            uid,
+        )  # fmt: skip
+
+    def _user_folder(self, base: Path, uid: int | None, v2: bool = False) -> Path:
+        """Where a job of `uid` gets its group: that user's folder (made, its pids limit
+        written), or the scope itself for a job of nobody in particular."""
+        if uid is None:
+            return base
+        folder = base / f"user-{uid}"
+        if v2:
+            _delegate(folder)
+        else:
+            folder.mkdir(exist_ok=True)
+        if (folder / "pids.max").exists():
+            _write(folder / "pids.max", str(self.user_pids_max))
+        return folder
+
+    def _group(self, base: Path, job_id: int) -> Path:
+        uid = self._uids.get(job_id)
+        name = f"job-{job_id}"
+        if uid is not None:
+            return base / f"user-{uid}" / name
+        found = glob.glob(str(base / "user-*" / name))  # a job adopted after a restart
+        return Path(found[0]) if found else base / name
 
     def create(self, job_id: int, limits: JobLimits) -> list[str]:
         """The job's groups, limits written (an earlier run's are replaced); their folders,
         for the launch file. [] when there are none (advisory limits)."""
         self.remove(job_id)
         name = f"job-{job_id}"
-        if self._v2 is not None:
-            if not self._v2.exists():  # swept by another server's start while we had no job
-                _delegate(self._v2)
-            group = self._v2 / name
-            group.mkdir()
-            _write_v2(group, limits)
-            return [str(group)]
-        made = []
-        for controller, base in self._v1.items():
-            if not _limits_in(controller, limits):
-                continue  # each group the job joins costs its start ~1 ms (v1 migration)
-            group = base / name
-            base.mkdir(exist_ok=True)  # swept by another server's start while we had no job
-            group.mkdir()
-            made.append(str(group))
-            _write_v1(controller, group, limits)
-        return made
+        with self._lock:
+            if limits.uid is not None:
+                self._uids[job_id] = limits.uid
+            if self._v2 is not None:
+                if not self._v2.exists():  # swept by another server's start while we had none
+                    _delegate(self._v2)
+                self._scope_fails[job_id] = _counter(self._v2 / "memory.events.local", "max")
+                group = self._user_folder(self._v2, limits.uid, v2=True) / name
+                group.mkdir()
+                _write_v2(group, limits)
+                return [str(group)]
+            made = []
+            for controller, base in self._v1.items():
+                if not _limits_in(controller, limits):
+                    continue  # each group the job joins costs its start ~1 ms (v1 migration)
+                base.mkdir(exist_ok=True)  # swept by another server's start while we had none
+                if controller == "memory":
+                    self._scope_fails[job_id] = _read_int(base / "memory.failcnt")
+                group = self._user_folder(base, limits.uid) / name
+                group.mkdir()
+                made.append(str(group))
+                _write_v1(controller, group, limits)
+            return made
 
     def out_of_memory(self, job_id: int) -> bool:
-        """Whether the kernel killed a process of the job for its memory limit."""
-        name = f"job-{job_id}"
-        if self._v2 is not None:
-            return _counter(self._v2 / name / "memory.events", "oom_kill") > 0
-        base = self._v1.get("memory")
+        """Whether the kernel killed a process of the job for memory."""
+        return self.oom_cause(job_id) is not None
+
+    def oom_cause(self, job_id: int) -> str | None:
+        """Why the kernel killed a process of the job for memory: "own" (the job reached its
+        own --mem), "jobs" (all jobs together reached theirs: `jobs_mem_mib`), "machine"
+        (the server's group or the machine ran out); None: it did not."""
+        base = self._v2 if self._v2 is not None else self._v1.get("memory")
         if base is None:
-            return False
-        return _counter(base / name / "memory.oom_control", "oom_kill") > 0
+            return None
+        group = self._group(base, job_id)
+        if self._v2 is not None:
+            if _counter(group / "memory.events", "oom_kill") == 0:
+                return None
+            own = _counter(group / "memory.events", "max") > 0
+            scope_fails = _counter(base / "memory.events.local", "max")
+        else:
+            if _counter(group / "memory.oom_control", "oom_kill") == 0:
+                return None
+            own = _reached_v1(group)
+            scope_fails = _read_int(base / "memory.failcnt")
+        if own:
+            return "own"
+        return "jobs" if scope_fails > self._scope_fails.get(job_id, scope_fails) else "machine"
 
     def close(self) -> None:
         """Remove this server's folder once no job's group is left in it (a job still running
         across a restart keeps it: rmdir of a folder with groups fails, and that is fine)."""
         bases = [self._v2] if self._v2 is not None else list(self._v1.values())
         for base in bases:
+            if base is None:
+                continue
+            for folder in glob.glob(str(base / "user-*")):
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
             with contextlib.suppress(OSError):
-                if base is not None:
-                    base.rmdir()
+                base.rmdir()
 
     def remove(self, job_id: int) -> None:
         """Remove the job's groups (its processes are gone; a straggler is killed first)."""
-        name = f"job-{job_id}"
         bases = [self._v2] if self._v2 is not None else list(self._v1.values())
-        for base in bases:
-            if base is not None:
-                _remove_group(base / name)
+        with self._lock:
+            for base in bases:
+                if base is not None:
+                    _remove_group(self._group(base, job_id))
+            self._uids.pop(job_id, None)
+            self._scope_fails.pop(job_id, None)
 
 
 def _make_dir(path: Path) -> bool:
@@ -222,10 +323,14 @@ def _sweep(base: Path, keep: Path | None = None) -> bool:
         for folder in base.iterdir():
             if not folder.is_dir():
                 continue
-            for group in folder.glob("job-*"):
+            for group in [*folder.glob("job-*"), *folder.glob("user-*/job-*")]:
                 with contextlib.suppress(OSError):
                     if group.stat().st_mtime < stale and not _pids(group):
                         group.rmdir()
+            for user in folder.glob("user-*"):
+                with contextlib.suppress(OSError):
+                    if user.stat().st_mtime < stale:
+                        user.rmdir()
             if folder != keep:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
@@ -288,7 +393,9 @@ def _limits_in(controller: str, limits: JobLimits) -> bool:
     """Whether a v1 group of this controller would hold the job to anything."""
     if controller == "devices":
         return bool(denied_devices(limits))
-    wanted = {"memory": limits.mem_mib, "cpu": limits.cpus, "pids": limits.pids_max}
+    if controller == "memory":  # always: every job is under all jobs' limit
+        return True
+    wanted = {"cpu": limits.cpus, "pids": limits.pids_max or limits.uid is not None}
     return bool(wanted.get(controller))
 
 
@@ -402,6 +509,54 @@ def _counter(path: Path, key: str) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _reached_v1(group: Path) -> bool:
+    """Whether a v1 group reached its own limit: a hit counted, or its peak at the limit (the
+    kernel keeps no count for the RAM+swap counter, which a limit on both hits first)."""
+    if _read_int(group / "memory.failcnt") or _read_int(group / "memory.memsw.failcnt"):
+        return True
+    for kind in ("memory", "memory.memsw"):
+        limit = _read_int(group / f"{kind}.limit_in_bytes")
+        peak = _read_int(group / f"{kind}.max_usage_in_bytes")
+        if 0 < limit < (1 << 62) and peak >= limit - _PEAK_SLACK_B:
+            return True
+    return False
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _mem_total_mib(meminfo: str) -> int:
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 40
+
+
+def _limit_above_mib(scope: Path, name: str) -> int:
+    """The smallest memory limit of the groups above the scope's `gpuyard/` folder (the
+    server's own group and its parents, up to the hierarchy's root, which has no limit
+    file on v2 and an unlimited one on v1); 0: none."""
+    found = 0
+    group = scope.parent.parent
+    while group.parent != group:
+        try:
+            text = (group / name).read_text().strip()
+        except OSError:
+            return found  # above the hierarchy's root
+        if text != "max" and text.isdigit() and int(text) < (1 << 62):
+            found = min(found or int(text) >> 20, int(text) >> 20)
+        group = group.parent
+    return found
 
 
 def _remove_group(group: Path) -> None:

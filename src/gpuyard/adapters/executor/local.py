@@ -158,7 +158,8 @@ class LocalExecutor:
             self._folder.prepare(jobdir, plan)
             groups: list[str] = []
             if self._cgroups is not None:
-                limits = self._cgroups.limits(job.spec.mem_mib, job.spec.cpus, job.gpus)
+                uid = plan.run_as.uid if plan.run_as is not None else os.getuid()
+                limits = self._cgroups.limits(job.spec.mem_mib, job.spec.cpus, job.gpus, uid=uid)
                 groups = self._cgroups.create(job.id, limits)
             marker = new_marker()
             io = job_io(job, plan, jobdir)
@@ -386,19 +387,14 @@ class LocalExecutor:
         if self._cgroups is None:
             return status
         try:
-            oom = self._cgroups.out_of_memory(job.id)
+            cause = self._cgroups.oom_cause(job.id)
             self._cgroups.remove(job.id)
         except OSError as exc:
             log.warning("job %s: cannot release its cgroups (%s)", job.id, exc)
             return status
-        if not oom or status.stop_requested or status.timed_out or status.exit_code == 0:
+        if not cause or status.stop_requested or status.timed_out or status.exit_code == 0:
             return status
-        asked = format_size_mib(job.spec.mem_mib)
-        return replace(
-            status, out_of_memory=True,
-            reason=f"OutOfMemory: the job used all its --mem {asked} of host RAM and the kernel "
-            "killed it (not GPU memory); ask for more --mem",
-        )  # fmt: skip
+        return replace(status, out_of_memory=True, reason=_oom_reason(job, cause, self._cgroups))
 
     def _end_leftovers(self, job: Job, pid: int, started_at: float | None) -> bool:
         """End whatever of the job still runs after its supervisor `pid` (`tree.py`); True
@@ -430,6 +426,26 @@ class LocalExecutor:
                 self._forks.close()  # the supervisors it forked run on
         if self._cgroups is not None:
             self._cgroups.close()
+
+
+def _oom_reason(job: Job, cause: str, cgroups: JobCgroups) -> str:
+    """Why the kernel killed the job for host RAM, naming whose limit was reached: the job's
+    own --mem (its to raise), or, the job within it, all jobs' or the machine's (not its)."""
+    asked = format_size_mib(job.spec.mem_mib) if job.spec.mem_mib else "(none)"
+    if cause == "own":
+        return (
+            f"OutOfMemory: the job used all its --mem {asked} of host RAM and the kernel killed "
+            "it (not GPU memory); ask for more --mem"
+        )
+    if cause == "jobs" and cgroups.jobs_mem_mib:
+        given = format_size_mib(cgroups.jobs_mem_mib)
+        whose = f"all jobs together reached the {given} of host RAM this server gives jobs"
+    else:
+        whose = "the machine (or the server's own cgroup) ran out of host RAM"
+    return (
+        f"OutOfMemory: the kernel killed the job for memory while it was within its --mem "
+        f"{asked}: {whose}; not this job's limit: submit it again"
+    )
 
 
 def _exit_code(child: subprocess.Popen[bytes] | _Forked | None) -> int | None:

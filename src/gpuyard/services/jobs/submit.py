@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuyard.domain.errors import GpuyardError, InvalidRequest
 from gpuyard.domain.job import Job, JobSpec
@@ -43,7 +43,8 @@ class DryRun:
 
 class JobSubmits:
     """The submit use cases. `preemptible_default`: whether a submission that does not say
-    may be preempted (`--preemptible-default`)."""
+    may be preempted (`--preemptible-default`); `default_mem_per_cpu_mib`: the memory a job
+    that asks none gets per CPU (Slurm's DefMemPerCPU; 0: none), held and counted as --mem."""
 
     def __init__(
         self,
@@ -53,8 +54,10 @@ class JobSubmits:
         *,
         identities: RunAsPolicy | None = None,
         preemptible_default: bool = False,
+        default_mem_per_cpu_mib: int = 0,
     ) -> None:
         self._desk = desk
+        self.default_mem_per_cpu_mib = default_mem_per_cpu_mib
         self._admission = admission
         self._reads = reads  # a replayed key's array, as the submitter sees it
         self._identities = identities
@@ -110,6 +113,7 @@ class JobSubmits:
     # -- the dry run ----------------------------------------------------------------------
     def dry_run(self, spec: JobSpec, actor: Principal) -> DryRun:
         """Whether `spec` can ever run here and when it would start, without queueing it."""
+        spec = self._with_default_mem(Submission((spec,), actor)).specs[0]
         self._admission.admit(Submission((spec,), actor))
         desk = self._desk
         probe_id = desk.book.peek_next_id()
@@ -134,7 +138,23 @@ class JobSubmits:
             return None  # refused by the admission's owner check in one line, at the submit
 
     # -- the one path -----------------------------------------------------------------------
+    def _with_default_mem(self, sub: Submission) -> Submission:
+        """Each spec without --mem given the server's memory per CPU for its CPUs (at most
+        what the largest machine has, per machine), as Slurm applies DefMemPerCPU at submit:
+        its cgroup holds it there and the scheduler counts it."""
+        per_cpu = self.default_mem_per_cpu_mib
+        if not per_cpu or all(spec.mem_mib for spec in sub.specs):
+            return sub
+        most = max(node.mem_mib for node in self._desk.inventory.nodes)
+        given: dict[int, JobSpec] = {}
+        for spec in sub.specs:
+            if id(spec) not in given:
+                mem = min(per_cpu * spec.cpus, most * spec.nodes)
+                given[id(spec)] = spec if spec.mem_mib else replace(spec, mem_mib=mem)
+        return Submission([given[id(s)] for s in sub.specs], sub.actor, sub.indices)
+
     def _submit(self, sub: Submission, *, restart_of: int | None = None) -> list[Job]:
+        sub = self._with_default_mem(sub)
         self._admission.admit(sub)
         jobs = self._new_jobs(sub, restart_of=restart_of)
         self._desk.store.write(jobs, [])
@@ -143,6 +163,7 @@ class JobSubmits:
     async def _submit_async(self, sub: Submission, key: str | None = None) -> list[Job]:
         """`key`: recorded on every job (a retry finds the first); only `_submit_once` passes
         one (it makes sure no other job has it)."""
+        sub = self._with_default_mem(sub)
         for workdir in self._admission.admit(sub, defer_dirs=True):
             await asyncio.to_thread(self._admission.check_workdir, workdir)
         jobs = self._new_jobs(sub, key=key)
@@ -159,6 +180,7 @@ class JobSubmits:
         return self._queue(jobs)
 
     async def _submit_once(self, sub: Submission, key: str) -> tuple[Job, bool]:
+        sub = self._with_default_mem(sub)  # a retry's spec compared as the first was kept
         user = sub.actor.user
         while True:
             found = self._keys.claim(user, key, sub.specs[0])
