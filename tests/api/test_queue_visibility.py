@@ -3,6 +3,8 @@ working directory, log and GPU stats are its owner's and the admins' only."""
 
 from __future__ import annotations
 
+import time
+
 from tests.api.test_tokens_accounts import Rig, _add_user
 from tests.api.test_tokens_accounts import rig as rig  # the fixture
 
@@ -23,3 +25,26 @@ def test_the_queue_shows_others_jobs_without_their_details(rig: Rig) -> None:
 
     mine = {j["id"]: j for j in rig.admin().get("/api/v1/jobs").json()}[job["id"]]
     assert mine["command"] == body["command"] and mine["workdir"] == rig.workdir
+
+
+def test_others_rows_hide_output_paths_launch_failures_and_names_from_the_command(
+    rig: Rig,
+) -> None:
+    body = {"command": ["/opt/alice-secret/train.sh", "--key", "k1"], "workdir": rig.workdir,
+            "output_path": "/srv/alice-private/out-%j.txt", "error_path": "/srv/alice-private/e"}
+    job = rig.admin().post("/api/v1/jobs", json=body).json()
+    deadline = time.monotonic() + 30
+    while rig.admin().get(f"/api/v1/jobs/{job['id']}").json()["state"] != "FAILED":
+        assert time.monotonic() < deadline, "the job did not fail to launch"
+        time.sleep(0.05)
+    mine = rig.admin().get(f"/api/v1/jobs/{job['id']}").json()
+    assert mine["reason"].startswith("LaunchFailed: ") and "alice-secret" in mine["reason"]
+    assert mine["name"] == "train.sh" and mine["output_path"] == body["output_path"]
+    assert _add_user(rig, "nobody").status_code == 201
+    other = rig.as_(rig.token_of("nobody"))
+    listed = other.get("/api/v1/jobs", params={"all": "true"}).json()
+    seen = {j["id"]: j for j in listed}[job["id"]]
+    assert seen["reason"] == "LaunchFailed" and seen["state"] == "FAILED"
+    assert seen["name"] == "job"  # not the program's name
+    assert "alice-private" not in str(seen) and "alice-secret" not in str(seen)
+    assert seen["output_path"] is None and seen["error_path"] is None

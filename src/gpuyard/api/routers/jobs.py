@@ -28,6 +28,7 @@ from gpuyard.domain.states import JobState
 from gpuyard.domain.units import parse_duration_s
 from gpuyard.scheduling.projection import StartEstimates
 from gpuyard.schemas.v1 import CleanOut, DryRunOut, JobOut, JobSubmitIn
+from gpuyard.services.access.rules import reason_code, redact_job
 from gpuyard.services.jobs.change_feed import ChangeFeed
 from gpuyard.services.jobs.reads import MAX_PAGE, JobReads, LogReader
 from gpuyard.services.scheduler.live import LiveScheduler
@@ -61,7 +62,7 @@ def _listed(
     if server.reads.shows_details(actor, job):
         return _out(server, job, estimates)
     start = estimates.starts.get(job.id) if estimates else None
-    return job_to_wire(job, server.reads.reason(job), "", start)
+    return job_to_wire(job, reason_code(server.reads.reason(job)), "", start)
 
 
 async def _estimates(scheduler: LiveScheduler, jobs: list[Job]) -> StartEstimates | None:
@@ -166,7 +167,7 @@ async def _changes(feed: ChangeFeed, actor: Principal) -> AsyncIterator[bytes]:
                 continue
             # Every job, as the queue lists it to everyone (`_listed`): a live queue page moves
             # other users' jobs too; their details are fetched (and refused) one by one.
-            job = change.after
+            job = redact_job(actor, change.after)
             data = {"id": job.id, "name": job.spec.name, "owner": job.owner,
                     "state": job.state.value, "version": job.version, "reason": job.reason,
                     "at": change.at}  # fmt: skip

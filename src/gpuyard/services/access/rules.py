@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from gpuyard.domain.errors import Forbidden, NotFound
 from gpuyard.domain.job import Job
 from gpuyard.domain.principal import Principal
+from gpuyard.domain.spec_rules import default_name
 from gpuyard.domain.webhooks import NotifySettings, url_host
 
 
@@ -79,11 +80,33 @@ def require_admin(actor: Principal, what: str) -> None:
 
 def redact_job(actor: Principal, job: Job) -> Job:
     """A job as the actor may see it in a listing: everyone sees who, what size, which state
-    and why (as `squeue`); the command and working directory are the owner's and the admins'
-    (its log and GPU stats too: the reader asks `may_see` for those)."""
+    and why (as `squeue`: the reason's code); the command, working directory, output paths,
+    interpreter, a name made from the command and a reason's detail (a launch failure quotes
+    argv and the workdir) are the owner's and the admins' (its log and GPU stats too: the
+    reader asks `may_see` for those)."""
     if may_see(actor, job.owner):
         return job
-    return replace(job, spec=replace(job.spec, argv=(), workdir=""))
+    spec = job.spec
+    name = HIDDEN_NAME if spec.argv and spec.name == default_name(spec.argv) else spec.name
+    spec = replace(spec, argv=(), workdir="", name=name, output_path=None, error_path=None,
+                   python=None, venv=None)  # fmt: skip
+    attempts = tuple(replace(a, reason=reason_code(a.reason)) for a in job.attempts)
+    return replace(job, spec=spec, reason=reason_code(job.reason), attempts=attempts)
+
+
+# What another user sees of a job named after its command (`python`, `train.sh`).
+HIDDEN_NAME = "job"
+
+
+def reason_code(reason: str) -> str:
+    """A reason without its detail (`LaunchFailed: cannot run /home/alice/x` -> `LaunchFailed`),
+    as another user's job shows it."""
+    return reason.split(":", 1)[0].strip()
+
+
+def public_reason(actor: Principal, owner: str, reason: str) -> str:
+    """A job's reason as the actor may see it: whole for its owner and the admins."""
+    return reason if may_see(actor, owner) else reason_code(reason)
 
 
 def redact_notify(actor: Principal, settings: NotifySettings) -> NotifySettings:
