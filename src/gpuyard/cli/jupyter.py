@@ -84,10 +84,43 @@ def jupyter_argv(command: list[str], root_dir: str) -> list[str]:
     ]  # fmt: skip
 
 
-def tunnel_host(url: str) -> str:
-    """The machine the ssh tunnel goes to: the server's, as the client reaches it."""
+def tunnel_host(url: str) -> str | None:
+    """The machine the ssh tunnel goes to: the server's, as the client reaches it; on this
+    machine its name (None when it calls itself only `localhost`, which from another machine
+    is that one)."""
     host = (urlsplit(url).hostname or "") if url.startswith("http") else ""
-    return socket.getfqdn() if host in _LOOPBACK else host
+    if host not in _LOOPBACK:
+        return host
+    for name in (socket.getfqdn(), socket.gethostname()):
+        if not _loopback_name(name):
+            return name
+    return None
+
+
+def _loopback_name(name: str) -> bool:
+    """`localhost`, `localhost.localdomain`, `ip6-localhost`, 127.0.0.1, ...: names that mean
+    the machine they are typed on."""
+    from gpuyard.locations import is_loopback
+
+    name = name.strip().rstrip(".").lower()
+    return (
+        name in ("", "localhost", "ip6-localhost", "ip6-loopback")
+        or name.startswith("localhost.")
+        or is_loopback(name)
+    )
+
+
+def tunnel_lines(port: int, user: str, host: str | None) -> list[str]:
+    """How to reach the job's port from one's own machine: the ssh tunnel, with the name to
+    type in it when this machine does not know its own."""
+    if host is not None:
+        return ["From your own machine, open a tunnel first:",
+                f"  ssh -N -L {port}:127.0.0.1:{port} {user}@{host}"]  # fmt: skip
+    return [
+        "From your own machine, open a tunnel first (HOST: the name or address you ssh to this "
+        "machine by; it calls itself only localhost):",
+        f"  ssh -N -L {port}:127.0.0.1:{port} {user}@HOST",
+    ]
 
 
 def run_jupyter(
@@ -143,9 +176,8 @@ def run_jupyter(
     sys.stdout.write(
         f"JupyterLab is running (job {job_id}):\n"
         f"  {job['service_url']}/lab?token={token}\n"
-        f"From your own machine, open a tunnel first:\n"
-        f"  ssh -N -L {port}:127.0.0.1:{port} {user}@{host}\n"
-        f"Stop it with: gpuyard cancel {job_id}\n"
+        + "".join(line + "\n" for line in tunnel_lines(port, user, host))
+        + f"Stop it with: gpuyard cancel {job_id}\n"
     )
     return 0
 
