@@ -17,11 +17,21 @@ DEFAULT_SOCKET = "/run/gpuyard/gpuyard.sock"
 SOCKET_OFF = ("off", "none", "0", "no", "false")
 
 
-def state_dir_path() -> str:
-    """`GPUYARD_STATE_DIR`, else `~/.local/share/gpuyard` (XDG data home)."""
+# Where a server run as root (and root's CLI, for the token) keeps its state unless told: a
+# folder every job's owner can cross to their own job's folder (root's home is closed to them:
+# their scripts would not run). GPUYARD_ROOT_STATE_DIR moves it (a package's layout, tests).
+ROOT_STATE_DIR = "/var/lib/gpuyard"
+
+
+def state_dir_path(euid: int | None = None, root_state_dir: str | None = None) -> str:
+    """`GPUYARD_STATE_DIR`, else for root (`euid` 0; default this process's)
+    `root_state_dir` (default `GPUYARD_ROOT_STATE_DIR`, else `ROOT_STATE_DIR`), else
+    `~/.local/share/gpuyard` (XDG data home)."""
     explicit = os.environ.get("GPUYARD_STATE_DIR")
     if explicit:
         return os.path.expanduser(explicit)
+    if (os.geteuid() if euid is None else euid) == 0:
+        return root_state_dir or os.environ.get("GPUYARD_ROOT_STATE_DIR") or ROOT_STATE_DIR
     data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "share"
     )

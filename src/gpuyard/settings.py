@@ -26,7 +26,8 @@ __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_URL", "TOKEN_FILE", "Setting
 
 
 def default_state_dir() -> Path:
-    """`GPUYARD_STATE_DIR`, else `~/.local/share/gpuyard` (XDG data home)."""
+    """`GPUYARD_STATE_DIR`, else `/var/lib/gpuyard` for root, else `~/.local/share/gpuyard`
+    (XDG data home): `locations.state_dir_path`."""
     return Path(state_dir_path())
 
 

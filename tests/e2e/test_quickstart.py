@@ -4,6 +4,7 @@ the URL of this test's server), on a machine without GPUs."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -25,20 +26,33 @@ def readme_block(after: str) -> str:
 
 
 def new_terminal(home: Path, url: str, **extra: str) -> dict[str, str]:
-    """A fresh login's environment: no venv, no GPUYARD_STATE_DIR, no token."""
+    """A fresh login's environment: no venv, no GPUYARD_STATE_DIR, no token. Root's default
+    state dir (/var/lib/gpuyard) is moved beside `home`: no test reads the machine's own."""
     return {"PATH": NEW_TERMINAL_PATH, "HOME": str(home), "LANG": "C.UTF-8",
-            "GPUYARD_URL": url, **extra}  # fmt: skip
+            "GPUYARD_URL": url, "GPUYARD_ROOT_STATE_DIR": str(root_default(home)),
+            **extra}  # fmt: skip
+
+
+def root_default(home: Path) -> Path:
+    """Where root's default state dir is put for this test (its parent is `home`'s)."""
+    return home.parent / "var-lib-gpuyard"
+
+
+def default_state_dir(home: Path) -> Path:
+    """The state dir `gpuyard` uses when told none: root's default for root (this test's
+    stand-in for /var/lib/gpuyard), else ~/.local/share/gpuyard."""
+    return root_default(home) if os.geteuid() == 0 else home / ".local" / "share" / "gpuyard"
 
 
 @pytest.fixture
 def make_run_server(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """`gpuyard server` as `make run` starts it: defaults (state in ~/.local/share/gpuyard, GPUs
-    detected: none here), the virtualenv on its PATH."""
+    """`gpuyard server` as `make run` starts it: defaults (state in /var/lib/gpuyard for root,
+    else ~/.local/share/gpuyard; GPUs detected: none here), the virtualenv on its PATH."""
     if not (ROOT / ".venv" / "bin" / "gpuyard").exists() or BIN != ROOT / ".venv" / "bin":
         pytest.skip("the README's commands name ./.venv, which is not this test run's env")
     home = tmp_path / "home"
     env = {"PATH": f"{BIN}:{NEW_TERMINAL_PATH}", "HOME": str(home), "LANG": "C.UTF-8"}
-    server = ServerProcess(home / ".local" / "share" / "gpuyard", env=env)
+    server = ServerProcess(default_state_dir(home), env=env)
     server.start()
     yield server, home
     server.stop()
@@ -63,7 +77,7 @@ def test_a_refused_or_missing_token_names_the_file_it_tried(tmp_path: Path) -> N
     server = ServerProcess(custom, env={"PATH": f"{BIN}:{NEW_TERMINAL_PATH}", "HOME": str(home)})
     server.start()
     try:
-        default_token = home / ".local" / "share" / "gpuyard" / "token"
+        default_token = default_state_dir(home) / "token"
         queue = [str(BIN / "gpuyard"), "queue"]
         missing = subprocess.run(queue, capture_output=True, text=True,
                                  env=new_terminal(home, server.url))  # fmt: skip

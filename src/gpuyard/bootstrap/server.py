@@ -48,7 +48,12 @@ from gpuyard.bootstrap.ray_wiring import (
     ray_backend,
     settle_ray_restart,
 )
-from gpuyard.bootstrap.state_dir import current_umask, ensure_token, writable_state_dir
+from gpuyard.bootstrap.state_dir import (
+    closed_to_owners,
+    current_umask,
+    ensure_token,
+    writable_state_dir,
+)
 from gpuyard.bootstrap.store import open_store
 
 
@@ -75,6 +80,7 @@ def build_server(
             mapped_identity(lambda name: _unix_user_of(accounts, name)), os.geteuid(), owner,
             allow_root_jobs=settings.allow_root_jobs,
             server_umask=current_umask() if job_umask is None else job_umask,
+            closed_to_owners=closed_to_owners(state) if settings.backend == "local" else None,
         )  # fmt: skip
         ray: RayParts | None = None
         confinement = "none (--backend ray: Ray's workers run the jobs): limits are advisory"

@@ -32,18 +32,32 @@ def writable_state_dir(state: Path) -> None:
         _warn_unreachable(state)
 
 
-def _warn_unreachable(state: Path) -> None:
-    """A root server runs jobs as their owners, who must cross every folder above their own
-    job's folder to run the script copied at submit: say which one shuts them out (the
-    default state dir under /root does)."""
+def closed_to_owners(state: Path) -> str | None:
+    """On a root server, why jobs run as their owners cannot reach their own folders under
+    `state` (they must cross every folder above it to run the script copied at submit: a
+    state dir under /root cannot be), or None."""
+    if os.geteuid() != 0:
+        return None
     for folder in (state.resolve(), *state.resolve().parents):
-        if not os.stat(folder).st_mode & 0o001:
-            logging.getLogger("gpuyard.server").warning(
-                "jobs run as their owners cannot reach their folders under %s (%s is not "
-                "searchable by others): submitted scripts will not run; use a state dir such "
-                "as /var/lib/gpuyard (--state-dir)", state, folder,
-            )  # fmt: skip
-            return
+        try:
+            mode = os.stat(folder).st_mode
+        except OSError:
+            continue  # not made yet: its parents decide
+        if not mode & 0o001:
+            return (f"the server's state dir {state} is closed to them ({folder} is not "
+                    "searchable by others)")  # fmt: skip
+    return None
+
+
+def _warn_unreachable(state: Path) -> None:
+    """Say at start which folder shuts jobs run as their owners out (their submits are
+    refused, `RunAsPolicy`)."""
+    why = closed_to_owners(state)
+    if why is not None:
+        logging.getLogger("gpuyard.server").warning(
+            "jobs run as their owners cannot reach their folders: %s; other users' submits "
+            "are refused; use a state dir such as /var/lib/gpuyard (--state-dir)", why,
+        )  # fmt: skip
 
 
 def close_state_dir(state: Path) -> None:

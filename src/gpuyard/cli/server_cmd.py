@@ -43,7 +43,10 @@ def server(
     host: Annotated[str | None, typer.Option(help="address to bind [127.0.0.1]")] = None,
     port: Annotated[int | None, typer.Option(help="port [8765]")] = None,
     state_dir: Annotated[
-        str | None, typer.Option(help="database, logs, job folders [~/.local/share/gpuyard]")
+        str | None,
+        typer.Option(
+            help="database, logs, job folders [~/.local/share/gpuyard; root: /var/lib/gpuyard]"
+        ),
     ] = None,
     gpus: Annotated[
         str | None, typer.Option("--gpus", help="auto | N (declare N without a driver) | 0,2")

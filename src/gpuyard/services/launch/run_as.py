@@ -36,8 +36,12 @@ class RunAsPolicy:
         *,
         allow_root_jobs: bool = False,
         server_umask: int = 0o022,
+        closed_to_owners: str | None = None,
     ) -> None:
+        """`closed_to_owners`: why jobs run as their owners could not reach their folders on
+        this server (its state dir under root's home); their submits are refused with it."""
         self._resolve = resolve
+        self._closed_to_owners = closed_to_owners
         self._server_uid = server_uid
         self._server_user = server_user
         self._allow_root = allow_root_jobs
@@ -50,8 +54,16 @@ class RunAsPolicy:
         return self._server_uid == 0
 
     def check(self, owner: str) -> None:
-        """At submit: raise if `owner`'s jobs could not run here (cheap: cached lookups)."""
-        self.for_owner(owner)
+        """At submit: raise if `owner`'s jobs could not run here (cheap: cached lookups), as
+        when the server's state dir is closed to the users jobs run as: refused now, not a
+        "Permission denied" in the job's log that looks like the user's own failure."""
+        found = self.for_owner(owner)
+        if self._closed_to_owners is not None and found.uid != self._server_uid:
+            raise InvalidRequest(
+                f"this server cannot run jobs as {found.user}: {self._closed_to_owners}; an "
+                "admin restarts it with a state dir users can reach (`gpuyard server "
+                "--state-dir /var/lib/gpuyard`, a root server's default)"
+            )
 
     def for_owner(self, owner: str) -> RunAs:
         """The identity `owner`'s job takes. Raises InvalidRequest (no such Unix user) or
