@@ -59,6 +59,9 @@ class Asset:
     mtime_ns: int
 
 
+_MAX_PATH_CHARS = 1024  # longer than any file of the dashboard's path
+
+
 class StaticFiles:
     """The package's static files, read once and kept with their hashes (a few hundred KiB);
     re-read when a file changes (an editable install during development)."""
@@ -70,7 +73,12 @@ class StaticFiles:
     def get(self, relative: str) -> Asset | None:
         if not relative or any(p.startswith(".") or not p for p in relative.split("/")):
             return None  # no hidden files, no `..`, no empty parts
-        path = (self.root / relative).resolve()
+        if "\x00" in relative or len(relative) > _MAX_PATH_CHARS:
+            return None  # no file's name (resolving it would raise: a 500 per request)
+        try:
+            path = (self.root / relative).resolve()
+        except (OSError, ValueError, RuntimeError):
+            return None
         if not path.is_relative_to(self.root):
             return None
         try:
