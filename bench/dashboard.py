@@ -145,7 +145,7 @@ def browser_context(dash: Dashboard) -> Iterator[Any]:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                      args=CHROMIUM_ARGS)  # fmt: skip
         try:
-            page = login(browser, dash.url, dash.admin_token)
+            page = login(browser, dash.url, dash.browser_admin_token)
             context = page.context
             context.add_init_script(PROBE)
             page.close()

@@ -88,6 +88,9 @@ class Settings:
     # A server run as root runs each job as its owner's Unix user; a job of an account that
     # would run as root (other than the server's own user's, its admin) is refused unless this.
     allow_root_jobs: bool = False
+    # A root server's own account (root) may not log in to the web dashboard unless this: a
+    # browser session is the easiest credential to lose; admins use an admin account there.
+    allow_root_dashboard: bool = False
     # Every job's process and thread limit (its cgroup's pids.max; 0: none): a fork bomb stops
     # there, not at the machine's.
     job_pids_max: int = 16384
@@ -148,7 +151,8 @@ class Settings:
             ("ray_local_nodes", str), ("ray_node_timeout_s", float),
             ("header_timeout_s", float), ("max_connections", int),
             ("allow_remote", _flag), ("public_names", _names),
-            ("preemptible_default", _flag), ("allow_root_jobs", _flag), ("job_pids_max", int),
+            ("preemptible_default", _flag), ("allow_root_jobs", _flag),
+            ("allow_root_dashboard", _flag), ("job_pids_max", int),
             ("job_cgroups", _flag), ("def_mem_per_cpu_mib", int), ("jobs_mem_reserve_mib", int),
             ("jobs_pids_max", int), ("user_pids_max", int),
             ("fair_share_half_life_s", float),

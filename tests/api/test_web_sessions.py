@@ -1,16 +1,20 @@
 """The web dashboard's server side in-process (the real app over a real SQLite store): login
-with a token or a one-time link, the session cookie as the API's credential, CSRF on changes,
-foreign Origins, what a session may see, the static files and their security headers."""
+with a token or a one-time link, the session (its cookie and the page's key) as the API's
+credential, foreign Origins, what a session may see and make, root's login, the static files
+and their security headers."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -35,6 +39,10 @@ class Web:
         client = TestClient(self.app, base_url=self.settings.url, follow_redirects=False)
         return client
 
+    @property
+    def cookie(self) -> str:
+        return f"gpuyard_session_{self.settings.port}"
+
     app: object = None
 
 
@@ -58,10 +66,20 @@ def web(tmp_path: Path) -> Iterator[Web]:
                 server.verbs.cancel(job.id, server.auth.principal)
 
 
-def _login(browser: TestClient, token: str) -> None:
+def _login(browser: TestClient, token: str, path: str = "/ui/") -> str:
+    """Log in as the page does; the page's key (from the redirect's fragment), which the
+    browser then sends with every request, as the dashboard's script does."""
     answer = browser.post("/ui/login", data={"token": token})
     assert answer.status_code == 303, answer.text
-    assert answer.headers["location"] == "/ui/"
+    return _keep_key(browser, answer, path)
+
+
+def _keep_key(browser: TestClient | httpx.Client, answer: httpx.Response, path: str) -> str:
+    where = urlsplit(answer.headers["location"])
+    assert where.path == path and where.fragment.startswith("key="), where
+    key = where.fragment.removeprefix("key=")
+    browser.headers["X-Session-Key"] = key
+    return key
 
 
 def _login_refusal(answer: object) -> str:
@@ -87,16 +105,43 @@ def test_a_good_token_logs_in_with_strict_cookies_and_the_api_takes_the_cookie(w
     browser = web.browser()
     answer = browser.post("/ui/login", data={"token": web.tokens[OWNER]})
     assert answer.status_code == 303
-    cookies = answer.headers.get_list("set-cookie")
-    session = next(c for c in cookies if c.startswith("gpuyard_session="))
-    csrf = next(c for c in cookies if c.startswith("gpuyard_csrf="))
+    (session,) = answer.headers.get_list("set-cookie")  # no cookie a script could read
+    assert session.startswith(f"{web.cookie}=")  # its port's: another dashboard keeps its own
     assert "HttpOnly" in session and "SameSite=strict" in session and "Path=/" in session
-    assert "HttpOnly" not in csrf and "SameSite=strict" in csrf
     assert "Secure" not in session  # plain http on loopback: a Secure cookie would be dropped
+    key = _keep_key(browser, answer, "/ui/")
+    assert key not in session
     assert browser.get("/api/v1/whoami").json()["user"] == OWNER
     who = browser.get("/ui/session").json()
-    assert who["user"] == OWNER and who["scope"] == "submit"
-    assert who["csrf"] == browser.cookies["gpuyard_csrf"]
+    assert who["user"] == OWNER and who["scope"] == "submit" and key not in str(who)
+
+
+def test_the_cookie_without_the_pages_key_admits_nobody(web: Web) -> None:
+    browser = web.browser()
+    key = _login(browser, web.tokens[OWNER])
+    # What a page on another port of this host gets: the cookie (browsers scope by host).
+    stolen = web.browser()
+    stolen.cookies.set(web.cookie, browser.cookies[web.cookie])
+    job = {"command": ["true"], "workdir": "/"}
+    for method, path, body in (
+        ("GET", "/api/v1/whoami", None), ("GET", "/api/v1/jobs", None),
+        ("POST", "/api/v1/jobs", job), ("POST", "/api/v1/tokens", {"scope": "submit"}),
+        ("POST", "/api/v1/web/login-link", None),
+    ):  # fmt: skip
+        for headers in ({}, {"X-Session-Key": "guess"}, {"X-CSRF-Token": "guess"}):
+            answer = stolen.request(method, path, json=body, headers=headers)
+            assert answer.status_code == 401, (path, answer.text)
+            assert "X-Session-Key" in _one_line_error(answer)
+    assert stolen.get("/ui/session").status_code == 401
+    assert stolen.post("/ui/logout").status_code == 403  # nor can it log her out
+    # Sent by another page of this site (a browser says so), even with the key: refused.
+    sent = {"Sec-Fetch-Site": "same-site"}
+    answer = browser.get("/api/v1/whoami", headers=sent)
+    assert answer.status_code == 403 and "Sec-Fetch-Site" in _one_line_error(answer)
+    own = browser.get("/api/v1/whoami", headers={"Sec-Fetch-Site": "same-origin"})
+    assert own.status_code == 200
+    assert browser.get("/api/v1/jobs").status_code == 200  # her own page: still hers
+    assert key == browser.headers["X-Session-Key"]
 
 
 def test_a_session_over_https_sets_secure_cookies(web: Web) -> None:
@@ -111,7 +156,7 @@ def test_a_wrong_token_is_refused_and_makes_no_session(web: Web) -> None:
     browser = web.browser()
     answer = browser.post("/ui/login", data={"token": "gpy_" + "x" * 43})
     assert "missing or wrong API token" in _login_refusal(answer)
-    assert "gpuyard_session" not in browser.cookies
+    assert web.cookie not in browser.cookies
     as_json = browser.post("/ui/login", json={"token": "nope"})
     assert as_json.status_code == 401
     assert "wrong API token" in _one_line_error(as_json)
@@ -126,40 +171,40 @@ def test_a_page_without_a_session_goes_to_the_login(web: Web) -> None:
     page = browser.get("/ui/login?next=/ui/jobs/7")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     answer = browser.post("/ui/login", data={"token": web.tokens[OWNER], "next": "/ui/jobs/7"})
-    assert answer.headers["location"] == "/ui/jobs/7"
+    _keep_key(browser, answer, "/ui/jobs/7")
     # Never somewhere else (an open redirect).
     evil = web.browser().post(
         "/ui/login", data={"token": web.tokens[OWNER], "next": "//evil.example/"}
     )
-    assert evil.headers["location"] == "/ui/"
+    assert urlsplit(evil.headers["location"]).path == "/ui/"
 
 
-def test_a_session_changes_only_with_the_csrf_token(web: Web) -> None:
+def test_a_session_changes_only_with_the_pages_key(web: Web) -> None:
     browser = web.browser()
-    _login(browser, web.tokens[OWNER])
+    key = _login(browser, web.tokens[OWNER])
+    del browser.headers["X-Session-Key"]
     job = {"command": ["true"], "workdir": "/"}
     missing = browser.post("/api/v1/jobs", json=job)
-    assert missing.status_code == 403
-    assert "X-CSRF-Token" in _one_line_error(missing)
-    wrong = browser.post("/api/v1/jobs", json=job, headers={"X-CSRF-Token": "guess"})
-    assert wrong.status_code == 403
-    csrf = browser.cookies["gpuyard_csrf"]
-    made = browser.post("/api/v1/jobs", json=job, headers={"X-CSRF-Token": csrf})
+    assert missing.status_code == 401
+    assert "X-Session-Key" in _one_line_error(missing)
+    wrong = browser.post("/api/v1/jobs", json=job, headers={"X-Session-Key": "guess"})
+    assert wrong.status_code == 401
+    made = browser.post("/api/v1/jobs", json=job, headers={"X-Session-Key": key})
     assert made.status_code == 201, made.text
     assert made.json()["owner"] == OWNER
     # Nothing was queued by the refused ones.
-    mine = browser.get("/api/v1/jobs", params={"user": OWNER}).json()
+    mine = browser.get("/api/v1/jobs", params={"user": OWNER}, headers={"X-Session-Key": key})
+    mine = mine.json()
     assert [j["id"] for j in mine] == [made.json()["id"]]
 
 
-def test_a_foreign_origin_is_refused_even_with_the_csrf_token(web: Web) -> None:
+def test_a_foreign_origin_is_refused_even_with_the_pages_key(web: Web) -> None:
     browser = web.browser()
     _login(browser, web.tokens[OWNER])
-    csrf = browser.cookies["gpuyard_csrf"]
     answer = browser.post(
         "/api/v1/jobs",
         json={"command": ["true"], "workdir": "/"},
-        headers={"X-CSRF-Token": csrf, "Origin": "http://evil.example"},
+        headers={"Origin": "http://evil.example"},
     )
     assert answer.status_code == 403
     assert "another site" in _one_line_error(answer)
@@ -172,11 +217,7 @@ def test_a_foreign_origin_is_refused_even_with_the_csrf_token(web: Web) -> None:
 def test_a_session_sees_only_what_its_user_may(web: Web) -> None:
     other = web.browser()
     _login(other, web.tokens[OTHER])
-    theirs = other.post(
-        "/api/v1/jobs",
-        json={"command": ["true"], "workdir": "/"},
-        headers={"X-CSRF-Token": other.cookies["gpuyard_csrf"]},
-    ).json()["id"]
+    theirs = other.post("/api/v1/jobs", json={"command": ["true"], "workdir": "/"}).json()["id"]
     browser = web.browser()
     _login(browser, web.tokens[OWNER])
     assert browser.get(f"/api/v1/jobs/{theirs}").status_code == 404
@@ -188,19 +229,11 @@ def test_a_session_sees_only_what_its_user_may(web: Web) -> None:
 def test_a_read_token_makes_a_read_only_session(web: Web) -> None:
     owner = web.browser()
     _login(owner, web.tokens[OWNER])
-    read = owner.post(
-        "/api/v1/tokens",
-        json={"scope": "read"},
-        headers={"X-CSRF-Token": owner.cookies["gpuyard_csrf"]},
-    ).json()["token"]
+    read = owner.post("/api/v1/tokens", json={"scope": "read"}).json()["token"]
     browser = web.browser()
     _login(browser, read)
     assert browser.get("/api/v1/jobs").status_code == 200
-    answer = browser.post(
-        "/api/v1/jobs",
-        json={"command": ["true"], "workdir": "/"},
-        headers={"X-CSRF-Token": browser.cookies["gpuyard_csrf"]},
-    )
+    answer = browser.post("/api/v1/jobs", json={"command": ["true"], "workdir": "/"})
     assert answer.status_code == 403
     assert "scope is read" in _one_line_error(answer)
 
@@ -208,11 +241,10 @@ def test_a_read_token_makes_a_read_only_session(web: Web) -> None:
 def test_a_revoked_token_ends_its_sessions(web: Web) -> None:
     browser = web.browser()
     _login(browser, web.tokens[OWNER])
-    csrf = browser.cookies["gpuyard_csrf"]
-    made = browser.post("/api/v1/tokens", json={"scope": "read"}, headers={"X-CSRF-Token": csrf})
+    made = browser.post("/api/v1/tokens", json={"scope": "read"})
     second = web.browser()
     _login(second, made.json()["token"])
-    revoked = browser.delete(f"/api/v1/tokens/{made.json()['id']}", headers={"X-CSRF-Token": csrf})
+    revoked = browser.delete(f"/api/v1/tokens/{made.json()['id']}")
     assert revoked.status_code == 200, revoked.text
     answer = second.get("/api/v1/jobs")
     assert answer.status_code == 401
@@ -221,15 +253,16 @@ def test_a_revoked_token_ends_its_sessions(web: Web) -> None:
 
 def test_logout_ends_the_session(web: Web) -> None:
     browser = web.browser()
-    _login(browser, web.tokens[OWNER])
-    cookie = browser.cookies["gpuyard_session"]
-    assert browser.post("/ui/logout").status_code == 403  # no CSRF token: not a logout
-    out = browser.post("/ui/logout", headers={"X-CSRF-Token": browser.cookies["gpuyard_csrf"]})
+    key = _login(browser, web.tokens[OWNER])
+    cookie = browser.cookies[web.cookie]
+    # No key: not a logout.
+    assert browser.post("/ui/logout", headers={"X-Session-Key": ""}).status_code == 403
+    out = browser.post("/ui/logout")
     assert out.status_code == 303
-    # The old cookie, kept by someone, no longer works.
+    # The old cookie and key, kept by someone, no longer work.
     stale = web.browser()
-    stale.cookies.set("gpuyard_session", cookie)
-    answer = stale.get("/api/v1/jobs")
+    stale.cookies.set(web.cookie, cookie)
+    answer = stale.get("/api/v1/jobs", headers={"X-Session-Key": key})
     assert answer.status_code == 401 and "session ended" in _one_line_error(answer)
 
 
@@ -256,10 +289,10 @@ def test_a_login_link_works_once(web: Web) -> None:
     browser = web.browser()
     page = browser.get(path)  # opening the link logs nobody in by itself (a mail scanner)
     assert page.status_code == 200 and f"Continue as {OWNER}" in page.text
-    assert "gpuyard_session" not in browser.cookies
+    assert web.cookie not in browser.cookies
     code = re.search(r'name="code" value="([^"]+)"', page.text)
     assert code is not None
-    assert browser.post("/ui/login", data={"code": code.group(1)}).status_code == 303
+    _keep_key(browser, browser.post("/ui/login", data={"code": code.group(1)}), "/ui/")
     assert browser.get("/api/v1/whoami").json()["user"] == OWNER
     again = web.browser().post("/ui/login", data={"code": code.group(1)})
     assert "used already" in _login_refusal(again)
@@ -319,11 +352,78 @@ def test_a_session_in_use_still_ends_seven_days_after_its_login(web: Web) -> Non
     assert answer.status_code == 401 and "session ended" in _one_line_error(answer)
 
 
-def test_a_json_login_answers_who_and_the_csrf_token(web: Web) -> None:
+def test_a_json_login_answers_who_and_the_pages_key(web: Web) -> None:
     browser = web.browser()
     answer = browser.post("/ui/login", json={"token": web.tokens[OWNER]})
     assert answer.status_code == 200
     body = answer.json()
     assert (body["user"], body["scope"]) == (OWNER, "submit")
-    assert body["csrf"] == browser.cookies["gpuyard_csrf"]
+    assert browser.get("/api/v1/whoami").status_code == 401  # the cookie alone
+    whoami = browser.get("/api/v1/whoami", headers={"X-Session-Key": body["key"]})
+    assert whoami.json()["user"] == OWNER
     assert web.browser().get("/ui/login?code=made-up").status_code == 401
+
+
+def test_a_session_mints_nothing_that_outlives_it(web: Web) -> None:
+    browser = web.browser()
+    _login(browser, web.tokens[OWNER])
+    ends_by = time.time() + web.server.web_sessions.max_age_s + 5
+    made = browser.post("/api/v1/tokens", json={"scope": "submit", "expires": "never"})
+    assert made.status_code == 201, made.text
+    assert made.json()["expires_at"] is not None and made.json()["expires_at"] <= ends_by
+    longer = browser.post("/api/v1/tokens", json={"scope": "submit", "expires": "90d"})
+    assert longer.json()["expires_at"] <= ends_by
+    shorter = browser.post("/api/v1/tokens", json={"scope": "read", "expires": "1h"})
+    assert shorter.json()["expires_at"] <= time.time() + 3600 + 5
+    # A login link asked for by a session makes a session that ends with it.
+    sessions = web.server.web_sessions
+    now = [1000.0]
+    sessions._clock = lambda: now[0]
+    sessions.idle_s = 2 * sessions.max_age_s  # only the deadline ends these
+    first = web.browser()
+    _login(first, web.tokens[OWNER])
+    now[0] += sessions.max_age_s - 600  # ten minutes before its end
+    code = first.post("/api/v1/web/login-link").json()["path"].split("code=")[1]
+    second = web.browser()
+    _keep_key(second, second.post("/ui/login", data={"code": code}), "/ui/")
+    assert second.get("/api/v1/whoami").status_code == 200
+    token = second.post("/api/v1/tokens", json={"scope": "read"}).json()
+    assert token["expires_at"] <= time.time() + 600 + 5
+    now[0] += 601
+    assert second.get("/api/v1/whoami").status_code == 401  # ended with the first
+    # A token's own login link is not a session's: its sessions get their whole life.
+    cli = web.browser()
+    cli.headers["Authorization"] = f"Bearer {web.tokens[OWNER]}"
+    code = cli.post("/api/v1/web/login-link").json()["path"].split("code=")[1]
+    third = web.browser()
+    _keep_key(third, third.post("/ui/login", data={"code": code}), "/ui/")
+    now[0] += sessions.max_age_s - 60
+    assert third.get("/api/v1/whoami").status_code == 200
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's account is a root server's")
+def test_root_may_not_log_in_to_the_dashboard_by_default(web: Web, tmp_path: Path) -> None:
+    browser = web.browser()
+    answer = browser.post("/ui/login", json={"token": web.admin_token})
+    assert answer.status_code == 403
+    message = _one_line_error(answer)
+    assert "admin account" in message and "GPUYARD_ALLOW_ROOT_DASHBOARD" in message
+    assert web.cookie not in browser.cookies
+    form = browser.post("/ui/login", data={"token": web.admin_token})
+    assert "admin account" in _login_refusal(form)
+    cli = web.browser()
+    cli.headers["Authorization"] = f"Bearer {web.admin_token}"
+    link = cli.post("/api/v1/web/login-link")  # `sudo gpuyard dashboard`: told at once
+    assert link.status_code == 403 and "admin account" in _one_line_error(link)
+    # An admin account logs in (and acts as an admin); a server setting lets root in.
+    assert cli.post("/api/v1/admin/users", json={"name": "ops", "role": "admin"}).status_code == 201
+    assert web.server.accounts is not None
+    secret, _ = web.server.accounts.create_token(Principal("ops", "admin", None, "admin"))
+    admin = web.browser()
+    _login(admin, secret)
+    assert admin.get("/api/v1/whoami").json()["role"] == "admin"
+    settings = Settings(state_dir=tmp_path / "allowed", gpus="0", cpus=1, allow_root_dashboard=True)
+    _, app = build_app(settings)
+    with TestClient(app, base_url=settings.url, follow_redirects=False) as allowed:
+        token = settings.token_path.read_text().strip()
+        assert allowed.post("/ui/login", json={"token": token}).status_code == 200

@@ -111,7 +111,7 @@ def test_a_users_link_never_makes_a_root_server_write_a_root_file(users: UnixUse
         through_link = run("out.txt")
         assert through_link["state"] == "FAILED", through_link
         assert "cannot be opened as" in through_link["reason"]
-        assert "Permission denied" in through_link["reason"]
+        assert "it is a symbolic link" in through_link["reason"]
         into_root_folder = run("ok.out", error_path=str(place / "state" / "err-%j"))
         assert (
             into_root_folder["state"] == "FAILED" and "--error file" in into_root_folder["reason"]
@@ -135,3 +135,44 @@ def _ended(client, job_id: int) -> dict:  # type: ignore[no-untyped-def,type-arg
             return job  # type: ignore[no-any-return]
         assert time.monotonic() < deadline, "the job did not end"
         time.sleep(0.05)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as other users only on a root server")
+def test_a_file_another_user_made_in_a_shared_folder_never_gets_the_jobs_output(
+    users: UnixUsers, place: Path
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from gpuyard.bootstrap import build_app
+    from gpuyard.domain.principal import Principal
+    from gpuyard.settings import Settings
+
+    alice, bob = pwd.getpwnam(users.alice), pwd.getpwnam(users.bob)
+    shared = place / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp: anyone makes files, only their owner removes them
+    planted = shared / "alice.out"
+    planted.touch()
+    planted.chmod(0o666)  # bob's, writable by all: what alice writes there, bob reads
+    os.chown(planted, bob.pw_uid, bob.pw_gid)
+    (shared / "alice.err").symlink_to(planted)
+    os.lchown(shared / "alice.err", alice.pw_uid, alice.pw_gid)  # even her own link
+    settings = Settings(state_dir=place / "state", gpus="1", cpus=4, kill_grace_s=1)
+    server, app = build_app(settings)
+    with TestClient(app, base_url="http://127.0.0.1:8765") as client:
+        client.headers["Authorization"] = f"Bearer {settings.token_path.read_text().strip()}"
+        assert client.post("/api/v1/admin/users", json={"name": users.alice}).status_code == 201
+        assert server.accounts is not None
+        secret, _ = server.accounts.create_token(Principal(users.alice, "user", None, "submit"))
+        body = {"command": ["sh", "-c", "echo alice-secret"], "workdir": str(shared)}
+        for output, flag, why in (("alice.out", "--output", f"it belongs to {users.bob}"),
+                                  ("mine.out", "--error", "it is a symbolic link")):  # fmt: skip
+            extra = {"output_path": output} if flag == "--output" else {
+                "output_path": output, "error_path": "alice.err"}
+            answer = client.post("/api/v1/jobs", json={**body, **extra},
+                                 headers={"Authorization": f"Bearer {secret}"})  # fmt: skip
+            assert answer.status_code == 201, answer.text
+            ended = _ended(client, answer.json()["id"])
+            assert ended["state"] == "FAILED", ended
+            assert f"{flag} file" in ended["reason"] and why in ended["reason"], ended["reason"]
+        assert planted.read_text() == ""

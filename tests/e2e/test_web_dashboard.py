@@ -1,7 +1,8 @@
 """The web dashboard's server side against a real server process over real HTTP: a browser's
 login (token, or the CLI's one-time link, over TCP and on the root server's Unix socket),
-its session cookie on the API and the live streams a page follows (the GPUs, the events, the
-queue's changes), each seen to deliver a change made by someone else."""
+its session (cookie and page key) on the API and the live streams a page follows (the GPUs,
+the events, the queue's changes), each seen to deliver a change made by someone else; the
+server's root account is refused at the dashboard unless the admin allows it."""
 
 from __future__ import annotations
 
@@ -10,16 +11,18 @@ import os
 import queue
 import re
 import shutil
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
-from tests.e2e.server import ServerProcess
+from tests.e2e.server import GPUYARD, ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +31,11 @@ ARRIVAL_S = 20.0  # how long a test waits for an event before it fails (not a la
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(tmp_path / "state", "--gpus", "2", "--cpus", "4", "--kill-grace", "1")
+    # Its admin is the state dir's token, root's on a root server: let it in (tested below).
+    env = {**os.environ, "GPUYARD_ALLOW_ROOT_DASHBOARD": "1"}
+    srv = ServerProcess(
+        tmp_path / "state", "--gpus", "2", "--cpus", "4", "--kill-grace", "1", env=env
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -44,15 +51,19 @@ def _browser(srv: ServerProcess, token: str) -> httpx.Client:
 
 
 def login(url: str, token: str) -> httpx.Client:
-    """A browser logged in with `token` (its cookie jar holds the session)."""
+    """A browser logged in with `token`: its cookie jar holds the session's cookie, and it
+    sends the page's key (the login's redirect's fragment) as the dashboard's script does."""
     browser = httpx.Client(base_url=url, follow_redirects=False, timeout=30)
     answer = browser.post("/ui/login", data={"token": token})
     assert answer.status_code == 303, answer.text
+    keep_key(browser, answer)
     return browser
 
 
-def _csrf(browser: httpx.Client) -> dict[str, str]:
-    return {"X-CSRF-Token": browser.cookies["gpuyard_csrf"]}
+def keep_key(browser: httpx.Client, answer: httpx.Response) -> None:
+    fragment = urlsplit(answer.headers["location"]).fragment
+    assert fragment.startswith("key="), answer.headers["location"]
+    browser.headers["X-Session-Key"] = fragment.removeprefix("key=")
 
 
 class Stream:
@@ -61,7 +72,10 @@ class Stream:
     def __init__(self, browser: httpx.Client, path: str) -> None:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._client = httpx.Client(
-            base_url=str(browser.base_url), cookies=browser.cookies, timeout=None
+            base_url=str(browser.base_url),
+            cookies=browser.cookies,
+            timeout=None,
+            headers={"X-Session-Key": browser.headers["X-Session-Key"]},
         )
         self._opened = threading.Event()
         self.status = 0
@@ -108,15 +122,13 @@ def test_a_drain_reaches_the_gpu_stream_and_the_events_stream(server: ServerProc
         _, first = gpus.next_matching(lambda kind, data: kind == "gpus")
         assert [g["index"] for g in first] == [0, 1]
         assert not any(g["drained"] for g in first)
-        drained = browser.post(
-            "/api/v1/gpus/1/drain", json={"reason": "fan noise"}, headers=_csrf(browser)
-        )
+        drained = browser.post("/api/v1/gpus/1/drain", json={"reason": "fan noise"})
         assert drained.status_code == 200, drained.text
         _, later = gpus.next_matching(lambda kind, data: data[1]["drained"])
         assert later[1]["drain_reason"] == "fan noise"
         _, event = events.next_matching(lambda kind, data: kind == "event")
         assert event["kind"] == "drain" and event["gpu"] == 1 and "fan noise" in event["message"]
-        resumed = browser.post("/api/v1/gpus/1/resume", headers=_csrf(browser))
+        resumed = browser.post("/api/v1/gpus/1/resume")
         assert resumed.status_code == 200, resumed.text
         _, event = events.next_matching(lambda kind, data: data.get("kind") == "resume")
         assert event["gpu"] == 1
@@ -138,9 +150,10 @@ def test_the_cli_prints_a_one_time_link_that_logs_in_as_the_cli(server: ServerPr
     assert code is not None
     answer = browser.post(f"{server.url}/ui/login", data={"code": code.group(1)})
     assert answer.status_code == 303
+    keep_key(browser, answer)
     assert browser.get(f"{server.url}/api/v1/whoami").json()["role"] == "admin"
     again = httpx.post(f"{server.url}/ui/login", data={"code": code.group(1)})
-    assert again.status_code in (303, 401) and "gpuyard_session" not in again.cookies
+    assert again.status_code in (303, 401) and not again.cookies
     text = server.cli("dashboard").stdout
     assert "/ui/login?code=" in text and "once" in text
 
@@ -166,9 +179,21 @@ def test_on_the_servers_machine_the_link_is_the_socket_users(tmp_path: Path) -> 
             assert link["url"].startswith(srv.url)  # its TCP address, for the browser
             code = link["path"].split("code=")[1]
             browser = httpx.Client(base_url=srv.url, follow_redirects=False, timeout=30)
-            assert browser.post("/ui/login", data={"code": code}).status_code == 303
+            answer = browser.post("/ui/login", data={"code": code})
+            assert answer.status_code == 303
+            keep_key(browser, answer)
             me = browser.get("/api/v1/whoami").json()
             assert (me["user"], me["role"]) == (users.alice, "user")
+            # Root's own `gpuyard dashboard` is refused in one line (an admin account is for
+            # the browser); the link is never made.
+            status, refused = as_user(None, call(sock, "POST", "/api/v1/web/login-link"))
+            assert status == 403 and "admin account" in refused["error"]["message"]
+            out = subprocess.run(
+                [GPUYARD, "dashboard"], capture_output=True,
+                text=True, env={**env, "GPUYARD_SOCKET": str(sock)}, timeout=60,
+            )  # fmt: skip
+            assert out.returncode != 0 and "admin account" in out.stderr
+            assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     finally:
         srv.stop()
         shutil.rmtree(place, ignore_errors=True)

@@ -84,7 +84,7 @@ def as_user(browser: Browser, dashboard: Dashboard) -> Iterator[Callable[[str], 
     contexts: list[BrowserContext] = []
 
     def make(who: str) -> Page:
-        token = dashboard.admin_token if who == "admin" else dashboard.users[who].token
+        token = dashboard.browser_admin_token if who == "admin" else dashboard.users[who].token
         page = login(browser, dashboard.url, token)
         contexts.append(page.context)
         return page

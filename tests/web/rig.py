@@ -54,9 +54,15 @@ class Account:
         return Client(url, token=self.token)
 
 
+# The admin account a browser logs in as: the server's own token is root's on a root server,
+# and root may not log in to the dashboard (an admin uses an admin account there).
+ADMIN_ACCOUNT = "ops"
+
+
 @dataclass
 class Dashboard:
-    """A started server and who may use it: `admin` (the server's own token), alice, bob."""
+    """A started server and who may use it: `admin` (the server's own token; in a browser the
+    admin account `ops`), alice, bob."""
 
     server: ServerProcess
     place: Path  # a folder every account's Unix user may traverse (jobs' workdir)
@@ -70,6 +76,11 @@ class Dashboard:
     @property
     def admin_token(self) -> str:
         return (self.server.state_dir / "token").read_text().strip()
+
+    @property
+    def browser_admin_token(self) -> str:
+        """An admin's token a browser may log in with (never root's)."""
+        return self.users[ADMIN_ACCOUNT].token
 
     def client(self, who: str) -> Client:
         if who == "admin":
@@ -115,7 +126,8 @@ def vary_telemetry(dash: Dashboard, stop: threading.Event, every_s: float = 0.5)
 
 def make_accounts(state_dir: Path, unix_users: Mapping[str, str | None]) -> dict[str, Account]:
     """Accounts `unix_users`' keys (each mapped to its Unix user, or none), a submit token
-    each, written into `state_dir`'s database before its server starts."""
+    each, and the admin account `ADMIN_ACCOUNT` with an admin token, written into
+    `state_dir`'s database before its server starts."""
     from gpuyard.bootstrap import ensure_token, open_store
     from gpuyard.domain.accounts import DEFAULT_TEAM
     from gpuyard.services.access.accounts import AccountService
@@ -136,6 +148,10 @@ def make_accounts(state_dir: Path, unix_users: Mapping[str, str | None]) -> dict
             accounts.add_user(admin, name, unix_user=unix_user)
             secret, _ = accounts.create_token(Principal(name, "user", DEFAULT_TEAM, "submit"))
             made[name] = Account(name, secret, unix_user)
+        accounts.add_user(admin, ADMIN_ACCOUNT, role="admin")
+        ops = Principal(ADMIN_ACCOUNT, "admin", DEFAULT_TEAM)
+        secret, _ = accounts.create_token(ops, scope="admin")
+        made[ADMIN_ACCOUNT] = Account(ADMIN_ACCOUNT, secret, None)
         return made
     finally:
         store.close()

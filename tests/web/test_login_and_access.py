@@ -31,13 +31,15 @@ def test_a_wrong_token_is_refused_in_one_line_and_the_right_one_logs_in(
         message = alert.inner_text().strip()
         assert "\n" not in message and "token" in message
         assert "Traceback" not in page.content()
-        assert "gpuyard_session" not in {c["name"] for c in context.cookies()}
+        assert not context.cookies()
         page.get_by_label("API token").fill(dashboard.users["alice"].token)
         page.get_by_label("API token").press("Enter")
         expect(page.get_by_role("heading", name="Queue")).to_be_visible()
         expect(page.locator("#who")).to_contain_text("alice")
-        cookie = next(c for c in context.cookies() if c["name"] == "gpuyard_session")
+        (cookie,) = context.cookies()  # the session's id, and nothing a script reads
+        assert cookie["name"] == f"gpuyard_session_{dashboard.server.port}"
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert "#" not in page.url  # the key the login sent along left the address at once
     finally:
         context.close()
 
@@ -57,6 +59,9 @@ def test_alice_sees_bobs_job_in_the_queue_as_the_api_shows_it_but_not_its_detail
     expect(row).to_contain_text("bob")
     expect(row).to_contain_text("bob-train")
     expect(row.get_by_role("button")).to_have_count(0)  # no cancel or hold of his job
+    expect(row.get_by_role("link")).to_have_count(0)  # nor a link to a page not hers to see
+    row.dblclick()
+    expect(alice).not_to_have_url(re.compile(r"/ui/jobs/"))
     assert secret not in alice.content()
 
     alice.goto(f"/ui/jobs/{bobs}")

@@ -254,7 +254,7 @@ def test_the_submit_form_queues_a_job_with_the_clis_rules(
     page.get_by_role("textbox", name=re.compile(r"^Time limit")).fill("10m")
     with page.expect_request(re.compile(r"/api/v1/jobs$")) as sent:
         page.get_by_role("button", name="Submit", exact=True).click()
-    assert sent.value.headers.get("x-csrf-token")
+    assert sent.value.headers.get("x-session-key")
     status = page.get_by_role("status").filter(has_text="Submitted job")
     expect(status).to_be_visible()
     job_id = int(re.search(r"Submitted job (\d+)", status.inner_text()).group(1))  # type: ignore[union-attr]

@@ -1,6 +1,6 @@
 """The queue page live: a job submitted through the API while the page is open appears and runs
 and leaves without a reload (the change feed); cancel from the page works, with the session's
-CSRF token; the keyboard reaches the controls with a visible focus and opens a job."""
+session key; the keyboard reaches the controls with a visible focus and opens a job."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_a_job_submitted_elsewhere_appears_runs_and_ends_without_a_reload(
     assert page.evaluate("window.__sameDocument") is True
 
 
-def test_cancel_from_the_queue_page_sends_the_csrf_token_and_cancels(
+def test_cancel_from_the_queue_page_sends_the_session_key_and_cancels(
     dashboard: Dashboard, as_user: Callable[[str], Page]
 ) -> None:
     job_id = dashboard.submit("alice", "sleep 300", name="to-cancel")
@@ -53,8 +53,8 @@ def test_cancel_from_the_queue_page_sends_the_csrf_token_and_cancels(
     page.once("dialog", lambda dialog: dialog.accept())  # "Cancel running job N?"
     with page.expect_request(re.compile(rf"/api/v1/jobs/{job_id}/cancel$")) as sent:
         row.get_by_role("button", name=f"Cancel job {job_id}").click()
-    csrf = next(c["value"] for c in page.context.cookies() if c["name"] == "gpuyard_csrf")
-    assert sent.value.method == "POST" and sent.value.headers.get("x-csrf-token") == csrf
+    key = page.evaluate("localStorage.getItem('gpuyard.sessionKey')")
+    assert key and sent.value.method == "POST" and sent.value.headers.get("x-session-key") == key
     assert sent.value.response() is not None and sent.value.response().ok  # type: ignore[union-attr]
     expect(row).to_have_count(0)
     assert _state(dashboard, job_id) == "CANCELLED"
@@ -84,18 +84,18 @@ def test_hold_and_release_from_the_queue_page(
             client.cancel(both)
 
 
-def test_a_request_without_the_csrf_token_is_refused(
+def test_a_request_without_the_session_key_is_refused(
     dashboard: Dashboard, as_user: Callable[[str], Page]
 ) -> None:
-    """The session cookie alone changes nothing: a page that does not send the CSRF header
-    (as a forged form or script of another site would not) gets 403, and the job runs on."""
+    """The session cookie alone changes nothing: a request that does not send the page's key
+    (as a forged form or another page's script could not) gets 401, and the job runs on."""
     job_id = dashboard.submit("alice", "sleep 300", name="kept")
     page = as_user("alice")
     status = page.evaluate(
         "async (id) => (await fetch(`/api/v1/jobs/${id}/cancel`, {method: 'POST'})).status",
         job_id,
     )
-    assert status == 403
+    assert status == 401
     assert _state(dashboard, job_id) in ("PENDING", "RUNNING")
     with dashboard.client("alice") as client:
         client.cancel(job_id)

@@ -11,12 +11,15 @@ A request on the root server's Unix socket carries its caller's credentials from
 (`services/access/peers.py`), with no token, whatever Authorization it sends. Its Host is not
 checked (DNS rebinding needs TCP: a browser cannot reach a Unix socket).
 
-The web dashboard's browser carries a session cookie instead (`services/access/web_sessions.py`): a
-request without an Authorization header and with `gpuyard_session` is its session's
-principal, asked again of the credential the session was made with (a revoked token ends
-it); an unsafe method (POST/PUT/PATCH/DELETE) so authenticated must also send `X-CSRF-Token`
-equal to the session's CSRF token. The dashboard's own pages (`/ui/...`) need no credential
-(the login page is one): they get the session's principal when there is one.
+The web dashboard's page carries a session instead (`services/access/web_sessions.py`): a
+request without an Authorization header, with the cookie `gpuyard_session_PORT` and the header
+`X-Session-Key` equal to that session's page key, is the session's principal, asked again of
+the credential the session was made with (a revoked token ends it). The cookie alone admits
+nobody: browsers send it to every port of the host, so another local user's page gets it; the
+key is in the dashboard origin's own storage, and a request whose `Sec-Fetch-Site` says another
+page sent it is refused too. The dashboard's own pages (`/ui/...`) need no credential (the login
+page is one): the cookie picks the app shell over the login, and with the key they get the
+session's principal.
 """
 
 from __future__ import annotations
@@ -49,17 +52,20 @@ METRICS_PRINCIPAL = Principal("metrics", role="user")
 # scope["extensions"] key of a Unix socket connection's peer credentials ({"pid", "uid",
 # "gid"}), set by the HTTP server from SO_PEERCRED, never from what the client sends.
 PEER = "gpuyard.peer"
-SESSION_COOKIE = "gpuyard_session"
-CSRF_COOKIE = "gpuyard_csrf"
-CSRF_HEADER = b"x-csrf-token"
+SESSION_COOKIE = "gpuyard_session"  # + "_PORT" (`session_cookie`)
+KEY_HEADER = b"x-session-key"
 UI_PREFIX = "/ui"
 # scope["state"] keys: how the principal was authenticated (an `Origin`: the web login link
 # makes a session of the same credential), and the web session with its cookie value.
 ORIGIN = "origin"
 WEB_SESSION = "web_session"
-_BAD_CSRF = (
-    "missing or wrong X-CSRF-Token header: a dashboard request that changes something must "
-    "send the gpuyard_csrf cookie's value in it (reload the page)"
+_NO_KEY = (
+    "missing or wrong X-Session-Key header: a dashboard session is used only by the dashboard's "
+    "own page, which sends its key (reload the page, or log in again at /ui/login)"
+)
+_OTHER_PAGE = (
+    "a dashboard session is used only by the dashboard's own page, not by a page of {site} "
+    "(Sec-Fetch-Site): open the dashboard at this server's address"
 )
 _SESSION_ENDED = "your dashboard session ended ({why}): log in again at /ui/login"
 
@@ -67,6 +73,19 @@ _SESSION_ENDED = "your dashboard session ended ({why}): log in again at /ui/logi
 def is_ui(path: str) -> bool:
     """Whether `path` is the dashboard's (pages, static files, login)."""
     return path == UI_PREFIX or path.startswith(UI_PREFIX + "/")
+
+
+def session_left_s(scope: Scope, sessions: WebSessions) -> float | None:
+    """How long the web session a request came with may still live (None: not a session's):
+    what it makes (a token) must not outlive it."""
+    found = scope.get("state", {}).get(WEB_SESSION)
+    return None if found is None else sessions.left_s(found[1])
+
+
+def session_cookie(port: int) -> str:
+    """The session cookie's name for a server on `port`: two dashboards on one host (cookies
+    are the host's, whatever the port) keep their own."""
+    return f"{SESSION_COOKIE}_{port}"
 
 
 class FrontDoor:
@@ -89,6 +108,7 @@ class FrontDoor:
         self._auth = auth
         self._peers = peers
         self._access = access or AccessRules()
+        self._cookie = session_cookie(self._access.hosts.port)
         metrics_token = self._access.metrics_token
         self._metrics_header = f"Bearer {metrics_token}".encode() if metrics_token else None
         self._max = max_body_bytes
@@ -201,7 +221,7 @@ class FrontDoor:
     def _session_id(self, headers: dict[bytes, bytes]) -> str | None:
         if self._sessions is None:
             return None
-        return cookie_value(headers.get(b"cookie", b""), SESSION_COOKIE)
+        return cookie_value(headers.get(b"cookie", b""), self._cookie)
 
     async def _session_principal(self, session: Session) -> Principal:
         """The principal of a live session, asked again of the credential it came from;
@@ -219,7 +239,8 @@ class FrontDoor:
     async def _by_session(
         self, scope: Scope, headers: dict[bytes, bytes], send: Send
     ) -> Principal | None:
-        """The principal of a session cookie, or None once a 401/403/429 is sent."""
+        """The principal of a session (its cookie and its page's key), or None once a
+        401/403 is sent."""
         assert self._sessions is not None
         address = _address(scope)
         if await self._throttled(address, send):
@@ -232,16 +253,20 @@ class FrontDoor:
             why = "it expired, you logged out or the server restarted"
             await _answer(send, 401, Unauthorized.code, _SESSION_ENDED.format(why=why))
             return None
+        # The cookie reaches every port of this host; the key only the dashboard's origin.
+        if not self._sessions.key_matches(session, headers.get(KEY_HEADER)):
+            await _answer(send, 401, Unauthorized.code, _NO_KEY)
+            return None
+        site = headers.get(b"sec-fetch-site", b"same-origin")
+        if site != b"same-origin":  # a browser says another page sent it
+            shown = site.decode("latin-1")[:20]
+            await _answer(send, 403, Forbidden.code, _OTHER_PAGE.format(site=shown))
+            return None
         try:
             principal = await self._session_principal(session)
         except (Unauthorized, Forbidden) as exc:
             self._sessions.forget(session_id)
             await _answer(send, 401, Unauthorized.code, _SESSION_ENDED.format(why=exc.message))
-            return None
-        if scope["method"] not in _SAFE_METHODS and not self._sessions.csrf_matches(
-            session, headers.get(CSRF_HEADER)
-        ):
-            await _answer(send, 403, Forbidden.code, _BAD_CSRF)
             return None
         state = scope.setdefault("state", {})
         state[ORIGIN] = session.origin
@@ -249,7 +274,8 @@ class FrontDoor:
         return principal
 
     async def _ui_session(self, scope: Scope, headers: dict[bytes, bytes]) -> None:
-        """A dashboard page's session, when its cookie names a live one (nothing sent)."""
+        """A dashboard page's session, when its cookie names a live one (nothing sent): the
+        shell is served over the login then; its principal only with the page's key."""
         session_id = self._session_id(headers)
         if not session_id or self._sessions is None:
             return
@@ -262,9 +288,10 @@ class FrontDoor:
             self._sessions.forget(session_id)
             return
         state = scope.setdefault("state", {})
-        state["principal"] = principal
-        state[ORIGIN] = session.origin
         state[WEB_SESSION] = (session_id, session)
+        if self._sessions.key_matches(session, headers.get(KEY_HEADER)):
+            state["principal"] = principal
+            state[ORIGIN] = session.origin
 
     async def _throttled(self, address: str, send: Send) -> bool:
         """Whether `address` must wait (429 sent): it failed to authenticate too often."""
@@ -344,9 +371,12 @@ def cookie_value(header: bytes, name: str) -> str | None:
 
 def request_origin(scope: Scope, principal: Principal) -> Origin:
     """How an authenticated request's principal was established, for a web session made
-    from it (the login link): its web session's origin, its socket peer's uid, or its
-    bearer token's hash. Worked out only when asked (not a hash more per request)."""
+    from it (the login link): its web session's origin (bound to end with that session),
+    its socket peer's uid, or its bearer token's hash. Worked out only when asked (not a hash
+    more per request)."""
     state = scope.get("state", {})
+    if WEB_SESSION in state:
+        return WebSessions.bound_to(state[WEB_SESSION][1])
     if ORIGIN in state:
         found: Origin = state[ORIGIN]
         return found

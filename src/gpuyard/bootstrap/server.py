@@ -30,6 +30,7 @@ from gpuyard.services.access.accounts import AccountService
 from gpuyard.services.access.front import AccessRules, HostRules
 from gpuyard.services.access.peers import PeerAuth
 from gpuyard.services.access.tokens import TokenAuth
+from gpuyard.services.access.web_sessions import WebSessions
 from gpuyard.services.launch.run_as import RunAsPolicy
 from gpuyard.services.machine.telemetry import GpuMonitor
 from gpuyard.services.ports import Executor, ExitCallback
@@ -152,6 +153,10 @@ def build_server(
             accounts, auth.principal, os.geteuid(), _unix_name,
             register=settings.register_local_users,
         ) if settings.socket_path is not None else None,
+        # Root's own account logs in to the dashboard only when the admin allows it.
+        web_sessions=WebSessions(refused_user=(
+            owner if os.geteuid() == 0 and not settings.allow_root_dashboard else None
+        )),
     )  # fmt: skip
 
 

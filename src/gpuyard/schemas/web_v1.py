@@ -6,13 +6,19 @@ from pydantic import BaseModel
 
 
 class SessionOut(BaseModel):
-    """Who the dashboard's session is, and the CSRF token its changes carry."""
+    """Who the dashboard's session is."""
 
     user: str
     role: str
     team: str | None
     scope: str
-    csrf: str
+
+
+class LoginOut(SessionOut):
+    """A JSON login's answer: who, and the page key the page keeps in its own origin's storage
+    and sends in `X-Session-Key` with every request (the cookie alone admits nobody)."""
+
+    key: str
 
 
 class LoginLinkOut(BaseModel):

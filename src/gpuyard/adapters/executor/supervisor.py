@@ -34,9 +34,11 @@ that a full disk cannot keep the end from being recorded.
 
 sbatch's -o/-e (`output_file`, `error_file`): tees of the pump, opened before the fork with
 the job's user's identity (`_open_as`: seteuid/setegid/setgroups around the open, undone), so
-the kernel refuses a link or a folder exactly as it would refuse the user; one that cannot be
-opened: no fork, one `gpuyard: cannot run ...` line in the log, exit 127 (LaunchFailed). With
--e, stderr is a second pipe in the same poll loop.
+the kernel refuses a link or a folder exactly as it would refuse the user; never through a
+link (O_NOFOLLOW), and only a file of the user's own (`_own_file_only`: another user's file made
+in a shared folder would hand them the output); one that cannot be opened: no fork, one
+`gpuyard: cannot run ...` line in the log, exit 127 (LaunchFailed). With -e, stderr is a
+second pipe in the same poll loop.
 
 An interactive job (`pty`): the job is the leader of a new session whose controlling terminal
 is a pty; the supervisor relays the master to a client of the Unix socket `attach_path`
@@ -100,6 +102,21 @@ _unreported = 0  # of those, not yet marked in the log
 _line_start = True  # the last byte written to the log ended a line
 _status_fd = -1  # the status file's .tmp, opened (and space reserved) at the start
 _LOG_FULL_LINE = "gpuyard: *** log truncated: {} bytes lost, the disk was full ***\n"
+# Budgets (`log_room_bytes`: what the log may still grow by, the per-job and per-user budgets'
+# smaller, -1 none; `disk_reserve_bytes`: free space of the state disk the log never takes,
+# so cancels, ends and registrations always land): past either, the rest of the run's output
+# is cut, after one line saying so, and counted as dropped.
+_log_room = -1
+_disk_reserve = 0
+_cut = False
+_BUDGET_LINE = (
+    "gpuyard: *** log cut: this job's output reached its log budget (the server's per-job or "
+    "per-user limit); the rest of this run's output is not kept ***\n"
+)
+_RESERVE_LINE = (
+    "gpuyard: *** log cut: the state disk is down to the space the server keeps for itself; "
+    "the rest of this run's output is not kept ***\n"
+)
 _session: "Session | None" = None  # an interactive job's terminal (`pty` in the launch file)
 
 
@@ -121,6 +138,10 @@ def _log_write(data: bytes) -> None:
     """Append `data` to the log; what the disk has no room for is dropped and counted, and
     the first write that succeeds afterwards is preceded by one line saying how much."""
     global _unreported
+    if _log_room >= 0 or _disk_reserve:
+        data = _within_budget(data)
+        if not data:
+            return
     if _unreported:
         note = ("" if _line_start else "\n") + _LOG_FULL_LINE.format(_unreported)
         if _write_all(note.encode()):
@@ -128,6 +149,34 @@ def _log_write(data: bytes) -> None:
             return
         _unreported = 0
     _lost(_write_all(data))
+
+
+def _within_budget(data: bytes) -> bytes:
+    """What of `data` the log may take: all of it, or (past the budget or into the disk's
+    reserve) what fits, the cut's line once, and nothing after."""
+    global _log_room, _cut, _dropped
+    if _cut:
+        _dropped += len(data)
+        return b""
+    line = ""
+    if _log_room >= 0 and len(data) > _log_room:
+        line = _BUDGET_LINE
+    elif _disk_reserve:
+        try:
+            room = os.fstatvfs(_log_fd)
+            if room.f_bavail * room.f_frsize < _disk_reserve + len(data):
+                line = _RESERVE_LINE
+        except OSError:
+            pass
+    if not line:
+        if _log_room >= 0:
+            _log_room -= len(data)
+        return data
+    kept = data[: max(0, _log_room)] if line is _BUDGET_LINE else b""
+    _cut = True
+    _dropped += len(data) - len(kept)
+    _write_all(kept + (b"" if kept.endswith(b"\n") or not kept else b"\n") + line.encode())
+    return b""
 
 
 def _lost(count: int) -> None:
@@ -499,7 +548,9 @@ def _open_outputs(plan: dict) -> tuple[int, int, str]:  # type: ignore[type-arg]
 
 def _open_as(who: dict | None, path: str) -> int:  # type: ignore[type-arg]
     """`path` opened (append, created with the user's umask) with the effective identity of
-    `who` (this process is single-threaded: the switch is the whole process's, and undone)."""
+    `who` (this process is single-threaded: the switch is the whole process's, and undone).
+    Never through a link, and only a file of the job's user's own (or a device: /dev/null):
+    a file another user made in a shared folder (/tmp) would hand them the job's output."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     switch = who is not None and os.geteuid() == 0 and who["uid"] != 0
     umask = os.umask(who.get("umask", 0o077)) if who is not None else None
@@ -510,7 +561,15 @@ def _open_as(who: dict | None, path: str) -> int:  # type: ignore[type-arg]
             os.setgroups(who["groups"])
             os.setegid(who["gid"])
             os.seteuid(who["uid"])
-        return os.open(path, flags, 0o666)
+        try:
+            fd = os.open(path, flags | os.O_NOFOLLOW, 0o666)
+        except OSError as exc:
+            if exc.errno == _ELOOP:
+                why = "it is a symbolic link (give the file's own path)"
+                raise OSError(exc.errno, why) from None
+            raise
+        _own_file_only(fd, who["uid"] if switch and who is not None else os.geteuid())
+        return fd
     finally:
         if switch:
             os.seteuid(0)
@@ -518,6 +577,31 @@ def _open_as(who: dict | None, path: str) -> int:  # type: ignore[type-arg]
             os.setgroups(groups)
         if umask is not None:
             os.umask(umask)
+
+
+_ELOOP = 40  # Linux's errno for O_NOFOLLOW meeting a link (`errno` is not imported)
+
+
+def _own_file_only(fd: int, uid: int) -> None:
+    """Close `fd` and raise unless it is a regular file of `uid`'s or a character device."""
+    info = os.fstat(fd)
+    kind = info.st_mode & 0o170000
+    if kind == 0o020000:  # a device: the kernel's permissions decided (/dev/null, a tty)
+        return
+    why = ""
+    if kind != 0o100000:
+        why = "it is not a regular file"
+    elif info.st_uid != uid:
+        import pwd  # built in; only on this refusal
+
+        try:
+            owner = pwd.getpwuid(info.st_uid).pw_name
+        except KeyError:
+            owner = f"uid {info.st_uid}"
+        why = f"it belongs to {owner}, not the job's user: remove it, or give a path of your own"
+    if why:
+        os.close(fd)
+        raise OSError(1, why)
 
 
 def _watched(plan: dict) -> dict[int, tuple[str, str]]:  # type: ignore[type-arg]
@@ -620,9 +704,12 @@ def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
 
 def main(jobdir: str) -> None:
     global _grace_s, _limit_s, _stop_signal, _jobdir, _warn_signal, _warn_before_s
+    global _log_room, _disk_reserve
     _jobdir = jobdir
     plan = _read_launch(os.path.join(jobdir, "launch.json"))
     _grace_s = float(plan.get("grace_s", 10.0))
+    _log_room = int(plan.get("log_room_bytes", -1))
+    _disk_reserve = int(plan.get("disk_reserve_bytes", 0))
     _limit_s = float(plan.get("time_limit_s") or 0)
     _stop_signal = int(plan.get("stop_signal", 15))
     _warn_signal = int(plan.get("warn_signal") or 0)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
-from gpuyard.api.deps import Accounts, Actor
+from gpuyard.api.deps import Accounts, Actor, Server
+from gpuyard.api.front_door import session_left_s
 from gpuyard.domain.accounts import ApiToken
 from gpuyard.domain.units import parse_duration_s
 from gpuyard.schemas.accounts_v1 import TokenCreatedOut, TokenCreateIn, TokenOut
@@ -25,10 +26,17 @@ def token_out(token: ApiToken) -> TokenOut:
 
 
 @router.post("", status_code=201)
-def create_token(body: TokenCreateIn, accounts: Accounts, actor: Actor) -> TokenCreatedOut:
-    """A new token for yourself; its secret is in this answer only."""
+def create_token(
+    body: TokenCreateIn, accounts: Accounts, actor: Actor, request: Request, server: Server
+) -> TokenCreatedOut:
+    """A new token for yourself; its secret is in this answer only. Made through a dashboard
+    session, it expires when that session would at the latest (a session mints nothing that
+    outlives it)."""
     never = body.expires.strip().lower() == "never"
     lifetime = None if never else parse_duration_s(body.expires, field="expires")
+    left_s = session_left_s(request.scope, server.web_sessions)
+    if left_s is not None:
+        lifetime = left_s if lifetime is None else min(lifetime, left_s)
     secret, token = accounts.create_token(actor, scope=body.scope, expires_in_s=lifetime)
     return TokenCreatedOut(**token_out(token).model_dump(), token=secret)
 

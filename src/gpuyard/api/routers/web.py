@@ -7,9 +7,12 @@ routing) to a logged-in browser and sends anyone else to the login.
 Login: `POST /ui/login` with an API token, or with a one-time code from `gpuyard dashboard`
 (`POST /api/v1/web/login-link`, made by whoever the CLI is: its token or its Unix-socket
 identity), makes a server-side session (`services/access/web_sessions.py`, the server's
-`web_sessions`) carried in the HttpOnly cookie `gpuyard_session`; the page reads its CSRF token
-from the `gpuyard_csrf` cookie (or `GET /ui/session`) and sends it in `X-CSRF-Token` on every
-change. Every answer here carries the strict Content-Security-Policy of `api/static_files.py`.
+`web_sessions`): its id in the HttpOnly cookie `gpuyard_session_PORT`, and its page key handed
+to the page alone (a form login's redirect carries it in the URL's fragment, `#key=`, which no
+server sees; a JSON login in its body), which the page keeps in its origin's storage and sends
+in `X-Session-Key` with every request. The server's root account may not log in unless the
+admin allows it (`allow_root_dashboard`). Every answer here carries the strict
+Content-Security-Policy of `api/static_files.py`.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from fastapi.responses import RedirectResponse
 from gpuyard.api.deps import Actor, Server
 from gpuyard.api.errors import error_body
 from gpuyard.api.front_door import (
-    CSRF_COOKIE,
+    KEY_HEADER,
     PEER,
-    SESSION_COOKIE,
     WEB_SESSION,
     request_origin,
+    session_cookie,
 )
 from gpuyard.api.login_page import login_form
 from gpuyard.api.static_files import (
@@ -38,9 +41,9 @@ from gpuyard.api.static_files import (
     page_response,
     serve_file,
 )
-from gpuyard.domain.errors import Unauthorized
+from gpuyard.domain.errors import Forbidden, Unauthorized
 from gpuyard.domain.principal import Principal
-from gpuyard.schemas.web_v1 import LoginLinkOut, SessionOut
+from gpuyard.schemas.web_v1 import LoginLinkOut, LoginOut, SessionOut
 from gpuyard.services.access.tokens import token_hash
 from gpuyard.services.access.web_sessions import NewSession, Origin, Session, WebSessions
 from gpuyard.services.server import ServerFacade
@@ -127,7 +130,7 @@ async def _login_fields(request: Request) -> dict[str, str]:
 @router.post("/login")
 async def login(request: Request, server: Server) -> Response:
     """Make a session from a token or a one-time code. A form gets a redirect (303) to the
-    page it came for, JSON gets `SessionOut`; both get the cookies."""
+    page it came for, the page key in its fragment; JSON gets `LoginOut`; both the cookie."""
     fields = await _login_fields(request)
     wants_json = "application/json" in request.headers.get("content-type", "")
     next_path = _safe_next(fields.get("next"))
@@ -147,15 +150,20 @@ async def login(request: Request, server: Server) -> Response:
     if origin is None:
         throttle.failed(address)
         return _refused(request, wants_json, 401, Unauthorized.code, failure, next_path)
-    made = sessions.login(origin)
+    try:
+        made = sessions.login(origin)
+    except Forbidden as exc:  # root, by default
+        return _refused(request, wants_json, 403, exc.code, exc.message, next_path)
     if wants_json:
+        who = _session_out(made.principal)
         answer: Response = Response(
-            _session_out(made.principal, made.csrf).model_dump_json(),
+            LoginOut(**who.model_dump(), key=made.key).model_dump_json(),
             media_type="application/json",
-            headers=SECURITY_HEADERS,
+            headers={**SECURITY_HEADERS, "Cache-Control": "no-store"},
         )
     else:
-        answer = RedirectResponse(next_path, status_code=303, headers=SECURITY_HEADERS)
+        where = f"{next_path.split('#')[0]}#key={made.key}"  # a fragment: never sent anywhere
+        answer = RedirectResponse(where, status_code=303, headers=SECURITY_HEADERS)
     _set_cookies(request, answer, made)
     return answer
 
@@ -197,40 +205,40 @@ def _secure(request: Request) -> bool:
     )
 
 
+def _cookie_name(request: Request) -> str:
+    server: ServerFacade = request.app.state.server
+    return session_cookie(server.access.hosts.port)
+
+
 def _set_cookies(request: Request, response: Response, made: NewSession) -> None:
-    secure = _secure(request)
+    """The session id's cookie: HttpOnly, SameSite=Strict, and only half the credential
+    (every port of this host gets it; the page's key is the other half)."""
     response.set_cookie(
-        SESSION_COOKIE, made.session_id, max_age=made.max_age_s, path="/", secure=secure,
-        httponly=True, samesite="strict",
-    )  # fmt: skip
-    # Readable by the page (double-submit): it sends the value back in X-CSRF-Token.
-    response.set_cookie(
-        CSRF_COOKIE, made.csrf, max_age=made.max_age_s, path="/", secure=secure,
-        httponly=False, samesite="strict",
+        _cookie_name(request), made.session_id, max_age=made.max_age_s, path="/",
+        secure=_secure(request), httponly=True, samesite="strict",
     )  # fmt: skip
 
 
-def _session_out(principal: Principal, csrf: str) -> SessionOut:
+def _session_out(principal: Principal) -> SessionOut:
     return SessionOut(
         user=principal.user, role=principal.role, team=principal.team, scope=principal.scope,
-        csrf=csrf,
     )  # fmt: skip
 
 
 @router.get("/session")
 async def session_info(request: Request) -> Response:
-    """Who the browser's session is (and its CSRF token); 401 without one."""
+    """Who the page's session is (its cookie and its key); 401 without one."""
     found = _session(request)
     principal = request.scope.get("state", {}).get("principal")
     if found is None or not isinstance(principal, Principal):
-        message = "no dashboard session: log in at /ui/login"
+        message = "no dashboard session with this page's key: log in at /ui/login"
         return Response(
             json_bytes(error_body(Unauthorized.code, message)),
             status_code=401,
             media_type="application/json",
             headers={**SECURITY_HEADERS, "Cache-Control": "no-store"},
         )
-    body = _session_out(principal, found[1].csrf).model_dump_json()
+    body = _session_out(principal).model_dump_json()
     return Response(
         body,
         media_type="application/json",
@@ -240,13 +248,13 @@ async def session_info(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    """End the session (CSRF-checked: the header, or a form's `csrf` field)."""
+    """End the session (the page's key required: the header, or a form's `key` field)."""
     found = _session(request)
     if found is not None:
-        sent = request.headers.get("x-csrf-token")
+        sent = request.headers.get(KEY_HEADER.decode())
         if sent is None:
-            sent = (await _login_fields(request)).get("csrf")
-        if not WebSessions.csrf_matches(found[1], sent.encode() if sent else None):
+            sent = (await _login_fields(request)).get("key")
+        if not WebSessions.key_matches(found[1], sent.encode() if sent else None):
             return Response(
                 json_bytes(error_body("forbidden", _BAD_LOGOUT)),
                 status_code=403,
@@ -256,12 +264,11 @@ async def logout(request: Request) -> Response:
         _sessions(request).logout(found[0])
     answer = RedirectResponse("/ui/login", status_code=303, headers=SECURITY_HEADERS)
     secure = _secure(request)
-    for name in (SESSION_COOKIE, CSRF_COOKIE):
-        answer.delete_cookie(name, path="/", secure=secure, samesite="strict")
+    answer.delete_cookie(_cookie_name(request), path="/", secure=secure, samesite="strict")
     return answer
 
 
-_BAD_LOGOUT = "missing or wrong X-CSRF-Token header (or csrf form field): reload the page"
+_BAD_LOGOUT = "missing or wrong X-Session-Key header (or key form field): reload the page"
 
 
 # ----------------------------------------------------------------------------- login link

@@ -1,5 +1,11 @@
 """The web dashboard's sessions: a browser logs in once (with an API token, or with a one-time
-code the CLI asked for) and then carries a random session id in an HttpOnly cookie.
+code the CLI asked for) and then holds two secrets: a random session id in an HttpOnly cookie,
+and the session's *page key*, which only the dashboard's page holds (its origin's storage) and
+sends in a header with each of its requests.
+
+Both are needed: browsers scope cookies by host, not port, so any page served on another port
+of the same host (another local user's) receives the cookie; the key lives where only the
+dashboard's own origin (scheme, host and port) can read it, so a copied cookie admits nobody.
 
 Kept in memory, not in the store: a session is only a shortcut to a credential the user still
 holds (a token, or their login on the server's box), so a restart costs one more login and no
@@ -9,8 +15,10 @@ ids and login codes are kept (a memory dump leaks no usable cookie).
 A session remembers where its principal came from (`Origin`): a token's hash, so a revoked or
 expired token, or a disabled account, ends the session at its next request (the front door
 asks `TokenAuth` again); a local Unix-socket login's uid (asked of `PeerAuth` again); or the
-principal itself. Each session has its own CSRF token for unsafe methods (double-submit:
-given to the page in a readable cookie, sent back in `X-CSRF-Token`).
+principal itself. A session ends by a deadline (`ends_at`) that nothing it makes outlives: a
+login link asked for by a session makes sessions that end with it, and a token made through one
+expires with it (`left_s`). The server's root account may not log in (`refused_user`): a
+browser's session is the easiest credential to lose, and an admin uses an admin account.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from gpuyard.domain.errors import Forbidden
 from gpuyard.domain.principal import Principal
 
 IDLE_S = 12 * 3600.0  # a session unused this long ends
@@ -45,14 +54,21 @@ class Origin:
     principal: Principal
     token_hash: str | None = None
     uid: int | None = None
+    # A session made from this origin ends by then at the latest (the session clock's time):
+    # set when a session asked for the login code, so the new session cannot outlive it.
+    ends_by: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Session:
+    """A live session: its origin, its page key (compared, never shown again), when it was
+    made, last used, and when it ends whatever its use (the session clock's times)."""
+
     origin: Origin
-    csrf: str
+    key: str
     created_at: float
     used_at: float
+    ends_at: float
 
     @property
     def principal(self) -> Principal:
@@ -61,10 +77,10 @@ class Session:
 
 @dataclass(frozen=True, slots=True)
 class NewSession:
-    """What a login hands the browser: the cookie's value and the page's CSRF token."""
+    """What a login hands the browser: the cookie's value and the page's key."""
 
     session_id: str
-    csrf: str
+    key: str
     principal: Principal
     max_age_s: int
 
@@ -80,8 +96,10 @@ class WebSessions:
         max_age_s: float = MAX_AGE_S,
         code_ttl_s: float = CODE_TTL_S,
         clock: Callable[[], float] = time.monotonic,
+        refused_user: str | None = None,
     ) -> None:
         self.idle_s = idle_s
+        self.refused_user = refused_user
         self.max_age_s = max_age_s
         self.code_ttl_s = code_ttl_s
         self._clock = clock
@@ -91,14 +109,37 @@ class WebSessions:
 
     def login(self, origin: Origin) -> NewSession:
         """A new session for `origin`'s principal (its scope kept: a read token's session
-        only reads)."""
-        session_id, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        only reads); Forbidden for the refused (root) account."""
+        self.check_user(origin.principal)
+        session_id, key = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         now = self._clock()
+        ends_at = now + self.max_age_s
+        if origin.ends_by is not None:
+            ends_at = min(ends_at, origin.ends_by)
         with self._lock:
-            self._sessions[_hash(session_id)] = Session(origin, csrf, now, now)
+            self._sessions[_hash(session_id)] = Session(origin, key, now, now, ends_at)
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)
-        return NewSession(session_id, csrf, origin.principal, int(self.max_age_s))
+        return NewSession(session_id, key, origin.principal, max(1, int(ends_at - now)))
+
+    def check_user(self, principal: Principal) -> None:
+        """Forbidden, in one line, when `principal` may not use the dashboard (root)."""
+        if self.refused_user is not None and principal.user == self.refused_user:
+            raise Forbidden(
+                f"{principal.user} may not log in to the dashboard (a browser session is the "
+                "easiest credential to lose): use an admin account (`gpuyard admin user add "
+                "NAME --role admin`), or start the server with GPUYARD_ALLOW_ROOT_DASHBOARD=1"
+            )
+
+    def left_s(self, session: Session) -> float:
+        """How long `session` may live at most from now (its deadline, not its idle time)."""
+        return max(0.0, session.ends_at - self._clock())
+
+    @staticmethod
+    def bound_to(session: Session) -> Origin:
+        """`session`'s origin for a session made from it (its login link): ending with it
+        (its `ends_at` is already within its origin's `ends_by`)."""
+        return replace(session.origin, ends_by=session.ends_at)
 
     def lookup(self, session_id: str) -> Session | None:
         """The live session the cookie names (its idle clock restarted), or None."""
@@ -110,7 +151,7 @@ class WebSessions:
             session = self._sessions.get(key)
             if session is None:
                 return None
-            if now - session.used_at >= self.idle_s or now - session.created_at >= self.max_age_s:
+            if now - session.used_at >= self.idle_s or now >= session.ends_at:
                 del self._sessions[key]
                 return None
             if now - session.used_at > 1.0:  # a write per second at most per session
@@ -126,7 +167,9 @@ class WebSessions:
         self.logout(session_id)
 
     def new_code(self, origin: Origin) -> str:
-        """A one-time login code for `origin`, valid `code_ttl_s`, good for one login."""
+        """A one-time login code for `origin`, valid `code_ttl_s`, good for one login;
+        Forbidden for the refused (root) account (said now, not at the click)."""
+        self.check_user(origin.principal)
         code = secrets.token_urlsafe(24)
         now = self._clock()
         with self._lock:
@@ -155,8 +198,9 @@ class WebSessions:
         return found[0].principal.user
 
     @staticmethod
-    def csrf_matches(session: Session, sent: bytes | None) -> bool:
-        return sent is not None and hmac.compare_digest(sent, session.csrf.encode())
+    def key_matches(session: Session, sent: bytes | None) -> bool:
+        """Whether `sent` (the page's header) is `session`'s page key (constant time)."""
+        return sent is not None and hmac.compare_digest(sent, session.key.encode())
 
     @property
     def count(self) -> int:

@@ -1,8 +1,11 @@
-// The JSON API with the session cookie: CSRF header on unsafe methods, one-line errors,
-// SSE streams that reconnect and say when they did (the page then resyncs).
+// The JSON API with the session: its cookie and the page's key (in a header on every request),
+// one-line errors, SSE streams that reconnect and say when they did (the page then resyncs).
 
-export const CSRF_COOKIE = "gpuyard_csrf";
-export const CSRF_HEADER = "X-CSRF-Token";
+// The session's page key: the login hands it to this page alone (in the URL's fragment), and it
+// lives in this origin's storage (scheme, host and port: no page on another port reads it). The
+// cookie alone admits nobody: browsers send cookies to every port of a host.
+export const KEY_HEADER = "X-Session-Key";
+const KEY_STORE = "gpuyard.sessionKey";
 
 export class ApiError extends Error {
   constructor(status, message, code, field) {
@@ -16,12 +19,26 @@ export class ApiError extends Error {
   }
 }
 
-function cookie(name) {
-  for (const part of document.cookie.split(";")) {
-    const [key, ...value] = part.trim().split("=");
-    if (key === name) return decodeURIComponent(value.join("="));
-  }
-  return "";
+function sessionKey() {
+  try { return localStorage.getItem(KEY_STORE) || ""; } catch { return ""; }
+}
+
+/** The key a login put in this page's address (`#key=...`): kept, and taken out of the
+ * address (and so of the history) at once. */
+export function takeSessionKey() {
+  const found = /^#key=([A-Za-z0-9_-]+)$/.exec(location.hash);
+  if (!found) return;
+  try { localStorage.setItem(KEY_STORE, found[1]); } catch { /* storage off: no session */ }
+  history.replaceState(history.state, "", location.pathname + location.search);
+}
+
+export function forgetSessionKey() {
+  try { localStorage.removeItem(KEY_STORE); } catch { /* nothing kept */ }
+}
+
+function withKey(headers) {
+  const key = sessionKey();
+  return key ? { ...headers, [KEY_HEADER]: key } : headers;
 }
 
 export function loginUrl() {
@@ -29,7 +46,7 @@ export function loginUrl() {
   return `/ui/login?next=${encodeURIComponent(next)}`;
 }
 
-/** fetch() with the cookie and CSRF; JSON in and out. Throws ApiError with the server's
+/** fetch() with the session (cookie and key); JSON in and out. Throws ApiError with the server's
  * one-line message. A 401 sends the browser to the login page. */
 export async function api(path, { method = "GET", body, query, raw = false, headers = {} } = {}) {
   let url = path;
@@ -42,8 +59,7 @@ export async function api(path, { method = "GET", body, query, raw = false, head
     const text = params.toString();
     if (text) url += (url.includes("?") ? "&" : "?") + text;
   }
-  const init = { method, credentials: "same-origin", referrerPolicy: "same-origin", headers: { Accept: "application/json", ...headers } };
-  if (method !== "GET" && method !== "HEAD") init.headers[CSRF_HEADER] = cookie(CSRF_COOKIE);
+  const init = { method, credentials: "same-origin", referrerPolicy: "same-origin", headers: withKey({ Accept: "application/json", ...headers }) };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -89,64 +105,111 @@ async function errorOf(response) {
 
 /** An SSE stream: `handlers` maps event names to callbacks (data parsed as JSON);
  * `onresync` runs when the stream reconnected (changes may have been missed) or said
- * `resync`; `onstate(live)` tells whether it is connected. Returns a close function. */
+ * `resync`; `onstate(live)` tells whether it is connected. Returns a close function.
+ * Read with fetch(), not EventSource: an EventSource cannot send the session's key. */
 export function stream(path, handlers, { onresync, onstate, onmissing } = {}) {
-  let source = null;
   let closed = false;
   let everOpen = false;
   let lost = false;
   let retry = 1000;
   let timer = null;
+  let current = null; // the AbortController of the connection open now
+  let lastId = ""; // the last event's `id:`, sent back as Last-Event-ID (as EventSource does)
 
-  const open = () => {
-    if (closed) return;
-    source = new EventSource(path);
-    source.onopen = () => {
-      retry = 1000;
-      if (onstate) onstate(true);
-      if (lost && onresync) onresync();
-      lost = false;
-      everOpen = true;
-    };
-    source.onerror = () => {
-      if (onstate) onstate(false);
-      lost = true;
-      // EventSource gives up on a non-200 answer (readyState CLOSED): find out why.
-      if (source.readyState === EventSource.CLOSED) {
-        source.close();
-        probe();
-      }
-    };
-    for (const [name, handler] of Object.entries(handlers)) {
-      source.addEventListener(name, (event) => {
-        let data = null;
-        try { data = JSON.parse(event.data); } catch { data = event.data; }
-        handler(data, event);
-      });
-    }
-    source.addEventListener("resync", () => onresync && onresync());
+  const dispatch = (name, lines) => {
+    const text = lines.join("\n");
+    if (name === "resync") { if (onresync) onresync(); return; }
+    const handler = handlers[name];
+    if (!handler) return;
+    let data = null;
+    try { data = JSON.parse(text); } catch { data = text; }
+    handler(data, { type: name, data: text });
   };
 
-  const probe = async () => {
-    if (closed) return;
-    try {
-      const response = await fetch(path, { method: "GET", credentials: "same-origin",
-        headers: { Accept: "text/event-stream" }, signal: AbortSignal.timeout(3000) });
-      if (response.body) response.body.cancel().catch(() => {});
-      if (response.status === 401) { location.assign(loginUrl()); return; }
-      if (response.status === 404 && !everOpen) { if (onmissing) onmissing(); return; }
-    } catch { /* unreachable or timed out: retry below */ }
+  const read = async (body) => {
+    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    let name = "";
+    let lines = [];
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf("\n")) >= 0) {
+        let line = buffer.slice(0, end);
+        buffer = buffer.slice(end + 1);
+        if (line.endsWith("\r")) line = line.slice(0, -1);
+        if (line === "") {
+          if (lines.length) dispatch(name || "message", lines);
+          name = "";
+          lines = [];
+          continue;
+        }
+        if (line.startsWith(":")) continue; // a comment (a keep-alive)
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let text = colon < 0 ? "" : line.slice(colon + 1);
+        if (text.startsWith(" ")) text = text.slice(1);
+        if (field === "event") name = text;
+        else if (field === "data") lines.push(text);
+        else if (field === "id" && !text.includes("\0")) lastId = text;
+      }
+    }
+  };
+
+  const again = (controller) => {
+    if (closed || controller !== current) return; // closed, or let go while hidden
+    current = null;
+    if (onstate) onstate(false);
+    lost = true;
     timer = setTimeout(open, retry);
     retry = Math.min(retry * 2, 15000);
+  };
+
+  const open = async () => {
+    if (closed || current) return;
+    const controller = new AbortController();
+    current = controller;
+    let response;
+    const headers = withKey({ Accept: "text/event-stream" });
+    if (lastId) headers["Last-Event-ID"] = lastId;
+    try {
+      response = await fetch(path, { method: "GET", credentials: "same-origin", cache: "no-store",
+        headers, signal: controller.signal });
+    } catch {
+      again(controller); // unreachable (or aborted: then `again` does nothing)
+      return;
+    }
+    if (!response.ok || !response.body) {
+      if (response.body) response.body.cancel().catch(() => {});
+      if (controller !== current) return;
+      if (response.status === 401) { location.assign(loginUrl()); return; }
+      if (response.status === 404 && !everOpen) { current = null; if (onmissing) onmissing(); return; }
+      again(controller);
+      return;
+    }
+    retry = 1000;
+    if (onstate) onstate(true);
+    if (lost && onresync) onresync();
+    lost = false;
+    everOpen = true;
+    try { await read(response.body); } catch { /* dropped or aborted */ }
+    again(controller);
+  };
+
+  const letGo = () => {
+    clearTimeout(timer);
+    const controller = current;
+    current = null;
+    if (controller) controller.abort();
   };
 
   // A tab in the background lets its stream go after a while and takes it again (resynced)
   // when shown: a browser opens at most 6 connections to a server over HTTP/1.1, and a few
   // forgotten tabs holding streams would leave none for the tab in front.
   const { stop } = whileHidden(() => {
-    clearTimeout(timer);
-    if (source) source.close();
-    source = null;
+    letGo();
     lost = true;
     if (onstate) onstate(false);
   }, () => { if (!closed) open(); });
@@ -155,8 +218,7 @@ export function stream(path, handlers, { onresync, onstate, onmissing } = {}) {
   return () => {
     closed = true;
     stop();
-    clearTimeout(timer);
-    if (source) source.close();
+    letGo();
   };
 }
 

@@ -2,7 +2,7 @@
 // Each page module exports mount(main, ctx) and returns a function that stops it (its
 // streams and timers) when the user leaves the page.
 
-import { api, ApiError, CSRF_HEADER } from "./api.js";
+import { api, ApiError, forgetSessionKey, takeSessionKey } from "./api.js";
 import { h, clear, notice } from "./dom.js";
 
 const ROUTES = [
@@ -112,6 +112,7 @@ async function logout() {
     }
   }
   me = null;
+  forgetSessionKey();
   clear(document.getElementById("who"));
   navigate("/ui/login", { replace: true });
 }
@@ -131,7 +132,5 @@ document.addEventListener("click", (event) => {
 
 window.addEventListener("popstate", () => render());
 
-// For pages that need to know the header name (e.g. a form posted with fetch).
-export { CSRF_HEADER };
-
+takeSessionKey(); // a login just sent the browser here with the session's key
 render();
