@@ -227,6 +227,23 @@ def test_detach_and_attach_again(server, terminals):
     assert again.exit_code() == 4
 
 
+def test_attach_redraws_the_session_without_a_key(server, terminals):
+    """A shell at its prompt (or a full-screen program) is made to draw again on attach: the
+    prompt is there at once, not a blank terminal until a key (it used to be)."""
+    term = Terminal(server, "run", "--gpus", "1", "--env", "PS1=sess-ready> ", "--",
+                    "bash", "--norc", "--noprofile", "-i")  # fmt: skip
+    terminals.append(term)
+    job_id = _session_id(server)
+    term.expect("sess-ready> ")
+    term.type("\r~.")
+    assert term.exit_code() == 0
+    again = Terminal(server, "attach", str(job_id))
+    terminals.append(again)
+    again.expect("sess-ready> ")  # nothing typed
+    again.type("exit 5\n")
+    assert again.exit_code() == 5
+
+
 def test_another_attach_takes_the_session_over(server, terminals):
     first = _run_sh(server, terminals)
     job_id = _session_id(server)

@@ -85,10 +85,13 @@ class _Escape:
         return bytes(out), False
 
 
-def relay(sock: socket.socket, stdin: int = 0, stdout: int = 1) -> str:
+def relay(sock: socket.socket, stdin: int = 0, stdout: int = 1, *, redraw: bool = False) -> str:
     """This terminal <-> the session until it ends (ENDED), the user detaches (DETACHED) or
-    another attach takes it over (TAKEN_OVER). Raw mode while it lasts, restored after."""
+    another attach takes it over (TAKEN_OVER). Raw mode while it lasts, restored after.
+    `redraw` (an attach to a session already running): the session's program is made to draw
+    its screen again (`Redraw`), not left blank until a key."""
     import select
+    import time
 
     saved = _raw(stdin)
     wake_r, wake_w = os.pipe()
@@ -97,11 +100,17 @@ def relay(sock: socket.socket, stdin: int = 0, stdout: int = 1) -> str:
     old_winch = signal.signal(signal.SIGWINCH, _nothing)
     hangup = _Hangup()
     try:
-        sock.sendall(frame(b"w", window_size(stdin)))
+        size = window_size(stdin)
+        nudge = Redraw(size, time.monotonic()) if redraw else None
+        sock.sendall(frame(b"w", nudge.first if nudge is not None else size))
         escape, reader, reading = _Escape(), _FrameReader(), True
         while True:
             wanted: list[Any] = [sock, wake_r, *([stdin] if reading else [])]
-            ready = select.select(wanted, [], [])[0]
+            wait_s = None if nudge is None else max(0.0, nudge.by - time.monotonic())
+            ready = select.select(wanted, [], [], wait_s)[0]
+            if nudge is not None and (sock in ready or time.monotonic() >= nudge.by):
+                sock.sendall(frame(b"w", window_size(stdin)))  # the program drew: the real size
+                nudge = None
             if wake_r in ready and os.read(wake_r, 64):
                 sock.sendall(frame(b"w", window_size(stdin)))  # SIGWINCH (or another signal)
             if hangup.seen:
@@ -131,6 +140,22 @@ def relay(sock: socket.socket, stdin: int = 0, stdout: int = 1) -> str:
         os.close(wake_r)
         os.close(wake_w)
         _restore(stdin, saved)
+
+
+class Redraw:
+    """How an attach makes the session's program draw its screen again: a window size is
+    changed only when it differs (the kernel sends SIGWINCH only then, and a shell at its
+    prompt or a full-screen program redraws on it), so the session is first told a size one
+    column off, then, once it has drawn (its first output) or after `wait_s`, the real one:
+    two redraws, the last at the right size. tmux and dtach's `-r winch` do the same."""
+
+    wait_s = 0.3
+
+    def __init__(self, size: bytes, now: float) -> None:
+        cols = int.from_bytes(size[2:4], "big")
+        off = cols - 1 if cols > 1 else cols + 1
+        self.first = size[:2] + off.to_bytes(2, "big")
+        self.by = now + self.wait_s
 
 
 class _FrameReader:

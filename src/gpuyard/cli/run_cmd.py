@@ -119,7 +119,7 @@ def open_session(session: Client, job_id: int, *, submitted: bool) -> int:
     if sock is None:
         return _ended(session.job(job_id))
     with sock:
-        outcome = relay(sock)
+        outcome = relay(sock, redraw=not submitted)  # an attach: the screen drawn again
     if outcome == ENDED:
         return _ended(_wait_end(session, job_id))
     if outcome == DETACHED:
