@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,8 +49,19 @@ class Web:
 
 
 @pytest.fixture
-def web(tmp_path: Path) -> Iterator[Web]:
-    settings = Settings(state_dir=tmp_path / "state", gpus="0", cpus=2, kill_grace_s=1)
+def web() -> Iterator[Web]:
+    # A state dir its jobs' users may reach (pytest's tmp is root's alone: a root server
+    # refuses to run jobs as others there).
+    place = Path(tempfile.mkdtemp(prefix="gyweb-"))
+    place.chmod(0o711)
+    try:
+        yield from _web(place)
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
+def _web(place: Path) -> Iterator[Web]:
+    settings = Settings(state_dir=place / "state", gpus="0", cpus=2, kill_grace_s=1)
     server, app = build_app(settings)
     admin_token = settings.token_path.read_text().strip()
     with TestClient(app, base_url=settings.url) as admin:
