@@ -17,8 +17,8 @@ def _decide(**fields: object):  # type: ignore[no-untyped-def]
 
 
 def test_defaults_name_from_the_program_and_workdir_from_the_server() -> None:
-    spec = _decide(argv=("/usr/bin/python3", "t.py"))
-    assert (spec.name, spec.workdir, spec.gpus) == ("python3", "/srv/home", 0)
+    spec = _decide(argv=("/usr/bin/python3", "t.py"))  # named after the script it runs
+    assert (spec.name, spec.workdir, spec.gpus) == ("t.py", "/srv/home", 0)
 
 
 def test_what_the_submitter_sent_wins_over_the_default() -> None:
@@ -106,3 +106,22 @@ def test_a_copied_script_is_bounded_and_points_at_an_argument() -> None:
         _decide(argv=("/bin/sh", "/w/job.sh"), script="echo\n", script_index=2)
     with pytest.raises(InvalidRequest, match="NUL"):
         _decide(argv=("/bin/sh", "/w/job.sh"), script="a\0b", script_index=1)
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (["python", "x.py"], "x.py"),  # as sbatch names a job after its script (was "python")
+        (["/usr/bin/python3.11", "-u", "-W", "ignore", "train.py", "--lr", "1"], "train.py"),
+        (["python3", "-m", "pkg.cli", "serve"], "pkg.cli"),
+        (["bash", "./scripts/run.sh"], "run.sh"),
+        (["python3", "--", "t.py"], "t.py"),
+        (["python3", "-c", "print(1)"], "python3"),  # code, not a script: the interpreter
+        (["bash", "-lc", "python t.py"], "bash"),
+        (["python3"], "python3"),
+        (["./train.sh", "a.py"], "train.sh"),
+        (["sshd"], "sshd"),
+    ],
+)
+def test_a_job_is_named_after_the_script_its_interpreter_runs(argv: list[str], name: str) -> None:
+    assert spec_rules.default_name(argv) == name

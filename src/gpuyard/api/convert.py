@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuyard.domain.arrays import parse_array
-from gpuyard.domain.job import Attempt, Drain, Job, JobSpec, display_state
+from gpuyard.domain.job import REASON_NONE, Attempt, Drain, Job, JobSpec, display_state
 from gpuyard.domain.signals import SIGTERM, parse_signal
 from gpuyard.domain.spec_rules import SpecDraft, decide_spec
 from gpuyard.domain.states import JobState
@@ -102,6 +102,11 @@ def spec_from_wire(
     )
 
 
+def wire_reason(reason: str) -> str | None:
+    """A reason as JSON gives it: null when there is none (never the word "None")."""
+    return None if reason == REASON_NONE else reason
+
+
 def spec_to_wire_fields(spec: JobSpec) -> dict[str, Any]:
     """The JobOut fields that come from the spec (write-only ones left out)."""
     out: dict[str, Any] = {}
@@ -129,9 +134,9 @@ def job_to_wire(
         owner=job.owner,
         state=job.state.value,
         display_state=display_state(job),
-        reason=reason,
+        reason=wire_reason(reason),
         gpus=list(job.gpus),
-        node=job.node,
+        node=job.node if job.started_at is not None else "",  # where it runs, once it has
         exit_code=job.exit_code,
         submitted_at=_iso(job.submitted_at) or "",
         started_at=_iso(job.started_at),
@@ -173,7 +178,7 @@ def attempt_to_wire(attempt: Attempt) -> AttemptOut:
         ended_at=_iso(attempt.ended_at),
         state=attempt.state.value,
         exit_code=attempt.exit_code,
-        reason=attempt.reason,
+        reason=wire_reason(attempt.reason),
         node=attempt.node,
         gpus=list(attempt.gpus),
     )

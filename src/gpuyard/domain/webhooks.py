@@ -20,7 +20,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from gpuyard.domain.errors import InvalidRequest
-from gpuyard.domain.job import Job
+from gpuyard.domain.job import REASON_NONE, Job
 from gpuyard.domain.notify import DEFAULT_EVENTS
 from gpuyard.domain.states import JobState
 
@@ -142,11 +142,11 @@ def job_summary(job: Job) -> dict[str, Any]:
         "owner": job.owner,
         "state": job.state.value,
         "exit_code": job.exit_code,
-        "reason": job.reason,
+        "reason": None if job.reason == REASON_NONE else job.reason,  # never the word "None"
         "array_job_id": job.array_job_id,
         "array_task_id": job.array_task_id,
         "gpus": list(job.gpus),
-        "node": job.node,
+        "node": job.node if job.started_at is not None else "",  # "" until its first start
         "restarts": job.restarts,
         "time_limit_s": job.spec.time_limit_s,
         "submitted_at": job.submitted_at,

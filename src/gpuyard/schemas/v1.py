@@ -174,7 +174,7 @@ class AttemptOut(BaseModel):
         "for a run stopped to be requeued (preempted, requeued by its user or a drain)"
     )
     exit_code: int | None
-    reason: str
+    reason: str | None
     node: str
     gpus: list[int] = Field(description="indices of the GPUs this run held")
 
@@ -218,7 +218,7 @@ class JobOut(BaseModel):
         description="state to show: CANCELLING/COMPLETING while a stopped RUNNING job's "
         "processes are still exiting, else `state`"
     )
-    reason: str
+    reason: str | None = Field(description="why it is in its state; null: no reason")
     command: list[str]
     gpus: list[int] = Field(description="indices of the GPUs the job holds or held")
     num_gpus: int = Field(description="GPUs requested")
@@ -227,7 +227,7 @@ class JobOut(BaseModel):
     time_limit_s: int | None
     priority: int
     workdir: str
-    node: str
+    node: str = Field(description="where it runs or last ran; empty before its first start")
     exit_code: int | None
     submitted_at: str
     started_at: str | None

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 
-from gpuyard.api.convert import dry_run_to_wire, job_to_wire, spec_from_wire
+from gpuyard.api.convert import dry_run_to_wire, job_to_wire, spec_from_wire, wire_reason
 from gpuyard.api.deps import Actor, Reads, Server, Submits, Verbs
 from gpuyard.api.submit_route import (
     IDEMPOTENCY_KEY,
@@ -169,7 +169,8 @@ async def _changes(feed: ChangeFeed, actor: Principal) -> AsyncIterator[bytes]:
             # other users' jobs too; their details are fetched (and refused) one by one.
             job = redact_job(actor, change.after)
             data = {"id": job.id, "name": job.spec.name, "owner": job.owner,
-                    "state": job.state.value, "version": job.version, "reason": job.reason,
+                    "state": job.state.value, "version": job.version,
+                    "reason": wire_reason(job.reason),
                     "at": change.at}  # fmt: skip
             yield f"event: job\ndata: {json.dumps(data)}\n\n".encode()
 

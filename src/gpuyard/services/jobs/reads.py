@@ -76,13 +76,18 @@ class JobReads:
         self.log_path = desk.log_path
 
     def get(self, job_id: int, actor: Principal) -> Job:
-        """A job the actor may see (another user's job is 'not found', as if it did not exist)."""
+        """A job the actor may see. Another user's job is refused in the words of one that does
+        not exist (a refused caller learns nothing), which say both ("not found, or not yours
+        to see"), as the dashboard says it: `queue --all` lists it for everyone."""
         desk = self._desk
         # An id no job can have (past SQLite's 64-bit integers) is simply not found.
         job = desk.book.get(job_id) or (
             desk.store.get_job(job_id) if 0 < job_id <= MAX_JOB_ID else None
         )
-        missing = f"job {job_id} not found: `gpuyard queue --all` lists every job"
+        missing = (
+            f"job {job_id} not found, or not yours to see (its details are its owner's and the "
+            "admins'): `gpuyard queue --all` lists every job"
+        )
         if job is None:
             raise NotFound(missing)
         require_visible(actor, job.owner, missing)
@@ -103,8 +108,8 @@ class JobReads:
         by_id.update((job.id, job) for job in kept)  # the book is never older than the store
         tasks = sorted(by_id.values(), key=lambda j: (j.array_task_id or 0, j.id))
         missing = (
-            f"array {array_id} not found: `gpuyard queue --all` lists every job (an array's id "
-            "is its first task's)"
+            f"array {array_id} not found, or not yours to see: `gpuyard queue --all` lists "
+            "every job (an array's id is its first task's)"
         )
         if not tasks:
             raise NotFound(missing)

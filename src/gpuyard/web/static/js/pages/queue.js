@@ -294,9 +294,12 @@ export function mount(main, { me, query, navigate }) {
       id: `job-row-${job.id}`, role: "row", "aria-rowindex": String(index + 2),
       "aria-selected": active ? "true" : "false",
       onclick: (e) => { if (!e.target.closest("button, a")) select(job.id); },
-      ondblclick: () => navigate(`/ui/jobs/${job.id}`),
+      ondblclick: () => { if (mayAct(me, job)) navigate(`/ui/jobs/${job.id}`); },
     },
-      h("span", { role: "gridcell" }, h("a", { href: `/ui/jobs/${job.id}`, tabindex: "-1" }, String(job.id))),
+      // Another user's job: its id is no link (its page would be "not yours to see").
+      h("span", { role: "gridcell" }, mayAct(me, job)
+        ? h("a", { href: `/ui/jobs/${job.id}`, tabindex: "-1" }, String(job.id))
+        : h("span", { title: `${job.owner}'s job: its details are theirs and the admins'` }, String(job.id))),
       h("span", { role: "gridcell" }, job.owner),
       h("span", { role: "gridcell", title: job.name }, job.name),
       h("span", { role: "gridcell" }, statePill(job)),
@@ -322,7 +325,7 @@ export function mount(main, { me, query, navigate }) {
     const verbs = mayAct(me, job) ? verbsFor(job) : [];
     clear(selection,
       h("span", h("strong", `Job ${job.id}`), ` ${job.name} · ${job.owner} · `, statePill(job)),
-      h("a.button", { href: `/ui/jobs/${job.id}` }, "Open"),
+      mayAct(me, job) ? h("a.button", { href: `/ui/jobs/${job.id}` }, "Open") : null,
       verbs.map((verb) => h(`button${verb === "cancel" ? ".danger" : ""}`, { type: "button", onclick: () => run(verb, job) },
         `${VERBS[verb].label} job ${job.id}`)));
   }
@@ -362,7 +365,7 @@ export function mount(main, { me, query, navigate }) {
       case "Home": next = 0; break;
       case "End": next = view.length - 1; break;
       case "Enter":
-        if (activeId !== null) { event.preventDefault(); navigate(`/ui/jobs/${activeId}`); }
+        if (activeId !== null && mayAct(me, jobs.get(activeId))) { event.preventDefault(); navigate(`/ui/jobs/${activeId}`); }
         return;
       default: return;
     }
