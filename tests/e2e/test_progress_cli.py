@@ -245,6 +245,28 @@ def test_logs_follow_on_the_same_terminal_keeps_every_line_above_the_bar(server,
     assert bars  # the bar was drawn under the log while the job ran
 
 
+def screen(terminal: bytes) -> list[str]:
+    """What a terminal shows after `terminal`'s bytes, for the few controls the bars use:
+    carriage return, line feed, erase line (ESC[2K), cursor up (ESC[1A); colours ignored."""
+    rows, row, col = [""], 0, 0
+    for token in re.findall(rb"\x1b\[[0-9;?]*[A-Za-z]|\r|\n|[^\x1b\r\n]+", terminal):
+        if token == b"\r":
+            col = 0
+        elif token == b"\n":
+            row += 1
+            rows += [""] * (row + 1 - len(rows))
+        elif token == b"\x1b[2K":
+            rows[row] = ""
+        elif token == b"\x1b[1A":
+            row = max(0, row - 1)
+        elif not token.startswith(b"\x1b"):
+            text = token.decode(errors="replace")
+            line = rows[row].ljust(col)
+            rows[row] = line[:col] + text + line[col + len(text) :]
+            col += len(text)
+    return rows
+
+
 @pytest.mark.parametrize("command", ["wait", "logs -f"])
 def test_ctrl_c_ends_the_bar_cleanly(server: ServerProcess, tmp_path: Path, command: str):
     job_id = submit(server, trainer(600, 0.05))
@@ -255,6 +277,9 @@ def test_ctrl_c_ends_the_bar_cleanly(server: ServerProcess, tmp_path: Path, comm
         assert code == 130
         assert terminal.endswith(b"\x1b[?25h")  # the cursor shown again, no traceback
         assert b"Traceback" not in terminal
+        # The bar is taken away: the job runs on, a last frame would look like its state.
+        shown = [line for line in screen(terminal) if line.strip()]
+        assert not [line for line in shown if f"job {job_id}" in line], shown
         assert json_state(server, job_id) == "RUNNING"  # only the watching ended
     finally:
         server.cli("cancel", str(job_id))

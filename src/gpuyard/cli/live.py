@@ -275,12 +275,14 @@ class Footer:
 
 def wait_live(session: Client, job_ids: Sequence[int]) -> list[dict[str, Any]]:
     """`Client.wait` with a bar per job on stderr; returns the jobs' final records. The last
-    frame stays on the terminal (each job ✓ or ✗), as when the command ends on Ctrl-C."""
+    frame stays on the terminal (each job ✓ or ✗); Ctrl-C takes the bars away (the jobs run
+    on: a frame left there would look like their state)."""
     board = Board(session, job_ids)
     footer = Footer(sys.stderr)
     ended: dict[int, dict[str, Any]] = {}
     ended_at: dict[int, float] = {}  # monotonic
     next_job = next_progress = 0.0
+    keep = True
     footer.start()
     try:
         while True:
@@ -308,8 +310,11 @@ def wait_live(session: Client, job_ids: Sequence[int]) -> list[dict[str, Any]]:
             if len(ended) == len(job_ids) and not late:
                 return [ended[job_id] for job_id in job_ids]
             time.sleep(FRAME_S)
+    except KeyboardInterrupt:
+        keep = False
+        raise
     finally:
-        footer.close(keep=True)
+        footer.close(keep=keep)
 
 
 def _short(view: JobView) -> bool:
