@@ -104,6 +104,14 @@ class Settings:
     jobs_mem_reserve_mib: int = 0
     jobs_pids_max: int = 0
     user_pids_max: int = 0
+    # Disk: a job's log (all its runs) may grow to job_log_max_mib, all of one user's jobs'
+    # logs to user_log_max_mib (0: no budget); past it the log gets one line and the rest of
+    # the run's output is cut. No log takes the last state_disk_reserve_mib of the state disk
+    # (-1: a twentieth, at most 256 MiB; none under 64 MiB), so cancels, ends and new users'
+    # registrations always land.
+    job_log_max_mib: int = 4096
+    user_log_max_mib: int = 16384
+    state_disk_reserve_mib: int = -1
     # Per-job cgroups where the kernel allows them (--mem, --cpus, pids, GPU devices held by
     # the kernel). Off: limits advisory, and no cgroup migration in a job's start (on v1, the
     # first start after an idle spell waits for an RCU grace period: ~4-13 ms here).
@@ -154,7 +162,8 @@ class Settings:
             ("preemptible_default", _flag), ("allow_root_jobs", _flag),
             ("allow_root_dashboard", _flag), ("job_pids_max", int),
             ("job_cgroups", _flag), ("def_mem_per_cpu_mib", int), ("jobs_mem_reserve_mib", int),
-            ("jobs_pids_max", int), ("user_pids_max", int),
+            ("jobs_pids_max", int), ("user_pids_max", int), ("job_log_max_mib", int),
+            ("user_log_max_mib", int), ("state_disk_reserve_mib", int),
             ("fair_share_half_life_s", float),
             ("retry_backoff_s", float), ("retry_backoff_max_s", float),
             ("node_fail_requeues", int),

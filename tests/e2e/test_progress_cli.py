@@ -132,7 +132,8 @@ def test_show_prints_the_progress_line_and_sparklines_of_loss_and_gpu_use(gpu_se
     assert record["Progress"].startswith("40/40 (100%)")
     assert "loss=0.05 acc=0.4" in record["Progress"]
     # The series has a point per second the server read (the reports of one read merged).
-    match = re.fullmatch(r"(\S+) min (\S+) max (\S+) \(loss\)", record["LossCurve"])
+    cells = r"(?:, each cell a mean of ~?\d+ points)?"  # a series longer than the line
+    match = re.fullmatch(rf"(\S+) min (\S+) max (\S+) \(loss{cells}\)", record["LossCurve"])
     assert match, record["LossCurve"]
     curve, low, high = match.groups()
     assert curve[0] == "█" and curve[-1] == "▁" and set(curve) <= set("▁▂▃▄▅▆▇█")

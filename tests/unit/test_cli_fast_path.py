@@ -22,7 +22,7 @@ from gpuyard.cli.fast import parse_fast
 CLICK_APP = typer.main.get_command(app)
 SUBMIT_FIELDS = ("command", "gpus", "cpus", "mem", "time", "name", "priority", "workdir", "env",
                  "export_env", "preemptible", "stop_signal", "distributed", "gpu_mem", "nodes",
-                 "gpus_per_node", "dry_run", "check", "retries", "retry_on", "output", "error",
+                 "gpus_per_node", "dry_run", "json", "check", "retries", "retry_on", "output", "error",
                  "gres", "ntasks_per_node", "mem_per_gpu", "array", "dependency", "export",
                  "mail_type", "mail_user", "notify", "python", "venv", "container",
                  "gpu_type")  # fmt: skip
@@ -78,6 +78,7 @@ USUAL = [
     ["submit", "--gpu-mem", "8G", "--no-preempt", "--priority", "-5", "--", "python", "t.py"],
     ["submit", "--nodes", "2", "--gpus-per-node", "4", "--distributed", "torchrun", "t.py"],
     ["submit", "--dry-run", "--gpus", "1", "--", "true"],
+    ["submit", "--dry-run", "--json", "--", "true"],
     ["submit", "--preemptible", "--signal", "USR1", "--", "python", "t.py"],
     ["submit", "--signal=10", "--no-preempt", "--preemptible", "t.py"],
     ["submit", "--retries", "3", "--retry-on", "failed,timeout", "--signal", "USR1@120", "t.py"],
@@ -103,7 +104,7 @@ LEFT_TO_TYPER = [
 
 UNKNOWN_BEFORE_COMMAND = [
     (["submit", "--gpu", "1", "--", "echo", "hi"], "No such option: --gpu (Did you mean --gpus?)"),
-    (["submit", "--json", "--", "true"], "No such option: --json"),
+    (["submit", "--frobnicate", "--", "true"], "No such option: --frobnicate"),
     (["submit", "-p", "gpu", "x"], "No such option: -p (sbatch's, which means nothing here: one "
      "queue per server here; gpuyard sbatch ignores it)"),
     (["submit", "--ntasks", "4", "x"], "No such option: --ntasks (sbatch's: give it as #SBATCH "

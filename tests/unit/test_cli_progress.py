@@ -102,9 +102,11 @@ def test_show_s_chart_fields_draw_the_loss_and_the_gpus_utilisation() -> None:
     )
     loss = str(fields["LossCurve"])
     assert loss.startswith("█") and loss[WIDTH - 1] == "▁"
-    assert loss.endswith(" min 0.4653 max 2.3 (loss)")
+    # 160 points in 40 cells: the label says a cell is a mean (min and max are the points')
+    assert loss.endswith(" min 0.4653 max 2.3 (loss, each cell a mean of 4 points)")
     util = str(fields["GpuUtilCurve"])
-    assert util.endswith(" min 10% max 90% (GPU 0,2)")  # the None sample is left out
+    # the None sample is left out: 99 samples, about 2 a cell
+    assert util.endswith(" min 10% max 90% (GPU 0,2, each cell a mean of ~2 points)")
     assert set(util[:WIDTH]) <= {"▄", "▅"}  # 90% and 10% in time order: each cell a mean
 
 

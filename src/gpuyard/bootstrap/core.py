@@ -120,6 +120,7 @@ def build_core(
         in_order=[scheduler_events(scheduler), queue_metrics(metrics), release_ports(ports), feed,
                   wakeup, events.job_change, *([notify] if notify is not None else [])],
         after=after,
+        unwritten=[signal_new_stops(executor, stop_signals)],  # a stop never waits for the disk
     )  # fmt: skip
     controller = Controller(
         journal, executor, inventory, scheduler, ports, base_env=base_env, wakeup=wakeup,

@@ -97,9 +97,13 @@ def build_server(
             )  # fmt: skip
 
             def make_executor(exits: ExitCallback) -> Executor:
+                reserve = settings.state_disk_reserve_mib
                 return LocalExecutor(
-                    state / "jobs", exits, grace_s=settings.kill_grace_s, cgroups=cgroups
-                )
+                    state / "jobs", exits, grace_s=settings.kill_grace_s, cgroups=cgroups,
+                    job_log_max_mib=settings.job_log_max_mib,
+                    user_log_max_mib=settings.user_log_max_mib,
+                    disk_reserve_mib=None if reserve < 0 else reserve,
+                )  # fmt: skip
 
         core = build_core(
             store.stores(), inventory, make_policy(settings.policy, for_server=True), make_executor,

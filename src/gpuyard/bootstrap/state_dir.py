@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import secrets
+import stat
 from pathlib import Path
 
 from gpuyard.domain.errors import Unavailable
@@ -17,6 +19,8 @@ def writable_state_dir(state: Path) -> None:
     is one line naming the path and a fix (a bare "Read-only file system" named nothing);
     then close it (`close_state_dir`)."""
     probe = state / f".write-test-{os.getpid()}"
+    _refuse_foreign_links(state)
+    _refuse_a_file(state)
     try:
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -30,6 +34,42 @@ def writable_state_dir(state: Path) -> None:
     close_state_dir(state)
     if os.geteuid() == 0:
         _warn_unreachable(state)
+
+
+def _refuse_a_file(state: Path) -> None:
+    """The state dir, or a folder above it, that is a file: one line saying so (mkdir's own
+    "File exists" or "Not a directory" named neither the path nor the fix)."""
+    for path in (state, *state.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "" if path == state else f" cannot be made: {path}"
+                raise Unavailable(
+                    f"the state dir {state}{where} is a file, not a folder; choose a folder "
+                    "with --state-dir or GPUYARD_STATE_DIR"
+                )
+            return
+
+
+def _refuse_foreign_links(state: Path) -> None:
+    """The state dir's path through a link another user owns (a link in /tmp, made by anyone,
+    pointed at any folder, which the server would take over and chmod): one line saying so."""
+    path = state.absolute()
+    for each in (path, *path.parents):
+        try:
+            info = os.lstat(each)
+        except OSError:
+            continue  # not made yet
+        if stat.S_ISLNK(info.st_mode) and info.st_uid not in (0, os.geteuid()):
+            try:
+                owner = f"{pwd.getpwuid(info.st_uid).pw_name} (uid {info.st_uid})"
+            except KeyError:
+                owner = f"uid {info.st_uid}"
+            where = "" if each == path else f" (through {each})"
+            raise Unavailable(
+                f"the state dir {state}{where} is a symbolic link of {owner}'s, who could point "
+                "it at any folder: give a folder of your own with --state-dir or "
+                "GPUYARD_STATE_DIR"
+            )
 
 
 def closed_to_owners(state: Path) -> str | None:

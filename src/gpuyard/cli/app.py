@@ -11,6 +11,10 @@ it too (`commands.py`).
 module (typer + click cost ~40-90 ms); it comes here for everything else.
 """
 
+import sys
+from typing import Annotated
+
+import click.exceptions
 import typer
 
 from gpuyard.cli import (
@@ -29,6 +33,10 @@ from gpuyard.cli import (
     sweep_cmd,
 )
 
+# An unknown command's close names, said once: click from 8.4 says them itself
+# (NoSuchCommand), and typer's would be a second list.
+_TYPER_SUGGESTS = not hasattr(click.exceptions, "NoSuchCommand")
+
 app = typer.Typer(
     name="gpuyard",
     help="A self-hosted GPU training server: queue, schedule and run jobs on isolated GPUs.",
@@ -36,9 +44,34 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    suggest_commands=_TYPER_SUGGESTS,
 )
-admin = typer.Typer(help="Administer the server: GPUs, users, teams.", no_args_is_help=True)
+admin = typer.Typer(
+    help="Administer the server: GPUs, users, teams.",
+    no_args_is_help=True,
+    suggest_commands=_TYPER_SUGGESTS,
+)
 app.add_typer(admin, name="admin")
+
+
+def _say_version(given: bool) -> None:
+    if given:
+        from gpuyard import __version__
+
+        sys.stdout.write(f"gpuyard {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _app_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_say_version,
+                     help="print gpuyard's version and exit"),
+    ] = False,
+) -> None:  # fmt: skip
+    """The options of `gpuyard` itself, before any command."""
+
 
 for module in (
     submit_cmd,  # submit

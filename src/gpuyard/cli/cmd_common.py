@@ -1,4 +1,5 @@
-"""What several `*_cmd.py` modules share: the `--json` option, and exiting with a status."""
+"""What several `*_cmd.py` modules share: the `--json` option, a one-job argument, and exiting
+with a status."""
 
 import sys
 from typing import Annotated, NoReturn
@@ -8,6 +9,20 @@ import typer
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="print JSON (stable fields, see docs/cli.md)")
 ]
+
+
+def _one_job_ref(value: str) -> str:
+    """One job's reference (12, 12_3: cli/job_refs.py), checked before any request."""
+    from gpuyard.cli.job_refs import check_one
+
+    try:
+        return check_one(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+# One job (12) or one array task (12_3), for commands of one job: `job_refs.one_id` reads it.
+OneJobRef = Annotated[str, typer.Argument(metavar="JOB", callback=_one_job_ref)]
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

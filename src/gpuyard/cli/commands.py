@@ -34,7 +34,8 @@ class SubmitOptions:
         env: list[str] | None = None, export_env: bool | None = None,
         preemptible: bool | None = None, stop_signal: str | None = None,
         distributed: str | None = None, gpu_mem: str | None = None, nodes: int | None = None,
-        gpus_per_node: int | None = None, dry_run: bool = False, check: bool = False,
+        gpus_per_node: int | None = None, dry_run: bool = False, json: bool = False,
+        check: bool = False,
         retries: int = 0, retry_on: str | None = None, output: str | None = None,
         error: str | None = None, gres: str | None = None,
         ntasks_per_node: int | None = None, mem_per_gpu: str | None = None,
@@ -49,7 +50,7 @@ class SubmitOptions:
         self.export_env, self.preemptible, self.distributed = export_env, preemptible, distributed
         self.stop_signal = stop_signal
         self.gpu_mem, self.nodes, self.gpus_per_node = gpu_mem, nodes, gpus_per_node
-        self.dry_run, self.check = dry_run, check
+        self.dry_run, self.json, self.check = dry_run, json, check
         self.retries, self.retry_on = retries, retry_on
         self.output, self.error, self.gres = output, error, gres
         self.ntasks_per_node, self.mem_per_gpu = ntasks_per_node, mem_per_gpu
@@ -102,13 +103,21 @@ def submit(opts: SubmitOptions) -> int:
     if opts.dry_run:
         from gpuyard.cli.render import dry_run_answer
 
-        sys.stdout.write(dry_run_answer(client().dry_run(argv, **fields)) + "\n")
+        answer = client().dry_run(argv, **fields)
+        if opts.json:
+            print_json(answer)
+        else:
+            sys.stdout.write(dry_run_answer(answer) + "\n")
         return 0
     session = client()
     job = session.submit(argv, on_retry=_say_retrying(session), **fields)
-    # An array's id (its first task's, %A) alone: what `wait`, `cancel` and `show` take.
-    job_id = job.get("array_job_id") or job["id"]
-    sys.stdout.write(f"Submitted batch job {job_id}\n" if opts.style == "sbatch" else f"{job_id}\n")
+    if opts.json:  # the record as `show --json` prints it (an array's: its first task's)
+        print_json(job)
+    else:  # an array's id (its first task's, %A) alone: what `wait`, `cancel` and `show` take
+        job_id = job.get("array_job_id") or job["id"]
+        sys.stdout.write(
+            f"Submitted batch job {job_id}\n" if opts.style == "sbatch" else f"{job_id}\n"
+        )
     if job.get("hint"):
         sys.stderr.write(f"gpuyard: hint: {job['hint']}\n")
     return 0
@@ -182,7 +191,21 @@ def queue(
     sys.stdout.write(queue_rows(_folded(jobs, expand)) + "\n")
     if all and page.limit is not None and len(jobs) >= page.limit and jobs:
         sys.stderr.write(f"gpuyard: more: add --before {jobs[0]['id']} for older jobs\n")
+    if page.states and not all:
+        _hint_finished(page.states)
     return 0
+
+
+def _hint_finished(states: tuple[str, ...]) -> None:
+    """`queue -t COMPLETED` lists pending and running jobs only: say where finished ones are."""
+    from gpuyard.domain.states import TERMINAL_STATES
+
+    ended = [state for state in states if state in {s.value for s in TERMINAL_STATES}]
+    if ended:
+        sys.stderr.write(
+            f"gpuyard: hint: {', '.join(ended)} jobs have ended, and the queue lists pending "
+            "and running ones: add --all for the finished\n"
+        )
 
 
 def _folded(jobs: list[JobDict], expand: bool) -> list[JobDict]:
@@ -293,7 +316,7 @@ def wait(refs: list[str], quiet: bool = False) -> int:
         jobs = session.wait(job_ids)
     bad = [j for j in jobs if j["state"] != "COMPLETED"]
     for job in bad:
-        sys.stderr.write(f"gpuyard: job {label(job)} {job['state']}: {job['reason']}\n")
+        sys.stderr.write(f"gpuyard: job {label(job)} {job['state']}: {job['reason'] or 'None'}\n")
     return 1 if bad else 0
 
 
@@ -330,10 +353,14 @@ def _wait_arrays(session: Client, named: list[Resolved], poll_s: float = 0.5) ->
     return [done[job_id] for job_id in dict.fromkeys(ordered)]
 
 
-def logs(job_id: int, follow: bool, tail: int | None, quiet: bool = False) -> int:
-    """The job's output on stdout, as its bytes are. With `follow` on a terminal (stderr),
-    a progress bar under it while it runs (cli/live.py); piped or `quiet`, the bytes alone."""
+def logs(ref: str, follow: bool, tail: int | None, quiet: bool = False) -> int:
+    """The output of the job `ref` names (12, or an array's task 12_3) on stdout, as its bytes
+    are. With `follow` on a terminal (stderr), a progress bar under it while it runs
+    (cli/live.py); piped or `quiet`, the bytes alone."""
+    from gpuyard.cli.job_refs import one_id
+
     session = client()
+    job_id = one_id(session, ref)
     out = sys.stdout.buffer
     if not follow:
         for chunk in session.log_chunks(job_id, tail=tail):

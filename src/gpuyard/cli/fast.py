@@ -56,6 +56,7 @@ _SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
     "-N": ("nodes", "int"),
     "--gpus-per-node": ("gpus_per_node", "int"),
     "--dry-run": ("dry_run", True),
+    "--json": ("json", True),
     "--check": ("check", True),
     # sbatch's (cli/submitting.py reads them as the script's directives are read)
     "--output": ("output", "str"),

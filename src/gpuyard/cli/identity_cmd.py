@@ -1,6 +1,7 @@
-"""`gpuyard token create|list|revoke`, `gpuyard login URL` and `gpuyard admin user|team`:
-who you are to a server. The rules are the server's (`services/access/accounts.py`); this only asks
-and prints. A secret is printed once, alone on stdout (so `$(gpuyard token create)` works)."""
+"""`gpuyard token create|list|revoke`, `gpuyard login URL`, `gpuyard whoami` and
+`gpuyard admin user|team`: who you are to a server. The rules are the server's
+(`services/access/accounts.py`); this only asks and prints. A secret is printed once, alone on
+stdout (so `$(gpuyard token create)` works)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def register(app: typer.Typer, admin: typer.Typer) -> None:
     """Add these commands to the app (`token`, `login`) and to `gpuyard admin`."""
     app.add_typer(token_app, name="token")
     app.command("login")(login)
+    app.command("whoami")(whoami)
     admin.add_typer(user_app, name="user")
     admin.add_typer(team_app, name="team")
 
@@ -108,6 +110,21 @@ def login(
     _write_private(os.path.join(os.path.dirname(path), "url"), url.rstrip("/"))
     sys.stdout.write(
         f"logged in to {url} as {me['user']} (scope {me.get('scope', '?')}); token kept in {path}\n"
+    )
+
+
+def whoami(json_out: JsonOpt = False) -> None:
+    """Who the server takes you for: your account, its role and team, what this credential
+    may do, and which server."""
+    session = client()
+    me = session.whoami()
+    if json_out:
+        commands.print_json({**me, "server": session.url})
+        return
+    team = f", team {me['team']}" if me.get("team") else ""
+    sys.stdout.write(
+        f"{me['user']} ({me['role']}{team}; this credential: {me.get('scope', '?')}) "
+        f"on {session.url}\n"
     )
 
 

@@ -6,8 +6,9 @@
     12_[1-3,5]   tasks 1, 2, 3 and 5 of array 12 (sbatch's --array syntax inside the brackets)
 
 `check` reads a reference's shape without the server (both the fast path and typer call it, so
-they accept the same words); `resolve` asks the server what it names. Standard library only:
-the CLI's start path.
+they accept the same words); `resolve` asks the server what it names. A command of one job
+(`logs`, `restart`, `update`, `attach`) takes `12` or `12_3` (`check_one`, then `one_id`),
+never Python's `int("12_3")`, which reads 123. Standard library only: the CLI's start path.
 """
 
 from __future__ import annotations
@@ -45,6 +46,26 @@ def check(text: str) -> str:
 
 def check_all(texts: Sequence[str]) -> list[str]:
     return [check(text) for text in texts]
+
+
+def check_one(text: str) -> str:
+    """A reference to one job (12, or an array's task 12_3), as typed; ValueError (one line)
+    for anything else, several tasks (12_[1-3]) included."""
+    ref = check(text)
+    if ref.endswith("]"):
+        raise ValueError(f"{text!r} names several tasks: give one job (12) or one task (12_3)")
+    return ref
+
+
+def one_id(session: Client, ref: str) -> int:
+    """The id of the one job `ref` names: 12 is job 12 (no request); 12_3 is task 3 of array
+    12, asked of the server (NotFound in one line when there is no such task)."""
+    job_id, indices = split(check_one(ref))
+    if indices is None:
+        return job_id
+    named = resolve(session, ref)
+    assert named.job is not None  # one index, no brackets: one task
+    return int(named.job["id"])
 
 
 def _is_id(text: str) -> bool:
@@ -141,8 +162,8 @@ def _array(session: Client, array_id: int) -> list[JobDict]:
         return session.array(array_id)
     except NotFound:
         raise NotFound(
-            f"array {array_id} not found: `gpuyard queue --all` lists every job (an array's "
-            "id is its first task's)"
+            f"array {array_id} not found, or not yours to see: `gpuyard queue --all` lists "
+            "every job (an array's id is its first task's)"
         ) from None
 
 

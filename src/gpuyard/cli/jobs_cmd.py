@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from gpuyard.cli import commands
-from gpuyard.cli.cmd_common import JsonOpt, exit_with, fail
+from gpuyard.cli.cmd_common import JsonOpt, OneJobRef, exit_with, fail
 from gpuyard.cli.session import client
 from gpuyard.cli.when import since_timestamp
 
@@ -20,6 +20,19 @@ QuietOpt = Annotated[
 ]
 
 
+def _job_id(value: str) -> int:
+    """A plain job id (12), as `--before` takes it: never `int("1_5")`, which reads 15."""
+    from gpuyard.cli.job_refs import check_one, split
+
+    try:
+        job_id, indices = split(check_one(value))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if indices is not None:
+        raise typer.BadParameter(f"{value!r} is an array's task: give a job id (12)")
+    return job_id
+
+
 def queue_cmd(
     all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
     json_out: JsonOpt = False,
@@ -27,7 +40,8 @@ def queue_cmd(
         int | None, typer.Option(min=1, max=10_000, help="at most N jobs (the newest)")
     ] = None,
     before: Annotated[
-        int | None, typer.Option(min=1, metavar="ID", help="only jobs older than job ID")
+        int | None,
+        typer.Option(metavar="ID", parser=_job_id, help="only jobs older than job ID"),
     ] = None,
     since: Annotated[
         str | None,
@@ -104,7 +118,7 @@ def show(job_id: JobRef, json_out: JsonOpt = False) -> None:
 
 
 def logs(
-    job_id: Annotated[int, typer.Argument(metavar="JOB")],
+    job_ref: OneJobRef,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="follow until the job ends")
     ] = False,
@@ -116,7 +130,7 @@ def logs(
 ) -> None:
     """The job's output (stdout and stderr), streamed as it arrives; with -f on a terminal, a
     progress bar under it (on stderr)."""
-    exit_with(commands.logs(job_id, follow, tail, quiet))
+    exit_with(commands.logs(job_ref, follow, tail, quiet))
 
 
 def cancel(
@@ -173,14 +187,18 @@ def requeue(job_ids: JobIds) -> None:
     _each(job_ids, "requeue", "job {id} is stopping and goes back to the queue", "RUNNING")
 
 
-def restart(job_id: Annotated[int, typer.Argument(metavar="JOB")]) -> None:
-    """Run a finished job again: same command and resources, a new job; prints its id alone."""
-    job = client().restart(job_id)
+def restart(job_ref: OneJobRef) -> None:
+    """Run a finished job (12, or an array's task 12_3) again: same command and resources, a
+    new job; prints its id alone."""
+    from gpuyard.cli.job_refs import one_id
+
+    session = client()
+    job = session.restart(one_id(session, job_ref))
     sys.stdout.write(f"{job['id']}\n")
 
 
 def update(
-    job_id: Annotated[int, typer.Argument(metavar="JOB")],
+    job_ref: OneJobRef,
     time: Annotated[
         str | None, typer.Option("--time", "-t", help="time limit: minutes, [D-]HH:MM:SS, 2h")
     ] = None,
@@ -189,12 +207,14 @@ def update(
 ) -> None:
     """Change a pending job's time limit, priority or GPUs (scontrol update, pueue edit);
     a running job holds its resources: requeue it first."""
-    job = client().update(job_id, time_limit=time, priority=priority, gpus=gpus)
+    from gpuyard.cli.job_refs import label, one_id
     from gpuyard.domain.units import format_duration
 
+    session = client()
+    job = session.update(one_id(session, job_ref), time_limit=time, priority=priority, gpus=gpus)
     limit = format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED"
     sys.stdout.write(
-        f"job {job_id} updated: {job['num_gpus']} GPUs, time limit {limit}, "
+        f"job {label(job)} updated: {job['num_gpus']} GPUs, time limit {limit}, "
         f"priority {job['priority']}\n"
     )
 

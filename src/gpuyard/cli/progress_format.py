@@ -111,7 +111,19 @@ def metric_chart(name: str, points: Sequence[Sequence[float | None]]) -> str | N
     line, numbers = sparkline(values), finite(values)
     if not line:
         return None
-    return f"{line} min {number(min(numbers))} max {number(max(numbers))} ({printable(name)})"
+    low, high = number(min(numbers)), number(max(numbers))
+    return f"{line} min {low} max {high} ({printable(name)}{_cells(len(numbers))})"
+
+
+def _cells(count: int) -> str:
+    """What a sparkline's cell shows when the series is longer than the line: the mean of
+    several points (min and max are the points', so a cell may not reach them)."""
+    from gpuyard.cli.sparkline import WIDTH
+
+    if count <= WIDTH:
+        return ""
+    exact = count % WIDTH == 0
+    return f", each cell a mean of {'' if exact else '~'}{round(count / WIDTH)} points"
 
 
 def util_chart(history: dict[str, Any] | None) -> str | None:
@@ -131,4 +143,5 @@ def util_chart(history: dict[str, Any] | None) -> str | None:
     if not line:
         return None
     indices = ",".join(str(g["index"]) for g in gpus if g.get("samples"))
-    return f"{line} min {min(numbers):.0f}% max {max(numbers):.0f}% (GPU {indices})"
+    return (f"{line} min {min(numbers):.0f}% max {max(numbers):.0f}% (GPU {indices}"
+            f"{_cells(len(numbers))})")  # fmt: skip

@@ -49,7 +49,7 @@ def _gpus(job: dict[str, Any]) -> str:
 
 def _reason(job: dict[str, Any]) -> str:
     if job["state"] == "PENDING":
-        return f"({job['reason']})"
+        return f"({job['reason'] or 'None'})"
     if job["state"] == "RUNNING":
         where = f"{job.get('node') or '-'}:{gpu_list(job.get('gpus') or [])}"
         return f"{where} {service_note(job)}" if job.get("kind") == "service" else where

@@ -42,8 +42,8 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
     rows = []
     for job in jobs:
         pending = job["state"] == "PENDING"
-        where = f"({job['reason']})" if pending else gpu_list(job["gpus"])
-        if job["state"] not in ("PENDING", "RUNNING") and job["reason"] != "None":
+        where = f"({job['reason'] or 'None'})" if pending else gpu_list(job["gpus"])
+        if job["state"] not in ("PENDING", "RUNNING") and job["reason"] not in (None, "None"):
             where = f"{gpu_list(job['gpus'])} ({job['reason']})"
         if job.get("idle_since"):
             where = f"{where} (idle since {_local(job['idle_since'], short=True)})"
@@ -144,7 +144,7 @@ def _retries(job: dict[str, Any]) -> str:
 
 def _begin(job: dict[str, Any]) -> str:
     """A pending retry's backoff: when it may start again."""
-    return _local(job.get("not_before")) if job["state"] == "PENDING" else "-"
+    return _zoned(job.get("not_before")) if job["state"] == "PENDING" else "-"
 
 
 def attempt_rows(job: dict[str, Any]) -> str:
@@ -159,7 +159,7 @@ def attempt_rows(job: dict[str, Any]) -> str:
             "number": attempts[-1]["number"] + 1, "started_at": job["started_at"],
             "ended_at": job["ended_at"], "state": shown_state(job),
             "exit_code": job["exit_code"], "node": job["node"], "gpus": job["gpus"],
-            "reason": job["reason"] if job["state"] != "RUNNING" else "None",
+            "reason": job["reason"] if job["state"] != "RUNNING" else None,
         }  # fmt: skip
         rows.append(_attempt_row(current))
     headers = ["RUN", "START", "END", "STATE", "EXIT", "NODE", "GPU_IDS", "REASON"]
@@ -168,9 +168,9 @@ def attempt_rows(job: dict[str, Any]) -> str:
 
 def _attempt_row(a: dict[str, Any]) -> list[str]:
     return [
-        str(a["number"]), _local(a["started_at"]), _local(a["ended_at"]), a["state"],
+        str(a["number"]), _zoned(a["started_at"]), _zoned(a["ended_at"]), a["state"],
         "-" if a["exit_code"] is None else str(a["exit_code"]), a["node"] or "-",
-        gpu_list(a["gpus"]), "" if a["reason"] == "None" else a["reason"],
+        gpu_list(a["gpus"]), "" if a["reason"] in (None, "None") else a["reason"],
     ]  # fmt: skip
 
 
@@ -212,7 +212,7 @@ def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -
         ("Name", job["name"]),
         ("User", job["owner"]),
         ("State", shown_state(job)),
-        ("Reason", job["reason"]),
+        ("Reason", job["reason"] or "None"),  # null: none (scontrol's word)
         ("ExitCode", "-" if job["exit_code"] is None else job["exit_code"]),
         ("Priority", job["priority"]),
         ("Preemptible", _preemptible(job)),
@@ -231,17 +231,17 @@ def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -
         ("CPUs", job["cpus"]),
         ("Mem", format_size_mib(job["mem_mib"])),
         ("TimeLimit", format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED"),
-        ("Node", job["node"]),
-        ("SubmitTime", _local(job["submitted_at"])),
-        ("StartTime", _local(job["started_at"])),
+        ("Node", job["node"] or "-"),  # "" until its first start
+        ("SubmitTime", _zoned(job["submitted_at"])),
+        ("StartTime", _zoned(job["started_at"])),
         ("EstimatedStart", _estimate(job)),
         (
             "Idle",
-            f"GPUs unused since {_local(job['idle_since'])}" if job.get("idle_since") else "no",
+            f"GPUs unused since {_zoned(job['idle_since'])}" if job.get("idle_since") else "no",
         ),
-        ("EndTime", _local(job["ended_at"])),
+        ("EndTime", _zoned(job["ended_at"])),
         ("RunTime", format_duration(job["runtime_s"])),
-        *service_fields(job, _local),
+        *service_fields(job, _zoned),
         *charts,
         ("Log", job["log_path"] + _log_lost(job.get("log_dropped_bytes") or 0)),
     ]
@@ -252,8 +252,9 @@ def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -
 
 
 def _log_lost(dropped: int) -> str:
-    """What a full log disk cost the log (the job ran on; the log says where)."""
-    return f", log truncated ({dropped} bytes lost: disk full)" if dropped else ""
+    """What the log did not keep (the job ran on; a line in the log says where and why: the
+    disk was full, or the output reached its budget or the disk's reserve)."""
+    return f", log truncated ({dropped} bytes not kept: see the line in the log)" if dropped else ""
 
 
 NA = "n/a"
@@ -401,20 +402,27 @@ def _estimate(job: dict[str, Any]) -> str:
                 "too deep to project)")  # fmt: skip
     if job.get("estimate_assumes") == "preemption":
         return (
-            f"{_local(job['estimated_start_at'])} if the scheduler preempts a running "
+            f"{_zoned(job['estimated_start_at'])} if the scheduler preempts a running "
             "job then, as it plans to (and running jobs use their whole time limit)"
         )
-    return f"{_local(job['estimated_start_at'])} if running jobs use their whole time limit"
+    return f"{_zoned(job['estimated_start_at'])} if running jobs use their whole time limit"
 
 
-def _local(iso: str | None, *, short: bool = False) -> str:
-    """ISO UTC time in local time; `short` drops today's date."""
+def _local(iso: str | None, *, short: bool = False, zone: bool = False) -> str:
+    """ISO UTC time in local time; `short` drops today's date; `zone` adds the offset from
+    UTC (`2026-12-01T14:03:22+01:00`: a record read elsewhere, or later, stays exact)."""
     if not iso:
         return "-"
     when = datetime.fromisoformat(iso).astimezone()
     if short and when.date() == datetime.now().astimezone().date():
         return when.strftime("%H:%M:%S")
+    if zone:
+        return when.isoformat(timespec="seconds")
     return when.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _zoned(iso: str | None) -> str:
+    return _local(iso, zone=True)
 
 
 def _quote(arg: str) -> str:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from gpuyard.cli.cmd_common import OneJobRef
+
 if TYPE_CHECKING:
     import socket
 
@@ -85,13 +87,15 @@ def run(
     raise typer.Exit(open_session(session, int(job["id"]), submitted=True))
 
 
-def attach(job_id: Annotated[int, typer.Argument(metavar="JOB")]) -> None:
+def attach(job_ref: OneJobRef) -> None:
     """Attach this terminal to an interactive session (`gpuyard run`) again; waits if it has
     not started yet."""
+    from gpuyard.cli.job_refs import one_id
     from gpuyard.cli.session import client
 
     session = client()
     _refuse_remote(session)
+    job_id = one_id(session, job_ref)
     job = session.job(job_id)
     if job.get("kind") != "interactive":
         _fail(
@@ -213,7 +217,7 @@ def _ended(job: dict[str, Any]) -> int:
         return 0
     if state == "FAILED" and code not in (None, 127):
         return int(code)
-    say(f"job {job['id']} {state}: {job.get('reason')}")
+    say(f"job {job['id']} {state}: {job.get('reason') or 'None'}")
     return int(code) if code else 1
 
 

@@ -56,21 +56,39 @@ def _state_names(values: Sequence[str] | None) -> set[str]:
     return names
 
 
+def _job_list(values: Sequence[str] | None) -> list[str]:
+    """`-j 12,13_2,14_[1-3,5]` -> the references, split at the commas outside brackets."""
+    refs: list[str] = []
+    for value in values or ():
+        depth, start = 0, 0
+        for i, char in enumerate(value + ","):
+            depth += (char == "[") - (char == "]")
+            if char == "," and depth <= 0:
+                if value[start:i]:
+                    refs.append(value[start:i])
+                start = i + 1
+    return refs
+
+
 def _fetch(session: Any, refs: Sequence[str], everything: bool) -> list[Job]:
-    """The jobs `refs` name (`12`: a job, or every task of array 12; `12_3`: one task), or
-    the queue (with `everything`: the recent history too)."""
+    """The jobs `refs` name (`12`: a job, or every task of array 12; `12_3`: one task;
+    `12_[1-3]`: those tasks: cli/job_refs.py), or the queue (with `everything`: the recent
+    history too)."""
+    from gpuyard.cli.job_refs import split
+
     if not refs:
         return list(session.jobs(all=everything, limit=1000 if everything else None))
     found: list[Job] = []
     for ref in refs:
-        array_id, sep, task = ref.partition("_")
-        if not array_id.isdigit() or (sep and not task.isdigit()):
-            raise typer.BadParameter(f"{ref!r} is not a job id (12) or an array task (12_3)")
-        job = session.job(int(array_id))
+        try:
+            array_id, indices = split(ref)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--jobs") from None
+        job = session.job(array_id)
         if job.get("array_job_id") == job["id"]:
             tasks = session.array(job["id"])
-            found += [t for t in tasks if not sep or str(t["array_task_id"]) == task]
-        elif not sep:
+            found += [t for t in tasks if indices is None or t["array_task_id"] in indices]
+        elif indices is None:
             found.append(job)
     return found
 
@@ -91,7 +109,7 @@ def squeue(
 
     session = client()
     wanted_states = _state_names(states)
-    found = _fetch(session, _split(jobs), everything=bool(states) or bool(jobs))
+    found = _fetch(session, _job_list(jobs), everything=bool(states) or bool(jobs))
     users = set(_split(user)) | ({session.whoami()["user"]} if me else set())
     names = set(_split(name))
     shown = [
@@ -132,7 +150,7 @@ def sacct(
     session = client()
     fields = fmt or (SACCT_BRIEF if brief else SACCT_LONG if long else SACCT_DEFAULT)
     columns = sacct_columns(fields)
-    refs = _split(jobs)
+    refs = _job_list(jobs)
     found = _fetch(session, refs, everything=True)
     since = _since(starttime) if starttime else (None if refs else _midnight())
     users = set(_split(user))

@@ -109,6 +109,10 @@ def _options(
         bool,
         typer.Option("--dry-run", help="queue nothing: say if and when the job would start"),
     ] = False,
+    json: Annotated[
+        bool,
+        typer.Option("--json", help="print the job's record (with --dry-run: the answer) as JSON"),
+    ] = False,
     check: Annotated[
         bool,
         typer.Option("--check", help="refuse the job if its Python frameworks cannot run here"),

@@ -101,9 +101,19 @@ class LocalExecutor:
         grace_s: float = 10.0,
         guard_margin_s: float = 5.0,
         cgroups: JobCgroups | None = None,
+        job_log_max_mib: int = 0,
+        user_log_max_mib: int = 0,
+        disk_reserve_mib: int | None = None,
     ) -> None:
         """`cgroups`: each job held to its --mem, --cpus, a pids limit and its own GPUs
-        (None, or none available: advisory)."""
+        (None, or none available: advisory). `job_log_max_mib`, `user_log_max_mib`: how
+        large a job's log, and all of one user's jobs' logs, may grow (0: no budget);
+        `disk_reserve_mib`: free space of the state disk no log takes (None: a twentieth of
+        the disk, at most 256 MiB; none on a disk under 64 MiB)."""
+        self._log_budget = (job_log_max_mib << 20, user_log_max_mib << 20)
+        self._disk_reserve = (
+            _default_reserve(jobs_dir) if disk_reserve_mib is None else disk_reserve_mib << 20
+        )
         self._cgroups = cgroups if cgroups is not None and cgroups.available else None
         self._jobs_dir = jobs_dir
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -163,9 +173,15 @@ class LocalExecutor:
                 groups = self._cgroups.create(job.id, limits)
             marker = new_marker()
             io = job_io(job, plan, jobdir)
+            budget = {
+                "log_room_bytes": self._log_room(plan),
+                "disk_reserve_bytes": self._disk_reserve,
+            }
             write_launch_file(
                 jobdir,
-                launch_instructions(plan, jobdir, self._grace_s, marker, cgroups=groups, **io),
+                launch_instructions(
+                    plan, jobdir, self._grace_s, marker, cgroups=groups, **io, **budget
+                ),
             )
         except OSError as exc:  # nothing started yet: a full disk is StateDiskFull (stays pending)
             if self._cgroups is not None:
@@ -173,6 +189,21 @@ class LocalExecutor:
                     self._cgroups.remove(job.id)
             raise_if_disk_full(exc, jobdir)
             raise
+
+    def _log_room(self, plan: LaunchPlan) -> int:
+        """What the job's log may still grow by (-1: no budget): its own budget less what the
+        log holds (earlier runs'), and its user's less what all their jobs' logs hold."""
+        per_job, per_user = self._log_budget
+        if not (per_job or per_user):
+            return -1
+        uid = plan.run_as.uid if plan.run_as is not None else os.getuid()
+        rooms = []
+        if per_job:
+            rooms.append(per_job - _size(plan.log_path))
+        if per_user:
+            used = sum(_size(p, uid) for p in self._jobs_dir.glob("*/output.log"))
+            rooms.append(per_user - used)
+        return max(0, min(rooms))
 
     def _retrying(self, job_id: int, step: Callable[[], _T]) -> _T:
         """`step`, tried again with a short back-off when it fails for a transient reason
@@ -426,6 +457,26 @@ class LocalExecutor:
                 self._forks.close()  # the supervisors it forked run on
         if self._cgroups is not None:
             self._cgroups.close()
+
+
+def _size(path: str | Path, uid: int | None = None) -> int:
+    """A file's size (0: none; or not `uid`'s, when given)."""
+    try:
+        found = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return 0
+    return found.st_size if uid is None or found.st_uid == uid else 0
+
+
+def _default_reserve(jobs_dir: Path) -> int:
+    """A twentieth of the state disk, at most 256 MiB, kept from logs; none on a disk under
+    64 MiB (a test's tmpfs)."""
+    try:
+        disk = os.statvfs(jobs_dir)
+    except OSError:
+        return 0
+    size = disk.f_blocks * disk.f_frsize
+    return 0 if size < 64 << 20 else min(size // 20, 256 << 20)
 
 
 def _oom_reason(job: Job, cause: str, cgroups: JobCgroups) -> str:

@@ -105,8 +105,10 @@ class Admission:
         """The working directory exists on the server (a stalled mount may block: a submit on
         the event loop calls this in a thread)."""
         if not os.path.isdir(workdir):
+            problem = "is a file, not a folder" if os.path.exists(workdir) else "does not exist"
             raise InvalidRequest(
-                f"workdir {workdir!r} does not exist on the server; create it or pass --workdir",
+                f"workdir {workdir!r} {problem} on the server; create it or pass --workdir "
+                "a folder",
                 field="workdir",
             )
         self._seen_dirs[workdir] = time.monotonic()

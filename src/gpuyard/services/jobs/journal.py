@@ -18,6 +18,10 @@ Worked example: job 7 exits while the disk is full. Its FAILED record cannot be 
 stays RUNNING in the book and its GPUs stay held: nothing is published, nothing is forgotten.
 The next tick retries; once the disk has room the record lands, the book holds FAILED, and the
 scheduler hears `ended` and gives the GPUs to the next job.
+
+One kind of change acts before it lands: `unwritten` observers hear a change kept waiting (once,
+at its first failed write), so that a cancel of the job that filled the disk is signalled at
+once and its record follows (the job's end is recorded, built on it, when there is room).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class Transaction:
     def __init__(self, journal: Journal) -> None:
         self._journal = journal
         self.published: list[JobChange] = []
+        self.unwritten: list[JobChange] = []  # kept waiting for the store, told once
 
     def current(self, job_id: int) -> Job | None:
         return self._journal.current(job_id)
@@ -79,12 +84,16 @@ class Journal:
         *,
         in_order: Sequence[JobObserver] = (),
         after: Sequence[JobObserver] = (),
+        unwritten: Sequence[JobObserver] = (),
     ) -> None:
+        """`unwritten`: observers (as `after`, off the lock) of a change whose write failed
+        and waits for a retry: what must not wait for the disk (a stop's signal)."""
         self.book = book
         self.store = store
         self.lock = book.mutation_lock  # one change of a job at a time
         self._in_order = tuple(in_order)
         self._after = tuple(after)
+        self._on_unwritten = tuple(unwritten)
         # job id -> (intended version, at); changed only under `lock`
         self._unwritten: dict[int, tuple[Job, float]] = {}
 
@@ -123,6 +132,8 @@ class Journal:
             yield tx
         for change in tx.published:
             self._publish(self._after, change)
+        for change in tx.unwritten:
+            self._publish(self._on_unwritten, change)
 
     def change(
         self, job_id: int, update: Callable[[Job], Job | None], at: float, *, retry: bool = True
@@ -175,6 +186,10 @@ class Journal:
                 )  # fmt: skip
             if retry:
                 for job in news:
+                    if not quiet:  # a first failure: its observers hear of it once
+                        waited = self._unwritten.get(job.id)
+                        before = waited[0] if waited else self.book.get(job.id)
+                        tx.unwritten.append(JobChange(before, job, at))
                     self._unwritten[job.id] = (job, at)
             return []
         crash_point("journal_written")
