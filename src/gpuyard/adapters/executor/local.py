@@ -173,14 +173,17 @@ class LocalExecutor:
                 groups = self._cgroups.create(job.id, limits)
             marker = new_marker()
             io = job_io(job, plan, jobdir)
-            budget = {
-                "log_room_bytes": self._log_room(plan),
-                "disk_reserve_bytes": self._disk_reserve,
-            }
             write_launch_file(
                 jobdir,
                 launch_instructions(
-                    plan, jobdir, self._grace_s, marker, cgroups=groups, **io, **budget
+                    plan,
+                    jobdir,
+                    self._grace_s,
+                    marker,
+                    cgroups=groups,
+                    **io,
+                    log_room_bytes=self._log_room(plan),
+                    disk_reserve_bytes=self._disk_reserve,
                 ),
             )
         except OSError as exc:  # nothing started yet: a full disk is StateDiskFull (stays pending)
