@@ -4,6 +4,7 @@ working directory, log and GPU stats are its owner's and the admins' only."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from tests.api.test_tokens_accounts import Rig, _add_user
 from tests.api.test_tokens_accounts import rig as rig  # the fixture
@@ -30,8 +31,18 @@ def test_the_queue_shows_others_jobs_without_their_details(rig: Rig) -> None:
 def test_others_rows_hide_output_paths_launch_failures_and_names_from_the_command(
     rig: Rig,
 ) -> None:
-    body = {"command": ["/opt/alice-secret/train.sh", "--key", "k1"], "workdir": rig.workdir,
-            "output_path": "/srv/alice-private/out-%j.txt", "error_path": "/srv/alice-private/e"}
+    # A program submit finds (a missing one is refused at submit) whose #! names nothing: it
+    # fails at its launch, with a reason that quotes its path.
+    secret = Path(rig.workdir) / "alice-secret"
+    secret.mkdir()
+    (secret / "train.sh").write_text("#!/nonexistent/interpreter\n")
+    (secret / "train.sh").chmod(0o755)
+    body = {
+        "command": [str(secret / "train.sh"), "--key", "k1"],
+        "workdir": rig.workdir,
+        "output_path": "/srv/alice-private/out-%j.txt",
+        "error_path": "/srv/alice-private/e",
+    }
     job = rig.admin().post("/api/v1/jobs", json=body).json()
     deadline = time.monotonic() + 30
     while rig.admin().get(f"/api/v1/jobs/{job['id']}").json()["state"] != "FAILED":

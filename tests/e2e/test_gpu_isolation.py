@@ -70,9 +70,9 @@ def test_failed_job_records_its_exit_code(server: ServerProcess):
     assert server.cli("logs", job_id).stdout == "oops\n"
 
 
-def test_missing_program_fails_with_a_clear_log(server: ServerProcess):
-    job_id = server.cli("submit", "--", "no-such-program-xyz").stdout.strip()
-    server.cli("wait", job_id, check=False)
-    job = server.client().job(int(job_id))
-    assert (job["state"], job["exit_code"]) == ("FAILED", 127)
-    assert "cannot run 'no-such-program-xyz'" in server.cli("logs", job_id).stdout
+def test_a_program_not_on_the_path_is_refused_at_submit_in_one_line(server: ServerProcess):
+    """Not queued to fail LaunchFailed after its wait (issue 26)."""
+    refused = server.cli("submit", "--", "no-such-program-xyz", check=False)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("gpuyard: no-such-program-xyz: not found on the job's PATH")
+    assert server.client().jobs(all=True) == []  # nothing was queued

@@ -69,18 +69,20 @@ def test_a_job_runs_the_interpreter_it_names(server: ServerProcess, venv: Path):
     assert (executable, prefix, first_on_path) == (chosen, str(venv), str(venv / "bin"))
 
 
-def test_an_interpreter_that_is_not_there_fails_the_job_in_one_line(
+def test_an_interpreter_that_is_not_there_is_refused_at_submit_in_one_line(
     server: ServerProcess, tmp_path: Path
 ):
-    with server.client() as client:
-        job = client.submit(["python3", "-c", "pass"], python=str(tmp_path / "nope/python3"))
-        ended = wait_ended(client, job["id"])
-        gone = client.submit(["python", "-V"], venv=str(tmp_path))  # a folder, not a venv
-        gone_ended = wait_ended(client, gone["id"])
-    assert ended["state"] == "FAILED" and ended["reason"].startswith("LaunchFailed: --python")
-    assert "does not exist" in ended["reason"] and "\n" not in ended["reason"]
-    assert gone_ended["reason"].startswith(f"LaunchFailed: --venv {tmp_path}: ")
-    assert "python3 -m venv" in gone_ended["reason"]
+    """Not queued to fail LaunchFailed after its wait (issue 26): the README's own
+    `--venv ~/envs/jax` on a machine without it."""
+    nope = str(tmp_path / "nope/python3")
+    refused = server.cli("submit", "--python", nope, "--", "python3", "-c", "pass", check=False)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith(f"gpuyard: --python {nope}: {nope} does not exist")
+    gone = server.cli("submit", "--venv", str(tmp_path), "--", "python", "-V", check=False)
+    assert gone.returncode == 1 and gone.stderr.count("\n") == 1  # a folder, not a venv
+    assert gone.stderr.startswith(f"gpuyard: --venv {tmp_path}: ")
+    assert "python3 -m venv" in gone.stderr
+    assert server.client().jobs(all=True) == []  # nothing was queued
 
 
 def test_a_container_job_where_no_runtime_is_installed_is_refused_in_one_line(

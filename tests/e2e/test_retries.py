@@ -72,12 +72,19 @@ def test_a_job_that_fails_twice_completes_on_its_third_run_and_show_lists_every_
     assert "NonZeroExitCode: exited with code 1" in table[1]
 
 
-def test_a_command_that_cannot_start_is_not_retried_unless_asked(quick: ServerProcess) -> None:
-    missing = "gpuyard-no-such-program"
+def test_a_command_that_cannot_start_is_not_retried_unless_asked(
+    quick: ServerProcess, tmp_path: Path
+) -> None:
+    # A program submit finds (one that is not there is refused at submit) whose #! names
+    # nothing: it cannot start.
+    missing = str(tmp_path / "gpuyard-bad-interpreter")
+    Path(missing).write_text("#!/nonexistent/interpreter\n")
+    Path(missing).chmod(0o755)
     plain = quick.cli("submit", "--retries", "2", "--", missing).stdout.strip()
     job = _ended(quick, plain)
     assert (job["state"], job["exit_code"], job["attempts"]) == ("FAILED", 127, [])
-    assert job["reason"].startswith(f"LaunchFailed: cannot run '{missing}'")
+    assert job["reason"].startswith("LaunchFailed: cannot run '")  # its copy, the interpreter
+    assert job["reason"].endswith("No such file or directory")  # of its #! line missing
     asked = quick.cli("submit", "--retries", "1", "--retry-on", "launch", "--", missing)
     job = _ended(quick, asked.stdout.strip())
     assert [a["state"] for a in job["attempts"]] == ["FAILED"]

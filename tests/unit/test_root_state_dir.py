@@ -59,7 +59,7 @@ def test_a_root_server_on_its_default_state_dir_lets_its_users_jobs_reach_their_
     writable_state_dir(state)
     assert closed_to_owners(state) is None
     policy = RunAsPolicy(unix_identity, 0, "root", closed_to_owners=closed_to_owners(state))
-    policy.check("nobody")  # accepted: the job can reach its folder
+    policy.check("nobody", script=True)  # accepted: the job can reach its folder
 
 
 @as_root
@@ -74,8 +74,9 @@ def test_a_root_server_whose_state_dir_is_closed_refuses_other_users_at_submit(
     assert why is not None and str(closed.parent) in why
     policy = RunAsPolicy(unix_identity, 0, "root", closed_to_owners=why)
     with pytest.raises(InvalidRequest) as refused:
-        policy.check("nobody")
+        policy.check("nobody", script=True)
     line = str(refused.value)
-    assert "cannot run jobs as nobody" in line and "--state-dir /var/lib/gpuyard" in line
+    assert "cannot run a script as nobody" in line and "--state-dir /var/lib/gpuyard" in line
     assert "\n" not in line
-    policy.check("root")  # the server's own jobs run as root: they reach it
+    policy.check("nobody")  # a command needs nothing from its folder: it runs
+    policy.check("root", script=True)  # the server's own jobs run as root: they reach it

@@ -12,7 +12,8 @@ fails is the error the user sees (a job, an array's tasks, a dry run, a restart 
     quota       a limit that will never let it run, or the most jobs pending reached
     pending     an array: all its tasks within the most pending jobs allowed
     dependency  --dependency names jobs the submitter may see (`dependencies.py`)
-    workdir     the working directory exists on the server
+    workdir     the working directory exists on the server, the `--venv`/`--python` and the
+                program on the job's PATH too, looked at as the job's user (`launchable.py`)
 
 `gpus` to `mem` are `check_fits` (also what `gpuyard update` asks of a new spec). The workdir
 is looked at last, and by a submit on the event loop off it, once per burst from a directory.
@@ -36,6 +37,7 @@ from gpuyard.services.access.quotas import LimitService
 from gpuyard.services.jobs.dependencies import check_dependency_of
 from gpuyard.services.jobs.desk import JobDesk
 from gpuyard.services.jobs.reads import JobReads
+from gpuyard.services.launch.launchable import LaunchProbe, check_launchable, probe_of
 from gpuyard.services.launch.plan import check_container
 from gpuyard.services.launch.run_as import RunAsPolicy
 
@@ -76,30 +78,63 @@ class Admission:
         self._limits = limits  # learns a submitter's team (None: a server without limits)
         self._identities = identities  # refuses an owner whose job could never run
         self._seen_dirs: dict[str, float] = {}  # workdir -> when it last existed (monotonic)
+        self._seen_probes: dict[LaunchProbe, float] = {}  # -> when it last passed (monotonic)
 
-    def admit(self, sub: Submission, *, defer_dirs: bool = False) -> list[str]:
+    def admit(self, sub: Submission, *, defer_dirs: bool = False) -> list[LaunchProbe]:
         """Raise the first refusal, in the order above. `defer_dirs` (a submit on the event
-        loop): a workdir seen recently passes, and those to look at are returned for the
-        caller to check off the loop (`check_workdir`); else all are checked here."""
+        loop): a launch probe (workdir, interpreter, program) passed recently passes, and
+        those to look at are returned for the caller to check off the loop (`check_launch`);
+        else all are checked here."""
         distinct = sub.distinct()
         if sub.indices is not None:
             _check_array_size(sub.specs, sub.indices)
         for spec in distinct:
             self.check_fits(spec)
         if self._identities is not None:
-            self._identities.check(sub.actor.user)
+            scripts = any(spec.script is not None for spec in distinct)
+            self._identities.check(sub.actor.user, script=scripts)
         # The quotas look at a spec's GPUs and time limit only: each pair once.
         for spec in {(s.gpus, s.time_limit_s): s for s in distinct}.values():
             self._check_quota(spec, sub.actor)
         if sub.indices is not None:
             self._check_pending_room(len(sub.indices), sub.actor)
         check_dependency_of(self._reads, sub.specs[0], sub.actor)  # an array's tasks share one
-        unseen = [w for w in sub.workdirs() if not (defer_dirs and self._seen_recently(w))]
+        probes = self._probes(sub)
+        unseen = [p for p in probes if not (defer_dirs and self._probed_recently(p))]
         if defer_dirs:
             return unseen
-        for workdir in unseen:
-            self.check_workdir(workdir)
+        for probe in unseen:
+            self.check_launch(probe)
         return []
+
+    def check_launch(self, probe: LaunchProbe) -> None:
+        """The job's working directory, `--venv`/`--python` and program, looked at as the
+        job's user (`launch/launchable.py`; may block on a stalled mount: a submit on the
+        event loop calls this in a thread)."""
+        server_uid = os.geteuid() if self._identities is None else self._identities.server_uid
+        if probe.run_as is None or probe.run_as.uid == server_uid:
+            self.check_workdir(probe.workdir)  # the server's own user: in its words
+        check_launchable(probe, server_uid)
+        self._seen_probes[probe] = time.monotonic()
+        if len(self._seen_probes) > _SEEN_DIRS:
+            self._seen_probes.clear()
+
+    def _probes(self, sub: Submission) -> list[LaunchProbe]:
+        """One probe per distinct thing to look at (a sweep's trials share theirs). Without
+        identities (the tests' rigs, whose executors run nothing) only the workdirs."""
+        if self._identities is None:
+            return [LaunchProbe(w, None, None, "", "", None) for w in sub.workdirs()]
+        run_as = None
+        if self._identities is not None and self._identities.switches_users:
+            run_as = self._identities.for_owner(sub.actor.user)  # refused above if none
+        path = os.environ.get("PATH", "")
+        return list(dict.fromkeys(probe_of(spec, run_as, path) for spec in sub.distinct()))
+
+    def _probed_recently(self, probe: LaunchProbe) -> bool:
+        """A burst of submits of one program from one directory looks once (a thread hop
+        each would cost a fifth of a submit's CPU)."""
+        seen = self._seen_probes.get(probe)
+        return seen is not None and time.monotonic() - seen < _SEEN_DIR_S
 
     def check_workdir(self, workdir: str) -> None:
         """The working directory exists on the server (a stalled mount may block: a submit on

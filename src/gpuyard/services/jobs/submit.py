@@ -164,8 +164,8 @@ class JobSubmits:
         """`key`: recorded on every job (a retry finds the first); only `_submit_once` passes
         one (it makes sure no other job has it)."""
         sub = self._with_default_mem(sub)
-        for workdir in self._admission.admit(sub, defer_dirs=True):
-            await asyncio.to_thread(self._admission.check_workdir, workdir)
+        for probe in self._admission.admit(sub, defer_dirs=True):
+            await asyncio.to_thread(self._admission.check_launch, probe)
         jobs = self._new_jobs(sub, key=key)
         # Shielded: a request cancelled (its client gone) while the write is under way still
         # queues the jobs once they are on disk; else they would sit in the database

@@ -49,20 +49,26 @@ class RunAsPolicy:
         self._cache: dict[str, tuple[float, RunAs | None]] = {}
 
     @property
+    def server_uid(self) -> int:
+        return self._server_uid
+
+    @property
     def switches_users(self) -> bool:
         """Whether jobs may run as users other than the server's (it runs as root)."""
         return self._server_uid == 0
 
-    def check(self, owner: str) -> None:
+    def check(self, owner: str, *, script: bool = False) -> None:
         """At submit: raise if `owner`'s jobs could not run here (cheap: cached lookups), as
-        when the server's state dir is closed to the users jobs run as: refused now, not a
-        "Permission denied" in the job's log that looks like the user's own failure."""
+        a `script` (run from its copy in the job's folder) when the server's state dir is
+        closed to the users jobs run as: refused now, not a "Permission denied" in the job's
+        log that looks like the user's own failure."""
         found = self.for_owner(owner)
-        if self._closed_to_owners is not None and found.uid != self._server_uid:
+        if script and self._closed_to_owners is not None and found.uid != self._server_uid:
             raise InvalidRequest(
-                f"this server cannot run jobs as {found.user}: {self._closed_to_owners}; an "
-                "admin restarts it with a state dir users can reach (`gpuyard server "
-                "--state-dir /var/lib/gpuyard`, a root server's default)"
+                f"this server cannot run a script as {found.user}: {self._closed_to_owners}, "
+                "and the job runs the script's copy kept there; an admin restarts the server "
+                "with a state dir users can reach (`gpuyard server --state-dir "
+                "/var/lib/gpuyard`, a root server's default)"
             )
 
     def for_owner(self, owner: str) -> RunAs:
