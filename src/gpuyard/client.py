@@ -190,6 +190,17 @@ class Client:
         result: JobDict = self._json("POST", path)
         return result
 
+    def cancel_many(
+        self, job_ids: list[int], signal: str | int | None = None, *, whole_arrays: bool = False
+    ) -> dict[str, Any]:
+        """Cancel many jobs in one request: {"cancelled": [ids], "stopping": [ids], "refused":
+        [{"id", "code", "message"}]}; `whole_arrays`: an array's id cancels all its tasks."""
+        body: dict[str, Any] = {"ids": job_ids, "whole_arrays": whole_arrays}
+        if signal is not None:
+            body["signal"] = str(signal)
+        result: dict[str, Any] = self._json("POST", "/api/v1/jobs/cancel", body)
+        return result
+
     def array(self, array_id: int) -> list[JobDict]:
         """A job array's tasks (jobs), by task index; the array's id is its first task's."""
         result: list[JobDict] = self._json("GET", f"/api/v1/arrays/{array_id}")

@@ -83,6 +83,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/api/v1/jobs"): Rule("submitter", lambda rig: rig.job_body()),
     ("POST", "/api/v1/jobs/dry-run"): Rule("submitter", lambda rig: rig.job_body()),
     ("POST", "/api/v1/jobs/clean"): Rule("submitter"),
+    # Many at once: each job as its cancel route allows (another's refused as not found).
+    ("POST", "/api/v1/jobs/cancel"): Rule("submitter", lambda rig: {"ids": [999_999]}),
     ("GET", "/api/v1/jobs/{job_id}"): Rule("owner"),
     ("PATCH", "/api/v1/jobs/{job_id}"): Rule("owner", lambda rig: {"priority": 5}),
     ("POST", "/api/v1/jobs/{job_id}/cancel"): Rule("owner"),

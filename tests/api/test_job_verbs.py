@@ -34,3 +34,20 @@ def test_update_refuses_bad_bodies_and_running_jobs_in_one_error(api: TestClient
     assert api.post(f"/api/v1/jobs/{pending['id']}/requeue").status_code == 409
     assert api.post(f"/api/v1/jobs/{pending['id']}/restart").status_code == 409
     assert api.post("/api/v1/jobs/999/release").status_code == 404
+
+
+def test_many_jobs_are_cancelled_in_one_request_each_refusal_on_its_own_line(api: TestClient):
+    running = submit(api, gpus=4, command=["sleep", "30"]).json()
+    wait_state(api, running["id"], "RUNNING")
+    pending = [submit(api, gpus=4, command=["true"]).json()["id"] for _ in range(5)]
+    done = api.post("/api/v1/jobs/cancel", json={"ids": [*pending, running["id"], 999_999]})
+    assert done.status_code == 200
+    body = done.json()
+    assert sorted(body["cancelled"]) == pending and body["stopping"] == [running["id"]]
+    assert [(r["id"], r["code"]) for r in body["refused"]] == [(999_999, "not_found")]
+    again = api.post("/api/v1/jobs/cancel", json={"ids": pending[:1]}).json()
+    assert again["refused"][0]["code"] == "conflict"
+    assert "already ended" in again["refused"][0]["message"]
+    for bad in ({"ids": []}, {"ids": [1], "frobnicate": 1}, {"ids": [1], "signal": "NOPE"}):
+        refused = api.post("/api/v1/jobs/cancel", json=bad)
+        assert refused.status_code == 422 and "\n" not in refused.json()["error"]["message"]

@@ -5,6 +5,7 @@ refused with a 422 that says how to send one, on the fast path and the FastAPI r
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from fastapi.testclient import TestClient
@@ -67,3 +68,23 @@ def test_a_body_that_cannot_be_decoded_is_a_400_in_words(
                              headers={"Content-Type": "application/json"})  # fmt: skip
         assert answer.status_code == 400
         assert "could not be decoded as JSON" in json.dumps(answer.json())
+
+
+def test_the_root_url_sends_a_browser_to_the_dashboard_and_tells_a_client_where_things_are(
+    api: TestClient,
+) -> None:
+    browser = {"Authorization": "", "Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    sent = api.get("/", headers=browser, follow_redirects=False)
+    assert (sent.status_code, sent.headers["location"]) == (303, "/ui/")
+    told = api.get("/", headers={"Authorization": ""})
+    assert told.status_code == 200 and told.json()["dashboard"] == "/ui/"
+
+
+def test_the_docs_page_loads_swagger_ui_from_this_server_not_a_cdn(api: TestClient) -> None:
+    page = api.get("/docs", headers={"Authorization": ""}).text
+    scripts = re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', page)
+    assert scripts and all(url.startswith("/docs/") for url in scripts), scripts
+    for url in scripts:
+        asset = api.get(url, headers={"Authorization": ""})
+        assert asset.status_code == 200 and len(asset.content) > 500, url
+    assert "SwaggerUIBundle" in api.get("/docs/swagger-ui-bundle.js").text

@@ -16,5 +16,6 @@ def test_the_bundle_gives_the_store_for_every_port(store: JobStore) -> None:
     ports = {f.name: getattr(bundle, f.name) for f in dataclasses.fields(bundle)}
     assert set(ports) == {
         "jobs", "accounts", "limits", "usage", "gpu_history", "progress", "sweeps", "notify",
+        "events",
     }  # fmt: skip
     assert all(port is store for port in ports.values())

@@ -14,6 +14,7 @@ from gpuyard.api.front_door import FrontDoor
 from gpuyard.api.routers import (
     admin,
     arrays,
+    docs,
     gpu_history,
     gpus,
     jobs,
@@ -52,7 +53,10 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
         if manage_lifecycle:
             server.close()
 
-    app = FastAPI(title="gpuyard", version=__version__, lifespan=lifespan, responses=_ERRORS)  # type: ignore[arg-type]
+    app = FastAPI(
+        title="gpuyard", version=__version__, lifespan=lifespan, responses=_ERRORS,  # type: ignore[arg-type]
+        docs_url=None, redoc_url=None,  # served from the package instead: routers/docs.py
+    )  # fmt: skip
     app.state.server = server  # with its web sessions, events ring and GPU stream's sampler
     app.state.web_static = StaticFiles(static_root())  # the dashboard's files (static_files.py)
     install_error_handlers(app)
@@ -62,6 +66,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     for router in (*routers, sweeps.router):
         app.include_router(router)
     app.include_router(notify.router)  # webhooks (services/workflows/notify.py)
+    app.include_router(docs.router)  # `/` and `/docs`, Swagger UI's files from the package
     app.add_middleware(SubmitFastPath, server=server)  # inside the front door
     app.add_middleware(
         FrontDoor,

@@ -44,7 +44,11 @@ from gpuyard.services.access.web_sessions import Origin, Session, WebSessions
 MAX_BODY_BYTES = 4 << 20  # a submit is a few KiB; spec rules cap argv and env well below this
 _READS = frozenset({"GET", "HEAD"})
 _READ_ONLY = "this token's scope is read: it may only read (GET); use one with scope submit"
-PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+PUBLIC_PATHS = frozenset({
+    "/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+    # Swagger UI's own files, from the package (api/routers/docs.py)
+    "/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css", "/docs/favicon-32x32.png",
+})  # fmt: skip
 # Methods a browser page may not send another site without its Origin being checked.
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Who a metrics-token request is: it reaches GET /metrics only, which reads nothing of a job's.

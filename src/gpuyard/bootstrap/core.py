@@ -114,7 +114,8 @@ def build_core(
     if monitor is not None:
         after.append(finished_job_stats(store, monitor, peaks))
     notify = _notifier(stores, settings, clock)  # in order: it only queues (workflows/notify.py)
-    events = EventLog()  # the events page's (machine/event_ring.py): cheap, in commit order
+    # The events page's (machine/event_ring.py): cheap, in commit order; kept in the store.
+    events = EventLog(store=stores.events)
     journal = Journal(
         book, store,
         in_order=[scheduler_events(scheduler), queue_metrics(metrics), release_ports(ports), feed,

@@ -32,6 +32,7 @@ from gpuyard.services.access.peers import PeerAuth
 from gpuyard.services.access.tokens import TokenAuth
 from gpuyard.services.access.web_sessions import WebSessions
 from gpuyard.services.launch.run_as import RunAsPolicy
+from gpuyard.services.machine.event_ring import EventSaver
 from gpuyard.services.machine.telemetry import GpuMonitor
 from gpuyard.services.ports import Executor, ExitCallback
 from gpuyard.services.scheduler.inventory import Inventory
@@ -139,6 +140,7 @@ def build_server(
         ray.watch.on_lost = lambda name: node_lost(core.drains, inventory, name)
         ray.watch.on_back = lambda name: node_back(core.drains, inventory, name)
         background.append(ray.watch)
+    background.append(EventSaver(core.events))  # last: its stop saves what the others told
     return ServerFacade(
         core.controller, auth,
         core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend, confinement),

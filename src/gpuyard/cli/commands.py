@@ -386,66 +386,54 @@ def _following_lost() -> None:
 def cancel(refs: list[str], signal: str | None = None) -> int:
     """Cancel each job; one line per job that could not be, and exit 1 if any. `signal`: what
     running jobs' processes get instead of their own stop signal (`--signal`). An array's id
-    cancels the whole array (as scancel), `12_3` one task, `12_[1-3]` those tasks."""
+    cancels the whole array (as scancel), `12_3` one task, `12_[1-3]` those tasks. Every job
+    goes in one request (`POST /api/v1/jobs/cancel`), tasks named by a range in a second."""
+    from gpuyard.cli.job_refs import resolve
     from gpuyard.client import ServerUnreachable
     from gpuyard.domain.errors import GpuyardError
 
     session = client()
     failed = False
+    whole = [int(ref) for ref in refs if ref.isdigit()]
+    tasks: list[int] = []
+    in_ranges: set[int] = set()  # tasks of a range: one that ended meanwhile is no failure
     for ref in refs:
+        if ref.isdigit():
+            continue
         try:
-            if ref.isdigit():
-                _cancel_id(session, int(ref), signal)
-            else:
-                _cancel_tasks(session, ref, signal)
+            named = resolve(session, ref)
         except ServerUnreachable:
             raise
         except GpuyardError as exc:
             sys.stderr.write(f"gpuyard: {exc.message}\n")
             failed = True
+            continue
+        if named.tasks is None:  # one task: cancelled as a job, its errors said
+            assert named.job is not None
+            tasks.append(int(named.job["id"]))
+            continue
+        active = [int(t["id"]) for t in named.tasks if t["state"] in ("PENDING", "RUNNING")]
+        tasks += active
+        in_ranges.update(active)
+    for ids, whole_arrays in ((whole, True), (tasks, False)):
+        for at in range(0, len(ids), _CANCEL_BATCH):
+            try:
+                done = session.cancel_many(
+                    ids[at : at + _CANCEL_BATCH], signal, whole_arrays=whole_arrays
+                )
+            except ServerUnreachable:
+                raise
+            except GpuyardError as exc:
+                sys.stderr.write(f"gpuyard: {exc.message}\n")
+                failed = True
+                continue
+            for refused in done["refused"]:
+                if refused["id"] in in_ranges and refused["code"] == "conflict":
+                    continue
+                sys.stderr.write(f"gpuyard: {refused['message']}\n")
+                failed = True
     return 1 if failed else 0
 
 
-def _cancel_id(session: Client, job_id: int, signal: str | None) -> None:
-    """Cancel job `job_id` (one request), and when it is an array's first task, the rest of
-    the array too; an array whose first task already ended is still cancelled whole."""
-    from gpuyard.cli.job_refs import is_array_head
-    from gpuyard.domain.errors import Conflict
-
-    try:
-        job = session.cancel(job_id, signal)
-    except Conflict:  # it ended: an array's first task often ends before the rest
-        job = session.job(job_id)
-        if not is_array_head(job):
-            raise
-    if not is_array_head(job):
-        return
-    if signal is None:
-        session.cancel_array(job_id)
-        return
-    for task in session.array(job_id):  # the signal is each running task's
-        if task["state"] in ("PENDING", "RUNNING"):
-            _cancel_quietly(session, int(task["id"]), signal)
-
-
-def _cancel_tasks(session: Client, ref: str, signal: str | None) -> None:
-    from gpuyard.cli.job_refs import resolve
-
-    named = resolve(session, ref)
-    if named.tasks is None:  # one task: cancelled as a job, its errors said
-        assert named.job is not None
-        session.cancel(int(named.job["id"]), signal)
-        return
-    for task in named.tasks:
-        if task["state"] in ("PENDING", "RUNNING"):
-            _cancel_quietly(session, int(task["id"]), signal)
-
-
-def _cancel_quietly(session: Client, job_id: int, signal: str | None) -> None:
-    """Cancel one of several tasks: one that ended meanwhile is no failure."""
-    from gpuyard.domain.errors import Conflict
-
-    try:
-        session.cancel(job_id, signal)
-    except Conflict:
-        pass
+# Ids per bulk cancel request (the server takes up to 100,000).
+_CANCEL_BATCH = 50_000

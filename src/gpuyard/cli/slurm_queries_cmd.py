@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -28,7 +28,6 @@ from gpuyard.cli.slurm_format import (
     SQUEUE_LONG,
     Job,
     fold_arrays,
-    job_ref,
     sacct_columns,
     sacct_text,
     squeue_order,
@@ -193,7 +192,8 @@ def scancel(
         _fail("no job identification provided: give job ids, or --user/--name/--state")
     session = client()
     wanted = _state_names([state] if state else None)
-    targets: list[tuple[str, Callable[[], object]]] = []
+    ids: list[int] = []  # each cancelled on its own
+    arrays: list[int] = []  # each an array's id: all its tasks
     if refs:
         for ref in refs:
             array_id, sep, task = ref.partition("_")
@@ -206,7 +206,7 @@ def scancel(
                 continue
             is_array = job.get("array_job_id") == job["id"]
             if is_array and not sep:
-                targets.append((ref, _canceller(session.cancel_array, job["id"])))
+                arrays.append(job["id"])
                 continue
             if sep:
                 tasks = [t for t in session.array(job["id"]) if str(t["array_task_id"]) == task]
@@ -215,7 +215,7 @@ def scancel(
                     continue
                 job = tasks[0]
             if job["state"] in _ACTIVE and (not wanted or job["state"] in wanted):
-                targets.append((ref, _canceller(session.cancel, job["id"])))
+                ids.append(job["id"])
             elif job["state"] not in _ACTIVE:
                 _warn(f"Kill job error on job id {ref}: Job/step already completing or "
                       "completed", quiet)  # fmt: skip
@@ -223,13 +223,12 @@ def scancel(
         for job in session.jobs():
             if ((not user or job["owner"] == user) and (not name or job["name"] == name)
                     and (not wanted or job["state"] in wanted)):  # fmt: skip
-                targets.append((job_ref(job), _canceller(session.cancel, job["id"])))
-    for _ref, cancel in targets:
-        cancel()
-
-
-def _canceller(cancel: Callable[[int], object], job_id: int) -> Callable[[], object]:
-    return lambda: cancel(job_id)
+                ids.append(job["id"])
+    for chosen, whole_arrays in ((ids, False), (arrays, True)):  # one request each
+        if chosen:
+            done = session.cancel_many(chosen, whole_arrays=whole_arrays)
+            for refused in done["refused"]:
+                _warn(f"Kill job error on job id {refused['id']}: {refused['message']}", quiet)
 
 
 def _warn(message: str, quiet: bool) -> None:

@@ -326,6 +326,38 @@ class CleanOut(BaseModel):
     )
 
 
+MAX_CANCEL_IDS = 100_000
+
+
+class CancelManyIn(_Strict):
+    """`POST /api/v1/jobs/cancel`: cancel many jobs in one request (`scancel -u USER`)."""
+
+    ids: Annotated[list[StrictInt], Field(min_length=1, max_length=MAX_CANCEL_IDS)]
+    signal: Annotated[
+        StrictStr | None,
+        Field(max_length=16, description="what running jobs' processes get instead of their "
+              "own stop signal (a name such as USR1, or a number)"),
+    ] = None  # fmt: skip
+    whole_arrays: StrictBool = Field(
+        False, description="an array's id (its first task's) stands for all its tasks"
+    )
+
+
+class CancelRefusedOut(BaseModel):
+    id: int
+    code: str = Field(description="not_found, conflict (already ended), ...")
+    message: str
+
+
+class CancelManyOut(BaseModel):
+    """What a bulk cancel did: pending jobs cancelled, running ones asked to stop, and those
+    refused (the others are cancelled all the same)."""
+
+    cancelled: list[int]
+    stopping: list[int]
+    refused: list[CancelRefusedOut]
+
+
 class WhoAmIOut(BaseModel):
     """The account the caller's token acts as (`queue --me`)."""
 

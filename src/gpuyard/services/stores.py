@@ -195,6 +195,46 @@ class NotifyStore(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Event:
+    """One event of the dashboard's events page (`services/machine/event_ring.py`).
+    `job_id`/`owner`/`name` for a job's (what the queue shows everyone: never the command or
+    the log), `gpu` for a GPU's."""
+
+    id: int
+    at: float  # epoch seconds
+    kind: str
+    message: str
+    job_id: int | None = None
+    owner: str | None = None
+    name: str | None = None
+    gpu: int | None = None
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "id": self.id, "at": self.at, "kind": self.kind, "message": self.message,
+            "job_id": self.job_id, "owner": self.owner, "name": self.name, "gpu": self.gpu,
+        }  # fmt: skip
+
+
+class EventStore(Protocol):
+    """The events page's last events, kept across restarts (bounded: the ring prunes what it
+    no longer holds). The stores that implement JobStore implement this too;
+    `tests/contract/test_event_store.py` covers them."""
+
+    def save_events(self, events: Sequence[Event]) -> None:
+        """Write them in one transaction (an id already saved is replaced)."""
+        ...
+
+    def load_events(self, limit: int) -> list[Event]:
+        """The newest `limit` events, oldest first."""
+        ...
+
+    def prune_events(self, below_id: int) -> int:
+        """Delete the events with an id below `below_id`; how many went."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
 class Stores:
     """What a backend stores, by port (`SqlJobStore.stores()`, `MemoryJobStore.stores()`):
     None where it lacks one, and the services over that port are not built."""
@@ -207,3 +247,4 @@ class Stores:
     progress: ProgressStore | None = None
     sweeps: SweepStore | None = None
     notify: NotifyStore | None = None
+    events: EventStore | None = None

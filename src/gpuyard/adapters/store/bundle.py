@@ -7,6 +7,7 @@ from typing import Protocol
 from gpuyard.services.ports import JobStore
 from gpuyard.services.stores import (
     AccountStore,
+    EventStore,
     GpuHistoryStore,
     LimitStore,
     NotifyStore,
@@ -19,7 +20,7 @@ from gpuyard.services.stores import (
 
 class EveryStore(
     JobStore, AccountStore, LimitStore, UsageStore, GpuHistoryStore, ProgressStore, SweepStore,
-    NotifyStore, Protocol,
+    NotifyStore, EventStore, Protocol,
 ):  # fmt: skip
     """`SqlJobStore` and `MemoryJobStore`: each port's tables in one database."""
 
@@ -28,5 +29,5 @@ def every_port(store: EveryStore) -> Stores:
     """`store` as each port's store (mypy checks it implements them all)."""
     return Stores(
         jobs=store, accounts=store, limits=store, usage=store, gpu_history=store,
-        progress=store, sweeps=store, notify=store,
+        progress=store, sweeps=store, notify=store, events=store,
     )  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuyard.adapters.store.accounts_memory import MemoryAccounts, MemoryAccountStore
 from gpuyard.adapters.store.bundle import every_port
+from gpuyard.adapters.store.events_memory import MemoryEventRows, MemoryEvents
 from gpuyard.adapters.store.gpu_history_memory import MemoryGpuHistory, MemoryGpuHistoryStore
 from gpuyard.adapters.store.limits_memory import MemoryLimits, MemoryLimitStore
 from gpuyard.adapters.store.notify_memory import MemoryNotify, MemoryNotifyRows
@@ -47,13 +48,14 @@ class MemoryDatabase:
     limits: MemoryLimits = field(default_factory=MemoryLimits)
     gpu_history: MemoryGpuHistory = field(default_factory=MemoryGpuHistory)
     notify: MemoryNotifyRows = field(default_factory=MemoryNotifyRows)
+    events: MemoryEventRows = field(default_factory=MemoryEventRows)
     lock_holder: object | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class MemoryJobStore(
     MemoryAccountStore, MemoryLimitStore, MemoryGpuHistoryStore, MemoryProgress, MemorySweeps,
-    MemoryNotify,
+    MemoryNotify, MemoryEvents,
 ):  # fmt: skip
     """Implements every store port (`stores()`) over a MemoryDatabase (a new, empty one by
     default)."""
@@ -66,6 +68,7 @@ class MemoryJobStore(
         self._sweeps = self.database.sweeps
         self._gpu_history = self.database.gpu_history
         self._notify = self.database.notify
+        self._events = self.database.events
         self._closed = False
 
     def stores(self) -> Stores:

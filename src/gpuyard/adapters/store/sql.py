@@ -27,6 +27,7 @@ from gpuyard.adapters.store.accounts_sql import SqlAccounts
 from gpuyard.adapters.store.advisory_lock import AdvisoryLock
 from gpuyard.adapters.store.bundle import every_port
 from gpuyard.adapters.store.codec import job_to_row, row_to_job, spec_to_json
+from gpuyard.adapters.store.events_sql import SqlEvents
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.gpu_history_sql import SqlGpuHistory
 from gpuyard.adapters.store.group_commit import GroupCommitWriter
@@ -50,7 +51,7 @@ _DELETE_CHUNK = 500  # ids per DELETE (SQLite's default limit on bound parameter
 
 
 class SqlJobStore(
-    SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory, SqlProgress, SqlSweeps, SqlNotify
+    SqlAccounts, SqlLimits, SqlUsage, SqlGpuHistory, SqlProgress, SqlSweeps, SqlNotify, SqlEvents
 ):
     """Implements every store port (`stores()`; accounts: `accounts_sql.py`...). One server
     process per database (`lock_exclusive`).

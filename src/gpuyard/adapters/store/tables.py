@@ -230,3 +230,18 @@ Index(
     "ix_notify_deliveries_owner_created", notify_deliveries.c.owner, notify_deliveries.c.created_at
 )
 Index("ix_notify_deliveries_state", notify_deliveries.c.state)
+
+# The dashboard's events page (migration 0015): its last events, ids as the ring gave them
+# (`services/machine/event_ring.py` prunes the older ones).
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("at", Float, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("job_id", Integer),
+    Column("owner", Text),
+    Column("name", Text),
+    Column("gpu", Integer),
+)

@@ -27,7 +27,15 @@ from gpuyard.domain.signals import parse_signal
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import parse_duration_s
 from gpuyard.scheduling.projection import StartEstimates
-from gpuyard.schemas.v1 import CleanOut, DryRunOut, JobOut, JobSubmitIn
+from gpuyard.schemas.v1 import (
+    CancelManyIn,
+    CancelManyOut,
+    CancelRefusedOut,
+    CleanOut,
+    DryRunOut,
+    JobOut,
+    JobSubmitIn,
+)
 from gpuyard.services.access.rules import reason_code, redact_job
 from gpuyard.services.jobs.change_feed import ChangeFeed
 from gpuyard.services.jobs.reads import MAX_PAGE, JobReads, LogReader
@@ -192,6 +200,21 @@ def clean_jobs(
     age_s = None if older_than is None else parse_duration_s(older_than, field="older_than")
     done = verbs.clean(actor, older_than_s=age_s, owner=user)
     return CleanOut(cleaned=done.jobs, folders_kept=list(done.folders_kept))
+
+
+@router.post("/cancel")
+def cancel_jobs(body: CancelManyIn, server: Server, actor: Actor) -> CancelManyOut:
+    """Cancel many jobs in one request: each as `POST /jobs/{id}/cancel` would, the pending
+    ones in one durable write per 1,000; a job refused (not found, ended) is listed with why."""
+    stop_signal = None if body.signal is None else parse_signal(body.signal, field="signal")
+    done = server.verbs.cancel_many(
+        body.ids, actor, stop_signal, whole_arrays=body.whole_arrays
+    )
+    refused = [CancelRefusedOut(id=i, code=exc.code, message=exc.message)
+               for i, exc in done.refused.items()]  # fmt: skip
+    return CancelManyOut(
+        cancelled=list(done.cancelled), stopping=list(done.stopping), refused=refused
+    )
 
 
 @router.get("/{job_id}", response_model=JobOut)

@@ -112,7 +112,7 @@ async def list_events(
     after: After = 0,
     kind: Kind = None,
 ) -> list[EventOut]:
-    """Recent events (the last 1,000 the server saw since it started), oldest first."""
+    """Recent events (the last 1,000, kept across the server's restarts), oldest first."""
     found = server.events.recent(after, _since_at(since))
     return [EventOut(**e.to_wire()) for e in found if kind is None or e.kind in kind]
 
@@ -152,7 +152,7 @@ async def _event_frames(
     async with events.subscribe() as woken:
         yield b": gpuyard events\n\n"
         sent = after
-        if sent > events.last_id:  # an id of the server's previous life (ids restart at 1)
+        if sent > events.last_id:  # an id of another state dir's (this one's count lower)
             yield b"event: resync\ndata: {}\n\n"
             sent = 0
         while True:

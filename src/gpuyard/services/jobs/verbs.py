@@ -20,10 +20,11 @@ scheduler observer carries it to the scheduler (`observers.scheduler_events`):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
-from gpuyard.domain.errors import Conflict, Forbidden, InvalidRequest
+from gpuyard.domain.errors import Conflict, Forbidden, GpuyardError, InvalidRequest
 from gpuyard.domain.job import REASON_PREEMPTING, Job
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.spec_rules import check_shape
@@ -50,6 +51,16 @@ class Cleaned:
 
     jobs: int
     folders_kept: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Cancels:
+    """What `cancel_many` did: the jobs cancelled at once (pending), those asked to stop
+    (running), and those refused, each with why (not found, already ended)."""
+
+    cancelled: tuple[int, ...] = ()
+    stopping: tuple[int, ...] = ()
+    refused: dict[int, GpuyardError] = field(default_factory=dict)
 
 
 class JobVerbs:
@@ -95,15 +106,62 @@ class JobVerbs:
         tasks = self._reads.array_tasks(array_id, actor)
         owner = tasks[0].owner
         now = desk.clock()
-        active = [t for t in tasks if not t.state.is_terminal]
-        # A write per chunk, the journal's lock released between them: a pass (which takes
-        # it) never waits for all of a 10,000-task array. A task started meanwhile is RUNNING
-        # by the time the stops below look at it.
-        for at in range(0, len(active), _CANCEL_CHUNK):
+        self._cancel_all([t.id for t in tasks if not t.state.is_terminal], now, None)
+        if not owns(actor, owner):
+            audit.warning("admin %s cancelled array %s of %s", actor.user, array_id, owner)
+        desk.wake()
+        return [desk.book.get(task.id) or task for task in tasks]
+
+    def cancel_many(
+        self,
+        job_ids: Sequence[int],
+        actor: Principal,
+        stop_signal: int | None = None,
+        *,
+        whole_arrays: bool = False,
+    ) -> Cancels:
+        """Cancel many jobs in one go (`scancel -u USER -t PENDING`, the dashboard's selection):
+        the pending ones in a durable write per 1,000, the running ones asked to stop, as
+        `cancel` does each. `whole_arrays`: an array's id stands for all its tasks (as
+        `scancel 12` means it). A job that is not the actor's to see, or already ended, is
+        refused on its own line; the others are cancelled all the same."""
+        desk = self._desk
+        refused: dict[int, GpuyardError] = {}
+        active: dict[int, Job] = {}
+        for job_id in dict.fromkeys(job_ids):
+            try:
+                job = self._reads.get(job_id, actor)
+            except GpuyardError as exc:
+                refused[job_id] = exc
+                continue
+            if whole_arrays and job.array_job_id == job.id:
+                tasks = self._reads.array_tasks(job.id, actor)
+                active.update((t.id, t) for t in tasks if not t.state.is_terminal)
+            elif job.state.is_terminal:
+                refused[job_id] = Conflict(
+                    f"job {job_id} already ended ({job.state.value}); there is nothing to cancel"
+                )
+            else:
+                active[job.id] = job
+        stopping = self._cancel_all(list(active), desk.clock(), stop_signal)
+        others = Counter(job.owner for job in active.values() if not owns(actor, job.owner))
+        for owner, count in others.items():  # an admin acting on someone's jobs: on the record
+            audit.warning("admin %s cancelled %s jobs of %s", actor.user, count, owner)
+        desk.wake()
+        cancelled = tuple(i for i in active if i not in stopping)
+        return Cancels(cancelled, tuple(stopping), refused)
+
+    def _cancel_all(self, job_ids: list[int], now: float, stop_signal: int | None) -> list[int]:
+        """Cancel the pending jobs among `job_ids` and ask the running ones to stop; the ids
+        asked to stop. A write per chunk, the journal's lock released between them: a pass
+        (which takes it) never waits for all of a 10,000-task array. A job started meanwhile
+        is RUNNING by the time the stops look at it."""
+        desk = self._desk
+        for at in range(0, len(job_ids), _CANCEL_CHUNK):
             with desk.journal.transaction() as tx:
                 cancelled = []
-                for task in active[at : at + _CANCEL_CHUNK]:
-                    current = tx.current(task.id)
+                for job_id in job_ids[at : at + _CANCEL_CHUNK]:
+                    current = tx.current(job_id)
                     if current is not None and current.state is JobState.PENDING:
                         cancelled.append(
                             current.transition(
@@ -111,14 +169,13 @@ class JobVerbs:
                             )
                         )
                 tx.commit(cancelled, now)
-        for task in active:
-            current = desk.book.get(task.id)
+        stopping = []
+        for job_id in job_ids:
+            current = desk.book.get(job_id)
             if current is not None and current.state is JobState.RUNNING:
-                desk.stops.request(task.id, JobState.CANCELLED)
-        if not owns(actor, owner):
-            audit.warning("admin %s cancelled array %s of %s", actor.user, array_id, owner)
-        desk.wake()
-        return [desk.book.get(task.id) or task for task in tasks]
+                desk.stops.request(job_id, JobState.CANCELLED, stop_signal=stop_signal)
+                stopping.append(job_id)
+        return stopping
 
     def clean(
         self, actor: Principal, *, older_than_s: float | None = None, owner: str | None = None

@@ -2,9 +2,12 @@
 drained and resumed (an XID, a GPU too hot, an admin), jobs killed for GPU memory, cancelled
 for idling, preempted, requeued, ended by a GPU failure.
 
-A bounded ring in memory (the last `size` events, ids counting up from 1 for the server's
-life): cheap to keep, and the journal (job states, reasons, attempts) and the drains table
-remain the durable record; after a restart the page starts from the drains still in force.
+A bounded ring in memory (the last `size` events, ids counting up from 1), cheap to add to
+(from the journal's lock too): a store given (`EventStore`), the ring is kept there as well,
+written a batch at a time by the saver's thread (`EventSaver`: every second, and at stop) and
+pruned to the same last `size`, so after a restart the page shows what happened before it,
+and ids go on from the last one kept. The journal (job states, reasons, attempts) and the
+drains table remain the record events are told from.
 Events are told as they happen: by the journal (`job_change`, an in-order observer), by the
 drain service (`drain_changed`, a drain listener) and by each telemetry sample
 (`hot_now`, the GPUs placed last), each compared with what the ring last heard.
@@ -16,16 +19,20 @@ last id it sent, so a slow one costs nothing and, fallen more than `size` behind
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from gpuyard.domain.job import REASON_PREEMPTED, Drain, Job
 from gpuyard.domain.states import JobState
 from gpuyard.services.jobs.journal import JobChange
+from gpuyard.services.stores import Event, EventStore
+from gpuyard.services.ticker import Ticker
+
+log = logging.getLogger("gpuyard.events")
 
 RING_SIZE = 1_000
 
@@ -35,27 +42,6 @@ OOM_KILL, IDLE_CANCEL, PREEMPTION, REQUEUE, NODE_FAIL = (
     "oom_kill", "idle_cancel", "preemption", "requeue", "node_fail",
 )  # fmt: skip
 KINDS = (DRAIN, RESUME, XID, HOT, OOM_KILL, IDLE_CANCEL, PREEMPTION, REQUEUE, NODE_FAIL)
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One event. `job_id`/`owner`/`name` for a job's (what the queue shows everyone: never
-    the command or the log), `gpu` for a GPU's."""
-
-    id: int
-    at: float  # epoch seconds
-    kind: str
-    message: str
-    job_id: int | None = None
-    owner: str | None = None
-    name: str | None = None
-    gpu: int | None = None
-
-    def to_wire(self) -> dict[str, object]:
-        return {
-            "id": self.id, "at": self.at, "kind": self.kind, "message": self.message,
-            "job_id": self.job_id, "owner": self.owner, "name": self.name, "gpu": self.gpu,
-        }  # fmt: skip
 
 
 def classify(change: JobChange) -> tuple[str, str] | None:
@@ -85,10 +71,21 @@ class EventLog:
     """The ring. `add` and the listeners from any thread; `subscribe` on the subscriber's
     event loop."""
 
-    def __init__(self, size: int = RING_SIZE, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        size: int = RING_SIZE,
+        clock: Callable[[], float] = time.time,
+        store: EventStore | None = None,
+    ) -> None:
+        self._size = size
         self._ring: deque[Event] = deque(maxlen=size)
         self._next_id = 1
         self._lock = threading.Lock()
+        self._store = store
+        self._unsaved: list[Event] = []  # added since the last `save`, under `_lock`
+        if store is not None:  # the events of the server's earlier lives
+            self._ring.extend(store.load_events(size))
+            self._next_id = self._ring[-1].id + 1 if self._ring else 1
         self._clock = clock
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         # What the ring last heard of drains and hot GPUs (what is news), under `_seen_lock`.
@@ -113,6 +110,8 @@ class EventLog:
             )  # fmt: skip
             self._next_id += 1
             self._ring.append(event)
+            if self._store is not None:
+                self._unsaved.append(event)
             waiters = tuple(self._waiters)
         for loop, woken in waiters:
             try:
@@ -127,10 +126,36 @@ class EventLog:
         if found is not None:
             self.add(found[0], found[1], at=change.at, job=change.after)
 
+    def save(self) -> None:
+        """Write the events added since the last save to the store in one transaction, and
+        forget there those the ring no longer holds (the saver's thread; a failed write is
+        tried again with the next)."""
+        if self._store is None:
+            return
+        with self._lock:
+            batch, self._unsaved = self._unsaved, []
+            oldest = self._ring[0].id if self._ring else self._next_id
+        if not batch:
+            return
+        try:
+            self._store.save_events(batch)
+            self._store.prune_events(oldest)
+        except Exception:
+            with self._lock:
+                self._unsaved[:0] = [e for e in batch if e.id >= oldest]
+            raise
+
     def drains_in_force(self, drains: Mapping[int, Drain]) -> None:
         """The drains still in force at a start, told once so the page shows why a GPU is out
-        (a restart is no other news)."""
+        (a restart is no other news: a drain the kept events told already is not told
+        again)."""
+        with self._lock:
+            told = {(e.gpu, e.at) for e in self._ring if e.kind in (DRAIN, XID)}
         for index, drain in sorted(drains.items()):
+            if (index, drain.drained_at) in told:
+                with self._seen_lock:
+                    self._drains[index] = drain
+                continue
             self.drain_changed(index, drain)
 
     def drain_changed(self, gpu_index: int, drain: Drain | None) -> None:
@@ -188,3 +213,24 @@ class EventLog:
         finally:
             with self._lock:
                 self._waiters.discard(waiter)
+
+
+class EventSaver:
+    """The thread that keeps the ring in its store (a server's background thread): a save a
+    second, and a last one at stop."""
+
+    def __init__(self, events: EventLog, period_s: float = 1.0) -> None:
+        self._events = events
+        self._ticker = Ticker(
+            "gpuyard-events", events.save, lambda: period_s, log, "saving events failed"
+        )
+
+    def start(self) -> None:
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._ticker.stop()
+        try:
+            self._events.save()
+        except Exception:
+            log.exception("saving events failed")
