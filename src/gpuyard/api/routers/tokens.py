@@ -33,7 +33,7 @@ def create_token(
     session, it expires when that session would at the latest (a session mints nothing that
     outlives it)."""
     never = body.expires.strip().lower() == "never"
-    lifetime = None if never else parse_duration_s(body.expires, field="expires")
+    lifetime: float | None = None if never else parse_duration_s(body.expires, field="expires")
     left_s = session_left_s(request.scope, server.web_sessions)
     if left_s is not None:
         lifetime = left_s if lifetime is None else min(lifetime, left_s)
