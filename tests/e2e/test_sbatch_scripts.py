@@ -61,9 +61,18 @@ def test_corpus_scripts_queue_the_jobs_their_directives_ask_for(
     assert job["array_job_id"] == job["id"] and job["array_task_id"] == 0
 
     script = _copy(tmp_path, "gpuyard_extras.sh")
-    job = _show(server, server.cli("submit", script.name, cwd=script.parent).stdout.strip())
+    # Its `#GPUYARD --venv /opt/venvs/ml` is not on this machine: refused at submit, in one
+    # line; with a venv that is here (the flag wins over the directive) it is queued.
+    refused = server.cli("submit", script.name, cwd=script.parent, check=False)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("gpuyard: --venv /opt/venvs/ml: ")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    shutil.copy("/bin/true", venv / "bin" / "python")
+    done = server.cli("submit", "--venv", str(venv), script.name, cwd=script.parent)
+    job = _show(server, done.stdout.strip())
     assert (job["gpu_mem_mib"], job["retries"], job["time_limit_s"]) == (20480, 2, 7200)
-    assert job["retry_on"] == ["failed", "timeout"] and job["venv"] == "/opt/venvs/ml"
+    assert job["retry_on"] == ["failed", "timeout"] and job["venv"] == str(venv)
     assert job["notify_events"] == ["end"] and job["stop_signal"] == 10
 
     script = _copy(tmp_path, "lightning_single_node.sh")

@@ -57,6 +57,7 @@ def probe_of(spec: JobSpec, run_as: RunAs | None, server_path: str) -> LaunchPro
         spec.container is not None  # it runs in the image
         or spec.distributed == "torchrun"  # torchrun runs argv[0] with the interpreter
         or (spec.script is not None and spec.script_index == 0)  # the copy is made at launch
+        or (program is not None and os.path.basename(program) == "srun")  # gpuyard's shim
     ):
         program = None
     interpreter, flag = None, ""
