@@ -53,7 +53,9 @@ class ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 30) -> ServerProcess:
+    def start(self, timeout_s: float = 120) -> ServerProcess:
+        """Start it and return once it answers /healthz (or raise once it has exited): the
+        deadline only catches a hang, a loaded 2-core machine takes tens of seconds."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         argv = [*self.wrap, GPUYARD, "server", "--port", str(self.port), "--state-dir",
                 str(self.state_dir), *self.args]  # fmt: skip
