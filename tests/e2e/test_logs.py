@@ -136,3 +136,18 @@ def test_logs_follow_goes_on_across_a_server_restart(server: ServerProcess):
     assert (first + out).decode() == "".join(f"line {i}\n" for i in range(1, 51))
     assert err == b""
     wait_for(lambda: server.client().job(job_id)["state"] == "COMPLETED", timeout_s=120)
+
+
+def test_logs_piped_gives_the_raw_bytes_and_rendered_what_a_terminal_shows(
+    server: ServerProcess,
+) -> None:
+    job_id = _finished(server, "printf 'start\\n 10%%|#\\r 60%%|###\\r100%%|#####\\ndone\\n'")
+
+    def logs(*args: str) -> bytes:  # bytes: text mode would read each \r as a line end
+        return subprocess.run([GPUYARD, "logs", *args, str(job_id)], capture_output=True,
+                              env=server.cli_env(), check=True).stdout  # fmt: skip
+
+    assert logs() == b"start\n 10%|#\r 60%|###\r100%|#####\ndone\n"  # every frame, as written
+    assert logs("--rendered") == logs("-f", "--rendered") == b"start\n100%|#####\ndone\n"
+    told = " ".join(server.cli("logs", "--help").stdout.split())
+    assert "raw bytes" in told and "--rendered" in told

@@ -47,7 +47,8 @@ _READ_ONLY = "this token's scope is read: it may only read (GET); use one with s
 PUBLIC_PATHS = frozenset({
     "/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
     # Swagger UI's own files, from the package (api/routers/docs.py)
-    "/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css", "/docs/favicon-32x32.png",
+    "/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css", "/docs/redoc.standalone.js",
+    "/docs/favicon.png",
 })  # fmt: skip
 # Methods a browser page may not send another site without its Origin being checked.
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

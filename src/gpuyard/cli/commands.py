@@ -353,29 +353,36 @@ def _wait_arrays(session: Client, named: list[Resolved], poll_s: float = 0.5) ->
     return [done[job_id] for job_id in dict.fromkeys(ordered)]
 
 
-def logs(ref: str, follow: bool, tail: int | None, quiet: bool = False) -> int:
+def logs(
+    ref: str, follow: bool, tail: int | None, quiet: bool = False, *, rendered: bool = False
+) -> int:
     """The output of the job `ref` names (12, or an array's task 12_3) on stdout, as its bytes
-    are. With `follow` on a terminal (stderr), a progress bar under it while it runs
-    (cli/live.py); piped or `quiet`, the bytes alone."""
+    are (`rendered`: as a terminal shows them, cli/log_frames.py). With `follow` on a terminal
+    (stderr), a progress bar under it while it runs (cli/live.py); piped or `quiet`, the bytes
+    alone."""
     from gpuyard.cli.job_refs import one_id
+    from gpuyard.cli.log_frames import RenderedStream
 
     session = client()
     job_id = one_id(session, ref)
     out = sys.stdout.buffer
+    frames = RenderedStream() if rendered else None
     if not follow:
         for chunk in session.log_chunks(job_id, tail=tail):
-            out.write(chunk)
+            out.write(frames.feed(chunk) if frames else chunk)
+        out.write(frames.end() if frames else b"")
         return 0
     from gpuyard.cli.live import wants_live
 
-    if wants_live(quiet):
+    if wants_live(quiet) and frames is None:
         from gpuyard.cli.live import follow_live
 
         follow_live(session, job_id, tail, on_lost=_following_lost)
         return 0
     for chunk in session.follow_log(job_id, tail=tail, on_lost=_following_lost):
-        out.write(chunk)
+        out.write(frames.feed(chunk) if frames else chunk)
         out.flush()
+    out.write(frames.end() if frames else b"")
     return 0
 
 

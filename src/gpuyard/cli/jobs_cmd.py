@@ -127,10 +127,20 @@ def logs(
         typer.Option("--tail", "-n", min=0, metavar="N", help="only the last N lines"),
     ] = None,
     quiet: QuietOpt = False,
+    as_shown: Annotated[
+        bool,
+        typer.Option(
+            "--rendered",
+            help="write what a terminal shows: a progress bar's last frame, not every \\r "
+            "frame of it (for a file or grep; without it the job's raw bytes)",
+        ),
+    ] = False,
 ) -> None:
     """The job's output (stdout and stderr), streamed as it arrives; with -f on a terminal, a
-    progress bar under it (on stderr)."""
-    exit_with(commands.logs(job_ref, follow, tail, quiet))
+    progress bar under it (on stderr). Written as the job's raw bytes: a terminal shows a
+    tqdm bar's redrawn line as its last frame, a file or pipe gets every frame (--rendered:
+    what a terminal shows)."""
+    exit_with(commands.logs(job_ref, follow, tail, quiet, rendered=as_shown))
 
 
 def cancel(

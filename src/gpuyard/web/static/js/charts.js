@@ -1,7 +1,7 @@
 // Line charts with the vendored uPlot (loaded on first use; it defines the global `uPlot`).
 // Colours come from the page's CSS variables, so charts follow light and dark.
 
-import { h } from "./dom.js";
+import { h, localTime, clockTime } from "./dom.js";
 
 let loading = null;
 
@@ -40,9 +40,10 @@ export async function lineChart(box, title, lines, data, { height = 180, yRange 
     legend: { live: true },
     cursor: { drag: { x: true, y: false } },
     scales: { x: { time: true }, y: yRange ? { range: yRange } : { auto: true } },
-    axes: [axis, { ...axis, size: 56 }],
+    // 24-hour times, as the rest of the page and the CLI (uPlot's own are 12-hour, US dates).
+    axes: [{ ...axis, values: timeTicks }, { ...axis, size: 56 }],
     series: [
-      { label: "time" },
+      { label: "time", value: (u, v) => (v === null || v === undefined ? "–" : localTime(v)) },
       ...lines.map((line, i) => ({
         label: line.label,
         stroke: PALETTE[i % PALETTE.length],
@@ -61,6 +62,21 @@ export async function lineChart(box, title, lines, data, { height = 180, yRange 
     update(next) { plot.setData(next); },
     destroy() { resize.disconnect(); plot.destroy(); },
   };
+}
+
+/** The x axis's tick labels: "14:05" (seconds on a span under 5 minutes), with the date
+ * where the day changes on a span over a day. */
+function timeTicks(u, splits) {
+  const span = splits.length > 1 ? splits[splits.length - 1] - splits[0] : 0;
+  let day = null;
+  return splits.map((v) => {
+    const time = clockTime(v, span < 300);
+    if (span < 86400) return time;
+    const date = localTime(v).slice(5, 10);
+    const label = date !== day ? `${date}\n${time}` : time;
+    day = date;
+    return label;
+  });
 }
 
 /** [[t, v], ...] pairs to uPlot's columns. */

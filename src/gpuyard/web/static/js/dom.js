@@ -69,15 +69,37 @@ export function relative(when) {
   return diff > 0 ? `in ${text}` : `${text} ago`;
 }
 
-const timeFormat = new Intl.DateTimeFormat(undefined, {
-  month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
-});
+const p2 = (n) => String(n).padStart(2, "0");
 
-/** A local date and time for an ISO string or epoch seconds; "-" for none. */
+/** A local date and time for an ISO string or epoch seconds, 24-hour and ISO-like as the CLI
+ * prints times ("2026-12-02 14:05:09"); "-" for none. */
 export function localTime(when) {
   if (when === null || when === undefined || when === "") return "-";
   const t = typeof when === "number" ? when * 1000 : Date.parse(when);
-  return Number.isFinite(t) ? timeFormat.format(new Date(t)) : "-";
+  if (!Number.isFinite(t)) return "-";
+  const d = new Date(t);
+  return `${d.getFullYear()}-${p2(d.getMonth() + 1)}-${p2(d.getDate())} ${clockTime(t / 1000)}`;
+}
+
+/** The local time of day of epoch seconds, 24-hour: "14:05:09" (`seconds` false: "14:05"). */
+export function clockTime(epochS, seconds = true) {
+  const d = new Date(epochS * 1000);
+  return `${p2(d.getHours())}:${p2(d.getMinutes())}${seconds ? `:${p2(d.getSeconds())}` : ""}`;
+}
+
+/** What a terminal shows of a program's output: each `\r` returns to the line's start and
+ * what follows overwrites it (a tqdm bar's frames), so a line shows its last frame over what
+ * is left of the earlier ones; `\r\n` is a plain line end. */
+export function terminalText(text) {
+  if (!text.includes("\r")) return text;
+  return text.split("\n").map((line) => {
+    if (!line.includes("\r")) return line;
+    const frames = line.split("\r");
+    if (frames.length > 1 && frames[frames.length - 1] === "") frames.pop();
+    let shown = "";
+    for (const frame of frames) shown = frame + shown.slice(frame.length);
+    return shown;
+  }).join("\n");
 }
 
 /** MiB as the CLI prints sizes: 16G, 1.5G, 512M. */

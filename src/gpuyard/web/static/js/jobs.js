@@ -36,6 +36,13 @@ export function reasonText(job) {
   return job.reason && job.reason !== "None" ? job.reason : "-";
 }
 
+/** The job page's "State reason": what holds a pending job, why an ended one ended; a
+ * running job has none (its node and GPUs are facts of their own). */
+export function stateReason(job) {
+  if (job.state === "RUNNING") return "none: it is running";
+  return job.reason && job.reason !== "None" ? job.reason : "-";
+}
+
 export function estimatedStart(job) {
   if (job.state !== "PENDING") return job.state === "RUNNING" ? "started" : "-";
   if (!job.estimated_start_at) return "-";
@@ -56,13 +63,14 @@ export const VERBS = {
   cancel: { label: "Cancel", path: (id) => `/api/v1/jobs/${id}/cancel`, past: "cancelled" },
   hold: { label: "Hold", path: (id) => `/api/v1/jobs/${id}/hold`, past: "held" },
   release: { label: "Release", path: (id) => `/api/v1/jobs/${id}/release`, past: "released" },
+  restart: { label: "Restart", path: (id) => `/api/v1/jobs/${id}/restart`, past: "restarted" },
 };
 
 /** The verbs that apply to a job now. */
 export function verbsFor(job) {
   if (job.state === "PENDING") return job.held ? ["release", "cancel"] : ["hold", "cancel"];
   if (job.state === "RUNNING") return ["cancel"];
-  return [];
+  return ["restart"]; // ended: run it again (a new job, `gpuyard restart`)
 }
 
 export async function act(verb, job) {

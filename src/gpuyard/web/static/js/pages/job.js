@@ -3,8 +3,8 @@
 // followed as a stream (GET .../log?follow=true) while it runs.
 
 import { api, stream, isTerminal, whileHidden } from "../api.js";
-import { h, clear, duration, localTime, relative, sizeMib, suggestedGpuMemMib, notice, announce, unavailable } from "../dom.js";
-import { statePill, shownState, gpusAsked, gpuList, reasonText, mayAct, verbsFor, act, VERBS } from "../jobs.js";
+import { h, clear, duration, localTime, relative, sizeMib, suggestedGpuMemMib, notice, announce, unavailable, terminalText } from "../dom.js";
+import { statePill, shownState, gpusAsked, gpuList, stateReason, mayAct, verbsFor, act, VERBS } from "../jobs.js";
 import { lineChart, columns, joined } from "../charts.js";
 
 const LOG_TAIL_LINES = 200;
@@ -12,7 +12,7 @@ const LOG_KEEP_CHARS = 200_000; // what the page keeps of a long log (the tail)
 const PROGRESS_EVERY_MS = 2000;
 const CHARTS_EVERY_MS = 10000;
 
-export function mount(main, { me, params }) {
+export function mount(main, { me, params, navigate }) {
   const id = Number(params[0]);
   let job = null;
   let stopped = false;
@@ -29,6 +29,7 @@ export function mount(main, { me, params }) {
   const timeline = h("ol.timeline");
   const progress = h("div", { "aria-live": "polite" });
   const gpuMem = h("div");
+  const gpuUse = h("div"); // its GPUs' utilisation and GPU-hours, over the charts
   const metricCharts = h("div.charts");
   const gpuCharts = h("div.charts");
   const log = h("pre.log", { tabindex: "0", "aria-label": "Job output (last lines)" });
@@ -38,7 +39,7 @@ export function mount(main, { me, params }) {
       h("section", { "aria-labelledby": "p-title" }, h("h2#p-title", "Progress"), progress, h("h2", "GPU memory"), gpuMem),
       h("section", { "aria-labelledby": "t-title" }, h("h2#t-title", "Timeline"), timeline)),
     h("section", { "aria-labelledby": "m-title" }, h("h2#m-title", "Metrics"), metricCharts),
-    h("section", { "aria-labelledby": "g-title" }, h("h2#g-title", "GPU use"), gpuCharts),
+    h("section", { "aria-labelledby": "g-title" }, h("h2#g-title", "GPU use"), gpuUse, gpuCharts),
     h("section", { "aria-labelledby": "l-title" }, h("div.toolbar", h("h2#l-title", "Output"), logState), log),
     h("section", { "aria-labelledby": "f-title" }, h("h2#f-title", "Details"), facts));
 
@@ -64,8 +65,11 @@ export function mount(main, { me, params }) {
     clear(headInfo, h("span.muted", job.name), statePill(job),
       h("span.muted", `${job.owner} · ${gpusAsked(job)} GPU${job.num_gpus === 1 ? "" : "s"}`));
     const verbs = mayAct(me, job) ? verbsFor(job) : [];
+    const canRead = mayAct(me, job) && job.state !== "PENDING";
     clear(actions, verbs.map((verb) => h(`button${verb === "cancel" ? ".danger" : ""}`, { type: "button", onclick: () => run(verb) },
-      `${VERBS[verb].label} job ${job.id}`)), h("a", { href: "/ui/" }, "← Queue"));
+      `${VERBS[verb].label} job ${job.id}`)),
+    canRead && isTerminal(job.state) ? h("button", { type: "button", onclick: downloadLog }, "Download log") : null,
+    h("a", { href: "/ui/" }, "← Queue"));
     drawFacts();
     drawTimeline();
     drawGpuMem();
@@ -74,7 +78,13 @@ export function mount(main, { me, params }) {
   async function run(verb) {
     if (verb === "cancel" && job.state === "RUNNING" && !confirm(`Cancel running job ${job.id}?`)) return;
     try {
-      job = await act(verb, job);
+      const done = await act(verb, job);
+      if (verb === "restart") { // a new job: its own page
+        notice(`Job ${id} restarted as job ${done.id}.`, "ok");
+        navigate(`/ui/jobs/${done.id}`);
+        return;
+      }
+      job = done;
       notice(`Job ${job.id} ${VERBS[verb].past}.`, "ok");
       drawJob();
     } catch (err) {
@@ -86,7 +96,7 @@ export function mount(main, { me, params }) {
     const items = [
       ["Command", h("code", job.command.length ? job.command.map(quote).join(" ") : "(not shown)")],
       ["Working directory", job.workdir || "-"],
-      ["State reason", reasonText(job)],
+      ["State reason", stateReason(job)],
       ["GPUs", `${gpusAsked(job)} requested, held: ${gpuList(job.gpus)}`],
       ["GPU memory", job.gpu_mem_mib ? `${sizeMib(job.gpu_mem_mib)} per GPU (may share its GPUs)` : job.num_gpus ? "whole GPUs" : "-"],
       ["CPUs", String(job.cpus)],
@@ -137,8 +147,8 @@ export function mount(main, { me, params }) {
     if (!stats) { clear(gpuMem, h("p.muted", "No GPU telemetry for this job (no NVML, or it has not run yet): no suggestion.")); return; }
     const perGpu = stats.memory_peak_per_gpu_mib ?? (job.num_gpus <= 1 ? stats.memory_peak_mib : null);
     const util = stats.util_mean_pct === null ? "n/a" : `mean ${stats.util_mean_pct.toFixed(0)}%, peak ${stats.util_peak_pct}%`;
+    clear(gpuUse, h("p", `Utilisation ${util}; ${stats.gpu_hours.toFixed(3)} GPU-hours sampled over ${duration(stats.sampled_s)}.`));
     clear(gpuMem,
-      h("p", `Utilisation ${util}; ${stats.gpu_hours.toFixed(3)} GPU-hours sampled over ${duration(stats.sampled_s)}.`),
       perGpu ? [
         h("p", `Peak GPU memory: ${sizeMib(perGpu)} on one GPU${stats.memory_peak_mib && job.num_gpus > 1 ? ` (${sizeMib(stats.memory_peak_mib)} over all its GPUs)` : ""}.`),
         h("p", h("strong", "Suggested: "), h("code", `--gpu-mem ${sizeMib(suggestedGpuMemMib(perGpu))}`),
@@ -276,8 +286,23 @@ export function mount(main, { me, params }) {
 
   function showLog(text) {
     const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
-    log.textContent = text;
+    log.textContent = terminalText(text); // a tqdm bar's last frame, as a terminal shows it
     if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  // The whole log as a file (its raw bytes, as `gpuyard logs ID > FILE` writes them).
+  async function downloadLog() {
+    try {
+      const response = await api(`/api/v1/jobs/${id}/log`, { raw: true, headers: { Accept: "text/plain" } });
+      const url = URL.createObjectURL(await response.blob());
+      const link = h("a", { href: url, download: `job-${id}.log` });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    } catch (err) {
+      notice(`The log of job ${id} could not be downloaded: ${err.message}`);
+    }
   }
 
   // --- live

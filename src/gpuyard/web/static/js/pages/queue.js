@@ -17,7 +17,11 @@ const REREAD_MAX = 300; // changed jobs read one by one up to this many at once
 const REREAD_PARALLEL = 6;
 const ESTIMATE_EVERY_MS = 3000; // estimates on screen are read again this long after a start or end
 const ESTIMATE_TRIES = 6; // a missing estimate is asked for again this often (3 s, 6 s, 12 s, ...)
-const COLUMNS = ["Job", "User", "Name", "State", "GPUs", "Time", "Reason / node:GPUs", "Est. start", "Actions"];
+const PROGRESS_EVERY_MS = 5000; // the running jobs on screen: their progress read again this often
+// [class, heading]: the class lets a narrow window drop a column (css/app.css).
+const COLUMNS = [["c-sel", ""], ["c-job", "Job"], ["c-user", "User"], ["c-name", "Name"], ["c-state", "State"],
+  ["c-gpus", "GPUs"], ["c-time", "Time"], ["c-progress", "Progress"], ["c-reason", "Reason / node:GPUs"],
+  ["c-est", "Est. start"], ["c-actions", "Actions"]];
 
 export function mount(main, { me, query, navigate }) {
   const jobs = new Map(); // id -> JobOut (+ _v: the version its last change carried)
@@ -26,6 +30,8 @@ export function mount(main, { me, query, navigate }) {
   let visible = []; // the jobs drawn now (the estimates' refresh reads only these)
   let buffering = null; // changes that arrive while the whole queue is being read
   let loaded = false;
+  const picked = new Set(); // ids ticked for a bulk cancel
+  const progress = new Map(); // id -> "42%" / "step 120": running jobs' progress, as last read
   const filters = {
     state: query.get("state") || "",
     user: query.get("user") || "",
@@ -53,8 +59,11 @@ export function mount(main, { me, query, navigate }) {
     } }, "My jobs");
 
   const selection = h("div.toolbar.selection", { "aria-label": "Selected job" });
+  const bulk = h("div.toolbar.bulk", { "aria-label": "Ticked jobs", hidden: true });
+  const pickAll = h("input", { type: "checkbox", "aria-label": "Tick every job shown that is yours to cancel",
+    onchange: () => { for (const job of view) if (mayAct(me, job)) (pickAll.checked ? picked.add(job.id) : picked.delete(job.id)); draw(); } });
   const head = h("div.grid-head", { role: "row", "aria-rowindex": "1" },
-    COLUMNS.map((c) => h("span", { role: "columnheader" }, c)));
+    COLUMNS.map(([cls, c]) => h(`span.${cls}`, { role: "columnheader" }, cls === "c-sel" ? pickAll : c)));
   const spacer = h("div", { "aria-hidden": "true" });
   const rows = h("div");
   const body = h("div.grid-body", { role: "rowgroup", onscroll: () => schedule() }, spacer, rows);
@@ -72,7 +81,7 @@ export function mount(main, { me, query, navigate }) {
       h("label", { for: "f-user" }, "User", userInput),
       h("label", { for: "f-name" }, "Name contains", nameInput),
       mine, h("span.spacer"), count),
-    selection, grid);
+    bulk, selection, grid);
 
   // --- data
   function matches(job) {
@@ -285,6 +294,7 @@ export function mount(main, { me, query, navigate }) {
     if (activeId !== null && !view.some((j) => j.id === activeId)) activeId = null;
     grid.setAttribute("aria-activedescendant", activeId !== null && rows.querySelector(`#job-row-${activeId}`) ? `job-row-${activeId}` : "");
     drawSelection();
+    drawBulk();
   }
 
   function row(job, index, now) {
@@ -293,21 +303,26 @@ export function mount(main, { me, query, navigate }) {
     const el = h(`div.grid-row${active ? ".active" : ""}`, {
       id: `job-row-${job.id}`, role: "row", "aria-rowindex": String(index + 2),
       "aria-selected": active ? "true" : "false",
-      onclick: (e) => { if (!e.target.closest("button, a")) select(job.id); },
+      onclick: (e) => { if (!e.target.closest("button, a, input")) select(job.id); },
       ondblclick: () => { if (mayAct(me, job)) navigate(`/ui/jobs/${job.id}`); },
     },
+      h("span.c-sel", { role: "gridcell" }, mayAct(me, job) ? h("input", {
+        type: "checkbox", tabindex: "-1", checked: picked.has(job.id), "aria-label": `Tick job ${job.id}`,
+        onchange: (e) => { if (e.target.checked) picked.add(job.id); else picked.delete(job.id); draw(); },
+      }) : null),
       // Another user's job: its id is no link (its page would be "not yours to see").
-      h("span", { role: "gridcell" }, mayAct(me, job)
+      h("span.c-job", { role: "gridcell" }, mayAct(me, job)
         ? h("a", { href: `/ui/jobs/${job.id}`, tabindex: "-1" }, String(job.id))
         : h("span", { title: `${job.owner}'s job: its details are theirs and the admins'` }, String(job.id))),
-      h("span", { role: "gridcell" }, job.owner),
-      h("span", { role: "gridcell", title: job.name }, job.name),
-      h("span", { role: "gridcell" }, statePill(job)),
-      h("span.mono", { role: "gridcell" }, gpusAsked(job)),
-      h("span.mono", { role: "gridcell" }, timeUsed(job, now)),
-      h("span", { role: "gridcell", title: reasonText(job) }, reasonText(job)),
-      h("span", { role: "gridcell", title: estimatedStartTitle(job) }, estimatedStart(job)),
-      h("span.actions", { role: "gridcell" }, verbs.map((verb) => h(`button.small${verb === "cancel" ? ".danger" : ""}`, {
+      h("span.c-user", { role: "gridcell" }, job.owner),
+      h("span.c-name", { role: "gridcell", title: job.name }, job.name),
+      h("span.c-state", { role: "gridcell" }, statePill(job)),
+      h("span.mono.c-gpus", { role: "gridcell" }, gpusAsked(job)),
+      h("span.mono.c-time", { role: "gridcell" }, timeUsed(job, now)),
+      h("span.mono.c-progress", { role: "gridcell" }, job.state === "RUNNING" ? progress.get(job.id) || "-" : ""),
+      h("span.c-reason", { role: "gridcell", title: reasonText(job) }, reasonText(job)),
+      h("span.c-est", { role: "gridcell", title: estimatedStartTitle(job) }, estimatedStart(job)),
+      h("span.actions.c-actions", { role: "gridcell" }, verbs.map((verb) => h(`button.small${verb === "cancel" ? ".danger" : ""}`, {
         type: "button", tabindex: "-1", "aria-label": `${VERBS[verb].label} job ${job.id}`,
         onclick: () => run(verb, job),
       }, VERBS[verb].label))),
@@ -328,6 +343,57 @@ export function mount(main, { me, query, navigate }) {
       mayAct(me, job) ? h("a.button", { href: `/ui/jobs/${job.id}` }, "Open") : null,
       verbs.map((verb) => h(`button${verb === "cancel" ? ".danger" : ""}`, { type: "button", onclick: () => run(verb, job) },
         `${VERBS[verb].label} job ${job.id}`)));
+  }
+
+  function drawBulk() {
+    for (const id of picked) if (!jobs.has(id)) picked.delete(id); // ended or gone
+    const shownMine = view.filter((job) => mayAct(me, job));
+    pickAll.checked = shownMine.length > 0 && shownMine.every((job) => picked.has(job.id));
+    bulk.hidden = picked.size === 0;
+    if (bulk.hidden) return;
+    clear(bulk, h("span", h("strong", `${picked.size.toLocaleString()} job${picked.size === 1 ? "" : "s"} ticked`)),
+      h("button.danger", { type: "button", onclick: cancelPicked }, `Cancel ${picked.size.toLocaleString()} ticked`),
+      h("button", { type: "button", onclick: () => { picked.clear(); draw(); } }, "Untick all"));
+  }
+
+  // Every ticked job in one request (POST /api/v1/jobs/cancel, as `scancel` sends it).
+  async function cancelPicked() {
+    const ids = [...picked];
+    const running = ids.filter((id) => (jobs.get(id) || {}).state === "RUNNING").length;
+    if (!confirm(`Cancel ${ids.length} job${ids.length === 1 ? "" : "s"}${running ? ` (${running} running)` : ""}?`)) return;
+    try {
+      const done = await api("/api/v1/jobs/cancel", { method: "POST", body: { ids } });
+      picked.clear();
+      const said = [`${done.cancelled.length} cancelled`];
+      if (done.stopping.length) said.push(`${done.stopping.length} stopping`);
+      if (done.refused.length) said.push(`${done.refused.length} not cancelled (${done.refused[0].message})`);
+      announce(said.join(", "));
+      notice(`${said.join(", ")}.`, done.refused.length ? "error" : "ok");
+    } catch (err) {
+      notice(`Cancel ${ids.length} jobs: ${err.message}`);
+    }
+    draw();
+  }
+
+  // The running jobs on screen: their progress ("42%", "step 120"), read every few seconds.
+  async function refreshProgress() {
+    if (document.hidden || buffering) return;
+    const targets = visible.filter((job) => job.state === "RUNNING" && mayAct(me, job)).slice(0, REREAD_MAX);
+    let next = 0;
+    const worker = async () => {
+      while (next < targets.length) {
+        const job = targets[next++];
+        try {
+          const p = await api(`/api/v1/jobs/${job.id}/progress`);
+          const shown = p.fraction !== null && p.fraction !== undefined ? `${Math.floor(p.fraction * 100)}%`
+            : p.step !== null && p.step !== undefined ? `step ${p.step}` : "-";
+          if (progress.get(job.id) !== shown) { progress.set(job.id, shown); schedule(); }
+        } catch {
+          // no progress route, or the job ended meanwhile: the cell stays as it was
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(REREAD_PARALLEL, targets.length) }, worker));
   }
 
   async function run(verb, job) {
@@ -384,6 +450,8 @@ export function mount(main, { me, query, navigate }) {
   });
   const ticker = setInterval(() => { if (!document.hidden) schedule(); }, 1000);
   const estimator = setInterval(refreshEstimates, ESTIMATE_EVERY_MS);
+  const progressReader = setInterval(refreshProgress, PROGRESS_EVERY_MS);
+  setTimeout(refreshProgress, 500); // the first rows' progress soon after they are drawn
   const onResize = () => schedule();
   window.addEventListener("resize", onResize);
   loadFirst();
@@ -392,6 +460,7 @@ export function mount(main, { me, query, navigate }) {
     stop();
     clearInterval(ticker);
     clearInterval(estimator);
+    clearInterval(progressReader);
     clearTimeout(newTimer);
     clearTimeout(staleTimer);
     window.removeEventListener("resize", onResize);
