@@ -80,6 +80,11 @@ class Settings:
     # would hold file descriptors for ever), and at most this many connections are open.
     header_timeout_s: float = 10.0
     max_connections: int = 2048
+    # No account holds more than max_connections_per_user of them (streams are connections:
+    # the change feed, `logs -f`), and the last reserved_connections serve only admins and
+    # /healthz: one user's streams cannot take the API from everyone else. 0: no per-user cap.
+    max_connections_per_user: int = 256
+    reserved_connections: int = 64
     # A bind beyond loopback must be asked for (`--allow-remote`): the API is plain HTTP, and
     # TLS belongs in front (a reverse proxy). public_names: the names clients reach the server
     # by (a proxy's `gpu.lab.org`), accepted in Host and Origin besides its own address.
@@ -158,6 +163,7 @@ class Settings:
             ("backend", str), ("ray_address", str), ("ray_token_file", str),
             ("ray_local_nodes", str), ("ray_node_timeout_s", float),
             ("header_timeout_s", float), ("max_connections", int),
+            ("max_connections_per_user", int), ("reserved_connections", int),
             ("allow_remote", _flag), ("public_names", _names),
             ("preemptible_default", _flag), ("allow_root_jobs", _flag),
             ("allow_root_dashboard", _flag), ("job_pids_max", int),

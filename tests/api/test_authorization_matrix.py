@@ -10,8 +10,9 @@ owner's: another user gets 404 (it does not exist for them), the owner and an ad
 use case (2xx, or 409 when the job's state does not allow the verb).
 
 In-process (the ASGI app over a real SQLite store and real supervisors), the Host the server's
-own address; each request comes from its own client address, so the failed-authentication
-throttle (tested on its own) never answers 429 in place of the status under test."""
+own address; each request comes from its own client address, and the failed-authentication
+throttle (per credential, tested on its own: tests/api/test_identity_caps.py) is given a
+burst no run reaches, so it never answers 429 in place of the status under test."""
 
 from __future__ import annotations
 
@@ -286,6 +287,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     state: Path = tmp_path_factory.mktemp("matrix") / "state"
     settings = Settings(state_dir=state, gpus="2", cpus=4, kill_grace_s=1)
     server, app = build_app(settings)
+    server.access.throttle.burst = 1_000_000  # the bad and expired tokens fail on every route
     wrapped = ClientPerRequest(app)
     with TestClient(wrapped, base_url=settings.url) as client:
         yield Rig(server, wrapped, client, settings)

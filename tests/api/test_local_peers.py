@@ -102,3 +102,23 @@ def _has_name(uid: int) -> bool:
     except KeyError:
         return False
     return True
+
+
+@root_only
+def test_a_refused_uid_is_slowed_alone_and_never_anyone_elses_login(tmp_path: Path) -> None:
+    rig = _rig(tmp_path)
+    server, peer, client = next(rig)
+    server.access.throttle.burst = 5
+    unused = next(uid for uid in range(54_321, 60_000) if not _has_name(uid))
+    peer.uid = unused
+    statuses = [client.get("/api/v1/whoami").status_code for _ in range(8)]
+    assert statuses[:5] == [403] * 5 and statuses[5:] == [429] * 3
+    slowed = client.get("/api/v1/whoami")
+    assert int(slowed.headers["Retry-After"]) >= 1
+    assert f"refused uid {unused}" in slowed.json()["error"]["message"]
+    peer.uid = pwd.getpwnam("nobody").pw_uid  # another local user, the same machine
+    assert client.get("/api/v1/whoami").json()["user"] == "nobody"
+    peer.uid = None  # and over TCP (127.0.0.1, as every local client)
+    token = (tmp_path / "state" / "token").read_text().strip()
+    assert client.get("/api/v1/whoami", headers={"Authorization": f"Bearer {token}"}).is_success
+    rig.close()

@@ -243,3 +243,72 @@ def test_the_client_falls_back_to_tcp_when_nobody_listens_on_the_socket(
         assert c.url == f"unix:{stale}"
         assert c.whoami()["user"] == "root"
         assert c.url == server.url
+
+
+def _hold_streams(name: str, sock: Path, count: int) -> tuple[int, list[int]]:
+    """A child running as `name` that opens `count` change-feed streams on the socket and holds
+    them until the returned fd is closed; with each one's HTTP status (0: closed unanswered)."""
+    import socket
+
+    read_fd, write_fd = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(read_fd)
+            os.close(hold_w)
+            entry = pwd.getpwnam(name)
+            os.setgroups([])
+            os.setgid(entry.pw_gid)
+            os.setuid(entry.pw_uid)
+            held, statuses = [], []
+            for _ in range(count):
+                conn = socket.socket(socket.AF_UNIX)
+                conn.settimeout(10)
+                conn.connect(str(sock))
+                held.append(conn)
+                try:
+                    conn.sendall(b"GET /api/v1/jobs/changes HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                    head = conn.recv(4096)
+                    statuses.append(int(head.split(b" ", 2)[1]) if head else 0)
+                except OSError:
+                    statuses.append(0)
+            os.write(write_fd, json.dumps(statuses).encode())
+            os.close(write_fd)
+            os.read(hold_r, 1)  # until the test is done with them
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.close(hold_r)
+    with os.fdopen(read_fd, "rb") as pipe:
+        statuses = json.loads(pipe.read())
+    return pid, statuses
+
+
+def test_one_users_streams_leave_the_others_able_to_submit_list_and_cancel(
+    place: Path, users: UnixUsers
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
+    env["GPUYARD_MAX_CONNECTIONS_PER_USER"] = "4"  # 2,100 against 2,048 once; small here
+    srv = ServerProcess(
+        place / "state", "--gpus", "2", "--cpus", "8", "--kill-grace", "1",
+        "--socket", str(place / "run" / "gpuyard.sock"), env=env,
+    ).start()  # fmt: skip
+    holder = None
+    try:
+        sock = _sock(srv)
+        holder, statuses = _hold_streams(users.bob, sock, 7)
+        assert statuses[:4] == [200] * 4 and set(statuses[4:]) <= {0, 429}, statuses
+        status, job = as_user(users.alice, call(sock, "POST", "/api/v1/jobs", _job("a")))
+        assert status == 201, job
+        status, listed = as_user(users.alice, call(sock, "GET", "/api/v1/jobs"))
+        assert status == 200 and [j["id"] for j in listed] == [job["id"]]
+        status, _ = as_user(users.alice, call(sock, "POST", f"/api/v1/jobs/{job['id']}/cancel"))
+        assert status == 200
+        assert as_user(None, call(sock, "GET", "/api/v1/whoami"))[0] == 200  # root: uncapped
+    finally:
+        if holder is not None:
+            os.kill(holder, 9)
+            os.waitpid(holder, 0)
+        srv.stop()
+        srv.kill_jobs()

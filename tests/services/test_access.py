@@ -71,7 +71,7 @@ def test_the_throttle_lets_a_burst_fail_then_refills() -> None:
 
 
 def test_the_throttle_stays_bounded_under_a_scan_of_addresses() -> None:
-    throttle = FailureThrottle(burst=1, per_s=0.001, max_addresses=100, clock=_Clock())
+    throttle = FailureThrottle(burst=1, per_s=0.001, max_keys=100, clock=_Clock())
     for i in range(1_000):
         throttle.failed(f"10.0.{i >> 8}.{i & 255}")
     assert len(throttle._buckets) <= 100

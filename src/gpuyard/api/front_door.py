@@ -36,7 +36,8 @@ from gpuyard.api.errors import error_body
 from gpuyard.domain import hello
 from gpuyard.domain.errors import Forbidden, PayloadTooLarge, Unauthorized
 from gpuyard.domain.principal import Principal
-from gpuyard.services.access.front import AccessRules
+from gpuyard.services.access.caps import reserve_refusal
+from gpuyard.services.access.front import AccessRules, failure_key
 from gpuyard.services.access.peers import PeerAuth
 from gpuyard.services.access.tokens import TokenAuth, token_hash
 from gpuyard.services.access.web_sessions import Origin, Session, WebSessions
@@ -57,6 +58,10 @@ METRICS_PRINCIPAL = Principal("metrics", role="user")
 # scope["extensions"] key of a Unix socket connection's peer credentials ({"pid", "uid",
 # "gid"}), set by the HTTP server from SO_PEERCRED, never from what the client sends.
 PEER = "gpuyard.peer"
+# scope["extensions"] key of the HTTP server's record of the connection (a dict): "reserve"
+# (how many were open when it came: one of the admins' last few), and "release", set here,
+# what its close calls to uncount it from its account (`services/access/caps.py`).
+CONNECTION = "gpuyard.connection"
 SESSION_COOKIE = "gpuyard_session"  # + "_PORT" (`session_cookie`)
 KEY_HEADER = b"x-session-key"
 UI_PREFIX = "/ui"
@@ -136,6 +141,9 @@ class FrontDoor:
         if is_ui(path):
             # Pages and the login: no credential needed; the session's principal if any.
             await self._ui_session(scope, headers)
+            if _reserved(scope) and not _is_admin(scope.get("state", {}).get("principal")):
+                await _answer(send, 503, "unavailable", reserve_refusal(_reserved(scope)))
+                return
         elif path not in self._public:
             if peer is not None:
                 principal = await self._local(peer, send)
@@ -144,6 +152,8 @@ class FrontDoor:
             else:
                 principal = await self._authenticate(scope, headers, send)
             if principal is None:
+                return
+            if not await self._admit_connection(scope, principal, send):
                 return
             if (
                 not principal.may_change
@@ -185,11 +195,9 @@ class FrontDoor:
     async def _authenticate(
         self, scope: Scope, headers: dict[bytes, bytes], send: Send
     ) -> Principal | None:
-        """The principal, or None once a 401/429 is sent; failures are charged per address."""
-        address = _address(scope)
-        throttle = self._access.throttle
-        if await self._throttled(address, send):
-            return None
+        """The principal, or None once a 401/429 is sent. A failure is charged to the
+        credential presented (never the address: every local client is 127.0.0.1), and a
+        valid one is never refused for anyone's failures."""
         authorization = headers.get(b"authorization", b"")
         if (
             self._metrics_header is not None
@@ -201,9 +209,36 @@ class FrontDoor:
         try:
             return self._auth.authenticate(authorization)
         except Unauthorized as exc:
-            throttle.failed(address)
-            await _answer(send, 401, exc.code, exc.message, {"WWW-Authenticate": "Bearer"})
+            # No credential at all is nobody's: those failures count per address.
+            secret = authorization.partition(b" ")[2].strip(b" ")
+            key = failure_key("bearer", secret) if secret else f"none:{_address(scope)}"
+            if not await self._throttled(key, send, exc.message):
+                self._access.throttle.failed(key)
+                await _answer(send, 401, exc.code, exc.message, {"WWW-Authenticate": "Bearer"})
             return None
+
+    async def _admit_connection(self, scope: Scope, principal: Principal, send: Send) -> bool:
+        """Whether the connection may carry `principal`'s request: a connection of the
+        reserve only an admin's; any other counts once for its account, up to the cap (429
+        sent, and the connection closed, past it)."""
+        connection = (scope.get("extensions") or {}).get(CONNECTION)
+        if connection is None or principal.is_admin:
+            return True  # not from the HTTP server (in-process tests), or an admin: uncounted
+        if connection.get("reserve"):
+            await _answer(send, 503, "unavailable", reserve_refusal(connection["reserve"]))
+            return False
+        if connection.get("user") == principal.user:
+            return True  # counted at its first request
+        caps = self._access.connections
+        release = caps.hold(principal.user)
+        if release is None:
+            await _answer(send, 429, "rate_limited", caps.refusal(principal.user))
+            return False
+        earlier = connection.get("release")
+        if callable(earlier):
+            earlier()  # a keep-alive connection another account used before
+        connection["user"], connection["release"] = principal.user, release
+        return True
 
     async def _local(self, uid: int, send: Send) -> Principal | None:
         """The principal of a caller on the Unix socket, by the uid the kernel gave; None
@@ -213,11 +248,16 @@ class FrontDoor:
             message = "this server takes no callers on a Unix socket: use its URL and a token"
             await _answer(send, 401, Unauthorized.code, message)
             return None
+        key = f"uid:{uid}"  # the peer's own failures only: nobody else's count here
+        refused = f"this server refused uid {uid} (no account, or a disabled one)"
+        if await self._throttled(key, send, refused):
+            return None  # before looking its name up again
         try:
             principal = self._peers.lookup(uid)
             if principal is None:
                 principal = await asyncio.to_thread(self._peers.register, uid)
         except (Unauthorized, Forbidden) as exc:
+            self._access.throttle.failed(key)
             status = 401 if isinstance(exc, Unauthorized) else 403
             await _answer(send, status, exc.code, exc.message)
             return None
@@ -247,9 +287,6 @@ class FrontDoor:
         """The principal of a session (its cookie and its page's key), or None once a
         401/403 is sent."""
         assert self._sessions is not None
-        address = _address(scope)
-        if await self._throttled(address, send):
-            return None
         session_id = self._session_id(headers) or ""
         session = self._sessions.lookup(session_id)
         if session is None:
@@ -298,15 +335,13 @@ class FrontDoor:
             state["principal"] = principal
             state[ORIGIN] = session.origin
 
-    async def _throttled(self, address: str, send: Send) -> bool:
-        """Whether `address` must wait (429 sent): it failed to authenticate too often."""
-        wait_s = self._access.throttle.retry_after_s(address)
+    async def _throttled(self, key: str, send: Send, why: str) -> bool:
+        """Whether the credential `key` must wait (429 sent, saying `why` it failed): it
+        failed to authenticate too often."""
+        wait_s = self._access.throttle.retry_after_s(key)
         if wait_s:
-            message = (
-                f"too many failed authentications from {address}: wait {wait_s} s, then use "
-                "the right token (the CLI reads it from the server's state dir)"
-            )
-            await _answer(send, 429, "rate_limited", message, {"Retry-After": str(wait_s)})
+            await _answer(send, 429, "rate_limited", throttled_message(why, wait_s),
+                          {"Retry-After": str(wait_s)})  # fmt: skip
         return wait_s > 0
 
     async def _hello(self, scope: Scope, send: Send) -> None:
@@ -322,17 +357,16 @@ class FrontDoor:
             message = "hello needs GET with nonce=HEX (16-64 random bytes) and key=ID"
             await _answer(send, 422, "invalid_request", message)
             return
-        address = _address(scope)
-        if await self._throttled(address, send):
-            return
         key = self._auth.hello_key(key_id)
         if key is None:
-            self._access.throttle.failed(address)  # a way to test guessed tokens, too
             message = (
                 "missing or wrong API token: this server holds no such token (the CLI reads "
                 "it from GPUYARD_TOKEN, `gpuyard login`'s file or the server's state dir)"
             )
-            await _answer(send, 401, Unauthorized.code, message)
+            failed = failure_key("hello", key_id)
+            if not await self._throttled(failed, send, message):
+                self._access.throttle.failed(failed)  # a way to test guessed tokens, too
+                await _answer(send, 401, Unauthorized.code, message)
             return
         body = json.dumps({"proof": hello.proof(key, raw)}).encode()
         await send({"type": "http.response.start", "status": 200, "headers": [
@@ -364,6 +398,14 @@ class FrontDoor:
 READ_SCOPE_POSTS = frozenset({"/api/v1/web/login-link"})
 
 
+def throttled_message(why: str, wait_s: int) -> str:
+    """The 429 of a credential that failed too often: what is wrong with it, and the wait."""
+    return (
+        f"{why.rstrip('.')} (this credential failed too often: wait {wait_s} s before "
+        "trying it again)"
+    )
+
+
 def cookie_value(header: bytes, name: str) -> str | None:
     """One cookie's value from a Cookie header (the first of that name), or None."""
     wanted = name.encode() + b"="
@@ -393,6 +435,16 @@ def request_origin(scope: Scope, principal: Principal) -> Origin:
     if scheme.lower() == b"bearer" and secret.strip(b" "):
         return Origin(principal, token_hash=token_hash(secret.strip(b" ")))
     return Origin(principal)
+
+
+def _reserved(scope: Scope) -> int:
+    """How many connections were open when this one came, if it is one of the reserve's."""
+    connection = (scope.get("extensions") or {}).get(CONNECTION) or {}
+    return int(connection.get("reserve") or 0)
+
+
+def _is_admin(principal: object) -> bool:
+    return isinstance(principal, Principal) and principal.is_admin
 
 
 def _peer_uid(scope: Scope) -> int | None:

@@ -4,7 +4,12 @@ uvicorn arms no timer on a fresh connection, nor while a request's headers trick
 ~1,000 silent connections used to exhaust the server's file descriptors (`/healthz` died and
 job launches failed with "Too many open files"). Here every connection must finish its headers
 within `header_timeout_s`, at most `max_connections` are open (more are closed at once), and
-the descriptor limit is raised to what the system allows.
+the descriptor limit is raised to what the system allows. The last `reserved_connections` are
+the admins' and `/healthz`'s: a connection opened past the rest is marked so in its scope
+(`CONNECTION`), and the front door serves nobody else on it. On the Unix socket a uid (other
+than the server's own) holds at most `max_connections_per_peer` connections, counted at
+connect; over TCP, where only a request says who it is, the front door counts them per account
+(`services/access/caps.py`), and a connection's close releases what it counted.
 
 On the Unix socket (a root server's, for local users) each connection's peer credentials
 are read from the kernel once (SO_PEERCRED) and put in every request's scope
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
 import socket
 import struct
@@ -25,7 +31,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gpuyard.api.front_door import PEER
+from gpuyard.api.front_door import CONNECTION, PEER
 
 log = logging.getLogger("gpuyard.http")
 
@@ -37,23 +43,48 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     header_timeout_s = 10.0
     max_connections = 2048
+    reserved_connections = 0
+    max_connections_per_peer = 0  # 0: no cap
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_timer: asyncio.TimerHandle | None = None
         self._peer = peer_credentials(transport)
-        if len(self.connections) > self.max_connections:
+        # What the front door learns of this connection: whether it is the reserve's, and
+        # (set there) the release of what it counted for an account.
+        self._connection: dict[str, object] = {}
+        open_now = len(self.connections)
+        if open_now > self.max_connections:
             log.warning("more than %s connections open: closing a new one", self.max_connections)
             transport.close()
             return
+        if self._peer is not None and self._peer_over_cap(self._peer["uid"]):
+            log.warning("uid %s holds %s connections: closing a new one", self._peer["uid"],
+                        self.max_connections_per_peer)  # fmt: skip
+            transport.close()
+            return
+        if open_now > self.max_connections - self.reserved_connections:
+            self._connection["reserve"] = open_now
         self._arm_header_timer()
+
+    def _peer_over_cap(self, uid: int) -> bool:
+        """Whether socket peer `uid` (not the server's own) holds more connections than its
+        cap, this one counted."""
+        if not self.max_connections_per_peer or uid == os.geteuid():
+            return False
+        held = sum(
+            1 for each in self.connections
+            if (getattr(each, "_peer", None) or {}).get("uid") == uid
+        )  # fmt: skip
+        return held > self.max_connections_per_peer
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        extensions: dict[str, object] = dict(self.scope.get("extensions") or {})
+        extensions[CONNECTION] = self._connection
         if self._peer is not None:
-            extensions: dict[str, dict[object, object]] = dict(self.scope.get("extensions") or {})
             extensions[PEER] = {key: value for key, value in self._peer.items()}
-            self.scope["extensions"] = extensions
+        self.scope["extensions"] = extensions  # type: ignore[typeddict-item]
         self._arm_header_timer()
 
     def on_headers_complete(self) -> None:
@@ -62,6 +93,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
+        release = getattr(self, "_connection", {}).get("release")
+        if callable(release):
+            release()
         super().connection_lost(exc)
 
     def shutdown(self) -> None:
@@ -118,15 +152,35 @@ def raise_fd_limit(wanted: int = _WANTED_FDS) -> int:
     return soft
 
 
+def protocol_for(
+    header_timeout_s: float,
+    max_connections: int,
+    reserved_connections: int = 0,
+    max_connections_per_peer: int = 0,
+) -> type[GuardedHttpProtocol]:
+    """The guarded protocol with a server's settings."""
+    return type(
+        "ServerHttpProtocol", (GuardedHttpProtocol,),
+        {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
+         "reserved_connections": min(reserved_connections, max_connections),
+         "max_connections_per_peer": max_connections_per_peer},
+    )  # fmt: skip
+
+
 def serve(
-    app: Any, socks: Sequence[socket.socket], *, header_timeout_s: float, max_connections: int
+    app: Any,
+    socks: Sequence[socket.socket],
+    *,
+    header_timeout_s: float,
+    max_connections: int,
+    reserved_connections: int = 0,
+    max_connections_per_peer: int = 0,
 ) -> None:
     """Serve `app` on bound, listening sockets (TCP, and the Unix one) until SIGINT/SIGTERM."""
     raise_fd_limit()
-    protocol = type(
-        "ServerHttpProtocol", (GuardedHttpProtocol,),
-        {"header_timeout_s": header_timeout_s, "max_connections": max_connections},
-    )  # fmt: skip
+    protocol = protocol_for(
+        header_timeout_s, max_connections, reserved_connections, max_connections_per_peer
+    )
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, loop="uvloop", http=protocol,
         timeout_keep_alive=30, proxy_headers=False,

@@ -27,6 +27,7 @@ from gpuyard.domain.job import NodeCapacity
 from gpuyard.domain.principal import Principal
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.access.accounts import AccountService
+from gpuyard.services.access.caps import ConnectionCaps
 from gpuyard.services.access.front import AccessRules, HostRules
 from gpuyard.services.access.peers import PeerAuth
 from gpuyard.services.access.tokens import TokenAuth
@@ -154,6 +155,7 @@ def build_server(
         access=AccessRules(
             HostRules(settings.host, settings.port, settings.public_names, _machine_names),
             metrics_token=ensure_token(settings.state_dir / METRICS_TOKEN_FILE),
+            connections=ConnectionCaps(settings.max_connections_per_user),
         ),
         peers=PeerAuth(
             accounts, auth.principal, os.geteuid(), _unix_name,

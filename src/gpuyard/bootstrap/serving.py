@@ -84,6 +84,8 @@ def serve(settings: Settings) -> None:
         serve_http(
             app, socks, header_timeout_s=settings.header_timeout_s,
             max_connections=settings.max_connections,
+            reserved_connections=settings.reserved_connections,
+            max_connections_per_peer=settings.max_connections_per_user,
         )  # fmt: skip
     finally:
         if inode is not None and path is not None:

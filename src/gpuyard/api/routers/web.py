@@ -32,6 +32,7 @@ from gpuyard.api.front_door import (
     WEB_SESSION,
     request_origin,
     session_cookie,
+    throttled_message,
 )
 from gpuyard.api.login_page import login_form
 from gpuyard.api.static_files import (
@@ -44,6 +45,7 @@ from gpuyard.api.static_files import (
 from gpuyard.domain.errors import Forbidden, Unauthorized
 from gpuyard.domain.principal import Principal
 from gpuyard.schemas.web_v1 import LoginLinkOut, LoginOut, SessionOut
+from gpuyard.services.access.front import failure_key
 from gpuyard.services.access.tokens import token_hash
 from gpuyard.services.access.web_sessions import NewSession, Origin, Session, WebSessions
 from gpuyard.services.server import ServerFacade
@@ -136,19 +138,22 @@ async def login(request: Request, server: Server) -> Response:
     next_path = _safe_next(fields.get("next"))
     sessions = _sessions(request)
     throttle = server.access.throttle
-    address = request.client.host if request.client else "?"
-    wait_s = throttle.retry_after_s(address)
-    if wait_s:
-        message = f"too many failed logins from {address}: wait {wait_s} s, then try again"
-        return _refused(request, wants_json, 429, "rate_limited", message, next_path)
     origin: Origin | None
     if fields.get("code"):
         origin = sessions.redeem(fields["code"])
-        failure = _CODE_GONE
+        failure, key = _CODE_GONE, failure_key("code", fields["code"])
     else:
-        origin, failure = _token_origin(server, fields.get("token", "")), _BAD_TOKEN
+        token = fields.get("token", "").strip()
+        origin, failure = _token_origin(server, token), _BAD_TOKEN
+        key = failure_key("bearer", token)
     if origin is None:
-        throttle.failed(address)
+        # Charged to the credential tried, never the address (every local browser is
+        # 127.0.0.1): a valid token or code is never refused for someone else's failures.
+        wait_s = throttle.retry_after_s(key)
+        if wait_s:
+            message = throttled_message(failure, wait_s)
+            return _refused(request, wants_json, 429, "rate_limited", message, next_path)
+        throttle.failed(key)
         return _refused(request, wants_json, 401, Unauthorized.code, failure, next_path)
     try:
         made = sessions.login(origin)

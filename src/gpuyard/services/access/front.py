@@ -7,13 +7,18 @@
   interfaces, or a name the admin configured (`--public-name`, for a reverse proxy).
 - **Origin** (CSRF: a browser sends a page's cross-site request with the user's credentials):
   a state-changing request whose `Origin` is not this server is refused.
-- **Failed authentication** is throttled per client address (a token bucket in memory): a
-  guesser is slowed to a few tries a second, and a client that authenticates pays one dict
-  lookup.
+- **Failed authentication** is throttled per presented credential (a token's hash, a login
+  code's, a hello key's; a socket peer's uid), never per client address: every local TCP client
+  is 127.0.0.1, and one user's wrong tokens must not lock another out. A valid credential is
+  never refused by the throttle (tokens and codes are 192-256 random bits: there is nothing to
+  guess, so a 2xx teaches a guesser nothing); a credential that keeps failing (a revoked token
+  in a script's loop) is answered 429 with when to try again, and the server pays one dict
+  lookup for it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -21,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from gpuyard.locations import is_loopback
+from gpuyard.services.access.caps import ConnectionCaps
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 _WILDCARDS = ("0.0.0.0", "::", "")
@@ -114,38 +120,37 @@ class _Bucket:
 
 @dataclass
 class FailureThrottle:
-    """A token bucket per client address, charged only by failed authentications: `burst`
-    failures at once, then `per_s` a second. An empty bucket refuses the address (even with
-    the right token: otherwise a guesser would learn from a 2xx that it guessed right)."""
+    """A token bucket per credential key (`failure_key`), charged only by its failed
+    authentications: `burst` failures at once, then `per_s` a second."""
 
     burst: int = 20
     per_s: float = 2.0
-    max_addresses: int = 10_000
+    max_keys: int = 10_000
     clock: Callable[[], float] = time.monotonic
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def retry_after_s(self, address: str) -> int:
-        """0 when `address` may try; else how many seconds until it may (Retry-After)."""
-        bucket = self._buckets.get(address)
+    def retry_after_s(self, key: str) -> int:
+        """0 when `key` may try; else how many seconds until it may (Retry-After)."""
+        bucket = self._buckets.get(key)
         if bucket is None:  # the usual request: one dict lookup
             return 0
         with self._lock:
             tokens = self._refill(bucket)
             if tokens >= self.burst:  # forgiven: the next request pays no lock
-                self._buckets.pop(address, None)
+                self._buckets.pop(key, None)
             if tokens >= 1:
                 return 0
             return max(1, math.ceil((1 - tokens) / self.per_s))
 
-    def failed(self, address: str) -> None:
-        """Charge one failed authentication to `address`."""
+    def failed(self, key: str) -> None:
+        """Charge one failed authentication to `key`."""
         with self._lock:
-            bucket = self._buckets.get(address)
+            bucket = self._buckets.get(key)
             if bucket is None:
-                if len(self._buckets) >= self.max_addresses:
+                if len(self._buckets) >= self.max_keys:
                     self._forget_full()
-                bucket = self._buckets[address] = _Bucket(float(self.burst), self.clock())
+                bucket = self._buckets[key] = _Bucket(float(self.burst), self.clock())
             bucket.tokens = self._refill(bucket) - 1
 
     def _refill(self, bucket: _Bucket) -> float:
@@ -155,13 +160,20 @@ class FailureThrottle:
         return bucket.tokens
 
     def _forget_full(self) -> None:
-        """Drop the addresses whose bucket refilled (memory stays bounded under a scan)."""
-        for address, bucket in list(self._buckets.items()):
+        """Drop the keys whose bucket refilled (memory stays bounded under a scan)."""
+        for key, bucket in list(self._buckets.items()):
             if self._refill(bucket) >= self.burst:
-                del self._buckets[address]
-        if len(self._buckets) >= self.max_addresses:  # all still throttled: the oldest go
-            for address in list(self._buckets)[: self.max_addresses // 10]:
-                del self._buckets[address]
+                del self._buckets[key]
+        if len(self._buckets) >= self.max_keys:  # all still throttled: the oldest go
+            for key in list(self._buckets)[: self.max_keys // 10]:
+                del self._buckets[key]
+
+
+def failure_key(kind: str, secret: str | bytes) -> str:
+    """The throttle's key of a presented credential: its kind and a hash of it (a wrong
+    token's secret is kept nowhere, not even in memory)."""
+    data = secret.encode() if isinstance(secret, str) else secret
+    return f"{kind}:{hashlib.sha256(data).hexdigest()[:32]}"
 
 
 @dataclass(frozen=True)
@@ -170,5 +182,6 @@ class AccessRules:
 
     hosts: HostRules = field(default_factory=lambda: HostRules("127.0.0.1", 8765))
     throttle: FailureThrottle = field(default_factory=FailureThrottle)
+    connections: ConnectionCaps = field(default_factory=ConnectionCaps)
     # Accepted for GET /metrics only: a Prometheus scraper must not hold an admin token.
     metrics_token: str | None = None
