@@ -22,7 +22,8 @@ from gpuyard.locations import (
 )
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DEFAULT_URL", "TOKEN_FILE", "Settings",
-           "database_url", "default_state_dir", "masked_url"]  # fmt: skip
+           "database_url", "default_state_dir", "has_password", "masked_url",
+           "with_password_file"]  # fmt: skip
 
 
 def default_state_dir() -> Path:
@@ -45,6 +46,9 @@ class Settings:
     # `--db`: a SQLite file's path or URL, or postgresql://user@host:port/db (None: SQLite
     # in the state dir). Kept out of repr: a URL may carry a password (`masked_url`).
     database_url: str | None = field(default=None, repr=False)
+    # `--db-password-file` (GPUYARD_DB_PASSWORD_FILE): the PostgreSQL password, read from a
+    # file only the server's user may read, never on a command line (`ps` shows those to all).
+    db_password_file: str | None = None
     # `--standby`: when another server holds the database, wait for it to go (polling every
     # second) and then take over, instead of refusing to start.
     standby: bool = False
@@ -157,7 +161,8 @@ class Settings:
         values: dict[str, object] = {}
         for name, cast in (
             ("host", str), ("port", int), ("gpus", str), ("cpus", int),
-            ("database_url", str), ("kill_grace_s", float), ("tick_s", float),
+            ("database_url", str), ("db_password_file", str),
+            ("kill_grace_s", float), ("tick_s", float),
             ("policy", str), ("telemetry_s", float), ("foreign_mem_mib", int), ("hot_temp_c", int),
             ("idle_util_pct", float), ("idle_after_s", float), ("idle_cancel_s", float),
             ("backend", str), ("ray_address", str), ("ray_token_file", str),
@@ -193,6 +198,10 @@ class Settings:
             values["state_dir"] = Path(str(values["state_dir"])).expanduser()
         if values.get("database_url"):
             values["database_url"] = database_url(str(values["database_url"]))
+        if values.get("db_password_file"):
+            values["database_url"] = with_password_file(
+                values.get("database_url"), Path(str(values["db_password_file"])).expanduser()
+            )
         settings = cls(**values)  # type: ignore[arg-type]
         if not 1 <= settings.port <= 65535:
             raise ValueError(f"port {settings.port} is out of range: use 1-65535")
@@ -265,6 +274,38 @@ def database_url(text: str) -> str:
     if family == "postgres":
         return f"postgresql{scheme[len(family) :]}://{rest}"
     return text
+
+
+def with_password_file(url: object, path: Path) -> str:
+    """A PostgreSQL `url` with the password kept in the file `path` (its first line), which
+    other users may not read; ValueError in one line otherwise."""
+    from urllib.parse import quote
+
+    where = f"--db-password-file {path}"
+    if not isinstance(url, str) or not url.startswith("postgresql"):
+        raise ValueError(f"{where}: give a PostgreSQL --db URL too (postgresql://USER@HOST/DB)")
+    try:
+        mode = path.stat().st_mode
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise ValueError(f"{where} cannot be read: {why}") from None
+    if mode & 0o004:
+        raise ValueError(f"{where} may be read by every user: `chmod o-r {path}` (or 600)")
+    if not lines or not lines[0]:
+        raise ValueError(f"{where} is empty: put the password on its first line")
+    scheme, _, rest = url.partition("://")
+    netloc, slash, tail = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    if not at:
+        raise ValueError(f"{where}: the --db URL names no user (postgresql://USER@HOST/DB)")
+    user = userinfo.partition(":")[0]
+    return f"{scheme}://{user}:{quote(lines[0], safe='')}@{host}{slash}{tail}"
+
+
+def has_password(url: str) -> bool:
+    """Whether a database URL carries a password (what `ps` would show every user)."""
+    return masked_url(url) != url
 
 
 def masked_url(url: str) -> str:

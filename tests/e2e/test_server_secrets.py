@@ -86,3 +86,52 @@ def test_a_state_dir_of_another_user_is_refused(tmp_path: Path):
     os.chown(state, 65534, 65534)
     line = _refusal(state)
     assert f"the state dir {state} belongs to uid 65534" in line and "--state-dir" in line
+
+
+def test_the_database_password_comes_from_a_file_never_the_command_line(
+    postgres_server, tmp_path: Path
+) -> None:
+    from gpuyard.settings import Settings
+
+    secret = "pw-of-the-db"
+    db = postgres_server.create_database("secretfile")  # postgresql://postgres@127.0.0.1:P/...
+    pw_file = tmp_path / "db-password"
+    pw_file.write_text(secret + "\n")
+    pw_file.chmod(0o600)
+    # The URL the server connects with carries it (the test cluster trusts loopback: any
+    # password is accepted, so it is checked here, where it is put in).
+    made = Settings.from_env(database_url=db, db_password_file=str(pw_file))
+    assert made.database_url is not None and f":{secret}@" in made.database_url
+    srv = ServerProcess(tmp_path / "state", "--gpus", "1", "--kill-grace", "1", "--db", db,
+                        "--db-password-file", str(pw_file)).start()  # fmt: skip
+    try:
+        assert srv.proc is not None
+        cmdline = Path(f"/proc/{srv.proc.pid}/cmdline").read_bytes()
+        assert secret.encode() not in cmdline and b"--db-password-file" in cmdline
+        assert srv.client().whoami()["role"] == "admin"  # it serves, on that database
+    finally:
+        srv.stop()
+    pw_file.chmod(0o644)  # every user may read it: refused in one line
+    refused = subprocess.run(
+        [GPUYARD, "server", "--state-dir", str(tmp_path / "other"), "--port", str(free_port()),
+         "--db", db, "--db-password-file", str(pw_file)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"gpuyard: --db-password-file {pw_file} may be read by every user: "
+        f"`chmod o-r {pw_file}` (or 600)"
+    ]
+
+
+def test_a_password_in_the_db_url_is_warned_of_and_never_shown(tmp_path: Path) -> None:
+    secret = "in-the-url"
+    started = subprocess.run(
+        [GPUYARD, "server", "--state-dir", str(tmp_path / "state"), "--port", str(free_port()),
+         "--db", f"nosuchdb://u:{secret}@127.0.0.1:1/x"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert started.returncode == 1
+    first = started.stderr.splitlines()[0]
+    assert first.startswith("warning: the --db URL's password is on the command line")
+    assert "--db-password-file" in first and secret not in started.stderr

@@ -124,7 +124,17 @@ def server(
             "--db",
             metavar="URL",
             help="the database: a SQLite file's path, or postgresql://USER@HOST:PORT/DB "
-            "(password from ~/.pgpass or PGPASSWORD) [gpuyard.db in the state dir]",
+            "(password from --db-password-file, ~/.pgpass or PGPASSWORD, never in the URL: "
+            "ps shows it to all) [gpuyard.db in the state dir]",
+        ),
+    ] = None,
+    db_password_file: Annotated[
+        str | None,
+        typer.Option(
+            "--db-password-file",
+            metavar="FILE",
+            help="the --db URL's password, the file's first line (GPUYARD_DB_PASSWORD_FILE; "
+            "a file other users may not read)",
         ),
     ] = None,
     standby: Annotated[
@@ -139,7 +149,15 @@ def server(
     """Run the server: HTTP API, scheduler and executor in one process."""
     from gpuyard.cli.serving import run_server
     from gpuyard.domain.units import parse_duration_s, parse_size_mib
-    from gpuyard.settings import Settings
+    from gpuyard.settings import Settings, has_password
+
+    if db and has_password(db):  # not "gpuyard:": that prefix is an error's
+        typer.echo(
+            "warning: the --db URL's password is on the command line, which every local user "
+            "reads in ps: put it in a file (--db-password-file, GPUYARD_DB_PASSWORD_FILE), "
+            "~/.pgpass or PGPASSWORD",
+            err=True,
+        )
 
     try:
         declared = (
@@ -155,7 +173,7 @@ def server(
             fair_share_half_life_s=parse_duration_s(
                 fair_share_half_life, field="fair_share_half_life"
             ) if fair_share_half_life else None,
-            database_url=db, standby=standby or None,
+            database_url=db, db_password_file=db_password_file, standby=standby or None,
         )  # fmt: skip
     except (ValueError, GpuyardError) as exc:
         fail(str(exc))
