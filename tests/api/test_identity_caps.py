@@ -182,3 +182,8 @@ def wait_for(condition: Callable[[], bool], within_s: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition did not hold in time"
         time.sleep(0.05)
+
+
+def test_a_reserve_set_larger_than_the_cap_still_leaves_half_for_everyone() -> None:
+    protocol = protocol_for(10.0, max_connections=32, reserved_connections=64)
+    assert protocol.reserved_connections == 16

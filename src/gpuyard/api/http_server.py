@@ -162,7 +162,8 @@ def protocol_for(
     return type(
         "ServerHttpProtocol", (GuardedHttpProtocol,),
         {"header_timeout_s": header_timeout_s, "max_connections": max_connections,
-         "reserved_connections": min(reserved_connections, max_connections),
+         # At most half: a reserve as large as the cap would serve only admins.
+         "reserved_connections": min(reserved_connections, max_connections // 2),
          "max_connections_per_peer": max_connections_per_peer},
     )  # fmt: skip
 
