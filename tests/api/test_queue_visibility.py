@@ -59,3 +59,27 @@ def test_others_rows_hide_output_paths_launch_failures_and_names_from_the_comman
     assert seen["name"] == "job"  # not the program's name
     assert "alice-private" not in str(seen) and "alice-secret" not in str(seen)
     assert seen["output_path"] is None and seen["error_path"] is None
+
+
+def test_the_events_everyone_reads_name_a_job_only_as_its_owner_named_it(rig: Rig) -> None:
+    body = {"command": ["sh", "-c", "sleep 30", "secret-arg"], "workdir": rig.workdir}
+    unnamed = rig.admin().post("/api/v1/jobs", json=body).json()
+    named = rig.admin().post("/api/v1/jobs", json={**body, "name": "exp"}).json()
+    for job in (unnamed, named):
+        deadline = time.monotonic() + 30
+        while rig.admin().get(f"/api/v1/jobs/{job['id']}").json()["state"] != "RUNNING":
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.05)
+        assert rig.admin().post(f"/api/v1/jobs/{job['id']}/requeue").status_code == 200
+    assert _add_user(rig, "nobody").status_code == 201
+    other = rig.as_(rig.token_of("nobody"))
+    deadline = time.monotonic() + 30
+    while True:  # a requeue's event comes once the run has stopped
+        events = {e["job_id"]: e for e in other.get("/api/v1/events").json() if e["job_id"]}
+        if {unnamed["id"], named["id"]} <= set(events):
+            break
+        assert time.monotonic() < deadline, f"no requeue events: {events}"
+        time.sleep(0.05)
+    assert events[unnamed["id"]]["name"] == "job" and "(job, " in events[unnamed["id"]]["message"]
+    assert events[named["id"]]["name"] == "exp" and "(exp, " in events[named["id"]]["message"]
+    assert unnamed["name"] not in str(events[unnamed["id"]])

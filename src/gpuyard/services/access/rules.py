@@ -86,16 +86,21 @@ def redact_job(actor: Principal, job: Job) -> Job:
     reader asks `may_see` for those)."""
     if may_see(actor, job.owner):
         return job
-    spec = job.spec
-    name = HIDDEN_NAME if spec.argv and spec.name == default_name(spec.argv) else spec.name
-    spec = replace(spec, argv=(), workdir="", name=name, output_path=None, error_path=None,
-                   python=None, venv=None)  # fmt: skip
+    spec = replace(job.spec, argv=(), workdir="", name=public_name(job), output_path=None,
+                   error_path=None, python=None, venv=None)  # fmt: skip
     attempts = tuple(replace(a, reason=reason_code(a.reason)) for a in job.attempts)
     return replace(job, spec=spec, reason=reason_code(job.reason), attempts=attempts)
 
 
 # What another user sees of a job named after its command (`python`, `train.sh`).
 HIDDEN_NAME = "job"
+
+
+def public_name(job: Job) -> str:
+    """A job's name as everyone may see it (the queue, the events): the name its owner gave,
+    never one made from its command."""
+    spec = job.spec
+    return HIDDEN_NAME if spec.argv and spec.name == default_name(spec.argv) else spec.name
 
 
 def reason_code(reason: str) -> str:

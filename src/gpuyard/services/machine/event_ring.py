@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 
 from gpuyard.domain.job import REASON_PREEMPTED, Drain, Job
 from gpuyard.domain.states import JobState
+from gpuyard.services.access.rules import public_name
 from gpuyard.services.jobs.journal import JobChange
 from gpuyard.services.stores import Event, EventStore
 from gpuyard.services.ticker import Ticker
@@ -64,7 +65,7 @@ def classify(change: JobChange) -> tuple[str, str] | None:
 
 
 def _who(job: Job) -> str:
-    return f"job {job.id} ({job.spec.name}, {job.owner})"
+    return f"job {job.id} ({public_name(job)}, {job.owner})"  # every user reads the events
 
 
 class EventLog:
@@ -106,7 +107,7 @@ class EventLog:
             event = Event(
                 self._next_id, self._clock() if at is None else at, kind, message,
                 job.id if job else None, job.owner if job else None,
-                job.spec.name if job else None, gpu,
+                public_name(job) if job else None, gpu,
             )  # fmt: skip
             self._next_id += 1
             self._ring.append(event)
