@@ -83,3 +83,16 @@ def test_the_events_everyone_reads_name_a_job_only_as_its_owner_named_it(rig: Ri
     assert events[unnamed["id"]]["name"] == "job" and "(job, " in events[unnamed["id"]]["message"]
     assert events[named["id"]]["name"] == "exp" and "(exp, " in events[named["id"]]["message"]
     assert unnamed["name"] not in str(events[unnamed["id"]])
+
+
+def test_a_name_filter_never_finds_anothers_job_by_its_command(rig: Rig) -> None:
+    body = {"command": ["sh", "-c", "sleep 30"], "workdir": rig.workdir}
+    job = rig.admin().post("/api/v1/jobs", json=body).json()
+    assert job["name"] == "sh"
+    assert [j["id"] for j in rig.admin().get("/api/v1/jobs", params={"name": "sh"}).json()] == [
+        job["id"]
+    ]
+    assert _add_user(rig, "nobody").status_code == 201
+    other = rig.as_(rig.token_of("nobody"))
+    assert other.get("/api/v1/jobs", params={"name": "sh"}).json() == []
+    assert other.get("/api/v1/jobs", params={"name": "sh", "all": "true"}).json() == []

@@ -132,9 +132,14 @@ class JobReads:
         from the store (newest first by id up to `limit`, before `before_id`), returned in id
         order. Filters by submit time, state, owner and name. Each job as the actor may see it
         in a listing (`redact_job`)."""
-        return [redact_job(actor, job) for job in self._listed(
+        jobs = [redact_job(actor, job) for job in self._listed(
             include_finished, limit, before_id, since, states, owner, name
         )]  # fmt: skip
+        if name is None:
+            return jobs
+        # By the name the actor sees: another's job named after its command is not found by
+        # that name (the filter would tell what it runs).
+        return [job for job in jobs if job.spec.name == name]
 
     def _listed(
         self,
