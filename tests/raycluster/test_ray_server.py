@@ -3,7 +3,8 @@ two logical nodes of 2 GPUs each (this machine), and the real CLI submits multi-
 
 One server for the module (starting Ray takes seconds): a 2-node torchrun job trains with world
 size 4, a cancel leaves no process, and losing a node (its raylet killed) ends the job on it
-NODE_FAIL and takes that node's GPUs out of service. The node-loss test runs last.
+NODE_FAIL and takes that node's GPUs out of service; its part of the job is ended when the
+machine is back (fencing). The node-loss test runs last.
 """
 
 from __future__ import annotations
@@ -94,13 +95,17 @@ def test_jobs_never_see_the_clusters_token(server: ServerProcess) -> None:
     job_id = int(server.cli("submit", "--gpus", "1", "--", "sh", "-c", script).stdout)
     assert _ended(server, job_id)["state"] == "COMPLETED"
     log = server.client().log(job_id).decode()
-    assert "[node0] no-ray-auth-here" in log and "RAY_AUTH_TOKEN" not in log
+    assert "no-ray-auth-here" in log and "RAY_AUTH_TOKEN" not in log
 
 
-def test_gpu_sharing_is_refused_on_ray_in_one_line(server: ServerProcess) -> None:
+def test_gpu_sharing_on_ray_follows_the_one_box_rules(server: ServerProcess) -> None:
+    """gpuyard binds each machine's GPUs itself (its agent), so `--gpu-mem` is refused only
+    for what a one-box server refuses it for: declared GPUs of unknown memory (shared GPUs on
+    detected ones: test_ray_machines.py)."""
     out = server.cli("submit", "--gpu-mem", "8G", "--", "true", check=False)
     assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1
-    assert "runs jobs on Ray, which gives each job whole GPUs" in out.stderr
+    assert "does not know its GPUs' memory" in out.stderr
+    assert "Ray" not in out.stderr
 
 
 def test_a_bad_node_request_is_one_line(server: ServerProcess) -> None:
@@ -155,7 +160,9 @@ def test_losing_a_node_requeues_its_job_node_fail_and_drains_its_gpus(
     run = job["attempts"][0]  # (a relaunch before the machine's drain would fail NODE_FAIL too)
     assert run["state"] == "NODE_FAIL", run
     assert "gpuyard-local-1" in run["reason"] or "node1" in run["reason"], run["reason"]
-    assert wait_until_gone(lambda: marked_processes(marker), timeout_s=30) == []
+    # The server's own machine's part is stopped; the lost machine's part runs on under its
+    # supervisor (jobs outlive their agent) until that machine is back and fences it.
+    wait_for(lambda: len(marked_processes(marker)) == 1, timeout_s=30)
     server.cli("cancel", str(job_id))  # it would wait for a second machine
 
     def lost_gpus_drained() -> list[dict] | None:  # type: ignore[type-arg]
@@ -170,9 +177,11 @@ def test_losing_a_node_requeues_its_job_node_fail_and_drains_its_gpus(
     assert _ended(server, alone)["state"] == "COMPLETED"
     assert _job(server, alone)["node"] == "gpuyard-local-0"
 
-    # A restarted server starts with the machines alive then: the lost one's drains are lifted.
+    # A restarted server starts with the machines alive then: the lost one's drains are lifted,
+    # and the job the lost machine still ran is ended there before its GPUs are used again.
     server.stop()
-    server.start(timeout_s=120)
+    server.start(timeout_s=240)
+    assert wait_until_gone(lambda: marked_processes(marker), timeout_s=30) == []
     gpus = json.loads(server.cli("gpus", "--json").stdout)
     assert [(g["node"], g["drained"]) for g in gpus] == [
         ("gpuyard-local-0", False), ("gpuyard-local-0", False),

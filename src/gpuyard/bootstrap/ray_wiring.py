@@ -3,33 +3,48 @@ drains a lost machine's GPUs and resumes them when it is back."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gpuyard.domain.errors import Unavailable
+from gpuyard.domain.job import Job
 from gpuyard.services.jobs.controller import Controller
 from gpuyard.services.jobs.drains import DrainService
 from gpuyard.services.ports import Executor, ExitCallback
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.settings import Settings
 
+log = logging.getLogger("gpuyard.ray")
+
 
 @dataclass
 class RayParts:
-    """The Ray backend's connection and node watch (`--backend ray`)."""
+    """The Ray backend's connection, machines, node watch and GPU telemetry (`--backend ray`)."""
 
     connection: Any
     watch: Any
+    machines: Any
+    telemetry: Any
+    executor: Any = None  # the AgentExecutor, once made
 
 
 def ray_backend(
     settings: Settings,
 ) -> tuple[Inventory, Callable[[ExitCallback], Executor], RayParts]:
-    """Connect to Ray (or start a local cluster) and take its nodes as the inventory."""
+    """Connect to Ray (or start a local cluster), start every machine's agent, and take the
+    GPUs the agents report as the inventory."""
     try:
         from gpuyard.adapters.ray import backend
-        from gpuyard.adapters.ray.executor import RayExecutor
+        from gpuyard.adapters.ray.agent_executor import AgentExecutor
+        from gpuyard.adapters.ray.cluster_gpus import ClusterTelemetry
+        from gpuyard.adapters.ray.machines import (
+            AgentSettings,
+            Machines,
+            cluster_gpus,
+            machine_capacity,
+        )
     except ImportError as exc:
         raise Unavailable(
             f"--backend ray needs Ray, which is not installed ({exc.name}): "
@@ -46,36 +61,89 @@ def ray_backend(
         raise Unavailable(f"cannot use the Ray cluster ({where}): {exc}") from None
     try:
         found = backend.inventory(connection.nodes(), settings.declared_gpu_mem_mib)
+        machines = Machines(connection, AgentSettings(
+            settings.state_dir, settings.kill_grace_s, settings.gpus,
+            settings.declared_gpu_mem_mib, settings.job_cgroups, settings.job_pids_max or None,
+        ))  # fmt: skip
+        links = machines.start(found.ray_nodes)
+        by_name = {link.name: link for link in links}
+        gpus = cluster_gpus(links)
+        names = backend.unique_names(found.ray_nodes)
+        nodes = [machine_capacity(by_name[names[n.node_id]], n) for n in found.ray_nodes]
+        nodes.sort(key=lambda n: [link.name for link in links].index(n.name))
         where = settings.ray_address or "a local cluster on 127.0.0.1"
-        source = (
-            f"{len(found.gpus)} GPUs on {len(found.nodes)} Ray node(s) of {where} "
-            f"({', '.join(n.name for n in found.nodes)})"
-        )
-        inventory = Inventory(
-            tuple(found.gpus), found.nodes[0], source, tuple(found.nodes[1:]), sharing=False
-        )
+        each = ", ".join(f"{link.name}: {link.hello.get('gpu_source')}" for link in links)
+        source = f"{len(gpus)} GPUs on {len(nodes)} machine(s) of {where} ({each})"
+        inventory = Inventory(tuple(gpus), nodes[0], source, tuple(nodes[1:]), sharing=True)
         watch = backend.NodeWatch(connection, found.ray_nodes)
+        telemetry = ClusterTelemetry(lambda: inventory.gpus, machines.links)
     except BaseException:
         connection.close()
         raise
+    parts = RayParts(connection, watch, machines, telemetry)
 
     def make_executor(exits: ExitCallback) -> Executor:
-        return RayExecutor(
-            connection, settings.state_dir / "jobs", exits, watch.node_ids,
-            grace_s=settings.kill_grace_s,
+        executor = AgentExecutor(
+            machines.links, settings.state_dir / "jobs", exits, lambda: inventory.gpus,
+            remake=lambda name: remake_agent(parts, name),
         )  # fmt: skip
+        for link in machines.links().values():
+            executor.start_polling(link)
+        parts.executor = executor
+        return executor
 
-    return inventory, make_executor, RayParts(connection, watch)
+    return inventory, make_executor, parts
+
+
+def remake_agent(parts: RayParts, name: str) -> Any:
+    """A new agent on machine `name` (its old one died), if the machine is alive."""
+    node_id = parts.watch.node_ids().get(name)
+    node = next((n for n in parts.connection.nodes() if n.node_id == node_id and n.alive), None)
+    return None if node is None else parts.machines.connect(name, node)
+
+
+def fence_machines(parts: RayParts, running: list[Job]) -> None:
+    """At start, before anything is scheduled: each other machine's agent ends every job that
+    still runs there but that the database does not place there (it was requeued elsewhere
+    while the machine was away)."""
+    for name, link in parts.machines.links().items():
+        if link.local:
+            continue  # the server's own machine: `recover` settles its jobs, as on one box
+        keep = [job.id for job in running if name in job.node.split(",")]
+        ended = link.call("fence", keep, timeout_s=120)
+        if ended:
+            log.warning("%s: ended job(s) %s still running there from before", name, ended)
 
 
 def settle_ray_restart(controller: Controller, drains: DrainService) -> None:
-    """Before the scheduler is rebuilt: Ray jobs never outlive the server (end them now: the
-    cluster may have changed under them), and drains made by lost Ray nodes are lifted (the
-    inventory holds only machines alive now, numbered afresh)."""
-    controller.recover()
+    """Before the scheduler is rebuilt: drains made by lost Ray nodes are lifted (the inventory
+    holds only machines alive now); the jobs are re-adopted by their machines' agents as a
+    one-box server's are (`ServerFacade.start`)."""
     for gpu, drain in drains.current().items():
         if drain.source == "ray":
             drains.resume(gpu)
+
+
+def machine_lost(parts: RayParts, drains: DrainService, inventory: Inventory, name: str) -> None:
+    """A machine is gone past Ray's grace: its GPUs out of service, its jobs NODE_FAIL."""
+    node_lost(drains, inventory, name)
+    parts.machines.drop(name)
+    if parts.executor is not None:
+        parts.executor.machine_lost(name)
+
+
+def machine_back(parts: RayParts, drains: DrainService, inventory: Inventory, name: str) -> None:
+    """A lost machine is back (a new Ray node of its name): a new agent there first ends what
+    the server no longer places there, then its GPUs return to service."""
+    node_id = parts.watch.node_ids().get(name)
+    node = next((n for n in parts.connection.nodes() if n.node_id == node_id), None)
+    if node is None:
+        return
+    link = parts.machines.connect(name, node)
+    if parts.executor is not None:
+        parts.executor.machine_back(link)
+        parts.executor.start_polling(link)
+    node_back(drains, inventory, name)
 
 
 def node_lost(drains: DrainService, inventory: Inventory, name: str) -> None:

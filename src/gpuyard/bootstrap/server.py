@@ -25,6 +25,7 @@ from gpuyard.adapters.store.sql import SqlJobStore
 from gpuyard.domain.accounts import DEFAULT_TEAM
 from gpuyard.domain.job import NodeCapacity
 from gpuyard.domain.principal import Principal
+from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.access.accounts import AccountService
 from gpuyard.services.access.caps import ConnectionCaps
@@ -46,8 +47,9 @@ if TYPE_CHECKING:
 from gpuyard.bootstrap.core import METRICS_TOKEN_FILE, build_core
 from gpuyard.bootstrap.ray_wiring import (
     RayParts,
-    node_back,
-    node_lost,
+    fence_machines,
+    machine_back,
+    machine_lost,
     ray_backend,
     settle_ray_restart,
 )
@@ -86,10 +88,15 @@ def build_server(
             closed_to_owners=closed_to_owners(state) if settings.backend == "local" else None,
         )  # fmt: skip
         ray: RayParts | None = None
-        confinement = "none (--backend ray: Ray's workers run the jobs): limits are advisory"
         if settings.backend == "ray":
             inventory, make_executor, ray = ray_backend(settings)
+            closers.append(ray.machines.close)
             closers.append(ray.connection.close)
+            fence_machines(ray, [j for j in store.load_active(0) if j.state is JobState.RUNNING])
+            confinement = "; ".join(
+                f"{name}: {link.hello.get('confinement')}"
+                for name, link in ray.machines.links().items()
+            )
         else:
             inventory = _local_inventory(settings)
             cgroups = job_cgroups(state / "jobs", settings, inventory)
@@ -111,7 +118,9 @@ def build_server(
             store.stores(), inventory, make_policy(settings.policy, for_server=True), make_executor,
             settings=settings,
             make_monitor=lambda book: GpuMonitor(
-                lambda: open_gpu_telemetry(inventory.gpus), PsutilProcessOwners(), book, inventory,
+                (lambda: ray.telemetry) if ray is not None
+                else lambda: open_gpu_telemetry(inventory.gpus),
+                PsutilProcessOwners(), book, inventory,
                 period_s=settings.telemetry_s,
             ),
             settle=settle_ray_restart if ray is not None else None, identities=identities,
@@ -138,8 +147,9 @@ def build_server(
     if core.monitor is not None and core.monitor.history is not None:
         background.append(core.monitor.history)  # after the sampler: its stop writes the last
     if ray is not None:
-        ray.watch.on_lost = lambda name: node_lost(core.drains, inventory, name)
-        ray.watch.on_back = lambda name: node_back(core.drains, inventory, name)
+        parts = ray
+        parts.watch.on_lost = lambda name: machine_lost(parts, core.drains, inventory, name)
+        parts.watch.on_back = lambda name: machine_back(parts, core.drains, inventory, name)
         background.append(ray.watch)
     background.append(EventSaver(core.events))  # last: its stop saves what the others told
     return ServerFacade(

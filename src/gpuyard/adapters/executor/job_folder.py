@@ -9,7 +9,8 @@
 
 The folder stays the server's, so a job can never write its supervisor's files; what a job
 could have written there all the same is read back with a size cap (`_read_small`).
-`LocalExecutor` makes and reads all of it, `RayExecutor` the folder and its log.
+`LocalExecutor` makes and reads all of it (on another machine of a Ray cluster, inside that
+machine's agent, `adapters/agent/machine.py`).
 """
 
 from __future__ import annotations

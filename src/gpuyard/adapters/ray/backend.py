@@ -15,6 +15,7 @@ is alive again (Ray gives it a new id), its GPUs are resumed.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -51,13 +52,20 @@ def connect(
                 field="ray_address",
             )
         return RayConnection.connect(address, token)
-    return RayConnection.start_local(
-        state_dir, nodes=parse_local_nodes(local_nodes), node_timeout_s=node_timeout_s
-    )
+    nodes = parse_local_nodes(local_nodes, os.environ.get(LOCAL_NODE_ENV))
+    return RayConnection.start_local(state_dir, nodes=nodes, node_timeout_s=node_timeout_s)
 
 
-def parse_local_nodes(spec: str | None) -> list[LocalNodeSpec]:
-    """`NxG[xC]`: N local nodes of G GPUs (and C CPUs, default 2); None: one node, detected."""
+# Development and tests: what each extra local node's processes see in their environment, as a
+# JSON object {"1": {"VAR": "value"}, ...} by node index (node 0 is the server's own process),
+# so the "machines" of a one-machine cluster each have their own GPUs (fake NVML) and folder.
+LOCAL_NODE_ENV = "GPUYARD_RAY_LOCAL_NODE_ENV"
+
+
+def parse_local_nodes(spec: str | None, node_env: str | None = None) -> list[LocalNodeSpec]:
+    """`NxG[xC]`: N local nodes of G GPUs (and C CPUs, default 2); None: one node, detected.
+    `node_env`: the LOCAL_NODE_ENV JSON."""
+    envs = _node_envs(node_env)
     if not spec:
         return [LocalNodeSpec()]
     match = _LOCAL_NODES.match(spec.strip())
@@ -67,7 +75,28 @@ def parse_local_nodes(spec: str | None) -> list[LocalNodeSpec]:
             field="ray_local_nodes",
         )
     count, gpus, cpus = int(match.group(1)), int(match.group(2)), int(match.group(3) or 2)
-    return [LocalNodeSpec(gpus=gpus, cpus=cpus) for _ in range(count)]
+    return [
+        LocalNodeSpec(gpus=gpus, cpus=cpus, env=tuple(sorted(envs.get(str(i), {}).items())))
+        for i in range(count)
+    ]
+
+
+def _node_envs(text: str | None) -> dict[str, dict[str, str]]:
+    if not text:
+        return {}
+    try:
+        found = json.loads(text)
+        if isinstance(found, dict) and all(
+            isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
+            for env in found.values()
+        ):
+            return found
+    except ValueError:
+        pass
+    raise InvalidRequest(
+        f'{LOCAL_NODE_ENV}: give a JSON object by node index, e.g. {{"1": {{"VAR": "value"}}}}',
+        field="ray_local_nodes",
+    )
 
 
 @dataclass(frozen=True, slots=True)

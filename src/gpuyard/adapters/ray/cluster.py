@@ -103,6 +103,9 @@ class LocalNodeSpec:
     gpus: int | None = None
     cpus: int | None = None
     mem_mib: int | None = None
+    # What this node's raylet (and so its agent and jobs) sees in its environment on top of
+    # the server's: one machine's own GPU library or agent folder, for development and tests.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 class RayConnection:
@@ -385,7 +388,24 @@ def _start_local_node(gcs_address: str, spec: LocalNodeSpec, index: int, temp_di
         max_worker_port=0,
     )
     params.dashboard_agent_listen_port = None  # a random one, not the head's
-    return Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
+    with _environment(dict(spec.env)):  # the raylet's processes inherit it
+        return Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
+
+
+@contextmanager
+def _environment(extra: dict[str, str]) -> Iterator[None]:
+    """`extra` in os.environ while a node's processes start (the server starts nothing else
+    meanwhile: its nodes are started before it serves)."""
+    saved = {key: os.environ.get(key) for key in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _kill_local_nodes(nodes: list[Any]) -> None:
