@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -195,30 +195,34 @@ def scancel(
     ids: list[int] = []  # each cancelled on its own
     arrays: list[int] = []  # each an array's id: all its tasks
     if refs:
+        from gpuyard.cli.job_refs import split
+
         for ref in refs:
-            array_id, sep, task = ref.partition("_")
-            if not array_id.isdigit() or (sep and not task.isdigit()):
+            try:  # 12, 12_3, 12_[1-3]: the references every command takes (cli/job_refs.py)
+                array_id, indices = split(ref)
+            except ValueError:
                 _fail(f"Invalid job id {ref}")
             try:
-                job = session.job(int(array_id))
+                job = session.job(array_id)
             except NotFound:
                 _warn(f"Kill job error on job id {ref}: Invalid job id specified", quiet)
                 continue
             is_array = job.get("array_job_id") == job["id"]
-            if is_array and not sep:
+            if is_array and indices is None:
                 arrays.append(job["id"])
                 continue
-            if sep:
-                tasks = [t for t in session.array(job["id"]) if str(t["array_task_id"]) == task]
-                if not is_array or not tasks:
+            named = [job]
+            if indices is not None:
+                named = [t for t in session.array(job["id"]) if t["array_task_id"] in indices]
+                if not is_array or not named:
                     _warn(f"Kill job error on job id {ref}: Invalid job id specified", quiet)
                     continue
-                job = tasks[0]
-            if job["state"] in _ACTIVE and (not wanted or job["state"] in wanted):
-                ids.append(job["id"])
-            elif job["state"] not in _ACTIVE:
-                _warn(f"Kill job error on job id {ref}: Job/step already completing or "
-                      "completed", quiet)  # fmt: skip
+            for job in named:
+                if job["state"] in _ACTIVE and (not wanted or job["state"] in wanted):
+                    ids.append(job["id"])
+                elif job["state"] not in _ACTIVE and len(named) == 1:
+                    _warn(f"Kill job error on job id {ref}: Job/step already completing or "
+                          "completed", quiet)  # fmt: skip
     else:
         for job in session.jobs():
             if ((not user or job["owner"] == user) and (not name or job["name"] == name)
@@ -236,7 +240,7 @@ def _warn(message: str, quiet: bool) -> None:
         sys.stderr.write(f"scancel: error: {message}\n")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     sys.stderr.write(f"gpuyard: {message}\n")
     raise typer.Exit(1)
 
