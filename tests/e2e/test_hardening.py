@@ -203,15 +203,15 @@ def test_a_cross_site_origin_may_read_nothing_new_and_change_nothing(
 # -- 3. failed authentication is throttled -----------------------------------------------
 
 
-def test_failed_authentication_is_throttled_per_address(server: ServerProcess) -> None:
+def test_failed_authentication_is_throttled_per_credential(server: ServerProcess) -> None:
     wrong = {"Authorization": "Bearer wrong"}
     statuses = [_raw(server, "GET", "/api/v1/jobs", wrong)[0] for _ in range(25)]
     assert statuses[:20] == [401] * 20 and set(statuses[20:]) == {429}
-    status, headers, body = _raw(server, "GET", "/api/v1/jobs", _authed(server))
-    assert status == 429 and int(headers["retry-after"]) >= 1  # even the right token waits
+    status, headers, body = _raw(server, "GET", "/api/v1/jobs", wrong)
+    assert status == 429 and int(headers["retry-after"]) >= 1
     assert "wait" in json.loads(body)["error"]["message"]
-    # Refilled: the right token works again.
-    wait_for(lambda: _raw(server, "GET", "/api/v1/jobs", _authed(server))[0] == 200, 10, 0.2)
+    # Someone else's failures never hold back a valid token from the same address (issue 23).
+    assert _raw(server, "GET", "/api/v1/jobs", _authed(server))[0] == 200
 
 
 # -- 6. the metrics token ----------------------------------------------------------------

@@ -53,7 +53,7 @@ def test_state_dir_and_files_are_the_servers_alone(server: ServerProcess):
     for path in (state / "gpuyard.db", state / "token", state / "jobs" / "1" / "output.log"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     if os.geteuid() == 0:  # pytest's tmp folders are root's alone: other users cannot cross
-        assert "submitted scripts will not run" in server.log.read_text()
+        assert "jobs run as their owners cannot reach their folders" in server.log.read_text()
 
 
 def _refusal(state: Path) -> str:
