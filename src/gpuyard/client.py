@@ -382,6 +382,11 @@ class Client:
         result: list[JobDict] = self._json("GET", "/api/v1/gpus")
         return result
 
+    def nodes(self) -> list[JobDict]:
+        """The machines, as Slurm's `sinfo -N` shows nodes."""
+        result: list[JobDict] = self._json("GET", "/api/v1/nodes")
+        return result
+
     def drain(self, gpu_index: int, reason: str = "", now: bool = False) -> JobDict:
         """Take a GPU out of service: its jobs finish there, or with `now` are requeued."""
         body = {"reason": reason, "now": now}

@@ -79,6 +79,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/info"): Rule("reader"),
     ("GET", "/api/v1/whoami"): Rule("reader"),
     ("GET", "/api/v1/gpus"): Rule("reader"),
+    ("GET", "/api/v1/nodes"): Rule("reader"),
     ("GET", "/api/v1/jobs"): Rule("reader"),
     ("GET", "/api/v1/jobs/changes"): Rule("reader"),
     ("POST", "/api/v1/jobs"): Rule("submitter", lambda rig: rig.job_body()),

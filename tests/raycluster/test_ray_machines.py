@@ -124,6 +124,26 @@ def test_each_machine_reports_its_own_detected_gpus(server: ServerProcess) -> No
     assert got == want
 
 
+def test_nodes_lists_every_machine_and_an_admin_drains_a_whole_one(server: ServerProcess) -> None:
+    def nodes() -> dict[str, dict[str, Any]]:
+        return {n["name"]: n for n in json.loads(server.cli("nodes", "--json").stdout)}
+
+    listed = nodes()
+    assert list(listed) == list(MACHINES)
+    for m, name in enumerate(MACHINES):
+        node = listed[name]
+        assert (node["state"], node["gpus"], node["gpu_types"]) == ("idle", 2, [GPUS[m][0][0]])
+        assert node["agent_version"] and node["cpus"] == 4
+    assert "gpuyard-local-2" in server.cli("nodes").stdout
+    out = server.cli("admin", "drain", MACHINES[2], "--reason", "maintenance").stdout
+    assert out.count("drained") == 2
+    assert nodes()[MACHINES[2]]["state"] == "drain"
+    server.cli("admin", "resume", MACHINES[2])
+    assert nodes()[MACHINES[2]]["state"] == "idle"
+    unknown = server.cli("admin", "drain", "no-such-machine", check=False)
+    assert unknown.returncode != 0 and "no GPU or machine named" in unknown.stderr
+
+
 def test_telemetry_is_read_from_every_machine(server: ServerProcess, place: Path) -> None:
     for machine in range(3):
         write_fake_nvml_state(_state_file(place, machine),

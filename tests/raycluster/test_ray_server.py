@@ -163,6 +163,9 @@ def test_losing_a_node_requeues_its_job_node_fail_and_drains_its_gpus(
     # The server's own machine's part is stopped; the lost machine's part runs on under its
     # supervisor (jobs outlive their agent) until that machine is back and fences it.
     wait_for(lambda: len(marked_processes(marker)) == 1, timeout_s=30)
+    machines = {n["name"]: n for n in json.loads(server.cli("nodes", "--json").stdout)}
+    assert machines["gpuyard-local-1"]["state"] == "down", machines
+    assert machines["gpuyard-local-0"]["state"] != "down"
     server.cli("cancel", str(job_id))  # it would wait for a second machine
 
     def lost_gpus_drained() -> list[dict] | None:  # type: ignore[type-arg]

@@ -22,7 +22,8 @@ from gpuyard.cli.fast import parse_fast
 CLICK_APP = typer.main.get_command(app)
 SUBMIT_FIELDS = ("command", "gpus", "cpus", "mem", "time", "name", "priority", "workdir", "env",
                  "export_env", "preemptible", "stop_signal", "distributed", "gpu_mem", "nodes",
-                 "gpus_per_node", "dry_run", "json", "check", "retries", "retry_on", "output", "error",
+                 "gpus_per_node", "dry_run", "json", "check", "retries", "retry_on", "output",
+                 "error",
                  "gres", "ntasks_per_node", "mem_per_gpu", "array", "dependency", "export",
                  "mail_type", "mail_user", "notify", "python", "venv", "container",
                  "gpu_type")  # fmt: skip

@@ -20,6 +20,7 @@ from gpuyard.api.routers import (
     jobs,
     limits,
     live,
+    nodes,
     notify,
     progress,
     sweeps,
@@ -62,7 +63,8 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
     install_error_handlers(app)
     routers = (system.router, jobs.router, verbs.router, gpus.router, admin.router,
                admin.accounts_router, tokens.router, limits.router, web.api_router, live.router,
-               web.router, gpu_history.router, progress.router, arrays.router)  # fmt: skip
+               web.router, gpu_history.router, progress.router, arrays.router,
+               nodes.router)  # fmt: skip
     for router in (*routers, sweeps.router):
         app.include_router(router)
     app.include_router(notify.router)  # webhooks (services/workflows/notify.py)

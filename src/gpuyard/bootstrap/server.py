@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from gpuyard import __version__
 from gpuyard.adapters.executor.cgroups import JobCgroups, gpu_device_numbers
 from gpuyard.adapters.executor.container_runtime import find_container_runtime
 from gpuyard.adapters.executor.local import LocalExecutor
@@ -35,6 +36,7 @@ from gpuyard.services.access.tokens import TokenAuth
 from gpuyard.services.access.web_sessions import WebSessions
 from gpuyard.services.launch.run_as import RunAsPolicy
 from gpuyard.services.machine.event_ring import EventSaver
+from gpuyard.services.machine.machines import ThisMachine
 from gpuyard.services.machine.telemetry import GpuMonitor
 from gpuyard.services.ports import Executor, ExitCallback
 from gpuyard.services.scheduler.inventory import Inventory
@@ -146,6 +148,9 @@ def build_server(
     background.append(sweeps)  # sweeps' early stop
     if core.monitor is not None and core.monitor.history is not None:
         background.append(core.monitor.history)  # after the sampler: its stop writes the last
+    core.gpus.directory = (
+        ray.machines if ray is not None else ThisMachine(inventory.node.name, __version__)
+    )
     if ray is not None:
         parts = ray
         parts.watch.on_lost = lambda name: machine_lost(parts, core.drains, inventory, name)

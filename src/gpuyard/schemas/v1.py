@@ -402,6 +402,23 @@ class GpuProcessOut(BaseModel):
     )
 
 
+class NodeOut(BaseModel):
+    """One machine as `gpuyard nodes` (Slurm's `sinfo -N`) lists it."""
+
+    name: str
+    state: str = Field(description="idle, mix, alloc, drain or down (its agent is not answering)")
+    gpus: int
+    gpus_used: int
+    gpus_drained: int
+    gpu_types: list[str]
+    cpus: int
+    cpus_used: int
+    mem_mib: int
+    jobs: int = Field(description="running jobs with a part on this machine")
+    agent_version: str = Field(description="the gpuyard version its agent runs")
+    last_heard: float | None = Field(description="when its agent last answered (epoch s)")
+
+
 class GpuOut(BaseModel):
     """One GPU of the inventory, the job holding it and its live telemetry (null: n/a:
     declared GPU, not sampled yet, or the driver lacks that metric)."""

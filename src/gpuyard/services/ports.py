@@ -208,6 +208,22 @@ class IdentityResolver(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class MachineStatus:
+    """What the server knows of one machine's agent: answering, its gpuyard version, when it
+    last answered (time.time())."""
+
+    alive: bool
+    version: str
+    last_heard: float | None
+
+
+class MachineDirectory(Protocol):
+    """The machines' agents (`adapters/ray/machines.py`; on one box, the server itself)."""
+
+    def statuses(self) -> dict[str, MachineStatus]: ...
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerRuntime:
     """A container runtime on the server's machine: `kind` apptainer, singularity or podman,
     `path` its executable."""

@@ -26,6 +26,7 @@ from gpuyard.adapters.ray.agents import AgentGone, AgentLink, actor_link, kill_a
 from gpuyard.adapters.ray.backend import unique_names
 from gpuyard.adapters.ray.cluster import RayConnection, RayNode
 from gpuyard.domain.job import Gpu, NodeCapacity
+from gpuyard.services.ports import MachineStatus
 
 log = logging.getLogger("gpuyard.machines")
 
@@ -51,6 +52,7 @@ class Machines:
         self._conn = connection
         self._settings = settings
         self._links: dict[str, AgentLink] = {}
+        self._gone: dict[str, MachineStatus] = {}  # machines lost, as last heard
         self._lock = threading.Lock()
         self.head_node_id = str(ray.get_runtime_context().get_node_id())
 
@@ -83,18 +85,34 @@ class Machines:
                               (name, root, server_jobs), kwargs)  # fmt: skip
         link.hello = link.call("hello", timeout_s=_HELLO_TIMEOUT_S)
         link.last_heard = time.time()
-        with self._lock:
-            self._links[name] = link
         landed = link.hello.get("ray_node_id")
         if not link.local and landed != node.node_id:  # never a machine's jobs on another
             raise RuntimeError(f"the agent of {name} answered from Ray node {landed}")
+        with self._lock:
+            self._links[name] = link
+            self._gone.pop(name, None)
         log.info("machine %s: agent %s, %s", name, link.hello.get("version"),
                  link.hello.get("gpu_source"))  # fmt: skip
         return link
 
     def drop(self, name: str) -> AgentLink | None:
         with self._lock:
-            return self._links.pop(name, None)
+            link = self._links.pop(name, None)
+            if link is not None:
+                self._gone[name] = MachineStatus(
+                    False, str(link.hello.get("version", "")), link.last_heard or None
+                )
+            return link
+
+    def statuses(self) -> dict[str, MachineStatus]:
+        """Each machine's agent: answering (its link is held) or lost, version, last heard."""
+        with self._lock:
+            out = dict(self._gone)
+            for name, link in self._links.items():
+                out[name] = MachineStatus(
+                    True, str(link.hello.get("version", "")), link.last_heard or None
+                )
+            return out
 
     def close(self) -> None:
         """The in-process agent stops watching; the actors stay (their jobs run on)."""

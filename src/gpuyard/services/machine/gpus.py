@@ -14,6 +14,7 @@ from gpuyard.services.jobs.book import JobBook, jobs_by_gpu
 from gpuyard.services.jobs.drains import DrainService
 from gpuyard.services.machine.gpu_mem import PeakHistory
 from gpuyard.services.machine.idle import IdleWatch
+from gpuyard.services.machine.machines import MachineView, machine_views
 from gpuyard.services.machine.telemetry import (
     EMPTY_SNAPSHOT,
     GpuMonitor,
@@ -21,6 +22,7 @@ from gpuyard.services.machine.telemetry import (
     JobGpuStats,
     TelemetrySnapshot,
 )
+from gpuyard.services.ports import MachineDirectory
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.services.scheduler.live import LiveScheduler
 
@@ -61,6 +63,8 @@ class GpuDesk:
         self.monitor = monitor
         self._idle = idle
         self._peaks = peaks or PeakHistory()  # earlier runs' GPU memory, for --gpu-mem advice
+        # The machines' agents (set by the server's wiring; None: the inventory alone).
+        self.directory: MachineDirectory | None = None
 
     def holdings(self) -> list[GpuHolding]:
         """Every GPU with its holders, its latest sample (detected GPUs) and shared memory."""
@@ -76,6 +80,12 @@ class GpuDesk:
             )
             for gpu in self.inventory.gpus
         ]
+
+    def machines(self) -> list[MachineView]:
+        """Every machine, as `gpuyard nodes` lists them (`machines.py`)."""
+        statuses = self.directory.statuses() if self.directory is not None else {}
+        drained = set(self._drains.current())
+        return machine_views(self.inventory, self._book.running(), drained, statuses)
 
     def owner_of(self, job_id: int) -> str | None:
         """Whose job a GPU process belongs to (None: a job no longer kept)."""
