@@ -56,9 +56,13 @@ def ray_backend(
             settings.state_dir, settings.ray_address, settings.ray_token_file,
             settings.ray_local_nodes, settings.ray_node_timeout_s,
         )  # fmt: skip
-    except (ValueError, RuntimeError, ConnectionError, TimeoutError) as exc:
+    except Exception as exc:  # Ray's own start-up errors are plain Exceptions too
         where = settings.ray_address or "a local cluster"
-        raise Unavailable(f"cannot use the Ray cluster ({where}): {exc}") from None
+        raise Unavailable(
+            f"cannot use the Ray cluster ({where}): {_first_line(exc)}; Ray's logs: "
+            f"{_ray_logs(settings)}; on a busy machine start it again, or raise "
+            "RAY_raylet_start_wait_time_s"
+        ) from None
     try:
         found = backend.inventory(connection.nodes(), settings.declared_gpu_mem_mib)
         machines = Machines(connection, AgentSettings(
@@ -77,6 +81,12 @@ def ray_backend(
         inventory = Inventory(tuple(gpus), nodes[0], source, tuple(nodes[1:]), sharing=True)
         watch = backend.NodeWatch(connection, found.ray_nodes)
         telemetry = ClusterTelemetry(lambda: inventory.gpus, machines.links)
+    except Exception as exc:
+        connection.close()
+        raise Unavailable(
+            f"the machines' agents did not start on the Ray cluster: {_first_line(exc)}; "
+            f"Ray's logs: {_ray_logs(settings)} (each machine needs gpuyard {_VERSION_HINT})"
+        ) from None
     except BaseException:
         connection.close()
         raise
@@ -93,6 +103,21 @@ def ray_backend(
         return executor
 
     return inventory, make_executor, parts
+
+
+_VERSION_HINT = "installed, the same version, in the Python its raylet runs"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _ray_logs(settings: Settings) -> str:
+    """Where Ray's session logs are: the local cluster's in the state dir, else Ray's own."""
+    if settings.ray_address:
+        return "/tmp/ray/session_latest/logs on each machine"
+    return str(settings.state_dir / "ray" / "t" / "session_latest" / "logs")
 
 
 def remake_agent(parts: RayParts, name: str) -> Any:

@@ -147,7 +147,8 @@ class RayConnection:
             with _keep_sigterm():  # ray.init and each extra Node install their own handlers
                 return cls._start_local(ray, token_path, nodes, node_timeout_s, temp_root)
         except BaseException:
-            shutil.rmtree(temp_root, ignore_errors=True)
+            if temp_root.parent != Path(state_dir):  # a temporary one; the state dir's `ray/`
+                shutil.rmtree(temp_root, ignore_errors=True)  # keeps Ray's logs of the failure
             raise
 
     @classmethod
