@@ -41,14 +41,11 @@ alike. They are found by process tree: their /proc environ is overwritten by Ray
 titles, so psutil's `environ()` comes back empty for them. (The server exits 1 on SIGTERM:
 after its graceful shutdown uvicorn re-raises the signal to the handler it found, Ray's.)
 
-``--mode adapter``: the Ray adapter alone, in this process: `gang.launch()` of a job
-with one command per node, timed until the job's log holds the first line of both nodes'
-commands, against a placement group + one actor per bundle that `Popen`s the command and
-returns once it has read its first line. The same clean-up check at the end.
+(The `--mode adapter` of earlier runs timed the gang path the server no longer uses: every
+machine now runs its part through its agent, issue 21.)
 
     .venv/bin/python bench/ray_launch.py              # server mode, human-readable
     .venv/bin/python bench/ray_launch.py --json       # one JSON line
-    .venv/bin/python bench/ray_launch.py --mode adapter --json
 """
 
 from __future__ import annotations
@@ -127,57 +124,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-# ---- adapter mode (in-process) -----------------------------------------------------------------
-
-
-def gpuyard_round(conn: Any, nodes: list[str], job_id: int, folder: Path) -> float:
-    log = folder / f"job{job_id}.log"
-    started = time.perf_counter()
-    from gpuyard.adapters.ray import launch
-
-    handle = launch(
-        job_id, [(node, 1, 1) for node in nodes], lambda r, a, p: COMMAND, {}, log, grace_s=1
-    )
-    while True:
-        text = log.read_text()
-        if "[node0] running" in text and "[node1] running" in text:
-            break
-        time.sleep(0.001)
-    took = time.perf_counter() - started
-    handle.stop("benchmark round over")
-    return took
-
-
-def ray_round(nodes: list[str], remote_runner: Any) -> float:
-    import ray
-
-    started = time.perf_counter()
-    pg = ray.util.placement_group(
-        [{"GPU": 1.0, "CPU": 1.0}] * len(nodes),
-        strategy="STRICT_SPREAD",
-        bundle_label_selector=[{"ray.io/node-id": node} for node in nodes],
-    )
-    ray.get(pg.ready())
-    actors = [
-        remote_runner.options(
-            num_gpus=1,
-            num_cpus=1,
-            scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
-                pg, placement_group_bundle_index=i
-            ),
-        ).remote()
-        for i in range(len(nodes))
-    ]
-    lines = ray.get([actor.run.remote(COMMAND) for actor in actors])
-    took = time.perf_counter() - started
-    assert lines == ["running"] * len(nodes), lines
-    ray.get([actor.stop.remote() for actor in actors])
-    for actor in actors:
-        ray.kill(actor)
-    ray.util.remove_placement_group(pg)
-    return took
-
-
 def wait_free(gpus: float, timeout_s: float = 30) -> None:
     """Ray frees a removed group's resources asynchronously: start each round from idle."""
     import ray
@@ -185,55 +131,6 @@ def wait_free(gpus: float, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while ray.available_resources().get("GPU", 0) < gpus and time.monotonic() < deadline:
         time.sleep(0.01)
-
-
-def run_adapter(args: argparse.Namespace) -> dict[str, Any]:
-    import ray
-
-    from gpuyard.adapters.ray import LocalNodeSpec, RayConnection
-
-    say = _say(args)
-    info = machine()
-    node = LocalNodeSpec(gpus=2, cpus=2)
-    with tempfile.TemporaryDirectory(prefix="gpuyard-bench-ray-") as tmp:
-        folder = Path(tmp)
-        started = time.perf_counter()
-        conn = RayConnection.start_local(folder, nodes=[node, node])
-        cluster_s = time.perf_counter() - started
-        say(f"local 2-node cluster up in {cluster_s:.1f}s")
-        try:
-            nodes = [n.node_id for n in conn.nodes()]
-            runner = ray.remote(PlainRunner)
-            gpuyard_round(conn, nodes, 0, folder)  # warm-up (imports, first actors)
-            wait_free(4)
-            ray_round(nodes, runner)
-            ours, theirs = [], []
-            for i in range(args.rounds):
-                wait_free(4)
-                ours.append(gpuyard_round(conn, nodes, i + 1, folder))
-                wait_free(4)
-                theirs.append(ray_round(nodes, runner))
-                say(f"round {i + 1}: gpuyard {ours[-1]:.3f} s, ray {theirs[-1]:.3f} s")
-        finally:
-            tree = process_tree(os.getpid())
-            tree.pop(os.getpid(), None)
-            conn.close()
-            token = str(folder / "ray_auth_token")
-            left = clean_up({"cluster": (token, tree)}, marker=str(folder))
-            if left:
-                say(f"killed, left behind after close(): {left}")
-    return {
-        "bench": "ray_launch",
-        "mode": "adapter",
-        "nodes": 2,
-        "rounds": args.rounds,
-        "cluster_start_s": round(cluster_s, 2),
-        "gpuyard": summary(ours),
-        "ray_baseline": summary(theirs),
-        "overhead_ms": round((statistics.median(ours) - statistics.median(theirs)) * 1000, 1),
-        "left_after_close_killed": left,
-        "machine": info,
-    }
 
 
 # ---- server mode -------------------------------------------------------------------------------
@@ -707,7 +604,7 @@ def _say(args: argparse.Namespace) -> Any:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=["server", "adapter"], default="server")
+    ap.add_argument("--mode", choices=["server"], default="server")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     ap.add_argument("--settle", type=float, default=1.0,
@@ -721,17 +618,6 @@ def main() -> None:
     args = ap.parse_args()
     if args.baseline_worker:
         baseline_worker(args.baseline_worker, args.node_timeout)
-        return
-    if args.mode == "adapter":
-        result = run_adapter(args)
-        if args.json:
-            print(json.dumps(result), flush=True)
-            return
-        for name in ("gpuyard", "ray_baseline"):
-            s = result[name]
-            print(f"{name:13} median {s['median_ms']:7.1f} ms  min {s['min_ms']:7.1f}  "
-                  f"max {s['max_ms']:7.1f}")  # fmt: skip
-        print(f"overhead      {result['overhead_ms']:+.1f} ms (median gpuyard - median ray)")
         return
     result = run_server(args)
     print(json.dumps(result) if args.json else human_server(result), flush=True)

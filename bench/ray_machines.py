@@ -34,7 +34,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.server import ServerProcess, wait_for  # noqa: E402
+from tests.e2e.server import ServerProcess, wait_for
 
 
 def _job(server: ServerProcess, job_id: int) -> dict:  # type: ignore[type-arg]
@@ -57,7 +57,7 @@ def _cpu_share(procs: list[psutil.Process], seconds: float) -> list[float]:
     before = [p.cpu_times() for p in procs]
     time.sleep(seconds)
     after = [p.cpu_times() for p in procs]
-    return [((a.user + a.system) - (b.user + b.system)) / seconds for a, b in zip(after, before)]
+    return [((a.user + a.system) - (b.user + b.system)) / seconds for a, b in zip(after, before, strict=True)]
 
 
 def main() -> None:
@@ -75,8 +75,10 @@ def main() -> None:
     started = time.monotonic()
     server.start(timeout_s=300)
     result: dict[str, object] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_1m": os.getloadavg()[0]},  # fmt: skip
+        "machine": {
+            "cpus": os.cpu_count(), "python": platform.python_version(),
+            "load_1m": os.getloadavg()[0],
+        },
         "server_start_s": round(time.monotonic() - started, 1),
     }
     try:
@@ -92,7 +94,9 @@ def main() -> None:
                     "p99": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1),
                     "machines": sorted({r[1] for r in rounds})}  # fmt: skip
 
-        result["submit_to_running_ms"] = {"own_machine": stats(local), "other_machine": stats(remote)}
+        result["submit_to_running_ms"] = {
+            "own_machine": stats(local), "other_machine": stats(remote),
+        }
         me = psutil.Process(server.proc.pid)  # type: ignore[union-attr]
         agents = [p for p in psutil.process_iter(["cmdline"])
                   if any("MachineAgent" in a for a in p.info["cmdline"] or ())]  # fmt: skip

@@ -1,15 +1,16 @@
-"""Ray as gpuyard's multi-node executor (`gpuyard server --backend ray`).
+"""Ray as gpuyard's cluster (`gpuyard server --backend ray`).
 
-gpuyard's own scheduler decides which nodes and GPUs a job gets; Ray only carries it out:
-`cluster.RayConnection` connects (or starts a loopback-only local cluster) and lists the nodes;
-`gang.launch` runs one command per node in a placement group pinned to those nodes and returns a
-`GangHandle` (output to one log, outcome, cancel). `node.NodeRunner` is the actor on each node;
-it runs the node's command under the same supervisor as a local job, which guarantees that a
-job's processes die with it.
+gpuyard's own scheduler decides which machines and GPUs a job gets; Ray gives the cluster
+(membership, liveness, actor placement, calls, token auth): `cluster.RayConnection` connects
+(or starts a loopback-only local cluster) and lists the nodes; `machines.Machines` keeps one
+agent per machine (`agents.py`: in the server's process for its own machine, a detached actor
+elsewhere; the agent is `adapters/agent/machine.py`); `agent_executor.AgentExecutor` runs each
+job's part on its machines through them, `mirror.py` copies their logs and progress to the
+server, `cluster_gpus.py` reads every machine's GPUs.
 
-The names below are imported on first use: every Ray worker that hosts a node actor imports
-this package to unpickle `NodeRunner`, and must not pay for `cluster` and `gang` (≈ 20 ms of a
-job's start). Using them imports Ray; only the Ray backend does.
+The names below are imported on first use: every Ray worker that hosts an agent imports this
+package to unpickle it, and must not pay for what it does not use. Using them imports Ray;
+only the Ray backend does.
 """
 
 from __future__ import annotations
@@ -17,11 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_WHERE = {
-    "LocalNodeSpec": "cluster", "RayConnection": "cluster", "RayNode": "cluster",
-    "GangHandle": "gang_handle", "GangLaunchError": "gang", "GangNode": "gang_handle",
-    "GangOutcome": "gang_handle", "GangResult": "gang_handle", "launch": "gang",
-}  # fmt: skip
+_WHERE = {"LocalNodeSpec": "cluster", "RayConnection": "cluster", "RayNode": "cluster"}
 
 
 def __getattr__(name: str) -> Any:
@@ -30,14 +27,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
 
 
-__all__ = [
-    "GangHandle",
-    "GangLaunchError",
-    "GangNode",
-    "GangOutcome",
-    "GangResult",
-    "LocalNodeSpec",
-    "RayConnection",
-    "RayNode",
-    "launch",
-]
+__all__ = ["LocalNodeSpec", "RayConnection", "RayNode"]

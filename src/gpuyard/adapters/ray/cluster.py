@@ -224,14 +224,12 @@ class RayConnection:
             raise
 
     def close(self) -> None:
-        """Stop the gang jobs still running, disconnect, stop the local nodes it started."""
+        """Disconnect and stop the local nodes it started (the jobs run on under their
+        supervisors: a restarted server re-adopts them)."""
         if self._closed:
             return
         self._closed = True
         try:
-            from gpuyard.adapters.ray.gang_handle import stop_all
-
-            stop_all("the Ray connection is closing", timeout=60)
             # The extra local nodes first, gracefully, while the head still runs: otherwise
             # their dashboard and runtime-env agents outlive them (orphans ignoring SIGTERM).
             _kill_local_nodes(self._local_nodes)
