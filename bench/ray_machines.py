@@ -57,7 +57,8 @@ def _cpu_share(procs: list[psutil.Process], seconds: float) -> list[float]:
     before = [p.cpu_times() for p in procs]
     time.sleep(seconds)
     after = [p.cpu_times() for p in procs]
-    return [((a.user + a.system) - (b.user + b.system)) / seconds for a, b in zip(after, before, strict=True)]
+    pairs = zip(after, before, strict=True)
+    return [((a.user + a.system) - (b.user + b.system)) / seconds for a, b in pairs]
 
 
 def main() -> None:
