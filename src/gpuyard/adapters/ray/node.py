@@ -117,7 +117,6 @@ class NodeRunner:
         from gpuyard.adapters.executor.srun_shim import (
             SRUN_WANTED,
             install_srun,
-            real_srun,
             with_srun,
         )
 
@@ -128,7 +127,7 @@ class NodeRunner:
         # Ray's GPUs for this bundle, whatever the job's env said.
         child_env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         self._jobdir = Path(tempfile.mkdtemp(prefix="gpuyard-node-"))
-        if child_env.pop(SRUN_WANTED, None) == "1" and real_srun() is None:
+        if child_env.pop(SRUN_WANTED, None) == "1":
             child_env = with_srun(child_env, install_srun(self._jobdir / "bin"))
         plan = lf.NodePlan(
             argv, child_env, workdir or os.getcwd(), time_limit_s, stop_signal, *warn
