@@ -249,8 +249,9 @@ _PARSERS: dict[str, Callable[[list[str]], Parsed]] = {
     "ps": _queue,
     "show": _show,
     "cancel": _cancel,
-    **{
-        name: (lambda args, name=name: _slurm_named(args, name))
-        for name in ("scontrol", "sinfo", "srun", "salloc", "slurm-commands")
-    },
+    "scontrol": lambda args: _slurm_named(args, "scontrol"),
+    "sinfo": lambda args: _slurm_named(args, "sinfo"),
+    "srun": lambda args: _slurm_named(args, "srun"),
+    "salloc": lambda args: _slurm_named(args, "salloc"),
+    "slurm-commands": lambda args: _slurm_named(args, "slurm-commands"),
 }

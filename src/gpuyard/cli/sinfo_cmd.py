@@ -150,7 +150,7 @@ def _cell(part: str, group: list[Node] | None) -> str:
         return part
     right, width, letter = spec.groups()
     title, cell = _FIELDS.get(letter, (letter, lambda ns: "N/A"))
-    text = title if group is None else cell(group)
+    text = title if group is None else str(cell(group))
     if width:
         text = text[: int(width)]
         text = text.rjust(int(width)) if right else text.ljust(int(width))

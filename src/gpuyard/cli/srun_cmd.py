@@ -141,7 +141,7 @@ def srun(args: list[str]) -> int:
     if not command:
         _say("srun", "no command to run (srun [options] command [arguments...])")
         return 1
-    tasks = int(values.get("ntasks") or 1) > 1 or int(values.get("ntasks_per_node") or 1) > 1
+    tasks = any(int(str(values.get(key) or 1)) > 1 for key in ("ntasks", "ntasks_per_node"))
     if launcher or tasks:  # the job's own srun starts the tasks, each with its rank
         command = ["srun", *launcher, *command]
     from gpuyard.cli.session import client
