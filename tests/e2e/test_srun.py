@@ -5,6 +5,7 @@ server a job run as its owner runs the same shim (it needs nothing of gpuyard's 
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import stat
@@ -197,3 +198,37 @@ def test_a_job_run_as_its_owner_runs_srun(users: UnixUsers):
     finally:
         rig.executor.close()
         shutil.rmtree(state, ignore_errors=True)
+
+
+NO_CONFIG = "Could not establish a configuration source"
+
+
+def test_a_slurm_client_on_the_machine_does_not_shadow_gpuyards_srun(tmp_path: Path):
+    """A machine that also has a real Slurm client (a lab mid-migration), on the server's PATH
+    and on the submitter's: a job's `srun` and `scontrol` are still gpuyard's (Slurm's would
+    say "Could not establish a configuration source": a gpuyard job is no allocation)."""
+    slurm = tmp_path / "slurm-bin"
+    slurm.mkdir()
+    for name in ("srun", "scontrol"):
+        fake = slurm / name
+        fake.write_text(f"#!/bin/sh\necho '{name}: error: {NO_CONFIG}' >&2\nexit 1\n")
+        fake.chmod(0o755)
+    path = f"{slurm}:{os.environ.get('PATH', '')}"
+    from tests.e2e.conftest import SERVER_ARGS
+
+    server = ServerProcess(tmp_path / "state", *SERVER_ARGS, env={**os.environ, "PATH": path})
+    server.start()
+    try:
+        body = RANKS + 'scontrol show hostnames "$SLURM_JOB_NODELIST"\n'
+        job_id = submit_script(server, body, tmp_path, ntasks_per_node=2, env={"PATH": path})
+        with server.client() as client:
+            ended = wait_ended(client, job_id)
+        log = log_of(server, job_id)
+        assert (ended["state"], ended["exit_code"]) == ("COMPLETED", 0), log
+        assert sorted(line for line in log if line.startswith("task ")) == [
+            f"task {r} {r} 2 0 {job_id}" for r in range(2)
+        ]
+        assert log[-1] == socket.gethostname()
+    finally:
+        server.stop()
+        server.kill_jobs()

@@ -25,10 +25,13 @@ from gpuyard.cli import (
     notify_cmd,
     run_cmd,
     sbatch_cmd,
+    scontrol_cmd,
     serve_cmd,
     server_cmd,
     simulate_cmd,
+    sinfo_cmd,
     slurm_queries_cmd,
+    srun_cmd,
     submit_cmd,
     sweep_cmd,
 )
@@ -85,6 +88,9 @@ for module in (
     sweep_cmd,  # sweep
     slurm_queries_cmd,  # squeue, sacct, scancel
     sbatch_cmd,  # sbatch
+    scontrol_cmd,  # scontrol
+    sinfo_cmd,  # sinfo
+    srun_cmd,  # srun, salloc, slurm-commands (install)
     simulate_cmd,  # simulate
     notify_cmd,  # notify: webhooks
 ):

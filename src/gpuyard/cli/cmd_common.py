@@ -2,6 +2,7 @@
 with a status."""
 
 import sys
+from collections.abc import Callable
 from typing import Annotated, NoReturn
 
 import typer
@@ -35,3 +36,16 @@ def exit_with(code: int) -> None:
     """Exit with a command body's status (`cli/commands.py`); 0 returns."""
     if code:
         raise typer.Exit(code)
+
+
+def raw_command(app: typer.Typer, name: str, body: Callable[[list[str]], int], doc: str) -> None:
+    """Add `name`, whose words its `body` reads itself (Slurm's commands, also run by the fast
+    start path without typer: both paths read them alike); typer only lists it in --help."""
+
+    def command(ctx: typer.Context) -> None:
+        raise typer.Exit(body(list(ctx.args)))
+
+    command.__doc__ = doc
+    settings = {"allow_extra_args": True, "ignore_unknown_options": True,
+                "allow_interspersed_args": False}  # fmt: skip
+    app.command(name, add_help_option=False, context_settings=settings)(command)

@@ -228,10 +228,30 @@ def _cancel(args: list[str]) -> Parsed:
     return commands.cancel, ([_ref(word) for word in words],)
 
 
+def _slurm_named(args: list[str], name: str) -> Parsed:
+    """Slurm's commands that read their own words (typer only lists them): run from here."""
+    if name == "scontrol":
+        from gpuyard.cli.scontrol_cmd import scontrol as body
+    elif name == "sinfo":
+        from gpuyard.cli.sinfo_cmd import sinfo as body
+    elif name == "srun":
+        from gpuyard.cli.srun_cmd import srun as body
+    elif name == "salloc":
+        from gpuyard.cli.srun_cmd import salloc as body
+    else:
+        from gpuyard.cli.srun_cmd import slurm_commands as body
+    return body, (args,)
+
+
 _PARSERS: dict[str, Callable[[list[str]], Parsed]] = {
     "submit": _submit,
     "queue": _queue,
     "ps": _queue,
     "show": _show,
     "cancel": _cancel,
+    "scontrol": lambda args: _slurm_named(args, "scontrol"),
+    "sinfo": lambda args: _slurm_named(args, "sinfo"),
+    "srun": lambda args: _slurm_named(args, "srun"),
+    "salloc": lambda args: _slurm_named(args, "salloc"),
+    "slurm-commands": lambda args: _slurm_named(args, "slurm-commands"),
 }

@@ -119,11 +119,11 @@ class LocalExecutor:
         self._jobs_dir.mkdir(parents=True, exist_ok=True)
         self._folder = JobFolder(jobs_dir)
         self._supervisor = _compile_supervisor(jobs_dir)
+        self._srun_dir: str | None = None
         try:  # gpuyard's `srun` for the jobs that want one (`srun_shim.py`)
             self._srun_dir = prepare_srun(jobs_dir)
         except OSError as exc:
             log.warning("no srun for jobs: cannot write it in %s (%s)", jobs_dir, exc)
-            self._srun_dir = None
         self._on_exit = on_exit
         self._grace_s = grace_s
         self._margin_s = guard_margin_s

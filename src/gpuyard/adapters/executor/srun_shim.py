@@ -4,15 +4,16 @@ put on the PATH of the jobs that want them (`LaunchPlan.srun_shim`).
 
 On a root server the job runs as its owner and gpuyard's own virtualenv (under root's home) is
 out of its reach, so the shim needs nothing of gpuyard: it is a shell script, 0755, in a 0755
-folder of the jobs folder (0711 on such a server: reached by path, never listed). A real
-Slurm's `srun` on the server's PATH wins: then no shim is put on any job's PATH.
+folder of the jobs folder (0711 on such a server: reached by path, never listed). The folder
+goes first on the job's PATH: a gpuyard job is no Slurm allocation, so a real Slurm client on
+the machine (a lab mid-migration), or a user's own `srun` wrapper that submits (`gpuyard
+slurm-commands install`), would find no configuration or start a job of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,11 +24,6 @@ SHIM_FOLDER = ".bin"
 # A Ray job's environment carries this to its nodes (each writes the shim itself); taken out
 # before the job starts.
 SRUN_WANTED = "GPUYARD_SRUN_SHIM"
-
-
-def real_srun(path: str | None = None) -> str | None:
-    """A real Slurm's `srun` on `path` (None: the server's PATH), if there is one."""
-    return shutil.which("srun", path=path if path is not None else os.environ.get("PATH"))
 
 
 def install_srun(folder: Path) -> str:
@@ -50,20 +46,16 @@ def install_srun(folder: Path) -> str:
 
 
 def with_srun(env: Mapping[str, str], folder: str | None) -> dict[str, str]:
-    """The job's environment with the shim's folder last on PATH: an `srun` the user's own
-    PATH holds comes first (a login node's real Slurm, say)."""
+    """The job's environment with the shim's folder first on PATH: inside a gpuyard job its
+    `srun` and `scontrol` are gpuyard's, whatever else the PATH holds."""
     out = dict(env)
     if folder is None:
         return out
-    path = out.get("PATH", "")
-    if folder not in path.split(":"):
-        out["PATH"] = f"{path}:{folder}" if path else folder
+    rest = [part for part in out.get("PATH", "").split(":") if part and part != folder]
+    out["PATH"] = ":".join([folder, *rest])
     return out
 
 
-def prepare_srun(jobs_dir: Path) -> str | None:
-    """At the executor's start: the shim's folder in `jobs_dir`, written now; None where a
-    real `srun` is on the server's PATH (jobs use that one)."""
-    if real_srun() is not None:
-        return None
+def prepare_srun(jobs_dir: Path) -> str:
+    """At the executor's start: the shim's folder in `jobs_dir`, written now."""
     return install_srun(jobs_dir / SHIM_FOLDER)
