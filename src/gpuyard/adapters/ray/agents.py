@@ -18,6 +18,7 @@ that fails because the agent or its machine is gone raises `AgentGone`.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import ray
@@ -29,6 +30,10 @@ log = logging.getLogger("gpuyard.agents")
 NAMESPACE = "gpuyard"
 _CALL_TIMEOUT_S = 60.0
 _RemoteAgent: Any = None
+# One actor made at a time: two threads making agents at once (two machines' agents replaced
+# together) once got each other's placement (seen as one machine's telemetry under another's
+# GPUs); `Machines.connect` also refuses an agent that answers from the wrong node.
+_making = threading.Lock()
 
 
 class AgentGone(RuntimeError):
@@ -74,10 +79,21 @@ def actor_link(
 ) -> AgentLink:  # fmt: skip
     """The agent actor of Ray node `node_id` (made if it is not there yet)."""
     global _RemoteAgent
-    if _RemoteAgent is None:
-        _RemoteAgent = ray.remote(MachineAgent)
-    strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id, soft=False)
-    handle = _RemoteAgent.options(
+    with _making:
+        if _RemoteAgent is None:
+            _RemoteAgent = ray.remote(MachineAgent)
+        strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+            node_id, soft=False
+        )
+        handle = _make(strategy, name, node_id, ray_gpus, agent_args, agent_kwargs)
+    return AgentLink(name, node_id, ip, handle, local=False)
+
+
+def _make(
+    strategy: Any, name: str, node_id: str, ray_gpus: int, agent_args: tuple[Any, ...],
+    agent_kwargs: dict[str, Any],
+) -> Any:  # fmt: skip
+    return _RemoteAgent.options(
         name=f"gpuyard-agent-{name}-{node_id[:12]}",
         namespace=NAMESPACE,
         lifetime="detached",
@@ -89,7 +105,6 @@ def actor_link(
         max_task_retries=0,
         max_concurrency=32,
     ).remote(*agent_args, **agent_kwargs)
-    return AgentLink(name, node_id, ip, handle, local=False)
 
 
 def kill_actor(link: AgentLink) -> None:

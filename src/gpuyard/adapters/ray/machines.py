@@ -87,6 +87,7 @@ class Machines:
         link.last_heard = time.time()
         landed = link.hello.get("ray_node_id")
         if not link.local and landed != node.node_id:  # never a machine's jobs on another
+            kill_actor(link)  # so the next try makes one where it belongs
             raise RuntimeError(f"the agent of {name} answered from Ray node {landed}")
         with self._lock:
             self._links[name] = link
