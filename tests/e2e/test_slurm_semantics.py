@@ -126,3 +126,22 @@ def test_sbatch_hold_submits_the_job_held_until_released(
     assert server.client().job(int(job_id))["state"] == "PENDING" and not flag.exists()
     server.cli("release", job_id)
     assert wait_ended(server.client(), job_id)["state"] == "COMPLETED" and flag.exists()
+
+
+def test_afterok_on_a_failed_parent_leaves_the_child_pending_never_satisfied(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    # Slurm's default (no --kill-on-invalid-dep): the child is not cancelled; it waits, with
+    # a reason saying why, for its owner to cancel it.
+    parent = server.cli("sbatch", "--parsable", "--wrap", "exit 3", cwd=tmp_path).stdout.strip()
+    child = server.cli("sbatch", "--parsable", "-d", f"afterok:{parent}", "--wrap", "true",
+                       cwd=tmp_path).stdout.strip()  # fmt: skip
+    assert wait_ended(server.client(), parent)["state"] == "FAILED"
+    job = wait_for(
+        lambda: (j := server.client().job(int(child)))["reason"] == "DependencyNeverSatisfied" and j
+    )
+    assert job["state"] == "PENDING"
+    row = server.cli("squeue", "-h", "-j", child, "-o", "%i %t %r").stdout.split()
+    assert row == [child, "PD", "DependencyNeverSatisfied"]
+    server.cli("scancel", child)
+    assert wait_ended(server.client(), child)["state"] == "CANCELLED"

@@ -34,7 +34,8 @@ SUBMISSIONS: list[dict[str, Any]] = [
     {"command": ["python", "-m", "srv"], "workdir": "/srv", "kind": "service",
      "service_port": 8081, "health_path": "/health", "health_grace_s": 30,
      "container": "/img/srv.sif"},
-    {"command": ["bash"], "workdir": "/", "kind": "interactive", "venv": "/opt/venv"},
+    {"command": ["bash"], "workdir": "/", "kind": "interactive", "venv": "/opt/venv",
+     "hold": True},
 ]  # fmt: skip
 EXPECTED = [
     JobSpec(argv=("python", "train.py", "--lr", "0.1"), name="exp-1", workdir="/data/run", gpus=4,
@@ -50,7 +51,8 @@ EXPECTED = [
     JobSpec(argv=("python", "-m", "srv"), name="python", workdir="/srv", kind="service",
             service_port=8081, health_path="/health", health_grace_s=30,
             container="/img/srv.sif"),
-    JobSpec(argv=("bash",), name="bash", workdir="/", kind="interactive", venv="/opt/venv"),
+    JobSpec(argv=("bash",), name="bash", workdir="/", kind="interactive", venv="/opt/venv",
+            hold=True),
 ]  # fmt: skip
 SPEC_FIELDS = [f.name for f in fields(JobSpec)]
 
