@@ -133,6 +133,7 @@ EVERY_SPEC_FIELD: dict[str, object] = {
     "retry_on": ("failed", "launch"),
     "warn_signal": 10,
     "warn_before_s": 90,
+    "warn_target": "steps",
     "output_path": "logs/%x-%A_%a.out",
     "error_path": "logs/%x-%j.err",
     "ntasks_per_node": 4,
@@ -148,6 +149,7 @@ EVERY_SPEC_FIELD: dict[str, object] = {
     "notify": ("https://hooks.example.org/T0/secret", "http://127.0.0.1:9/hook"),
     "notify_events": ("begin", "end", "fail"),
     "gpu_type": "h100",
+    "hold": True,
 }
 
 

@@ -43,7 +43,7 @@ def test_a_task_reference_names_the_task_not_the_job_its_digits_spell(
     assert "job 3 " in _fails(server, "update", "1_2", "--priority", "5")  # task 2, ended
     refused = _fails(server, "attach", "1_2", code=2)
     assert refused.startswith("gpuyard: job 3 is not an interactive session")  # was job 12
-    squeue = server.cli("squeue", "-j", "1_[1-2],12", "-h", "-o", "%i").stdout.split()
+    squeue = server.cli("squeue", "-j", "1_[1-2],12", "-t", "all", "-h", "-o", "%i").stdout.split()
     assert squeue == ["1_1", "1_2", "12"]
 
     for args in (["logs", "1_[1-2]"], ["restart", "1_[0,3]"], ["update", "1_[1-2]", "--gpus", "1"],

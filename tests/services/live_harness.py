@@ -184,6 +184,10 @@ class LiveRig:
         self.now = to
         self.settle()
 
+    def _startable(self) -> bool:
+        never = "DependencyNeverSatisfied"
+        return any(self.reads.reason(j) != never for j in self.book.jobs(include_finished=False))
+
     def next_time(self) -> float:
         wake = self.scheduler.next_pass_at
         wake = wake if wake is not None and wake > self.now else math.inf
@@ -193,9 +197,10 @@ class LiveRig:
         """Run ``trace`` (by ``submitted_at``) to its end in simulated time: at each arrival's
         time ``submit`` takes it (with any arrivals it brings along: an array's tasks) off the
         front of the list and submits it; the rig settles after each instant, until no job is
-        left."""
+        left but those whose dependency can never hold (pending for good, as Slurm leaves them:
+        `gpuyard simulate` cancels them)."""
         arrivals = list(trace)
-        while arrivals or self.processes.runs or self.book.jobs(include_finished=False):
+        while arrivals or self.processes.runs or self._startable():
             at = min(arrivals[0].submitted_at if arrivals else math.inf, self.next_time())
             assert at < math.inf, "jobs left that nothing will ever start"
             self.now = at

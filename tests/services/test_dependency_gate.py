@@ -65,10 +65,9 @@ def test_afterok_runs_after_success_and_is_never_satisfied_after_a_failure(
         assert rig.state(job.id) is JobState.PENDING and why(rig, job) == "Dependency"
     rig.now = 50.0
     fail(rig, bad)
-    for job in (after_bad, chained):  # the chain behind it goes too, in one go
-        ended = rig.job(job.id)
-        assert ended.state is JobState.CANCELLED
-        assert ended.reason == "DependencyNeverSatisfied"
+    for job in (after_bad, chained):  # the chain behind it too, in one go: pending, as Slurm
+        assert rig.state(job.id) is JobState.PENDING
+        assert why(rig, job) == "DependencyNeverSatisfied"
     assert rig.state(rescue.id) is JobState.RUNNING
     assert rig.state(after_good.id) is JobState.PENDING
     assert rig.state(whatever.id) is JobState.PENDING  # good has not ended yet
@@ -83,8 +82,8 @@ def test_afternotok_is_never_satisfied_by_a_success(rig: LiveRig) -> None:
     rig.settle()
     rig.advance(10.0)
     assert rig.state(first.id) is JobState.COMPLETED
-    assert rig.job(cleanup.id).reason == "DependencyNeverSatisfied"
-    assert rig.state(cleanup.id) is JobState.CANCELLED
+    assert why(rig, cleanup) == "DependencyNeverSatisfied"
+    assert rig.state(cleanup.id) is JobState.PENDING  # Slurm's default: its owner cancels it
 
 
 def test_a_dependent_never_reaches_the_policy_early(tmp_path: Path) -> None:
@@ -184,8 +183,8 @@ def test_a_restart_judges_dependencies_again_from_the_stored_jobs(tmp_path: Path
         rig.controller.recover()  # what the server does at start
         rig.settle()
         assert why(rig, rig.job(after.id)) == "Dependency"
-        assert rig.job(after_failed.id).reason == "DependencyNeverSatisfied"
-        assert rig.state(after_failed.id) is JobState.CANCELLED
+        assert why(rig, rig.job(after_failed.id)) == "DependencyNeverSatisfied"
+        assert rig.state(after_failed.id) is JobState.PENDING
         # The running task and the first job were requeued (simulated processes do not
         # survive a restart): the cap still holds.
         assert [rig.state(t.id) for t in tasks].count(JobState.RUNNING) == 1

@@ -46,18 +46,18 @@ EXPECTED: dict[str, tuple[dict[str, Any], tuple[Any, Any], list[tuple[int, str]]
         {"gpus": 16, "nodes": 2, "ntasks_per_node": 8, "cpus": 160, "mem": "1310720M",
          "priority": 0, "time_limit": "3-00:00:00", "name": "ds-zero3",
          "output_path": "ds-%j.out", "preemptible": True, "warn_signal": "USR1",
-         "warn_before_s": 300},
-        (None, ("default", ())), [(9, "--signal=B:USR1@300: every process of the job")]),
+         "warn_before_s": 300, "warn_target": "batch"},
+        (None, ("default", ())), []),
     "lightning_multi_node.sh": (
         {"gpus": 8, "nodes": 2, "ntasks_per_node": 4, "cpus": 64, "mem": "409600M",
          "priority": 0, "time_limit": "0-08:00:00", "name": "pl-resnet",
-         "warn_signal": "SIGUSR1", "warn_before_s": 90},
+         "warn_signal": "SIGUSR1", "warn_before_s": 90, "warn_target": "steps"},
         (None, ("default", ())), []),
     "lightning_single_node.sh": (
         # -n 4 on one node; --mem-per-gpu 40G x 4
         {"gpus": 4, "ntasks_per_node": 4, "cpus": 24, "mem": "163840M", "priority": 0,
          "time_limit": "360", "name": "vit-base", "preemptible": True, "warn_signal": "USR1",
-         "warn_before_s": 120},
+         "warn_before_s": 120, "warn_target": "steps"},
         (None, ("default", ())), []),
     "array_sweep.sh": (
         {"gpus": 1, "cpus": 4, "mem": "16G", "priority": 0, "time_limit": "2:00:00",

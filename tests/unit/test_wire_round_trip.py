@@ -24,7 +24,7 @@ SUBMISSIONS: list[dict[str, Any]] = [
         "mem": "16G", "time_limit": "2h", "priority": 5, "workdir": "/data/run",
         "env": {"B": "2", "A": "1"}, "preemptible": True, "distributed": "torchrun", "nodes": 2,
         "stop_signal": "USR1", "retries": 3, "retry_on": ["oom", "failed"],
-        "warn_signal": "USR2", "warn_before_s": 300,
+        "warn_signal": "USR2", "warn_before_s": 300, "warn_target": "steps",
     },
     {"command": ["python", "/home/a/t.py"], "workdir": "/data", "gpu_mem": "8G", "gpus": 2,
      "name": "t.py", "script": "print('hi')\n", "script_index": 1,
@@ -34,13 +34,15 @@ SUBMISSIONS: list[dict[str, Any]] = [
     {"command": ["python", "-m", "srv"], "workdir": "/srv", "kind": "service",
      "service_port": 8081, "health_path": "/health", "health_grace_s": 30,
      "container": "/img/srv.sif"},
-    {"command": ["bash"], "workdir": "/", "kind": "interactive", "venv": "/opt/venv"},
+    {"command": ["bash"], "workdir": "/", "kind": "interactive", "venv": "/opt/venv",
+     "hold": True},
 ]  # fmt: skip
 EXPECTED = [
     JobSpec(argv=("python", "train.py", "--lr", "0.1"), name="exp-1", workdir="/data/run", gpus=4,
             cpus=8, mem_mib=16384, time_limit_s=7200, priority=5, env=(("A", "1"), ("B", "2")),
             preemptible=True, distributed="torchrun", nodes=2, stop_signal=10, retries=3,
-            retry_on=("failed", "oom"), warn_signal=12, warn_before_s=300),
+            retry_on=("failed", "oom"), warn_signal=12, warn_before_s=300,
+            warn_target="steps"),
     JobSpec(argv=("python", "/home/a/t.py"), name="t.py", workdir="/data", gpus=2,
             gpu_mem_mib=8192, script="print('hi')\n", script_index=1,
             output_path="out/%x-%A_%a.out", error_path="out/%j.err", ntasks_per_node=2,
@@ -49,7 +51,8 @@ EXPECTED = [
     JobSpec(argv=("python", "-m", "srv"), name="python", workdir="/srv", kind="service",
             service_port=8081, health_path="/health", health_grace_s=30,
             container="/img/srv.sif"),
-    JobSpec(argv=("bash",), name="bash", workdir="/", kind="interactive", venv="/opt/venv"),
+    JobSpec(argv=("bash",), name="bash", workdir="/", kind="interactive", venv="/opt/venv",
+            hold=True),
 ]  # fmt: skip
 SPEC_FIELDS = [f.name for f in fields(JobSpec)]
 

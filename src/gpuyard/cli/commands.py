@@ -63,6 +63,10 @@ class SubmitOptions:
         self.style = "id"
         self.defaults: dict[str, object] = {}
         self.slurm_values: dict[str, object] = {}  # sbatch's options submit has no flag for
+        # sbatch's --wait (block, exit with the job's code) and --test-only (when it would
+        # start, nothing queued): set from the flags and the script's directives (apply_batch).
+        self.sbatch_wait = False
+        self.test_only = False
 
 
 def print_json(data: object) -> None:
@@ -100,6 +104,16 @@ def submit(opts: SubmitOptions) -> int:
 
         gpus = implied_gpus(fields["gpus"], shares_gpus=bool(fields.get("gpu_mem")))
         check_submission(argv, {**fields, "gpus": gpus})
+    sbatch_style = opts.style != "id"
+    if not sbatch_style and (opts.sbatch_wait or opts.test_only):
+        sys.stderr.write("gpuyard: warning: the script's --wait/--test-only are sbatch's: "
+                         "use gpuyard sbatch, or gpuyard wait / submit --dry-run\n")  # fmt: skip
+    if sbatch_style and opts.test_only:
+        from gpuyard.cli.render import test_only_line
+
+        answer = client().dry_run(argv, **fields)
+        sys.stderr.write(test_only_line(answer, fields) + "\n")
+        return 0
     if opts.dry_run:
         from gpuyard.cli.render import dry_run_answer
 
@@ -120,7 +134,28 @@ def submit(opts: SubmitOptions) -> int:
         )
     if job.get("hint"):
         sys.stderr.write(f"gpuyard: hint: {job['hint']}\n")
+    if sbatch_style and opts.sbatch_wait:
+        sys.stdout.flush()
+        return _wait_exit_code(session, job)
     return 0
+
+
+def _wait_exit_code(session: Client, job: JobDict) -> int:
+    """sbatch --wait's exit: blocks until the job (an array: every task) ends; the job's exit
+    code, an array's highest; 1 for a job that ended without one that is not 0 (cancelled,
+    killed by a signal, never started)."""
+    if job.get("array_job_id"):
+        ids = [int(task["id"]) for task in session.array(int(job["array_job_id"]))]
+    else:
+        ids = [int(job["id"])]
+    codes = []
+    for ended in session.wait(ids):
+        code = ended.get("exit_code")
+        if ended["state"] == "COMPLETED":
+            codes.append(0)
+        else:
+            codes.append(code if isinstance(code, int) and code > 0 else 1)
+    return max(codes)
 
 
 def _say_retrying(session: Client) -> Callable[[object], None]:

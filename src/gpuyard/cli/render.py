@@ -201,6 +201,22 @@ def dry_run_answer(answer: dict[str, Any]) -> str:
             f"{_local(answer['start_at'])}: {waits}, {assumes} (nothing was queued)")  # fmt: skip
 
 
+def test_only_line(answer: dict[str, Any], fields: dict[str, Any]) -> str:
+    """`sbatch --test-only`'s line, in Slurm's words: when the job would start (the dry run's
+    estimate, local time as Slurm writes it; `Unknown`: none can be made), its CPUs, the
+    node, the partition. Nothing is queued, so no job id is given yet: Slurm's is `0` here."""
+    import socket
+
+    when = answer.get("start_at") or answer.get("not_before")
+    start = (datetime.fromisoformat(when).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+             if when else "Unknown")  # fmt: skip
+    cpus = fields.get("cpus") or 1
+    return (
+        f"sbatch: Job 0 to start at {start} using {cpus} processors on nodes "
+        f"{socket.gethostname()} in partition gpuyard"
+    )
+
+
 def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -> str:
     """scontrol's record of a job; `charts`: its progress and sparklines (`chart_fields`),
     shown after RunTime when there are any."""

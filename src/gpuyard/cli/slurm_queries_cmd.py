@@ -104,7 +104,9 @@ def squeue(
     me: Annotated[bool, typer.Option("--me", help="your jobs")] = False,
     partition: Annotated[str | None, typer.Option("--partition", "-p", hidden=True)] = None,
 ) -> None:
-    """Slurm's squeue: pending and running jobs in squeue's columns."""
+    """Slurm's squeue: pending and running jobs in squeue's columns. A job that has ended is
+    shown only when `-t` asks for its state (`-t all`): `squeue -h -j 12` prints nothing once
+    12 has ended, so a script's `while squeue -h -j $ID | grep -q .` wait ends with it."""
 
     session = client()
     wanted_states = _state_names(states)
@@ -114,7 +116,7 @@ def squeue(
     shown = [
         j for j in found
         if (j["state"] in wanted_states if wanted_states else
-            (j["state"] in _ACTIVE or bool(jobs) or states is not None))
+            (j["state"] in _ACTIVE or states is not None))
         and (not users or j["owner"] in users) and (not names or j["name"] in names)
     ]  # fmt: skip
     shown.sort(key=squeue_order)

@@ -225,6 +225,9 @@ def apply_batch(opts: Any, argv: list[str], fields: dict[str, Any],
     if sbatch_style and values.get("output") is None:  # sbatch's default, in the workdir
         values["output"] = "slurm-%A_%a.out" if values.get("array") else "slurm-%j.out"
     resolved = sbatch.resolve(values)
+    # sbatch's --wait and --test-only: what `commands.submit` does after (or instead of) the
+    # submit; `gpuyard submit` has its own (`gpuyard wait`, `--dry-run`).
+    opts.sbatch_wait, opts.test_only = resolved.wait, resolved.test_only
     for note in resolved.notes:
         sys.stderr.write(f"{where}{path + ': ' if text is not None else ''}{note}\n")
     # Paths on this machine, as the server needs them: `--venv .venv`, `--python python3`.

@@ -10,7 +10,8 @@
 
 An id names a job, or, when it is an array's id (its first task's), every task of the array;
 `12_3` names task 3 of array 12. A dependency that can no longer hold (afterok on a job that
-failed) is *never* satisfied: the gate ends the job CANCELLED, reason DependencyNeverSatisfied.
+failed) is *never* satisfied: as Slurm's default, the live server's gate leaves the job pending,
+reason DependencyNeverSatisfied, until its owner cancels it (`gpuyard simulate` ends it CANCELLED).
 A job named that the server no longer knows (its record removed by `clean`) is taken as
 satisfied, as Slurm lifts a dependency on a purged job.
 

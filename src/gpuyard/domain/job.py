@@ -13,6 +13,8 @@ REASON_PRIORITY = "Priority"
 # Chosen to run, waiting for the jobs it preempted to stop and release their GPUs.
 REASON_PREEMPTING = "Preempting"
 REASON_PREEMPTED = "Preempted"
+# Who a job's `--signal SIG@SECONDS` warning goes to (JobSpec.warn_target).
+WARN_TARGETS = ("all", "steps", "batch")
 # Kept out of the queue by its user or an admin (`gpuyard hold`) until `gpuyard release`.
 REASON_HELD = "JobHeldUser"
 
@@ -71,6 +73,11 @@ class JobSpec:
     # before the time limit so the job can checkpoint; 0: no such warning.
     warn_signal: int = 0
     warn_before_s: int = 0
+    # Who gets `warn_signal` (WARN_TARGETS): "all", every process of the job (gpuyard's own
+    # `--signal SIG@SECONDS`); "steps", every process but the batch shell (Slurm's `--signal`
+    # without `B:`: a `#!/bin/bash` script survives it, its python gets it); "batch", the
+    # batch shell alone (Slurm's `B:`, for a script's `trap`).
+    warn_target: str = "all"
     # -- workflows (issue 13) --
     # sbatch's `-o`/`-e`: where the job's output (and, apart, its errors) also go, patterns
     # with %j %x %A %a %u %N %%, relative to workdir; None: only the job's own log.
@@ -102,6 +109,9 @@ class JobSpec:
     notify_events: tuple[str, ...] = ()
     # A GPU model or vendor the job's GPUs must be (`--gpu-type`, `--gres=gpu:TYPE:N`); "": any.
     gpu_type: str = ""
+    # Submitted held (`sbatch --hold`, `#SBATCH -H`): the job enters the queue held, as after
+    # `gpuyard hold`, in the same write (never a moment it could start), until released.
+    hold: bool = False
 
     @property
     def gpus_per_node(self) -> int:

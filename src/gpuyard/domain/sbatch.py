@@ -103,7 +103,6 @@ _IGNORED: dict[str, str] = {
     "licenses": "no licenses here",
     "begin": "a job starts as soon as it can (hold it: gpuyard hold JOB)",
     "deadline": "no deadlines here",
-    "hold": "submitted jobs are not held (gpuyard hold JOB after submit)",
     "time-min": "the time limit is --time",
     "mincpus": "CPUs are --cpus-per-task",
     "sockets-per-node": "no CPU topology here",
@@ -131,7 +130,8 @@ _IGNORED: dict[str, str] = {
     "get-user-env": "the environment is --export's",
     "profile": "GPU use is sampled anyway (gpuyard show)",
     "acctg-freq": "GPU use is sampled anyway (gpuyard show)",
-    "kill-on-invalid-dep": "a dependency that can never be met always cancels the job",
+    "kill-on-invalid-dep": "a job whose dependency can never be met stays pending "
+    "(DependencyNeverSatisfied), as Slurm's default, until cancelled",
     "no-kill": "a job ends with its nodes",
     "overcommit": "CPUs are --cpus-per-task",
     "tmp": "no scratch space is reserved here",
@@ -142,9 +142,7 @@ _IGNORED: dict[str, str] = {
     "prefer": "no node features here",
     "x11": "no X11 forwarding in batch jobs",
     "input": "a batch job reads no standard input",
-    "wait": "use gpuyard wait JOB",
     "parsable": "a command-line flag (gpuyard sbatch --parsable)",
-    "test-only": "use gpuyard submit --dry-run",
     "quiet": "nothing to quieten",
     "verbose": "nothing more to say",
     "uid": "jobs run as their owner",
@@ -171,8 +169,8 @@ _SHORT = {
 }  # fmt: skip
 # Ignored options that take no value (the others take one: `--partition gpu`).
 _IGNORED_FLAGS = frozenset({
-    "exclusive", "oversubscribe", "hold", "no-kill", "overcommit", "spread-job",
-    "use-min-nodes", "reboot", "x11", "wait", "parsable", "test-only", "quiet", "verbose",
+    "exclusive", "oversubscribe", "no-kill", "overcommit", "spread-job",
+    "use-min-nodes", "reboot", "x11", "parsable", "quiet", "verbose",
     "get-user-env", "ignore-pbs", "kill-on-invalid-dep", "requeue-hold",
 })  # fmt: skip
 # Ignored options whose value is optional (`--exclusive` or `--exclusive=user`): only a value
@@ -432,17 +430,16 @@ def _array(line: _Line, value: str) -> None:
 
 def _slurm_signal(line: _Line, value: str) -> None:
     """Slurm's `--signal=[{R|B}:]SIG[@TIME]`: SIG TIME seconds (default 60) before the time
-    limit. `B:` (the batch shell only) is taken as the whole job: a script's `trap` on it
-    still runs."""
+    limit. As Slurm: without `B:` every process of the job but the batch shell gets it (the
+    programs the script runs, srun's tasks: a `#!/bin/bash` script without a trap survives);
+    with `B:` the batch shell alone (its `trap`)."""
     text = value.strip()
+    target = "steps"
     where, colon, rest = text.partition(":")
     if colon and where.upper() in ("B", "R", "RB", "BR"):
         text = rest
         if "B" in where.upper():
-            line.warn(
-                f"--signal={value}: every process of the job gets the signal, the batch "
-                "shell among them (B: sends it to the shell alone in Slurm)"
-            )
+            target = "batch"
     name, _, seconds = text.partition("@")
     seconds = seconds or "60"
     if not seconds.isdigit() or int(seconds) < 1:
@@ -455,6 +452,7 @@ def _slurm_signal(line: _Line, value: str) -> None:
         raise line.bad("--signal", value, exc.message) from None
     line.set("warn_signal", name)
     line.set("warn_before_s", int(seconds))
+    line.set("warn_target", target)
 
 
 def _gpuyard_signal(line: _Line, value: str) -> None:
@@ -469,6 +467,7 @@ def _gpuyard_signal(line: _Line, value: str) -> None:
             raise line.bad("--signal", value, exc.message) from None
         line.set("warn_signal", name)
         line.set("warn_before_s", int(seconds))
+        line.set("warn_target", "all")
         return
     from gpuyard.domain.signals import parse_signal
 
@@ -571,6 +570,12 @@ _SLURM: dict[str, tuple[str, Act]] = {
     "mail-user": ("value", _mail_user),
     "nice": ("optional", _nice),
     "priority": ("value", _count("priority", "--priority", low=-1_000_000)),
+    # Submitted held, released by `gpuyard release` (scontrol release).
+    "hold": ("none", _flag("hold", True)),
+    # What `gpuyard sbatch` does after the submit (Resolved.wait, .test_only): block until the
+    # job ends and exit with its code; only say when it would start, queueing nothing.
+    "wait": ("none", _flag("wait", True)),
+    "test-only": ("none", _flag("test_only", True)),
 }
 # #GPUYARD lines: gpuyard's own long options, with the command line's meanings.
 _GPUYARD: dict[str, tuple[str, Act]] = {
@@ -695,10 +700,12 @@ class Resolved:
     environment (`export`: ("default" | "all" | "none", names), `env`: K=V pairs); `notes`:
     warnings without a line of their own."""
 
-    __slots__ = ("chdir", "env", "export", "fields", "notes")
+    __slots__ = ("chdir", "env", "export", "fields", "notes", "test_only", "wait")
 
     def __init__(self) -> None:
         self.fields: dict[str, object] = {}
+        self.wait = False  # sbatch's --wait: block until the job ends, exit with its code
+        self.test_only = False  # sbatch's --test-only: when it would start; nothing queued
         self.chdir: str | None = None
         self.export: tuple[str, tuple[str, ...]] = ("default", ())
         self.env: tuple[str, ...] = ()
@@ -756,11 +763,16 @@ def resolve(values: dict[str, object]) -> Resolved:
         if "time" in v:
             f["warn_signal"] = v["warn_signal"]
             f["warn_before_s"] = v["warn_before_s"]
+            if v.get("warn_target", "all") != "all":
+                f["warn_target"] = v["warn_target"]
         else:
             out.notes.append(
                 f"--signal={v['warn_signal']}@{v['warn_before_s']}: the job has no time limit "
                 "to warn before (give --time): no warning will be sent"
             )
+    if v.get("hold"):
+        f["hold"] = True
+    out.wait, out.test_only = bool(v.get("wait")), bool(v.get("test_only"))
     if v.get("retries"):
         f["retries"] = v["retries"]
     if v.get("retry_on") is not None:

@@ -20,7 +20,13 @@ from dataclasses import dataclass, fields
 
 from gpuyard.domain.dependency import parse_dependency
 from gpuyard.domain.errors import InvalidRequest
-from gpuyard.domain.job import DISTRIBUTED_MODES, JOB_KINDS, NOTIFY_EVENTS, JobSpec
+from gpuyard.domain.job import (
+    DISTRIBUTED_MODES,
+    JOB_KINDS,
+    NOTIFY_EVENTS,
+    WARN_TARGETS,
+    JobSpec,
+)
 from gpuyard.domain.retry import MAX_RETRIES, check_retry_on
 from gpuyard.domain.signals import SIGTERM, parse_signal
 
@@ -65,6 +71,7 @@ class SpecDraft:
     retry_on: tuple[str, ...] = ()
     warn_signal: int = 0  # 0: none
     warn_before_s: int = 0
+    warn_target: str = "all"
     output_path: str | None = None
     error_path: str | None = None
     ntasks_per_node: int = 1
@@ -80,6 +87,7 @@ class SpecDraft:
     notify: tuple[str, ...] = ()
     notify_events: tuple[str, ...] = ()
     gpu_type: str = ""
+    hold: bool = False
 
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
@@ -115,7 +123,12 @@ def decide_spec(
 
 def check_warning(draft: SpecDraft) -> None:
     """`--signal SIG@SECONDS`: a signal that can stop a job, sent before a time limit the job
-    has, early enough to mean something."""
+    has, early enough to mean something, to processes of the job it can name."""
+    if draft.warn_target not in WARN_TARGETS:
+        raise InvalidRequest(
+            f"warn_target {draft.warn_target!r}: give one of {', '.join(WARN_TARGETS)}",
+            field="warn_target",
+        )
     if not draft.warn_signal and not draft.warn_before_s:
         return
     if not draft.warn_signal or draft.warn_before_s <= 0:

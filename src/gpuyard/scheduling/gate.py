@@ -289,8 +289,10 @@ class GatePipeline:
         return min((w for w in wakes if w is not None), default=None)
 
     def take_never(self) -> list[tuple[int, str]]:
-        """Jobs whose dependency can never hold (id, why), since the last call: the caller
-        ends them CANCELLED (the stage already counts them so)."""
+        """Jobs whose dependency can never hold (id, why), since the last call: `gpuyard
+        simulate` ends them CANCELLED, the live server leaves them pending (Slurm's default);
+        the stage keeps them out (DependencyNeverSatisfied) and counts them as cancelled for
+        the jobs behind them either way."""
         never, self._never = self._never, []
         return never
 

@@ -8,8 +8,9 @@ and the gate's pipeline (`gate.py`, which both drive) feeds the policy (`World.u
 Worked example. Array 20 of 4 tasks (ids 20-23) with `%2`, and job 30 `afterok:20`. Tasks 20
 and 21 are let in at once; 22 and 23 wait (JobArrayTaskLimit); 30 waits (Dependency). Task 20
 ends COMPLETED: 22 is let in. Task 21 ends FAILED: 23 is let in, and 30 can never run (afterok
-on the whole array): it is reported as never, and treated at once as CANCELLED, so a job
-`afternotok:30` behind it is let in by the same call.
+on the whole array): it is reported as never (the live server leaves it pending, reason
+DependencyNeverSatisfied, as Slurm does; `gpuyard simulate` cancels it), and treated at once as
+CANCELLED for the jobs behind it, so a job `afternotok:30` is let in by the same call.
 
 Cost: every event touches only the jobs that name the job that changed (an index from a job to
 the references that count it, and from a reference to the jobs waiting on it); an array's cap

@@ -98,6 +98,12 @@ class JobSubmitIn(_Strict):
     warn_before_s: Annotated[
         StrictInt, Field(ge=0, description="how long before the time limit warn_signal comes")
     ] = 0
+    warn_target: Literal["all", "steps", "batch"] = Field(
+        "all",
+        description='who gets warn_signal: "all" every process of the job; "steps" every '
+        'process but the batch shell (sbatch\'s --signal without B:); "batch" the batch '
+        "shell alone (sbatch's --signal=B:)",
+    )
     array: Annotated[
         StrictStr | None,
         Field(
@@ -160,6 +166,9 @@ class JobSubmitIn(_Strict):
     gpu_type: Annotated[
         StrictStr, Field(max_length=64, description="a GPU model or vendor: a100, h100, mi300x")
     ] = ""
+    hold: StrictBool = Field(
+        False, description="submit it held (sbatch --hold): it waits until released"
+    )
 
 
 class AttemptOut(BaseModel):
@@ -263,6 +272,9 @@ class JobOut(BaseModel):
     )
     warn_signal: int = Field(0, description="signal sent warn_before_s before the limit; 0: none")
     warn_before_s: int = Field(0, description="how long before the time limit warn_signal comes")
+    warn_target: str = Field(
+        "all", description='who gets warn_signal: "all", "steps" (not the batch shell), "batch"'
+    )
     log_dropped_bytes: int = Field(
         0, description="bytes of output the log lost because its disk was full (the job ran on)"
     )
@@ -305,6 +317,7 @@ class JobOut(BaseModel):
     container: str | None = Field(None, description="--container")
     notify_events: list[str] = Field(default_factory=list, description="events webhooks get")
     gpu_type: str = Field("", description="GPU model or vendor asked for")
+    hold: bool = Field(False, description="submitted held (sbatch --hold)")
 
 
 class JobUpdateIn(_Strict):

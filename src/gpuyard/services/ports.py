@@ -250,10 +250,12 @@ class LaunchPlan:
     # (path in the job's folder, text): the script copied at submit, which `argv` runs; the
     # executor writes it (owner-only, executable) before the job starts.
     script: tuple[str, str] | None = None
-    # `--signal SIG@SECONDS`: `warn_signal` to every process of the job `warn_before_s` before
-    # its time limit, once (0: none).
+    # `--signal SIG@SECONDS`: `warn_signal` to the job's processes `warn_before_s` before its
+    # time limit, once (0: none); `warn_target` which (JobSpec.warn_target: "all", "steps":
+    # all but the batch shell, "batch": the batch shell alone).
     warn_signal: int = 0
     warn_before_s: int = 0
+    warn_target: str = "all"
     # GPUYARD_CHECKPOINT_DIR: the job's folder for checkpoints, kept across its runs; the
     # executor makes it (the job's user's, 0700) when it is missing. None: none.
     checkpoint_dir: str | None = None

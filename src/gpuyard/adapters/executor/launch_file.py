@@ -11,9 +11,12 @@ Fields (`version` 1):
                               GPUYARD_RESTART_COUNT: which run of the job the file launched;
                               a restarted server tells an earlier run's leftovers by it)
     time_limit_s              0: none; else the supervisor stops the job at this age
-    warn_signal, warn_before_s  `--signal SIG@SECONDS`: `warn_signal` once to every process of
-                              the job `warn_before_s` before the time limit (0: none); both
+    warn_signal, warn_before_s  `--signal SIG@SECONDS`: `warn_signal` once to the job
+                              `warn_before_s` before the time limit (0: none); both
                               on the supervisor's monotonic interval timer
+    warn_target               who gets it: "all" (every process), "steps" (every process but
+                              the batch shell, the job's main process: Slurm's --signal
+                              without B:), "batch" (the batch shell alone: B:); absent: all
     grace_s, stop_signal      stop = `stop_signal` to the tree, `grace_s`, then SIGKILL
     run_as                    null, or {user, uid, gid, groups, home, shell}: the identity the
                               job takes before chdir and exec
@@ -91,6 +94,7 @@ def launch_instructions(
         "stop_signal": plan.stop_signal,
         "warn_signal": plan.warn_signal,
         "warn_before_s": plan.warn_before_s,
+        "warn_target": plan.warn_target,
         "run_as": None if plan.run_as is None else asdict(plan.run_as),
         "log_path": plan.log_path,
         "status_path": str(jobdir / "status.json"),
@@ -114,6 +118,7 @@ class NodePlan:
         self.stop_signal = stop_signal
         self.warn_signal = warn_signal
         self.warn_before_s = warn_before_s
+        self.warn_target = "all"  # a node's process is its task itself: no batch shell there
         self.run_as = None
         self.log_path: str | None = None  # the output goes to the actor, through a pipe
 

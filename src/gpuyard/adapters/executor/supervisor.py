@@ -45,8 +45,10 @@ is a pty; the supervisor relays the master to a client of the Unix socket `attac
 (`supervisor_pty.Session`, its frames documented there) and copies every byte to the log. The
 job execs once the first client has sent its first frame.
 
-Time: the time limit and the warning before it (`--signal SIG@SECONDS`: `warn_signal` once to
-every process of the job, `warn_before_s` before the limit) are one interval timer
+Time: the time limit and the warning before it (`--signal SIG@SECONDS`: `warn_signal` once,
+`warn_before_s` before the limit, to every process of the job, or as sbatch's `--signal` does to
+every process but the batch shell (no `B:`: a `#!/bin/bash` script survives, the programs it
+runs get it) or to the batch shell alone (`B:`, for its `trap`)) are one interval timer
 (ITIMER_REAL, which Linux runs on the monotonic clock: a wall-clock step neither kills nor
 extends a job), armed before the job is forked, in this process, which outlives the server.
 
@@ -95,6 +97,7 @@ _stop_signal = 15
 _jobdir = "."
 _warn_signal = 0  # `--signal SIG@SECONDS`: sent once, `_warn_before_s` before the time limit
 _warn_before_s = 0.0
+_warn_target = "all"  # "all", "steps" (all but the batch shell), "batch" (the shell alone)
 _warned = False
 _log_fd = -1  # the job's log; -1: none (node mode: the output goes to the actor as it is)
 _dropped = 0  # bytes of output the log lost (its disk was full), in all
@@ -263,6 +266,29 @@ def _signal_tree(sig: int) -> None:
             pass
 
 
+def _warn(sig: int) -> None:
+    """The warning before the time limit to whom `_warn_target` names. The batch shell is
+    the job's main process (its pid is the group's id): "steps" skips it, as Slurm's
+    `--signal` without `B:` does, so a shell without a trap is not killed by the warning
+    meant for the programs it runs; "batch" is Slurm's `B:`."""
+    if _warn_target == "all":
+        _signal_tree(sig)
+        return
+    if _warn_target == "batch":
+        try:
+            os.kill(_job_pgid, sig)
+        except OSError:
+            pass
+        return
+    for pid, _group in _descendants():
+        if pid == _job_pgid:
+            continue
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
 def _begin_stop(why: str, cause: str = "-") -> None:
     global _stage, _cause
     if _stage:
@@ -306,7 +332,7 @@ def _on_alarm(signum: int, frame: object) -> None:
     if _stage == 0 and _warn_signal and not _warned:
         _warned = True
         _say(f"time limit in {_warn_before_s:g}s: sending warning signal {_warn_signal}")
-        _signal_tree(_warn_signal)
+        _warn(_warn_signal)
         signal.setitimer(signal.ITIMER_REAL, _warn_before_s)  # then the limit itself
     elif _stage == 0:
         _timed_out = True
@@ -704,7 +730,7 @@ def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
 
 def main(jobdir: str) -> None:
     global _grace_s, _limit_s, _stop_signal, _jobdir, _warn_signal, _warn_before_s
-    global _log_room, _disk_reserve
+    global _log_room, _disk_reserve, _warn_target
     _jobdir = jobdir
     plan = _read_launch(os.path.join(jobdir, "launch.json"))
     _grace_s = float(plan.get("grace_s", 10.0))
@@ -714,6 +740,7 @@ def main(jobdir: str) -> None:
     _stop_signal = int(plan.get("stop_signal", 15))
     _warn_signal = int(plan.get("warn_signal") or 0)
     _warn_before_s = float(plan.get("warn_before_s") or 0)
+    _warn_target = str(plan.get("warn_target") or "all")
     if not 0 < _warn_before_s < _limit_s:
         _warn_signal = 0  # no limit to warn before (spec_rules refuses such a submit)
     report_fd = plan.get("report_fd")

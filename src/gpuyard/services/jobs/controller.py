@@ -28,7 +28,7 @@ from gpuyard.domain.retry import (
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.jobs.crashpoints import crash_point
-from gpuyard.services.jobs.dependencies import end_never_satisfied
+from gpuyard.services.jobs.dependencies import note_never_satisfied
 from gpuyard.services.jobs.disk_waits import DiskFullWaits
 from gpuyard.services.jobs.journal import Journal, Transaction
 from gpuyard.services.launch.oom import oom_line
@@ -172,7 +172,7 @@ class Controller:
         if started:
             crash_point("start_recorded")
             self._launch(started)
-        end_never_satisfied(self.journal, decided.never, self._clock)  # outside the pass lock
+        note_never_satisfied(decided.never)  # they stay pending (DependencyNeverSatisfied)
         if decided.passed:  # idle ticks would drown the passes in the histogram
             self.metrics.pass_s.observe(time.perf_counter() - began)
         return decided

@@ -1,5 +1,7 @@
 """Dependencies and array caps in the server: the jobs a dependency names, checked at submit and
-looked up by the scheduler's gate; jobs that can never run ended through the journal.
+looked up by the scheduler's gate; jobs that can never run ended through the journal when the
+gate reports them (the live gate does not: as Slurm's default they stay pending with reason
+DependencyNeverSatisfied, `services/scheduler/live.py`).
 
 The decisions themselves are pure (`domain/dependency.py`, `scheduling/workflow_gate.py`), so
 `gpuyard simulate` makes them with the same code.
@@ -13,12 +15,11 @@ from typing import Protocol
 
 from gpuyard.domain.dependency import Ref, parse_dependency
 from gpuyard.domain.errors import InvalidRequest, NotFound
-from gpuyard.domain.job import REASON_DEPENDENCY_NEVER, Job, JobSpec
+from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.workflow_gate import Named
 from gpuyard.services.jobs.book import JobBook
-from gpuyard.services.jobs.journal import Journal
 from gpuyard.services.ports import JobStore
 
 log = logging.getLogger("gpuyard.controller")
@@ -107,25 +108,12 @@ def check_dependency(
             ) from None
 
 
-def end_never_satisfied(
-    journal: Journal, never: Iterable[tuple[int, str]], clock: Callable[[], float]
-) -> list[Job]:
-    """The jobs the gate found can never run end CANCELLED, reason DependencyNeverSatisfied,
-    in one durable write (after the pass, outside the scheduler's lock; a write that fails is
-    retried by the journal). The gate counts them as cancelled already."""
-    never = list(never)
-    if not never:
-        return []
-    now = clock()
-    with journal.transaction() as tx:
-        ended = []
-        for job_id, why in never:
-            current = tx.current(job_id)
-            if current is None or current.state is not JobState.PENDING:
-                continue
-            ended.append(current.transition(
-                JobState.CANCELLED, ended_at=now, reason=REASON_DEPENDENCY_NEVER
-            ))  # fmt: skip
-            log.info("job %s cancelled: its dependency can never be satisfied (%s)", job_id, why)
-        tx.commit(ended, now)
-        return ended
+def note_never_satisfied(never: Iterable[tuple[int, str]]) -> None:
+    """The jobs the gate found can never run stay PENDING, as Slurm leaves them (without
+    --kill-on-invalid-dep): the gate keeps them out with reason DependencyNeverSatisfied (it
+    judges them so again after a restart), so their owner sees why and cancels them, or
+    fixes what they wait for. The jobs behind one are judged as if it had been cancelled
+    (the gate's, and `gpuyard simulate`'s, rule): `afterok` on it can never hold either,
+    `afternotok`/`afterany` on it run. Said once in the log."""
+    for job_id, why in never:
+        log.info("job %s stays pending: its dependency can never be satisfied (%s)", job_id, why)

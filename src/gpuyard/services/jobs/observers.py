@@ -22,6 +22,8 @@ def scheduler_events(scheduler: LiveScheduler) -> Callable[[JobChange], None]:
     def observe(change: JobChange) -> None:
         before, job = change.before, change.after
         if before is None:
+            if job.held:  # submitted held (sbatch --hold): held before the policy hears of it
+                scheduler.gate.hold(job.id, REASON_HELD)
             scheduler.submitted(job)
         elif before.state is JobState.PENDING and job.state is JobState.RUNNING:
             scheduler.launched(job.id, job.gpus)

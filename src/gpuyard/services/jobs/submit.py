@@ -233,7 +233,7 @@ class JobSubmits:
             return [Job(
                 id=book.allocate_id(), spec=self._ports.assign(sub.specs[0]), owner=owner,
                 state=JobState.PENDING, submitted_at=self._desk.clock(), restart_of=restart_of,
-                idempotency_key=key,
+                idempotency_key=key, held=sub.specs[0].hold and restart_of is None,
             )]  # fmt: skip
         first = book.allocate_ids(len(sub.indices))
         now = self._desk.clock()
@@ -248,6 +248,7 @@ class JobSubmits:
                 idempotency_key=key,
                 array_job_id=first,
                 array_task_id=index,
+                held=spec.hold,
             )
             for i, (spec, index) in enumerate(zip(specs, sub.indices, strict=True))
         ]

@@ -81,6 +81,7 @@ def launch_plan(
         script=script,
         warn_signal=job.spec.warn_signal,
         warn_before_s=job.spec.warn_before_s,
+        warn_target=job.spec.warn_target,
         checkpoint_dir=checkpoints,
         progress_file=progress,
         srun_shim=wants_srun(job),

@@ -78,8 +78,8 @@ class Decisions:
     launches: list[Launch] = field(default_factory=list)
     preempt: list[int] = field(default_factory=list)
     passed: bool = False  # the policy ran a pass (else nothing it could act on happened)
-    # Pending jobs whose dependency can never hold (id, why): to end CANCELLED
-    # (DependencyNeverSatisfied) after the pass, through the journal.
+    # Pending jobs whose dependency can never hold (id, why): they stay pending, kept out by
+    # the gate with reason DependencyNeverSatisfied (Slurm's default), logged after the pass.
     never: list[tuple[int, str]] = field(default_factory=list)
 
 
