@@ -48,7 +48,7 @@ EXPECTED = [
             output_path="out/%x-%A_%a.out", error_path="out/%j.err", ntasks_per_node=2,
             dependency="afterok:3:4?afternotok:5", array_max_running=3, python="/usr/bin/python3",
             notify=("http://127.0.0.1:9/h",), notify_events=("begin", "fail"), gpu_type="a100"),
-    JobSpec(argv=("python", "-m", "srv"), name="python", workdir="/srv", kind="service",
+    JobSpec(argv=("python", "-m", "srv"), name="srv", workdir="/srv", kind="service",
             service_port=8081, health_path="/health", health_grace_s=30,
             container="/img/srv.sif"),
     JobSpec(argv=("bash",), name="bash", workdir="/", kind="interactive", venv="/opt/venv",
