@@ -22,7 +22,7 @@ def _queued(server: ServerProcess) -> list[dict[str, object]]:
     ("args", "message"),
     [
         (["--gpu", "1", "--", "echo", "hi"], "No such option: --gpu (Did you mean --gpus?)"),
-        (["--json", "--", "true"], "No such option: --json"),
+        (["--jsn", "--", "true"], "No such option: --jsn (Did you mean --json?)"),
         (
             ["--qos", "low", "true"],
             "No such option: --qos (sbatch's, which means nothing here: "

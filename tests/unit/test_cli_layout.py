@@ -15,7 +15,12 @@ def _sources() -> dict[str, str]:
 def test_every_command_lives_in_a_cmd_module_that_the_app_registers() -> None:
     sources = _sources()
     cmd_modules = {name for name in sources if name.endswith("_cmd")}
-    declaring = {name for name, text in sources.items() if ".command(" in text}
+    # `cmd_common.raw_command` is the one helper that declares (Slurm's commands, which read
+    # their words themselves); the modules calling it declare through it.
+    declaring = {
+        name for name, text in sources.items()
+        if (".command(" in text or "raw_command(" in text) and name != "cmd_common"
+    }  # fmt: skip
     assert declaring == cmd_modules, "commands declared outside a *_cmd.py module"
     registering = {name for name, text in sources.items() if "\ndef register(" in text}
     assert registering == cmd_modules

@@ -11,9 +11,6 @@ it too (`commands.py`).
 module (typer + click cost ~40-90 ms); it comes here for everything else.
 """
 
-import sys
-from typing import Annotated
-
 import click.exceptions
 import typer
 
@@ -35,6 +32,7 @@ from gpuyard.cli import (
     submit_cmd,
     sweep_cmd,
 )
+from gpuyard.cli.cmd_common import add_app_options
 
 # An unknown command's close names, said once: click from 8.4 says them itself
 # (NoSuchCommand), and typer's would be a second list.
@@ -57,23 +55,7 @@ admin = typer.Typer(
 app.add_typer(admin, name="admin")
 
 
-def _say_version(given: bool) -> None:
-    if given:
-        from gpuyard import __version__
-
-        sys.stdout.write(f"gpuyard {__version__}\n")
-        raise typer.Exit()
-
-
-@app.callback()
-def _app_options(
-    version: Annotated[
-        bool,
-        typer.Option("--version", is_eager=True, callback=_say_version,
-                     help="print gpuyard's version and exit"),
-    ] = False,
-) -> None:  # fmt: skip
-    """The options of `gpuyard` itself, before any command."""
+add_app_options(app)  # --version
 
 
 for module in (

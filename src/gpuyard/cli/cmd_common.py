@@ -49,3 +49,25 @@ def raw_command(app: typer.Typer, name: str, body: Callable[[list[str]], int], d
     settings = {"allow_extra_args": True, "ignore_unknown_options": True,
                 "allow_interspersed_args": False}  # fmt: skip
     app.command(name, add_help_option=False, context_settings=settings)(command)
+
+
+def add_app_options(app: typer.Typer) -> None:
+    """The options of `gpuyard` itself, before any command: `--version`."""
+
+    def say_version(given: bool) -> None:
+        if given:
+            from gpuyard import __version__
+
+            sys.stdout.write(f"gpuyard {__version__}\n")
+            raise typer.Exit()
+
+    def app_options(
+        version: Annotated[
+            bool,
+            typer.Option("--version", is_eager=True, callback=say_version,
+                         help="print gpuyard's version and exit"),
+        ] = False,
+    ) -> None:  # fmt: skip
+        """The options of `gpuyard` itself, before any command."""
+
+    app.callback()(app_options)

@@ -31,15 +31,15 @@ def run_top(client: Client, interval_s: float, iterations: int | None) -> None:
     console = Console()
     shown = 1
     progress = ProgressSource(client)
-    frame = _frame(client, progress, console.width)
-    with Live(frame, console=console, auto_refresh=False) as live:
-        try:
+    try:  # Ctrl-C at any moment (a frame being fetched too) ends top quietly, as top's does
+        frame = _frame(client, progress, console.width)
+        with Live(frame, console=console, auto_refresh=False) as live:
             while iterations is None or shown < iterations:
                 time.sleep(interval_s)
                 live.update(_frame(client, progress, console.width), refresh=True)
                 shown += 1
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        pass
 
 
 class ProgressSource:
