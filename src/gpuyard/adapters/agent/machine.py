@@ -43,7 +43,7 @@ from typing import Any
 from gpuyard.adapters.executor import tree
 from gpuyard.adapters.executor.cgroups import JobCgroups, gpu_device_numbers
 from gpuyard.adapters.executor.job_folder import PID_FILE, STATUS_FILE
-from gpuyard.adapters.executor.launch_file import read_facts
+from gpuyard.adapters.executor.launch_file import LAUNCH_FILE, read_facts
 from gpuyard.adapters.executor.local import LocalExecutor
 from gpuyard.adapters.gpus.select import NoGpuDriver, choose_gpus
 from gpuyard.adapters.gpus.telemetry import open_gpu_telemetry
@@ -64,6 +64,30 @@ AGENT_DIR_VAR = "GPUYARD_AGENT_DIR"  # where this machine keeps its job folders 
 READABLE = re.compile(r"output\.log|progress\.jsonl|node[0-9]+\.log")
 _READ_LIMIT = 1 << 20  # at most this much of one file per read
 _FENCE_MARGIN_S = 5.0
+
+
+def _is_supervisor_of(pid: int, folder: Path) -> bool:
+    """Process `pid` is alive and is the supervisor of the job in `folder` (its working
+    directory, or its command line naming it)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return proc.cwd() == str(folder) or str(folder) in proc.cmdline()
+    except psutil.Error:
+        return False
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 def _none_detected() -> list[Gpu]:
@@ -260,28 +284,36 @@ class MachineAgent:
         return ended
 
     def _end_stale(self, job_id: int, folder: Path) -> bool:
+        """End what still runs of the job of `folder` (its supervisor first, so it stops its
+        tree as it would at a cancel; then anything left). A supervisor pid that now names
+        another process is never signalled, nor its session searched (as `LocalExecutor`
+        does after a restart)."""
         try:
             pid = int((folder / PID_FILE).read_text().strip())
+            since = (folder / LAUNCH_FILE).stat().st_mtime - 5.0  # the launch was written
         except (OSError, ValueError):
             return False
         facts = read_facts(folder)
-        since = folder.stat().st_mtime - 86400 * 365  # whatever ran from this folder
-        found = tree.find_job_processes(pid, facts.marker, since, facts.uid)
-        if not found:
+        ours = _is_supervisor_of(pid, folder)
+        session = pid if ours or not _exists(pid) else -1
+        found = tree.find_job_processes(session, facts.marker, since, facts.uid)
+        if not found and not ours:
             return False
         log.warning("job %s: ending it here, the server no longer places it on %s", job_id,
                     self.name)  # fmt: skip
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGCONT)
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + self._grace_s + _FENCE_MARGIN_S
-        while time.monotonic() < deadline and tree.find_job_processes(
-            pid, facts.marker, since, facts.uid
-        ):
-            time.sleep(0.1)
-        left = tree.find_job_processes(pid, facts.marker, since, facts.uid)
-        if left:
-            tree.end_processes(left, signal.SIGKILL, 0)
+        if ours:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + self._grace_s + _FENCE_MARGIN_S
+            while time.monotonic() < deadline and _is_supervisor_of(pid, folder):
+                time.sleep(0.1)
+            if _is_supervisor_of(pid, folder):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        tree.end_processes(found, facts.stop_signal, self._grace_s)  # closes the pidfds
+        left = tree.find_job_processes(session, facts.marker, since, facts.uid)
+        tree.end_processes(left, signal.SIGKILL, 0)
         with self._lock:
             self._jobs_here.pop(job_id, None)
         return True

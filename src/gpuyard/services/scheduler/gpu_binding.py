@@ -156,6 +156,14 @@ class GpuBinding:
                 free[gpu] = mib
         return free
 
+    def _machines_of(self, record: Job) -> Placement:
+        """A job without GPUs, back on the machines it runs on (their first pool each): its
+        CPUs and memory are charged there, not on the first machine (a restarted cluster
+        server found its machines' CPU jobs all counted on its own)."""
+        names = record.node.split(",") if record.node else []
+        nodes = [self.node_names.index(name) for name in names if name in self.node_names]
+        return tuple((node, 0) for node in sorted(set(nodes))) or ((0, 0),)
+
     def restored_placement(self, record: Job) -> tuple[Placement, tuple[int, ...] | None]:
         """Where a job still running after a restart is, in the policy's terms: whole GPUs, or
         the shared GPUs it runs on (one slot per physical GPU, bound to it again)."""
@@ -164,7 +172,7 @@ class GpuBinding:
             node = self.node_of.get(gpu, 0)
             per_node[node] = per_node.get(node, 0) + 1
         if not record.spec.gpu_mem_mib:
-            return tuple(sorted(per_node.items())) or ((0, 0),), None
+            return tuple(sorted(per_node.items())) or self._machines_of(record), None
         node = min(per_node, default=0)
         slots = tuple(_REBUILT_SLOT + gpu for gpu in record.gpus)
         for gpu, slot in zip(record.gpus, slots, strict=True):
