@@ -104,8 +104,8 @@ class ServerFacade:
             thread.start()
 
     def close(self) -> None:
-        """Stop serving; running local jobs keep running under their supervisors (Ray jobs
-        end with the server's Ray connection)."""
+        """Stop serving; running jobs keep running under their supervisors, on every machine
+        (a restarted server re-adopts them)."""
         for thread in self.background:
             thread.stop()
         self.controller.stop()
