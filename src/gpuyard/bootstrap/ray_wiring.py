@@ -69,12 +69,11 @@ def ray_backend(
             settings.state_dir, settings.kill_grace_s, settings.gpus,
             settings.declared_gpu_mem_mib, settings.job_cgroups, settings.job_pids_max or None,
         ))  # fmt: skip
-        links = machines.start(found.ray_nodes)
-        by_name = {link.name: link for link in links}
+        links = machines.start(found.ray_nodes)  # the server's own machine first, then by name
         gpus = cluster_gpus(links)
         names = backend.unique_names(found.ray_nodes)
-        nodes = [machine_capacity(by_name[names[n.node_id]], n) for n in found.ray_nodes]
-        nodes.sort(key=lambda n: [link.name for link in links].index(n.name))
+        node_of = {names[n.node_id]: n for n in found.ray_nodes}
+        nodes = [machine_capacity(link, node_of[link.name]) for link in links]
         where = settings.ray_address or "a local cluster on 127.0.0.1"
         each = ", ".join(f"{link.name}: {link.hello.get('gpu_source')}" for link in links)
         source = f"{len(gpus)} GPUs on {len(nodes)} machine(s) of {where} ({each})"
@@ -95,7 +94,7 @@ def ray_backend(
     def make_executor(exits: ExitCallback) -> Executor:
         executor = AgentExecutor(
             machines.links, settings.state_dir / "jobs", exits, lambda: inventory.gpus,
-            remake=lambda name: remake_agent(parts, name),
+            remake=lambda name: new_agent(parts, name),
         )  # fmt: skip
         for link in machines.links().values():
             executor.start_polling(link)
@@ -120,8 +119,9 @@ def _ray_logs(settings: Settings) -> str:
     return str(settings.state_dir / "ray" / "t" / "session_latest" / "logs")
 
 
-def remake_agent(parts: RayParts, name: str) -> Any:
-    """A new agent on machine `name` (its old one died), if the machine is alive."""
+def new_agent(parts: RayParts, name: str) -> Any:
+    """A new agent on machine `name` (its old one died, or the machine is back), if the Ray
+    node the watch has for it is alive."""
     node_id = parts.watch.node_ids().get(name)
     node = next((n for n in parts.connection.nodes() if n.node_id == node_id and n.alive), None)
     return None if node is None else parts.machines.connect(name, node)
@@ -160,11 +160,9 @@ def machine_lost(parts: RayParts, drains: DrainService, inventory: Inventory, na
 def machine_back(parts: RayParts, drains: DrainService, inventory: Inventory, name: str) -> None:
     """A lost machine is back (a new Ray node of its name): a new agent there first ends what
     the server no longer places there, then its GPUs return to service."""
-    node_id = parts.watch.node_ids().get(name)
-    node = next((n for n in parts.connection.nodes() if n.node_id == node_id), None)
-    if node is None:
+    link = new_agent(parts, name)
+    if link is None:
         return
-    link = parts.machines.connect(name, node)
     if parts.executor is not None:
         parts.executor.machine_back(link)
         parts.executor.start_polling(link)

@@ -44,7 +44,7 @@ from gpuyard.adapters.executor import tree
 from gpuyard.adapters.executor.cgroups import JobCgroups, gpu_device_numbers
 from gpuyard.adapters.executor.job_folder import PID_FILE, STATUS_FILE
 from gpuyard.adapters.executor.launch_file import LAUNCH_FILE, read_facts
-from gpuyard.adapters.executor.local import LocalExecutor
+from gpuyard.adapters.executor.local import LocalExecutor, is_supervisor, running
 from gpuyard.adapters.gpus.select import NoGpuDriver, choose_gpus
 from gpuyard.adapters.gpus.telemetry import open_gpu_telemetry
 from gpuyard.domain.job import Gpu, Job
@@ -64,30 +64,6 @@ AGENT_DIR_VAR = "GPUYARD_AGENT_DIR"  # where this machine keeps its job folders 
 READABLE = re.compile(r"output\.log|progress\.jsonl|node[0-9]+\.log")
 _READ_LIMIT = 1 << 20  # at most this much of one file per read
 _FENCE_MARGIN_S = 5.0
-
-
-def _is_supervisor_of(pid: int, folder: Path) -> bool:
-    """Process `pid` is alive and is the supervisor of the job in `folder` (its working
-    directory, or its command line naming it)."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return proc.cwd() == str(folder) or str(folder) in proc.cmdline()
-    except psutil.Error:
-        return False
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def _none_detected() -> list[Gpu]:
@@ -294,8 +270,8 @@ class MachineAgent:
         except (OSError, ValueError):
             return False
         facts = read_facts(folder)
-        ours = _is_supervisor_of(pid, folder)
-        session = pid if ours or not _exists(pid) else -1
+        ours = is_supervisor(pid, None, str(folder))
+        session = pid if ours or not running(pid) else -1
         found = tree.find_job_processes(session, facts.marker, since, facts.uid)
         if not found and not ours:
             return False
@@ -306,9 +282,9 @@ class MachineAgent:
                 os.kill(pid, signal.SIGCONT)
                 os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + self._grace_s + _FENCE_MARGIN_S
-            while time.monotonic() < deadline and _is_supervisor_of(pid, folder):
+            while time.monotonic() < deadline and is_supervisor(pid, None, str(folder)):
                 time.sleep(0.1)
-            if _is_supervisor_of(pid, folder):
+            if is_supervisor(pid, None, str(folder)):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
         tree.end_processes(found, facts.stop_signal, self._grace_s)  # closes the pidfds

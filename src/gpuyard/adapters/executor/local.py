@@ -295,21 +295,7 @@ class LocalExecutor:
         return Recovered(ended=self._release(job, ended))
 
     def _is_ours(self, pid: int, started_at: float | None, job_id: int) -> bool:
-        """Same pid, and the same start time or our supervisor's command line or folder."""
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return False
-            if started_at and abs(proc.create_time() - started_at) < _START_TIME_TOLERANCE_S:
-                return True
-            # Start time unknown, or moved: psutil dates a start from the kernel's boot time in
-            # wall-clock terms, which a step of the wall clock moves by the step. Then: started
-            # on its own, its command line names its folder; forked by the fork server, its
-            # working directory is its folder (no other process's is).
-            jobdir = str(self.job_dir(job_id))
-            return jobdir in proc.cmdline() or proc.cwd() == jobdir
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            return False
+        return is_supervisor(pid, started_at, str(self.job_dir(job_id)))
 
     # -- watching -------------------------------------------------------------------------
     def watch(self, job: Job) -> None:
@@ -438,7 +424,7 @@ class LocalExecutor:
         ours = self._is_ours(pid, started_at, job.id)
         # The session is the supervisor's only while its id cannot have been reused: the
         # supervisor is there (or a zombie), or gone (members of its session still hold the id).
-        session = pid if ours or not _running(pid) else -1
+        session = pid if ours or not running(pid) else -1
         found = tree.find_job_processes(session, facts.marker, since, facts.uid)
         if not found:
             return False
@@ -529,7 +515,25 @@ def _compile_supervisor(jobs_dir: Path) -> str:
         return SUPERVISOR
 
 
-def _running(pid: int) -> bool:
+def is_supervisor(pid: int, started_at: float | None, jobdir: str) -> bool:
+    """`pid` is the supervisor of the job in `jobdir`: same pid, and the same start time or
+    that supervisor's command line or folder (a reused pid never passes)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if started_at and abs(proc.create_time() - started_at) < _START_TIME_TOLERANCE_S:
+            return True
+        # Start time unknown, or moved: psutil dates a start from the kernel's boot time in
+        # wall-clock terms, which a step of the wall clock moves by the step. Then: started
+        # on its own, its command line names its folder; forked by the fork server, its
+        # working directory is its folder (no other process's is).
+        return jobdir in proc.cmdline() or proc.cwd() == jobdir
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def running(pid: int) -> bool:
     """A process with this pid exists and is not a zombie."""
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)

@@ -117,7 +117,7 @@ class AgentExecutor:
         if len(names) == 1:
             plans = [replace(plan, argv_for=None)]
         else:
-            plans = self._rank_plans(job, plan, links[names[0]])
+            plans = self._rank_plans(job, parts, plan, links[names[0]])
         run = _Running(job, names)
         with self._lock:
             self._running[job.id] = run
@@ -157,7 +157,9 @@ class AgentExecutor:
             parts.append(replace(job, spec=spec, gpus=local if n > 1 or here else job.gpus))
         return parts
 
-    def _rank_plans(self, job: Job, plan: LaunchPlan, first: AgentLink) -> list[LaunchPlan]:
+    def _rank_plans(
+        self, job: Job, parts: list[Job], plan: LaunchPlan, first: AgentLink
+    ) -> list[LaunchPlan]:
         """Each rank's command (torchrun with its node rank, rank 0's address and a port free
         there), environment (its own GPUs) and log (`node<r>.log`)."""
         assert plan.argv_for is not None, "a multi-node plan has argv_for"
@@ -166,7 +168,7 @@ class AgentExecutor:
         addr = first.ip
         folder = str(self.job_dir(job.id))
         plans = []
-        for rank, part in enumerate(self._rank_jobs(job, names)):
+        for rank, part in enumerate(parts):
             env = {
                 **plan.env, "GPUYARD_NODE_RANK": str(rank), "GPUYARD_NUM_NODES": str(len(names)),
                 "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in part.gpus),
