@@ -3,6 +3,8 @@ working directory, log and GPU stats are its owner's and the admins' only."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,8 +36,14 @@ def test_others_rows_hide_output_paths_launch_failures_and_names_from_the_comman
 ) -> None:
     # A program submit finds (a missing one is refused at submit) whose #! names nothing: it
     # fails at its launch, with a reason that quotes its path.
-    secret = Path(rig.workdir) / "alice-secret"
-    secret.mkdir()
+    secret = Path(tempfile.mkdtemp(prefix="alice-secret-", dir=rig.workdir))  # unique per run
+    try:
+        _a_launch_failure_hides_its_details(rig, secret)
+    finally:
+        shutil.rmtree(secret, ignore_errors=True)
+
+
+def _a_launch_failure_hides_its_details(rig: Rig, secret: Path) -> None:
     (secret / "train.sh").write_text("#!/nonexistent/interpreter\n")
     (secret / "train.sh").chmod(0o755)
     body = {
