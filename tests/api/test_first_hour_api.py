@@ -5,7 +5,8 @@ or not yours to see" (as the dashboard says it), a job with no reason has `"reas
 from __future__ import annotations
 
 import time
-from pathlib import Path
+
+import pytest
 
 from tests.api.test_tokens_accounts import Rig, _add_user
 from tests.api.test_tokens_accounts import rig as rig  # the fixture
@@ -48,9 +49,12 @@ def test_no_reason_is_null_and_a_never_run_job_names_no_node(rig: Rig) -> None:
     assert cancelled["node"] == ""  # never ran: no node (was "local" beside a hostname)
 
 
-def test_a_script_run_by_python_is_named_after_the_script(rig: Rig) -> None:
-    (Path(rig.workdir) / "train.py").write_text("print('hi')\n")
-    body = {"command": ["python3", "-u", "train.py", "--lr", "1"], "workdir": rig.workdir}
+def test_a_script_run_by_python_is_named_after_the_script(
+    rig: Rig, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    workdir = tmp_path_factory.mktemp("named")
+    (workdir / "train.py").write_text("print('hi')\n")
+    body = {"command": ["python3", "-u", "train.py", "--lr", "1"], "workdir": str(workdir)}
     job = rig.admin().post("/api/v1/jobs", json=body).json()
     assert job["name"] == "train.py"  # as sbatch names a job after its script (was "python3")
     assert rig.admin().post("/api/v1/jobs", json={**body, "name": "mine"}).json()["name"] == "mine"

@@ -49,8 +49,9 @@ def box(tmp_path: Path) -> Iterator[Box]:
         max_connections=48, reserved_connections=8, max_connections_per_user=6,
     )  # fmt: skip
     server, app = build_app(settings)
-    with unix_users() as users, served(
-        server, app, "127.0.0.1", port, protocol=server_protocol(settings)
+    with (
+        unix_users() as users,
+        served(server, app, "127.0.0.1", port, protocol=server_protocol(settings)),
     ):
         assert server.accounts is not None
         tokens = []
@@ -143,9 +144,7 @@ def test_one_users_streams_leave_the_others_able_to_submit_list_and_cancel(box: 
         with httpx.Client(base_url=box.url, headers=_bearer(box.alice), timeout=30) as alice:
             made = alice.post("/api/v1/jobs", json={"command": ["sleep", "30"], "workdir": "/"})
             assert made.status_code == 201, made.text
-            assert [j["id"] for j in alice.get("/api/v1/jobs").json()] == [
-                made.json()["id"]
-            ]
+            assert [j["id"] for j in alice.get("/api/v1/jobs").json()] == [made.json()["id"]]
             cancelled = alice.post(f"/api/v1/jobs/{made.json()['id']}/cancel")
             assert cancelled.status_code == 200, cancelled.text
     finally:
