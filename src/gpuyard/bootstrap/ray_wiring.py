@@ -12,6 +12,7 @@ from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import Job
 from gpuyard.services.jobs.controller import Controller
 from gpuyard.services.jobs.drains import DrainService
+from gpuyard.services.machine.joins import MachineJoins
 from gpuyard.services.ports import Executor, ExitCallback
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.settings import Settings
@@ -125,6 +126,21 @@ def new_agent(parts: RayParts, name: str) -> Any:
     node_id = parts.watch.node_ids().get(name)
     node = next((n for n in parts.connection.nodes() if n.node_id == node_id and n.alive), None)
     return None if node is None else parts.machines.connect(name, node)
+
+
+def machine_joined(parts: RayParts, joins: MachineJoins, name: str, node: Any) -> None:
+    """A Ray node of a new name is alive: its agent starts, ends anything still running there
+    (nothing the server placed: it never knew the machine), and its GPUs are scheduled from
+    the next pass. Raises if its agent does not start (the watch tries again later)."""
+    from gpuyard.adapters.ray.machines import machine_capacity, machine_gpus
+
+    link = parts.machines.connect(name, node)
+    ended = link.call("fence", [], timeout_s=120)
+    if ended:
+        log.warning("%s joined: ended job(s) %s left running there", name, ended)
+    joins.join(machine_capacity(link, node), machine_gpus(link, 0))
+    if parts.executor is not None:
+        parts.executor.start_polling(link)
 
 
 def fence_machines(parts: RayParts, running: list[Job]) -> None:

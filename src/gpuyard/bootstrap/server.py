@@ -36,6 +36,7 @@ from gpuyard.services.access.tokens import TokenAuth
 from gpuyard.services.access.web_sessions import WebSessions
 from gpuyard.services.launch.run_as import RunAsPolicy
 from gpuyard.services.machine.event_ring import EventSaver
+from gpuyard.services.machine.joins import MachineJoins
 from gpuyard.services.machine.machines import ThisMachine
 from gpuyard.services.machine.telemetry import GpuMonitor
 from gpuyard.services.ports import Executor, ExitCallback
@@ -51,6 +52,7 @@ from gpuyard.bootstrap.ray_wiring import (
     RayParts,
     fence_machines,
     machine_back,
+    machine_joined,
     machine_lost,
     ray_backend,
     settle_ray_restart,
@@ -155,6 +157,11 @@ def build_server(
         parts = ray
         parts.watch.on_lost = lambda name: machine_lost(parts, core.drains, inventory, name)
         parts.watch.on_back = lambda name: machine_back(parts, core.drains, inventory, name)
+        joins = MachineJoins(
+            inventory, core.scheduler, core.events, core.controller.wake, monitor=core.monitor,
+            drains=core.drains,
+        )
+        parts.watch.on_join = lambda name, node: machine_joined(parts, joins, name, node)
         background.append(ray.watch)
     background.append(EventSaver(core.events))  # last: its stop saves what the others told
     return ServerFacade(

@@ -102,6 +102,33 @@ class ClusterState:
         # deep queue of shares on a full cluster then costs a lookup per job, not a search.
         self._share_failed: dict[tuple[int, int, int, tuple[int, ...] | None], int] = {}
 
+    def add_node(self, spec: NodeSpec) -> int:
+        """A machine (or one pool of it) that joined a running cluster: all of it free, at the
+        end of the node list (no index held by a placement moves). Returns its index."""
+        node = len(self.nodes)
+        self.nodes.append(spec)
+        if spec.gpus > self.node_gpus:
+            self._buckets.extend(set() for _ in range(spec.gpus - self.node_gpus))
+            self.node_gpus = spec.gpus
+        self.free.append(spec.gpus)
+        self._buckets[spec.gpus].add(node)
+        self.total_gpus += spec.gpus
+        self.free_gpus += spec.gpus
+        self.free_cpus.append(float("inf") if spec.cpus is None else float(spec.cpus))
+        self.free_mem_mib.append(float("inf") if spec.mem_mib is None else float(spec.mem_mib))
+        self._slots.append({})
+        siblings = tuple(
+            i for i, n in enumerate(self.nodes) if spec.host and n.host == spec.host
+        ) or (node,)
+        for each in siblings:
+            if each != node:
+                self._siblings[each] = siblings
+        self._siblings.append(siblings)
+        self._typed.clear()  # more room: every cached answer may differ now
+        self._type_failed.clear()
+        self._share_failed.clear()
+        return node
+
     @classmethod
     def uniform(cls, total_gpus: int, gpus_per_node: int) -> ClusterState:
         count, rest = divmod(total_gpus, gpus_per_node)

@@ -7,10 +7,11 @@ cluster (node 0's are 0..g0-1, node 1's continue), declared GPUs to the server (
 of remote machines yet), so `gpuyard gpus` lists them with their node. CUDA_VISIBLE_DEVICES
 inside a job is Ray's, per machine.
 
-Lost and returning nodes: `NodeWatch` polls Ray's node table (every second); a node of the
-inventory that is no longer alive has its GPUs drained (source `ray`, reason "Ray node ...
+Lost, returning and new nodes: `NodeWatch` polls Ray's node table (every second); a node of
+the inventory that is no longer alive has its GPUs drained (source `ray`, reason "Ray node ...
 was lost"): no job is placed there, a job still on it ends NODE_FAIL. When a node of that name
-is alive again (Ray gives it a new id), its GPUs are resumed.
+is alive again (Ray gives it a new id), its GPUs are resumed. A node of a new name is a machine
+that joins: the server starts its agent and schedules its GPUs from then on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -136,8 +138,16 @@ def unique_names(nodes: list[RayNode]) -> dict[str, str]:
 class NodeWatch:
     """Polls Ray's nodes: `on_lost(name)` once when an inventory machine's node dies,
     `on_back(name)` when a new node of the same Ray name appears (Ray gives a returning node a
-    new id). Machines are followed by node id, so a lost one never passes for another of the
-    same name. `node_ids()` maps the machines alive now to their ids."""
+    new id), `on_join(name, node)` for a node of a name never seen (a machine added to the
+    running cluster; with GPUs, unless no machine has any). Machines are followed by node id,
+    so a lost one never passes for another of the same name. `node_ids()` maps the machines
+    alive now to their ids.
+
+    A join runs on a thread of its own (starting the machine's agent takes seconds, a minute on
+    a loaded machine), so a join never delays noticing a loss; one that fails is tried again
+    after `RETRY_JOIN_S`."""
+
+    RETRY_JOIN_S = 30.0
 
     def __init__(
         self, connection: RayConnection, nodes: list[RayNode], period_s: float = 1.0
@@ -147,14 +157,20 @@ class NodeWatch:
         self._ids = {names[n.node_id]: n.node_id for n in nodes}  # machine -> current node id
         self._base = {names[n.node_id]: _base_name(n) for n in nodes}
         self._gone: set[str] = set()
+        self._joins_cpu_only = not any(n.gpus for n in nodes)
+        self._joining: set[str] = set()  # node ids whose join runs now
+        self._retry_at: dict[str, float] = {}  # node id -> when a failed join is tried again
+        self._lock = threading.Lock()
         self._period_s = period_s
         self.on_lost: Callable[[str], object] = lambda name: None  # set by the server
         self.on_back: Callable[[str], object] = lambda name: None
+        self.on_join: Callable[[str, RayNode], object] = lambda name, node: None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def node_ids(self) -> dict[str, str]:
-        return {name: node_id for name, node_id in self._ids.items() if name not in self._gone}
+        with self._lock:
+            return {name: node_id for name, node_id in self._ids.items() if name not in self._gone}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpuyard-ray-nodes", daemon=True)
@@ -174,8 +190,8 @@ class NodeWatch:
 
     def poll(self) -> None:
         alive = {node.node_id: node for node in self._conn.nodes() if node.alive}
-        for name, node_id in self._ids.items():
-            if node_id not in alive and name not in self._gone:
+        for name, node_id in list(self._ids.items()):
+            if node_id not in alive and name not in self._gone and node_id not in self._joining:
                 self._gone.add(name)
                 log.warning("Ray node %s was lost: its GPUs are out of service", name)
                 self.on_lost(name)
@@ -187,11 +203,53 @@ class NodeWatch:
                 None,
             )  # fmt: skip
             if back is not None:
-                self._ids[name] = back.node_id
+                with self._lock:
+                    self._ids[name] = back.node_id
                 bound.add(back.node_id)
                 self._gone.discard(name)
                 log.info("Ray node %s is back: its GPUs are in service again", name)
                 self.on_back(name)
+        self._find_joins(alive, bound)
+
+    def _find_joins(self, alive: dict[str, RayNode], bound: set[str]) -> None:
+        gone_bases = {self._base[name] for name in self._gone}
+        now = time.monotonic()
+        for node in sorted(alive.values(), key=_base_name):
+            node_id = node.node_id
+            if node_id in bound or node_id in self._joining or _base_name(node) in gone_bases:
+                continue
+            if not (node.gpus or self._joins_cpu_only) or self._retry_at.get(node_id, 0) > now:
+                continue
+            name = self._new_name(node)
+            with self._lock:
+                self._ids[name] = node_id
+                self._base[name] = _base_name(node)
+            self._joining.add(node_id)
+            threading.Thread(
+                target=self._join, args=(name, node), name=f"gpuyard-join-{name}", daemon=True
+            ).start()
+
+    def _new_name(self, node: RayNode) -> str:
+        """Its Ray name, `#k` added if a machine of that name is known already."""
+        base, names = _base_name(node), set(self._ids)
+        count = 0
+        while (name := base if count == 0 else f"{base}#{count}") in names:
+            count += 1
+        return name
+
+    def _join(self, name: str, node: RayNode) -> None:
+        try:
+            self.on_join(name, node)
+            log.info("Ray node %s joined: a machine of the server's now", name)
+        except Exception as exc:
+            log.warning("machine %s did not join (%s); trying again in %.0f s",
+                        name, exc, self.RETRY_JOIN_S)  # fmt: skip
+            with self._lock:
+                self._ids.pop(name, None)
+                self._base.pop(name, None)
+            self._retry_at[node.node_id] = time.monotonic() + self.RETRY_JOIN_S
+        finally:
+            self._joining.discard(node.node_id)
 
 
 def _base_name(node: RayNode) -> str:

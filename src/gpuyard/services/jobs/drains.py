@@ -68,6 +68,17 @@ class DrainService:
             self._by_index[gpu.index] = drain
             scheduler.drained(gpu.index, True, drain.drained_at)
 
+    def machine_joined(self, gpus: Sequence[Gpu]) -> None:
+        """A machine joined: a drain kept for one of its GPUs (by UUID, from when that machine
+        was the server's before) holds again."""
+        uuids = {gpu.uuid: gpu for gpu in gpus}
+        for key, drain in self._store.load_drains().items():
+            gpu = uuids.get(key)
+            if gpu is not None:
+                with self._lock:
+                    self._by_index[gpu.index] = drain
+                self._scheduler.drained(gpu.index, True, drain.drained_at)
+
     def current(self) -> dict[int, Drain]:
         """GPU index -> why it is out of service."""
         with self._lock:

@@ -42,7 +42,8 @@ DRAIN, RESUME, XID, HOT = "drain", "resume", "xid", "hot"
 OOM_KILL, IDLE_CANCEL, PREEMPTION, REQUEUE, NODE_FAIL = (
     "oom_kill", "idle_cancel", "preemption", "requeue", "node_fail",
 )  # fmt: skip
-KINDS = (DRAIN, RESUME, XID, HOT, OOM_KILL, IDLE_CANCEL, PREEMPTION, REQUEUE, NODE_FAIL)
+NODE_JOIN = "node_join"  # a machine joined the running cluster
+KINDS = (DRAIN, RESUME, XID, HOT, OOM_KILL, IDLE_CANCEL, PREEMPTION, REQUEUE, NODE_FAIL, NODE_JOIN)
 
 
 def classify(change: JobChange) -> tuple[str, str] | None:

@@ -146,7 +146,7 @@ class GpuMonitor:
         self._open_source = open_source
         self._owners = owners
         self._book = book
-        self._indices = [gpu.index for gpu in inventory.gpus if gpu.detected]
+        self._inventory = inventory  # read at each sample: a machine may join (its GPUs too)
         self.period_s = period_s
         self._process_every = max(1, round(PROCESS_PERIOD_S / period_s)) if period_s > 0 else 1
         self._clock = clock  # wall: when a sample was taken, as users see it
@@ -162,8 +162,18 @@ class GpuMonitor:
         self.history: GpuHistory | None = None  # every sample kept for charts (gpu_history.py)
 
     @property
+    def _indices(self) -> list[int]:
+        return [gpu.index for gpu in self._inventory.gpus if gpu.detected]
+
+    @property
     def enabled(self) -> bool:
         return bool(self._indices) and self.period_s > 0
+
+    def machines_changed(self) -> None:
+        """A machine joined: its detected GPUs are sampled from the next sample on (the
+        sampler starts now if the server had none to sample)."""
+        if self._thread is None and not self._stop.is_set():
+            self.start()
 
     def restore(self, saved: Mapping[int, Mapping[str, object]]) -> None:
         """Finished jobs' stats from the database (a restarted server still shows them)."""

@@ -8,17 +8,18 @@ processes no job owns (`busy`, with why). Among free GPUs, cool ones go first (`
 lowest index. A shared slot is bound to a physical GPU when its first job launches; its other
 jobs launch there too, and the binding lasts until the slot closes.
 
-This binding is the local executor's: Ray picks its own devices (issue 10, `binds_devices`).
+Every machine's GPUs are bound here, a Ray cluster's too (its agents run each job on the GPUs
+chosen, `binds_devices`). A machine that joins adds its nodes at the end (`add_machine`).
 Touched only under the scheduler's lock, except `busy` and `hot`, which are replaced whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuyard.domain.gpu_types import gpu_labels, pools
-from gpuyard.domain.job import Job
+from gpuyard.domain.job import Gpu, Job
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.services.scheduler.policy_steps import PolicyFeed
@@ -48,22 +49,30 @@ class GpuBinding:
         self.node_machine: list[int] = []  # index in `inventory.nodes`
         self.node_labels: list[frozenset[str]] = []  # the types its GPUs answer to
         self.node_host: list[str] = []  # the machine's name when it has several pools
-        for machine, node in enumerate(inventory.nodes):
-            indices = set(inventory.gpus_of(node.name))
-            groups = list(pools(gpu for gpu in inventory.gpus if gpu.index in indices).values())
-            for group in groups or [[]]:
-                self.node_names.append(node.name)
-                self.node_gpus.append([gpu.index for gpu in group])
-                self.node_machine.append(machine)
-                self.node_labels.append(gpu_labels(group[0]) if group else frozenset())
-                self.node_host.append(node.name if len(groups) > 1 else "")
-        self.node_of = {gpu: i for i, gpus in enumerate(self.node_gpus) for gpu in gpus}
+        self.node_of: dict[int, int] = {}  # GPU index -> the policy's node
         self.slot_gpu: dict[tuple[int, int], int] = {}  # shared GPU (node, slot) -> physical
         self.holding: dict[int, tuple[int, ...]] = {}  # GPUs held by a job's processes
         self.drained: set[int] = set()  # GPUs out of service
         self.drain_charged: set[int] = set()  # drained GPUs the cluster counts as busy
         self.busy: Mapping[int, str] = {}  # free GPUs occupied by others' memory, and why
         self.hot: Mapping[int, str] = {}  # GPUs to hand out last, and why
+        for machine, node in enumerate(inventory.nodes):
+            indices = set(inventory.gpus_of(node.name))
+            self.add_machine(machine, node.name, [g for g in inventory.gpus if g.index in indices])
+
+    def add_machine(self, machine: int, name: str, gpus: Sequence[Gpu]) -> range:
+        """The policy's nodes of one machine (`machine`: its index in the inventory's nodes),
+        after those known: at the start, and when a machine joins. Returns their indices."""
+        first = len(self.node_names)
+        groups = list(pools(gpus).values())
+        for group in groups or [[]]:
+            self.node_of.update((gpu.index, len(self.node_names)) for gpu in group)
+            self.node_names.append(name)
+            self.node_gpus.append([gpu.index for gpu in group])
+            self.node_machine.append(machine)
+            self.node_labels.append(gpu_labels(group[0]) if group else frozenset())
+            self.node_host.append(name if len(groups) > 1 else "")
+        return range(first, len(self.node_names))
 
     def held_gpus(self) -> set[int]:
         return {gpu for gpus in self.holding.values() for gpu in gpus}

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from gpuyard.domain.job import Job
+from gpuyard.domain.job import Gpu, Job, NodeCapacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,16 @@ class Updated:
 
 
 @dataclass(frozen=True, slots=True)
+class Joined:
+    """A machine joined the cluster (its index in the inventory, capacity and GPUs)."""
+
+    machine: int
+    node: NodeCapacity
+    gpus: tuple[Gpu, ...]
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Drained:
     """A GPU was taken out of service (`out_of_service`) or put back."""
 
@@ -76,7 +86,7 @@ class Released:
     at: float
 
 
-Event = Submitted | Cancelled | Ended | Updated | Drained | Held | Released
+Event = Submitted | Cancelled | Ended | Updated | Joined | Drained | Held | Released
 
 
 class Gate:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuyard.domain.job import Gpu, NodeCapacity
 from gpuyard.services.ports import ContainerRuntime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Inventory:
     """GPUs (detected or declared) plus node capacity; `source` explains where GPUs came from.
     On a Ray cluster (`--backend ray`) there are several machines: `node` is the first, `others`
-    the rest, and each GPU's `node` names its machine (indices are unique across machines)."""
+    the rest, and each GPU's `node` names its machine (indices are unique across machines).
+
+    One object, shared by every part of the server that reads it: a machine that joins a
+    running cluster is added in place (`add_machine`), never replaced, so each reader sees it
+    at its next read. Its tuples are swapped whole: a reader's tuple is never changed."""
 
     gpus: tuple[Gpu, ...]
     node: NodeCapacity
@@ -24,6 +29,17 @@ class Inventory:
     # What runs a `--container` job here (found on the server's PATH at start); None: none,
     # such a job is refused at submit.
     container_runtime: ContainerRuntime | None = None
+
+    def add_machine(self, node: NodeCapacity, gpus: Sequence[Gpu]) -> int:
+        """A machine that joined, its GPUs numbered after every GPU known (their `node` is its
+        name). Returns its index in `nodes`. Its machine first, then its GPUs: a reader never
+        sees a GPU of a machine it cannot find."""
+        first = len(self.gpus)
+        if [gpu.index for gpu in gpus] != list(range(first, first + len(gpus))):
+            raise ValueError(f"machine {node.name}'s GPUs must be numbered from {first}")
+        self.others = (*self.others, node)
+        self.gpus = (*self.gpus, *gpus)
+        return len(self.others)
 
     @property
     def nodes(self) -> tuple[NodeCapacity, ...]:

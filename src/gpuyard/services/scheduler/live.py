@@ -33,8 +33,10 @@ from gpuyard.domain.job import (
     REASON_PREEMPTING,
     REASON_PRIORITY,
     REASON_RESOURCES,
+    Gpu,
     Job,
     JobSpec,
+    NodeCapacity,
 )
 from gpuyard.domain.retry import hold_reason
 from gpuyard.domain.states import JobState
@@ -54,6 +56,7 @@ from gpuyard.services.scheduler.inbox import (
     Event,
     Gate,
     Held,
+    Joined,
     Released,
     Submitted,
     Updated,
@@ -98,14 +101,11 @@ class LiveScheduler:
         patch it); by default it lives in a worker process, started at the first estimate."""
         self._clock = clock
         self.binding = GpuBinding(inventory)
-        machines, b = inventory.nodes, self.binding
+        machines, gpu_mem = inventory.nodes, inventory.gpu_mem_mib()
         nodes = [
-            NodeSpec(machines[m].name, len(gpus), machines[m].cpus, machines[m].mem_mib,
-                     inventory.gpu_mem_mib(), labels, host)
-            for m, gpus, labels, host in zip(
-                b.node_machine, b.node_gpus, b.node_labels, b.node_host, strict=True
-            )
-        ]  # fmt: skip
+            _node_spec(self.binding, i, machines[m], gpu_mem)
+            for i, m in enumerate(self.binding.node_machine)
+        ]
         self._feed = PolicyFeed(policy, ClusterState(nodes), record=True)
         self._lock = TimedLock()  # the feed, the binding and the pass state below
         self._inbox: deque[Event] = deque()
@@ -157,6 +157,11 @@ class LiveScheduler:
     def updated(self, job: Job, at: float) -> None:
         """A PENDING job's spec changed: the policy forgets it and hears of it again."""
         self._inbox.append(Updated(job, at))
+
+    def joined(self, machine: int, node: NodeCapacity, gpus: Sequence[Gpu], at: float) -> None:
+        """A machine joined (`machine`: its index in the inventory's nodes, `gpus` numbered
+        after every GPU known): the next pass may place jobs on it."""
+        self._inbox.append(Joined(machine, node, tuple(gpus), at))
 
     def drained(self, gpu_index: int, out_of_service: bool, at: float) -> None:
         """A GPU was taken out of service (True) or put back (False)."""
@@ -327,6 +332,13 @@ class LiveScheduler:
                     gate.forget(job_id)
                     pipeline.ended(job_id, JobState.CANCELLED, None, at)
                     fed = self._forget(job_id, at) or fed
+                case Joined(machine, node, gpus, _):
+                    sizes = [g.memory_total_mib for g in gpus]
+                    known = [size for size in sizes if size is not None]
+                    gpu_mem = min(known) if known and len(known) == len(sizes) else None
+                    for i in self.binding.add_machine(machine, node.name, gpus):
+                        feed.add_node(_node_spec(self.binding, i, node, gpu_mem))
+                    fed = True
                 case Drained(gpu, out_of_service, _):
                     drained = self.binding.drained
                     (drained.add if out_of_service else drained.discard)(gpu)
@@ -442,3 +454,13 @@ class LiveScheduler:
             self.estimator.drop_batches()
             data = copy_world(self._feed)
             return data, self._view.generation
+
+
+def _node_spec(
+    binding: GpuBinding, node: int, machine: NodeCapacity, gpu_mem: int | None
+) -> NodeSpec:
+    """The policy's view of one of the binding's nodes (a machine, or one pool of it)."""
+    return NodeSpec(
+        machine.name, len(binding.node_gpus[node]), machine.cpus, machine.mem_mib, gpu_mem,
+        binding.node_labels[node], binding.node_host[node],
+    )  # fmt: skip

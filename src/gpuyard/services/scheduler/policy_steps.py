@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from gpuyard.domain.job import Job
-from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.gate import PolicyQueue
 from gpuyard.scheduling.policy import (
@@ -134,6 +134,11 @@ class PolicyFeed(PolicyQueue):
     def uncharge(self, node: int) -> None:
         self._op("uncharge", node)
         self.cluster.release(((node, 1),))
+
+    def add_node(self, spec: NodeSpec) -> None:
+        """A machine joined: its GPUs, CPUs and memory are the policy's from now on."""
+        self._op("add_node", spec)
+        self.cluster.add_node(spec)
 
     # -- a pass ----------------------------------------------------------------------------
     def schedule(self, now: float) -> list[Decision]:
