@@ -80,6 +80,10 @@ class Settings:
     ray_token_file: str | None = None
     ray_local_nodes: str | None = None
     ray_node_timeout_s: float | None = None
+    # A machine of the cluster that is away when the server starts (known from an earlier
+    # start, `machines.json` in the state dir) is waited for this long, its GPUs out of
+    # service and its jobs still RUNNING, before they end NODE_FAIL (Slurm's SlurmdTimeout).
+    machine_grace_s: float = 300.0
     # HTTP: a client must send a request's headers within this (idle or slow connections
     # would hold file descriptors for ever), and at most this many connections are open.
     header_timeout_s: float = 10.0
@@ -166,7 +170,7 @@ class Settings:
             ("policy", str), ("telemetry_s", float), ("foreign_mem_mib", int), ("hot_temp_c", int),
             ("idle_util_pct", float), ("idle_after_s", float), ("idle_cancel_s", float),
             ("backend", str), ("ray_address", str), ("ray_token_file", str),
-            ("ray_local_nodes", str), ("ray_node_timeout_s", float),
+            ("ray_local_nodes", str), ("ray_node_timeout_s", float), ("machine_grace_s", float),
             ("header_timeout_s", float), ("max_connections", int),
             ("max_connections_per_user", int), ("reserved_connections", int),
             ("allow_remote", _flag), ("public_names", _names),

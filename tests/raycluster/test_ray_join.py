@@ -2,11 +2,11 @@
 workers started with `ray start`, the server connected by address with the cluster's token.
 Each machine has its own fake NVML GPUs (distinct names and UUIDs) and its own job folder.
 
-A job that fits no machine there is waits; a machine joins and its GPUs take the job, with no
-restart. Two machines join in the order of names that sort the other way: a restarted server
-keeps every GPU's number (the running job's GPUs are the same GPUs after the restart), and a
-machine that is away when the server starts is waited for, not failed: its job goes on when it
-is back.
+A job waits for GPUs while every machine's are taken; a machine joins and its GPUs take the
+job, with no restart. Two machines join in the order of names that sort the other way: a
+restarted server keeps every GPU's number (the running job's GPUs are the same GPUs after the
+restart), and a machine that is away when the server starts is waited for, not failed: its job
+goes on when it is back.
 """
 
 from __future__ import annotations
@@ -214,8 +214,10 @@ def test_a_machine_that_joins_takes_a_waiting_job_without_a_restart(lab: Lab) ->
     assert server is not None
     assert list(_nodes(server)) == ["gy-head"]
     flag = lab.place / f"finish-{uuid.uuid4().hex[:8]}"
-    job_id = int(server.cli("submit", "--gpus", "2", "--gpu-type", "a100", "--",
-                            "sh", "-c", _until_finished(lab, flag)).stdout)  # fmt: skip
+    submit = ("submit", "--gpus", "2", "--", "sh", "-c", _until_finished(lab, flag))
+    holder = int(server.cli(*submit).stdout)  # the head's two GPUs
+    wait_for(lambda: _job(server, holder)["state"] == "RUNNING", timeout_s=120, interval_s=0.2)
+    job_id = int(server.cli(*submit).stdout)
     assert _job(server, job_id)["state"] == "PENDING"
     joined_at = time.monotonic()
     lab.join("gy-zeta")
@@ -232,9 +234,10 @@ def test_a_machine_that_joins_takes_a_waiting_job_without_a_restart(lab: Lab) ->
     assert any(e["kind"] == "node_join" and "gy-zeta" in e["message"] for e in events)
     print(f"join to first job running: {took:.1f} s")
     flag.touch()
-    ended = wait_for(lambda: (j := _job(server, job_id))["state"] not in ("RUNNING",) and j,
-                     timeout_s=120, interval_s=0.2)  # fmt: skip
-    assert ended["state"] == "COMPLETED", ended
+    for each in (holder, job_id):
+        ended = wait_for(lambda e=each: (j := _job(server, e))["state"] != "RUNNING" and j,
+                         timeout_s=120, interval_s=0.2)  # fmt: skip
+        assert ended["state"] == "COMPLETED", ended
 
 
 def test_gpu_numbers_hold_across_a_restart_and_an_absent_machine_is_waited_for(lab: Lab) -> None:

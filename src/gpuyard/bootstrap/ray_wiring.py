@@ -28,6 +28,9 @@ class RayParts:
     watch: Any
     machines: Any
     telemetry: Any
+    book: Any  # the MachineBook: the machines in numbering order, kept across restarts
+    known: list[Any]  # what it holds: KnownMachine, in numbering order
+    away: list[str]  # machines known from before that are not there at the start
     executor: Any = None  # the AgentExecutor, once made
 
 
@@ -40,11 +43,12 @@ def ray_backend(
         from gpuyard.adapters.ray import backend
         from gpuyard.adapters.ray.agent_executor import AgentExecutor
         from gpuyard.adapters.ray.cluster_gpus import ClusterTelemetry
+        from gpuyard.adapters.ray.machine_book import KnownMachine, MachineBook, numbered
         from gpuyard.adapters.ray.machines import (
             AgentSettings,
             Machines,
-            cluster_gpus,
             machine_capacity,
+            machine_gpus,
         )
     except ImportError as exc:
         raise Unavailable(
@@ -71,15 +75,27 @@ def ray_backend(
             settings.declared_gpu_mem_mib, settings.job_cgroups, settings.job_pids_max or None,
         ))  # fmt: skip
         links = machines.start(found.ray_nodes)  # the server's own machine first, then by name
-        gpus = cluster_gpus(links)
         names = backend.unique_names(found.ray_nodes)
         node_of = {names[n.node_id]: n for n in found.ray_nodes}
-        nodes = [machine_capacity(link, node_of[link.name]) for link in links]
+        present = [
+            KnownMachine(machine_capacity(link, node_of[link.name]), tuple(machine_gpus(link, 0)))
+            for link in links
+        ]
+        book = MachineBook(settings.state_dir)
+        known, away = numbered(book.load(), present)  # the numbers of every earlier start
+        book.save(known)
+        gpus = [gpu for machine in known for gpu in machine.gpus]
+        nodes = [machine.node for machine in known]
+        for name in away:
+            machines.awaited(name)
         where = settings.ray_address or "a local cluster on 127.0.0.1"
         each = ", ".join(f"{link.name}: {link.hello.get('gpu_source')}" for link in links)
+        each += "".join(f", {name}: away, waited for" for name in away)
         source = f"{len(gpus)} GPUs on {len(nodes)} machine(s) of {where} ({each})"
         inventory = Inventory(tuple(gpus), nodes[0], source, tuple(nodes[1:]), sharing=True)
-        watch = backend.NodeWatch(connection, found.ray_nodes)
+        watch = backend.NodeWatch(
+            connection, found.ray_nodes, away=away, grace_s=settings.machine_grace_s
+        )
         telemetry = ClusterTelemetry(lambda: inventory.gpus, machines.links)
     except Exception as exc:
         connection.close()
@@ -90,12 +106,12 @@ def ray_backend(
     except BaseException:
         connection.close()
         raise
-    parts = RayParts(connection, watch, machines, telemetry)
+    parts = RayParts(connection, watch, machines, telemetry, book, known, away)
 
     def make_executor(exits: ExitCallback) -> Executor:
         executor = AgentExecutor(
             machines.links, settings.state_dir / "jobs", exits, lambda: inventory.gpus,
-            remake=lambda name: new_agent(parts, name),
+            remake=lambda name: new_agent(parts, name), awaited=away,
         )  # fmt: skip
         for link in machines.links().values():
             executor.start_polling(link)
@@ -132,13 +148,17 @@ def machine_joined(parts: RayParts, joins: MachineJoins, name: str, node: Any) -
     """A Ray node of a new name is alive: its agent starts, ends anything still running there
     (nothing the server placed: it never knew the machine), and its GPUs are scheduled from
     the next pass. Raises if its agent does not start (the watch tries again later)."""
+    from gpuyard.adapters.ray.machine_book import KnownMachine
     from gpuyard.adapters.ray.machines import machine_capacity, machine_gpus
 
     link = parts.machines.connect(name, node)
     ended = link.call("fence", [], timeout_s=120)
     if ended:
         log.warning("%s joined: ended job(s) %s left running there", name, ended)
-    joins.join(machine_capacity(link, node), machine_gpus(link, 0))
+    capacity = machine_capacity(link, node)
+    gpus = joins.join(capacity, machine_gpus(link, 0))
+    parts.known.append(KnownMachine(capacity, tuple(gpus)))
+    parts.book.save(parts.known)  # its numbers hold at every later start
     if parts.executor is not None:
         parts.executor.start_polling(link)
 
@@ -156,13 +176,23 @@ def fence_machines(parts: RayParts, running: list[Job]) -> None:
             log.warning("%s: ended job(s) %s still running there from before", name, ended)
 
 
-def settle_ray_restart(controller: Controller, drains: DrainService) -> None:
-    """Before the scheduler is rebuilt: drains made by lost Ray nodes are lifted (the inventory
-    holds only machines alive now); the jobs are re-adopted by their machines' agents as a
-    one-box server's are (`ServerFacade.start`)."""
+def settle_ray_restart(
+    controller: Controller, drains: DrainService, inventory: Inventory, away: list[str]
+) -> None:
+    """Before the scheduler is rebuilt: drains made by lost Ray nodes are lifted from the
+    machines there now; the GPUs of machines away are out of service while they are waited for
+    (their jobs stay RUNNING: they end NODE_FAIL only once the grace has passed). The jobs are
+    re-adopted by their machines' agents as a one-box server's are (`ServerFacade.start`)."""
+    waiting = {gpu for name in away for gpu in inventory.gpus_of(name)}
     for gpu, drain in drains.current().items():
-        if drain.source == "ray":
+        if drain.source == "ray" and gpu not in waiting:
             drains.resume(gpu)
+    current = drains.current()
+    for name in away:
+        for gpu in inventory.gpus_of(name):
+            if gpu not in current:
+                drains.drain(gpu, f"machine {name} has not come back since the server started",
+                             "ray", keep_jobs=True)  # fmt: skip
 
 
 def machine_lost(parts: RayParts, drains: DrainService, inventory: Inventory, name: str) -> None:

@@ -127,7 +127,11 @@ def build_server(
                 PsutilProcessOwners(), book, inventory,
                 period_s=settings.telemetry_s,
             ),
-            settle=settle_ray_restart if ray is not None else None, identities=identities,
+            settle=(
+                (lambda c, d: settle_ray_restart(c, d, inventory, ray.away))
+                if ray is not None else None
+            ),
+            identities=identities,
         )  # fmt: skip
     except BaseException:
         for close in closers:
@@ -158,7 +162,11 @@ def build_server(
         parts.watch.on_lost = lambda name: machine_lost(parts, core.drains, inventory, name)
         parts.watch.on_back = lambda name: machine_back(parts, core.drains, inventory, name)
         joins = MachineJoins(
-            inventory, core.scheduler, core.events, core.controller.wake, monitor=core.monitor,
+            inventory,
+            core.scheduler,
+            core.events,
+            core.controller.wake,
+            monitor=core.monitor,
             drains=core.drains,
         )
         parts.watch.on_join = lambda name, node: machine_joined(parts, joins, name, node)

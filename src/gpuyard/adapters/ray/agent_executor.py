@@ -72,11 +72,15 @@ class AgentExecutor:
         on_exit: ExitCallback,
         gpus: Callable[[], Sequence[Gpu]],
         remake: Callable[[str], AgentLink | None] = lambda name: None,
+        awaited: Sequence[str] = (),
     ) -> None:
         """`remake(name)`: a new agent for machine `name` whose agent died (None: its machine
-        is not alive either; the node watch then says it is lost)."""
+        is not alive either; the node watch then says it is lost). `awaited`: machines away
+        at the start, waited for: their jobs' ranks are taken as running until the machine is
+        back (`machine_back` re-adopts them) or lost (`machine_lost` ends them)."""
         self._links = links  # machine name -> link, the machines alive now
         self._remake = remake
+        self._awaited = set(awaited)
         jobs_dir.mkdir(parents=True, exist_ok=True)
         self._folder = JobFolder(jobs_dir)
         self._on_exit = on_exit
@@ -206,7 +210,12 @@ class AgentExecutor:
         never = 0
         for rank, (name, part) in enumerate(zip(names, self._rank_jobs(job, names), strict=True)):
             link = links.get(name)
-            found = Recovered(ended=_lost(name)) if link is None else self._recover_on(link, part)
+            if link is None and name in self._awaited:  # its machine may still run it
+                found = Recovered(alive=Launched(job.pid or 0, job.started_at or 0.0))
+            elif link is None:
+                found = Recovered(ended=_lost(name))
+            else:
+                found = self._recover_on(link, part)
             if found.alive is not None:
                 alive = alive or found.alive
             elif found.never_started:
@@ -362,6 +371,7 @@ class AgentExecutor:
 
     def machine_lost(self, name: str) -> None:
         """`name` is gone past the grace: every job with a rank there ends NODE_FAIL."""
+        self._awaited.discard(name)
         for run, rank in self._ranks_on(name):
             self._rank_ended(run.job.id, rank, _lost(name))
         self._incarnations.pop(name, None)
@@ -374,6 +384,9 @@ class AgentExecutor:
         ended: list[int] = link.call("fence", keep, timeout_s=120)
         if ended:
             log.warning("%s is back: ended job(s) %s still running there", link.name, ended)
+        if link.name in self._awaited:  # away at the start, back within the grace
+            self._awaited.discard(link.name)
+            self._readopt(link)
         return ended
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuyard.adapters.ray.cluster import LocalNodeSpec, RayConnection, RayNode
@@ -150,13 +150,25 @@ class NodeWatch:
     RETRY_JOIN_S = 30.0
 
     def __init__(
-        self, connection: RayConnection, nodes: list[RayNode], period_s: float = 1.0
+        self,
+        connection: RayConnection,
+        nodes: list[RayNode],
+        period_s: float = 1.0,
+        *,
+        away: Sequence[str] = (),
+        grace_s: float = 300.0,
     ) -> None:
+        """`away`: machines known from an earlier start that are not there now: `on_back` if
+        one comes back, `on_lost` once `grace_s` has passed without it."""
         self._conn = connection
         names = unique_names(nodes)
         self._ids = {names[n.node_id]: n.node_id for n in nodes}  # machine -> current node id
         self._base = {names[n.node_id]: _base_name(n) for n in nodes}
-        self._gone: set[str] = set()
+        self._gone: set[str] = set(away)
+        for name in away:
+            self._ids[name] = ""  # no Ray node now
+            self._base[name] = name.split("#")[0]
+        self._grace_ends = {name: time.monotonic() + grace_s for name in away}
         self._joins_cpu_only = not any(n.gpus for n in nodes)
         self._joining: set[str] = set()  # node ids whose join runs now
         self._retry_at: dict[str, float] = {}  # node id -> when a failed join is tried again
@@ -194,6 +206,15 @@ class NodeWatch:
             if node_id not in alive and name not in self._gone and node_id not in self._joining:
                 self._gone.add(name)
                 log.warning("Ray node %s was lost: its GPUs are out of service", name)
+                self.on_lost(name)
+        now = time.monotonic()
+        for name, ends in list(self._grace_ends.items()):
+            if name not in self._gone:
+                del self._grace_ends[name]  # it came back in time
+            elif now >= ends:
+                del self._grace_ends[name]
+                log.warning("machine %s did not come back within the grace: its jobs are lost",
+                            name)  # fmt: skip
                 self.on_lost(name)
         bound = set(self._ids.values())
         for name in sorted(self._gone):

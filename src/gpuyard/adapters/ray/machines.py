@@ -105,6 +105,13 @@ class Machines:
                 )
             return link
 
+    def awaited(self, name: str) -> None:
+        """A machine known from an earlier start that is not there: listed as not answering
+        until it is back (`connect`)."""
+        with self._lock:
+            if name not in self._links:
+                self._gone[name] = MachineStatus(False, "", None)
+
     def statuses(self) -> dict[str, MachineStatus]:
         """Each machine's agent: answering (its link is held) or lost, version, last heard."""
         with self._lock:

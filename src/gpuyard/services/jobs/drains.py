@@ -84,11 +84,15 @@ class DrainService:
         with self._lock:
             return dict(self._by_index)
 
-    def drain(self, gpu_index: int, reason: str, source: str, *, now: bool = False) -> list[Job]:
+    def drain(
+        self, gpu_index: int, reason: str, source: str, *, now: bool = False,
+        keep_jobs: bool = False,
+    ) -> list[Job]:  # fmt: skip
         """Take a GPU out of service and return the jobs on it that are stopped (the journal's
         observers stop them). An admin's drain is Slurm's DRAIN: jobs running there go on
         (none returned), or with `now` are stopped and requeued, not failed (they did nothing
-        wrong). A broken GPU (health guard, a lost Ray machine) fails them NODE_FAIL."""
+        wrong). A broken GPU (health guard, a lost Ray machine) fails them NODE_FAIL.
+        `keep_jobs`: no job is stopped (a machine away is waited for: its jobs may still run)."""
         gpu = self.gpu(gpu_index)
         if source == "admin" and not self._binds_devices:
             raise Conflict(
@@ -104,7 +108,7 @@ class DrainService:
             self._tell(gpu_index, drain)
         crash_point("drain_saved")
         self._scheduler.drained(gpu_index, True, at)
-        if source == "admin" and not now:
+        if (source == "admin" and not now) or keep_jobs:
             stopping: list[Job] = []  # DRAIN: what runs there finishes
         elif source == "admin":
             why = f"Requeued: GPU {gpu_index} was drained at once (admin drain --now): {reason}"
