@@ -271,3 +271,43 @@ def test_gpu_numbers_hold_across_a_restart_and_an_absent_machine_is_waited_for(l
                      timeout_s=120, interval_s=0.2)  # fmt: skip
     assert ended["state"] == "COMPLETED" and ended["gpus"] == [4, 5], ended
     assert "done" in server.client().log(job_id).decode()
+
+
+def test_a_machine_away_past_the_grace_ends_its_job_node_fail_and_is_fenced_when_back(
+    lab: Lab,
+) -> None:
+    server = lab.server
+    assert server is not None
+    flag = lab.place / f"finish-{uuid.uuid4().hex[:8]}"
+    pids = lab.place / f"pids-{uuid.uuid4().hex[:8]}"
+    script = f"echo $$ >> {pids}; " + _until_finished(lab, flag)
+    job_id = int(server.cli("submit", "--gpus", "2", "--gpu-type", "a100", "--",
+                            "sh", "-c", script).stdout)  # fmt: skip
+    job = wait_for(lambda: (j := _job(server, job_id))["state"] == "RUNNING" and j,
+                   timeout_s=120, interval_s=0.2)  # fmt: skip
+    assert job["node"] == "gy-zeta"
+    first = int(wait_for(lambda: pids.exists() and pids.read_text().split(), timeout_s=60)[0])
+
+    server.stop()
+    lab.leave("gy-zeta")
+    server.env["GPUYARD_MACHINE_GRACE_S"] = "3"
+    try:
+        server.start(timeout_s=240)
+        requeued = wait_for(lambda: (j := _job(server, job_id))["attempts"] and j,
+                            timeout_s=60, interval_s=0.3)  # fmt: skip
+    finally:
+        server.env["GPUYARD_MACHINE_GRACE_S"] = "120"
+    assert requeued["state"] == "PENDING", requeued  # only gy-zeta has A100s
+    assert requeued["attempts"][0]["state"] == "NODE_FAIL"
+    assert "gy-zeta" in requeued["attempts"][0]["reason"]
+    assert psutil.pid_exists(first)  # its machine is away: nobody could stop it there
+
+    lab.join("gy-zeta")  # back: what it still runs is ended before its GPUs take the job again
+    again = wait_for(lambda: (j := _job(server, job_id))["state"] == "RUNNING" and j,
+                     timeout_s=180, interval_s=0.2)  # fmt: skip
+    assert again["node"] == "gy-zeta"
+    assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
+    flag.touch()
+    ended = wait_for(lambda: (j := _job(server, job_id))["state"] != "RUNNING" and j,
+                     timeout_s=120, interval_s=0.2)  # fmt: skip
+    assert ended["state"] == "COMPLETED", ended
