@@ -108,25 +108,26 @@ class Lab:
         self.nodes["gy-head"] = head.start()
         wait_for(lambda: _reachable(self.ip, self.port), timeout_s=120, interval_s=0.2)
 
-    def start_server(self) -> ServerProcess:
+    def start_server(self, **settings: str) -> ServerProcess:
+        """The server (`settings`: more GPUYARD_* variables), on the head's machine."""
         env = fake_nvml_env(self.lib, gpus=HEAD_GPUS, state=str(self.place / "nvml-head"))
         env = {k: v for k, v in env.items() if not k.startswith(("RAY_", "GPUYARD_"))}
         env.update(
             GPUYARD_BACKEND="ray", GPUYARD_RAY_ADDRESS=self.address,
             GPUYARD_RAY_TOKEN_FILE=str(self.token), GPUYARD_TELEMETRY_S="0.5",
-            GPUYARD_MACHINE_GRACE_S="120",
+            GPUYARD_MACHINE_GRACE_S="120", **settings,
         )  # fmt: skip
         if self.server is None:
             self.server = ServerProcess(self.place / "state", "--kill-grace", "2", env=env)
         return self.server.start(timeout_s=240)
 
-    def join(self, name: str) -> None:
-        """A machine joins: its raylet (and so its agent and jobs) sees its own fake GPUs and
-        its own agent folder."""
+    def join(self, name: str, gpus: list[tuple[str, int, str]] | None = None) -> None:
+        """A machine joins: its raylet (and so its agent and jobs) sees its own fake GPUs
+        (`gpus`, else LATE's) and its own agent folder."""
         state = self.place / f"nvml-{name}"
         if not state.exists():
             write_fake_nvml_state(state, {})
-        env = fake_nvml_env(self.lib, gpus=LATE[name], state=str(state))
+        env = fake_nvml_env(self.lib, gpus=gpus or LATE[name], state=str(state))
         env = {k: v for k, v in env.items() if not k.startswith(("RAY_", "GPUYARD_"))}
         env.update(self.ray_env, GPUYARD_AGENT_DIR=str(self.place / f"agent-{name}"))
         node = RayNodeProcess(
