@@ -79,14 +79,14 @@ def main() -> None:
             script = f"while [ ! -e {flag} ]; do sleep 0.5; done"
             if k == 0:  # the head's GPUs taken
                 holder = int(server.cli("submit", "--gpus", "2", "--", "sh", "-c", script).stdout)
-                wait_for(lambda: _job(lab, holder)["state"] == "RUNNING", 120, 0.2)
+                wait_for(lambda h=holder: _job(lab, h)["state"] == "RUNNING", 120, 0.2)
             waiting = int(server.cli("submit", "--gpus", "2", "--", "sh", "-c", script).stdout)
             name = f"gy-w{k}"
             gpus = [("NVIDIA H100 80GB HBM3", 81559,
                      f"GPU-{k:08x}-0000-0000-0000-00000000000{i}") for i in range(2)]  # fmt: skip
             t0 = time.monotonic()
             lab.join(name, gpus)
-            wait_for(lambda: _job(lab, waiting)["state"] == "RUNNING", 240, 0.05)
+            wait_for(lambda w=waiting: _job(lab, w)["state"] == "RUNNING", 240, 0.05)
             joins.append(round(time.monotonic() - t0, 2))
             if k == 0:
                 for each in flags:
