@@ -91,14 +91,9 @@ def main() -> None:
             if k == 0:
                 for each in flags:
                     each.touch()
-                wait_for(
-                    lambda: (
-                        not _agents()
-                        or all(_job(lab, j)["state"] == "COMPLETED" for j in (holder, waiting))
-                    ),
-                    120,
-                    0.2,
-                )
+                both = (holder, waiting)
+                wait_for(lambda b=both: all(_job(lab, j)["state"] == "COMPLETED" for j in b),
+                         120, 0.2)  # fmt: skip
                 time.sleep(2)
                 assert lab.server is not None and lab.server.proc is not None
                 procs = [psutil.Process(lab.server.proc.pid), *_agents()]
