@@ -115,8 +115,9 @@ class Lab:
         env.update(
             GPUYARD_BACKEND="ray", GPUYARD_RAY_ADDRESS=self.address,
             GPUYARD_RAY_TOKEN_FILE=str(self.token), GPUYARD_TELEMETRY_S="0.5",
-            GPUYARD_MACHINE_GRACE_S="120", **settings,
+            GPUYARD_MACHINE_GRACE_S="120",
         )  # fmt: skip
+        env.update(settings)
         if self.server is None:
             self.server = ServerProcess(self.place / "state", "--kill-grace", "2", env=env)
         return self.server.start(timeout_s=240)

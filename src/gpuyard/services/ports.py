@@ -314,10 +314,14 @@ ExitCallback = Callable[[int, ExitStatus], None]
 
 @dataclass(frozen=True, slots=True)
 class GpuProcessReading:
-    """One compute process NVML lists on a GPU; memory None where the driver won't say."""
+    """One compute process NVML lists on a GPU; memory None where the driver won't say.
+    `attributed`: the machine that runs it said whose it is (`job_id`, None: no job's), as
+    another machine of a cluster does: its pids are its own, not the server's to look up."""
 
     pid: int
     memory_used_mib: int | None
+    job_id: int | None = None
+    attributed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from gpuyard.adapters.executor.cgroups import JobCgroups, gpu_device_numbers
 from gpuyard.adapters.executor.job_folder import PID_FILE, STATUS_FILE
 from gpuyard.adapters.executor.launch_file import LAUNCH_FILE, read_facts
 from gpuyard.adapters.executor.local import LocalExecutor, is_supervisor, running
+from gpuyard.adapters.gpus.processes import PsutilProcessOwners
 from gpuyard.adapters.gpus.select import NoGpuDriver, choose_gpus
 from gpuyard.adapters.gpus.telemetry import open_gpu_telemetry
 from gpuyard.domain.job import Gpu, Job
@@ -296,12 +297,30 @@ class MachineAgent:
 
     # ---- GPUs ------------------------------------------------------------------------------
 
-    def read_gpus(self, indices: list[int], processes: bool) -> list[GpuReading]:
-        """This machine's GPUs' telemetry, by device index (opened at the first call)."""
+    def read_gpus(
+        self, indices: list[int], processes: bool, attribute: bool = False
+    ) -> list[GpuReading]:
+        """This machine's GPUs' telemetry, by device index (opened at the first call).
+        `attribute`: each compute process is given the job it runs under here (the server
+        cannot look another machine's pids up): what `--gpu-mem`, OOM diagnosis and the
+        per-job GPU memory figures need on every machine."""
         with self._telemetry_lock:
             if self._telemetry is None:
                 self._telemetry = open_gpu_telemetry(self.gpus)
-            return self._telemetry.read(indices, processes=processes)
+            readings = self._telemetry.read(indices, processes=processes)
+        if not (processes and attribute):
+            return readings
+        with self._lock:
+            supervisors = {j.pid: (j.id, j.pid_started_at)
+                           for j in self._jobs_here.values() if j.pid is not None}  # fmt: skip
+        pids = {p.pid for r in readings for p in r.processes or ()}
+        owners = PsutilProcessOwners().owners(pids, supervisors) if pids else {}
+        return [
+            r if r.processes is None else replace(r, processes=tuple(
+                replace(p, job_id=owners.get(p.pid), attributed=True) for p in r.processes
+            ))
+            for r in readings
+        ]  # fmt: skip
 
     def free_port(self) -> int:
         """A TCP port free on this machine right now (a multi-node job's rendezvous)."""

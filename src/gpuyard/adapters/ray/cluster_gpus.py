@@ -5,9 +5,11 @@ lost GPUs), idle detection, GPU history, per-job GPU stats and `/metrics` cover 
 with the code that covers one box.
 
 A machine whose agent does not answer is left out of that sample (its GPUs show no reading,
-as a GPU whose driver stopped answering does). The compute processes a remote GPU lists are
-not handed on: their pids are that machine's, and the server's process-to-job attribution
-reads this machine's process table.
+as a GPU whose driver stopped answering does). The compute processes another machine's GPU
+lists come attributed by that machine's agent (the job each runs under there: its pids are
+its own, the server's process table knows nothing of them), so `--gpu-mem` enforcement, OOM
+diagnosis and per-job GPU memory hold on every machine; the server's own machine's are
+attributed by the server, as on one box.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class ClusterTelemetry:
             device = {(g.index if g.device_index is None else g.device_index): g for g in gpus}
             try:
                 readings: list[GpuReading] = link.call(
-                    "read_gpus", list(device), processes and link.local, timeout_s=10
+                    "read_gpus", list(device), processes, not link.local, timeout_s=10
                 )
             except AgentGone as exc:
                 log.debug("no GPU reading from %s: %s", name, exc)

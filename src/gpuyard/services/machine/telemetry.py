@@ -239,7 +239,9 @@ class GpuMonitor:
         for reading in readings:
             if reading.processes is not None:
                 processes: tuple[AttributedProcess, ...] | None = tuple(
-                    AttributedProcess(p.pid, p.memory_used_mib, owners.get(p.pid))
+                    AttributedProcess(
+                        p.pid, p.memory_used_mib, p.job_id if p.attributed else owners.get(p.pid)
+                    )
                     for p in reading.processes
                 )
             elif not with_processes and reading.index in previous.gpus:
@@ -259,7 +261,7 @@ class GpuMonitor:
         return snapshot
 
     def _attribute(self, readings: Iterable[GpuReading], running: list[Job]) -> dict[int, int]:
-        pids = {p.pid for r in readings for p in (r.processes or ())}
+        pids = {p.pid for r in readings for p in (r.processes or ()) if not p.attributed}
         if not pids:
             return {}
         supervisors = {j.pid: (j.id, j.pid_started_at) for j in running if j.pid is not None}
