@@ -225,6 +225,28 @@ def test_gpus_of_every_machine_are_shared_by_memory(server: ServerProcess, place
     assert all(_ended(server, j)["state"] == "COMPLETED" for j in ids)
 
 
+def test_a_job_over_its_gpu_mem_on_another_machine_ends_out_of_memory(
+    server: ServerProcess, place: Path
+) -> None:
+    """The process a remote GPU lists is attributed to its job by that machine's agent (its
+    pid means nothing on the server's machine): --gpu-mem holds there as on one box."""
+    pidfile = place / f"pid-{uuid.uuid4().hex[:8]}"
+    script = f"echo $$ > {pidfile}; exec sleep 120"
+    job_id = int(server.cli("submit", "--gpu-type", "l40s", "--gpu-mem", "20G", "--",
+                            "sh", "-c", script).stdout)  # fmt: skip
+    job = wait_for(lambda: (j := _job(server, job_id))["state"] == "RUNNING" and j, timeout_s=120)
+    assert job["node"] == MACHINES[2]
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout_s=60))
+    device = job["gpus"][0] - 4  # that machine's own numbering
+    try:
+        write_fake_nvml_state(_state_file(place, 2), {}, procs={device: [(pid, 30_000)]})
+        ended = _ended(server, job_id, timeout_s=60)
+    finally:
+        write_fake_nvml_state(_state_file(place, 2), {})
+    assert ended["state"] == "OUT_OF_MEMORY", ended
+    assert "over its --gpu-mem 20G" in ended["reason"], ended["reason"]
+
+
 def test_the_server_restarting_mid_job_re_adopts_it_on_every_machine(
     server: ServerProcess, place: Path
 ) -> None:
