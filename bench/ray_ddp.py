@@ -72,7 +72,7 @@ def by_hand(steps: int) -> float:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
         for rank in (0, 1)
     ]
     outputs = [proc.communicate(timeout=1200)[0] for proc in procs]
