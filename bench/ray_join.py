@@ -66,7 +66,6 @@ def main() -> None:
     place.chmod(0o755)
     lab = Lab(place, build_fake_nvml(place / "nvml"))
     write_fake_nvml_state(place / "nvml-head", {})
-    flags: list[Path] = []
     result: dict[str, object] = {}
     try:
         lab.start_head()
@@ -74,12 +73,12 @@ def main() -> None:
         joins: list[float] = []
         idle: dict[str, object] = {}
         for k in range(args.machines):
+            # Every GPU there is taken: the waiting job can only run on the machine that joins.
             flag = place / f"finish-{uuid.uuid4().hex[:8]}"
-            flags.append(flag)
             script = f"while [ ! -e {flag} ]; do sleep 0.5; done"
-            if k == 0:  # the head's GPUs taken
-                holder = int(server.cli("submit", "--gpus", "2", "--", "sh", "-c", script).stdout)
-                wait_for(lambda h=holder: _job(lab, h)["state"] == "RUNNING", 120, 0.2)
+            holders = [int(server.cli("submit", "--gpus", "2", "--", "sh", "-c", script).stdout)
+                       for _ in range(k + 1)]  # fmt: skip
+            wait_for(lambda h=holders: all(_job(lab, j)["state"] == "RUNNING" for j in h), 120, 0.2)
             waiting = int(server.cli("submit", "--gpus", "2", "--", "sh", "-c", script).stdout)
             name = f"gy-w{k}"
             gpus = [("NVIDIA H100 80GB HBM3", 81559,
@@ -88,24 +87,18 @@ def main() -> None:
             lab.join(name, gpus)
             wait_for(lambda w=waiting: _job(lab, w)["state"] == "RUNNING", 240, 0.05)
             joins.append(round(time.monotonic() - t0, 2))
-            if k == 0:
-                for each in flags:
-                    each.touch()
-                both = (holder, waiting)
-                wait_for(lambda b=both: all(_job(lab, j)["state"] == "COMPLETED" for j in b),
-                         120, 0.2)  # fmt: skip
+            assert _job(lab, waiting)["node"] == name
+            flag.touch()
+            every = (*holders, waiting)
+            wait_for(lambda e=every: all(_job(lab, j)["state"] == "COMPLETED" for j in e),
+                     120, 0.2)  # fmt: skip
+            if k == 0 or k == args.machines - 1:
                 time.sleep(2)
                 assert lab.server is not None and lab.server.proc is not None
-                procs = [psutil.Process(lab.server.proc.pid), *_agents()]
-                idle["with_1_worker"] = _cpu_share(procs, args.idle_s)
-            else:
-                flag.touch()
-        for each in flags:
-            each.touch()
-        time.sleep(3)
-        assert lab.server is not None and lab.server.proc is not None
-        procs = [psutil.Process(lab.server.proc.pid), *_agents()]
-        idle[f"with_{args.machines}_workers"] = _cpu_share(procs, args.idle_s)
+                agents = _agents()
+                assert len(agents) == k + 1, agents
+                procs = [psutil.Process(lab.server.proc.pid), *agents]
+                idle[f"with_{k + 1}_workers"] = _cpu_share(procs, args.idle_s)
         result = {
             "machine": f"{platform.machine()}, {psutil.cpu_count()} cores",
             "join_to_running_s": joins,
