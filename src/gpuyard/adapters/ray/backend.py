@@ -1,11 +1,9 @@
 """The Ray backend's wiring: connect (or start a local cluster), turn Ray's nodes into the
 server's inventory, and watch nodes come and go.
 
-The inventory: every alive node with GPUs (all alive nodes if none has one), head first, named
-by its Ray node name (made unique with `#k` if names repeat); its GPUs numbered across the
-cluster (node 0's are 0..g0-1, node 1's continue), declared GPUs to the server (no NVML reading
-of remote machines yet), so `gpuyard gpus` lists them with their node. CUDA_VISIBLE_DEVICES
-inside a job is Ray's, per machine.
+The machines: every alive node with GPUs (all alive nodes if none has one), named by its Ray
+node name (made unique with `#k` if names repeat). Their GPUs are what each machine's agent
+detects (`machines.py`), numbered across the cluster in the order `machine_book.py` keeps.
 
 Lost, returning and new nodes: `NodeWatch` polls Ray's node table (every second); a node of
 the inventory that is no longer alive has its GPUs drained (source `ray`, reason "Ray node ...
