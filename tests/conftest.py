@@ -14,6 +14,8 @@ import pytest
 from tests.needs import missing
 
 if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Playwright
+
     from tests.postgres_server import PostgresServer
 
 # A root test run never touches the machine's Unix socket (/run/gpuyard/gpuyard.sock): a server
@@ -43,3 +45,34 @@ def postgres_server() -> Iterator[PostgresServer]:
     server.start()
     yield server
     server.stop()
+
+
+def _no_browser(why: str) -> NoReturn:
+    missing(why, "the dashboard's browser tests", "`make test` installs it")
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    """One playwright for the session (its sync API allows one per thread): every folder's
+    browser tests share it (tests/web, the cluster's GPUs page)."""
+    from tests.web.rig import CHROMIUM
+
+    if importlib.util.find_spec("playwright") is None:
+        _no_browser("playwright is not installed (pip install -e '.[test]')")
+    if not os.access(CHROMIUM, os.X_OK):
+        _no_browser(f"no {CHROMIUM}: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture(scope="session")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    from tests.web.rig import CHROMIUM, CHROMIUM_ARGS
+
+    browser = playwright.chromium.launch(
+        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+    )
+    yield browser
+    browser.close()

@@ -16,7 +16,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
@@ -31,6 +31,10 @@ from tests.raycluster.conftest import (
     ray_orphans,
     wait_until_gone,
 )
+from tests.web.rig import login
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 pytestmark = pytest.mark.skipif(gcc_path() is None, reason="gcc is needed to build fake NVML")
 
@@ -80,7 +84,7 @@ def server(place: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     env.update(
         GPUYARD_BACKEND="ray", GPUYARD_RAY_LOCAL_NODES="3x2x4",
         GPUYARD_RAY_LOCAL_NODE_ENV=json.dumps(node_env), GPUYARD_RAY_NODE_TIMEOUT_S="2",
-        GPUYARD_TELEMETRY_S="0.5",
+        GPUYARD_TELEMETRY_S="0.5", GPUYARD_ALLOW_ROOT_DASHBOARD="1",  # the GPUs page's test
     )  # fmt: skip
     proc = ServerProcess(
         place / "state", "--kill-grace", "2", "--socket", str(place / "run" / "gpuyard.sock"),
@@ -245,6 +249,23 @@ def test_a_job_over_its_gpu_mem_on_another_machine_ends_out_of_memory(
         write_fake_nvml_state(_state_file(place, 2), {})
     assert ended["state"] == "OUT_OF_MEMORY", ended
     assert "over its --gpu-mem 20G" in ended["reason"], ended["reason"]
+
+
+def test_the_dashboards_gpus_page_has_a_board_per_machine(
+    server: ServerProcess, browser: Browser
+) -> None:
+    token = (server.state_dir / "token").read_text().strip()
+    page = login(browser, server.url, token)
+    try:
+        page.goto("/ui/gpus")
+        for machine, gpus in GPUS.items():
+            board = page.get_by_role("region", name=f"Machine {MACHINES[machine]}")
+            board.get_by_role("heading", name=f"{MACHINES[machine]} · 2 GPUs").wait_for()
+            cards = board.locator("section.card")
+            assert cards.count() == 2
+            assert gpus[0][0] in cards.first.inner_text()  # its own GPUs' model
+    finally:
+        page.context.close()
 
 
 def test_the_server_restarting_mid_job_re_adopts_it_on_every_machine(

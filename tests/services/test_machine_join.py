@@ -71,9 +71,7 @@ def test_a_joined_machines_gpu_type_is_asked_for_by_name(world) -> None:  # type
     scheduler.submitted(_pending(1, 1, gpu_type="h200"))
     assert scheduler.decide().launches == []  # no H200 yet
     joins.join(NodeCapacity("m2", 4, 32_000), [_gpu(0, "m2", "NVIDIA H200")])
-    assert [(launch.node, launch.gpus) for launch in scheduler.decide().launches] == [
-        ("m2", (4,))
-    ]
+    assert [(launch.node, launch.gpus) for launch in scheduler.decide().launches] == [("m2", (4,))]
 
 
 def test_estimates_after_a_join_count_the_new_gpus(world) -> None:  # type: ignore[no-untyped-def]

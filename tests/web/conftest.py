@@ -7,18 +7,14 @@ also to DIR (docs/screenshots: the README's)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.needs import missing
 from tests.web.rig import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     Dashboard,
     login,
     shared_place,
@@ -27,32 +23,7 @@ from tests.web.rig import (
 )
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page, Playwright
-
-
-def _missing(why: str) -> NoReturn:
-    missing(why, "the dashboard's browser tests", "`make test` installs it")
-
-
-@pytest.fixture(scope="session")
-def playwright() -> Iterator[Playwright]:
-    if importlib.util.find_spec("playwright") is None:
-        _missing("playwright is not installed (pip install -e '.[test]')")
-    if not os.access(CHROMIUM, os.X_OK):
-        _missing(f"no {CHROMIUM}: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        yield pw
-
-
-@pytest.fixture(scope="session")
-def browser(playwright: Playwright) -> Iterator[Browser]:
-    browser = playwright.chromium.launch(
-        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-    )
-    yield browser
-    browser.close()
+    from playwright.sync_api import Browser, BrowserContext, Page
 
 
 @pytest.fixture(scope="session")

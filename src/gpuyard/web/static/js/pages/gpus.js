@@ -8,10 +8,11 @@ import { h, clear, sizeMib, num, notice, announce } from "../dom.js";
 export function mount(main, { me }) {
   const admin = me.role === "admin";
   const live = h("span.live-dot", "connecting");
-  const cards = h("div.cards", { "aria-live": "off" });
+  const cards = h("div.boards", { "aria-live": "off" });
   const summary = h("p.muted");
   clear(main, h("div.toolbar", h("h1", "GPUs"), h("span.spacer"), live), summary, cards);
   let gpus = [];
+  let grouped = false; // a board per machine: each GPU's heading one level below its machine's
 
   function draw(list) {
     gpus = list;
@@ -22,7 +23,17 @@ export function mount(main, { me }) {
       : "This server has no GPUs.";
     // Keep the focused button across redraws (the list is redrawn once a second).
     const focused = document.activeElement && document.activeElement.dataset.key;
-    cards.replaceChildren(...list.map(card));
+    // A cluster's GPUs, a board per machine (in the server's order); one machine: one board.
+    const machines = [...new Set(list.map((g) => g.node))];
+    grouped = machines.length > 1;
+    cards.replaceChildren(...(machines.length > 1
+      ? machines.map((node) => {
+        const here = list.filter((g) => g.node === node);
+        return h("section.machine", { "aria-label": `Machine ${node}` },
+          h("h2", `${node} · ${here.length} GPU${here.length === 1 ? "" : "s"}`),
+          h("div.cards", here.map(card)));
+      })
+      : [h("div.cards", list.map(card))]));
     if (focused) {
       const again = cards.querySelector(`[data-key="${focused}"]`);
       if (again) again.focus();
@@ -44,7 +55,7 @@ export function mount(main, { me }) {
     if (misplaced.length) flags.push(h("span.flag", `process of job ${misplaced.map((p) => p.job).join(",")} not allocated here`));
     const label = `GPU ${g.index}`;
     return h(`section.card${g.drained ? ".drained" : ""}`, { "aria-label": label },
-      h("header", h("h2", label, g.node && gpus.some((o) => o.node !== g.node) ? ` · ${g.node}` : ""),
+      h("header", h(grouped ? "h3" : "h2", label),
         h("span.name", g.name)),
       metric("Utilisation", g.util_pct, g.util_pct === null ? "n/a" : `${g.util_pct}%`),
       metric("Memory", memPct, g.memory_used_mib === null ? (g.memory_total_mib ? `n/a / ${sizeMib(g.memory_total_mib)}` : "n/a")
