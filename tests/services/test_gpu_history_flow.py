@@ -92,3 +92,32 @@ def test_a_finished_jobs_gpu_history_outlives_the_ring(tmp_path: Path) -> None:
 class _NoOwners:
     def owners(self, pids: object, supervisors: object) -> dict[int, int]:
         return {}
+
+
+def test_a_joined_machines_gpus_have_history_from_their_first_sample(tmp_path: Path) -> None:
+    store = SqlJobStore(sqlite_url(tmp_path / "gpuyard.db"))
+    clock, gpus = Clock(), ScriptedGpus()
+    inventory = Inventory((Gpu(0, UUIDS[0], "H200", 143771, True, "m0"),),
+                          NodeCapacity("m0", 8, 1024), "nvml")  # fmt: skip
+    job = Job(7, JobSpec(("train",), "train", "/", gpus=1), "ann", JobState.RUNNING, T0,
+              gpus=(1,), started_at=T0 + 30)  # fmt: skip
+    book = JobBook([job])
+    monitor = GpuMonitor(lambda: gpus, _NoOwners(), book, inventory, clock=clock,
+                         monotonic=clock)  # fmt: skip
+    monitor.history = history = GpuHistory({0: UUIDS[0]}, store, clock=clock)
+    monitor.open()
+    try:
+        for second in range(60):
+            if second == 30:  # a machine joins with GPU 1
+                joined = Gpu(1, UUIDS[1], "H200", 143771, True, "m1")
+                inventory.add_machine(NodeCapacity("m1", 8, 1024), [joined])
+                history.add_gpus({1: UUIDS[1]})
+            gpus.util[1] = 70
+            monitor.sample()
+            clock.now += 1.0
+        [series] = history.job_series(job, max_points=60)
+        assert series.uuid == UUIDS[1] and series.points
+        assert {p.util_pct for p in series.points} == {70}  # its samples since it joined
+        assert history.flush() == 2  # a bucket for each GPU: the new one's too
+    finally:
+        store.close()

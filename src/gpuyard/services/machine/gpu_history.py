@@ -98,6 +98,16 @@ class GpuHistory:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def add_gpus(self, gpus: Mapping[int, str]) -> None:
+        """GPUs of a machine that joined (index -> UUID): kept from the next sample on. Called
+        before the sampler reads them (`MachineJoins`), so a sample never lacks a column."""
+        for index, uuid in sorted(gpus.items()):
+            if index in self._position:
+                continue
+            self._position[index] = self.ring.add_gpu(uuid)
+            self.uuids[index] = uuid
+            self._indices = [*self._indices, index]
+
     # -- the telemetry thread's hook ------------------------------------------------------
 
     def record(

@@ -65,6 +65,8 @@ class MachineJoins:
             if self._drains is not None:
                 self._drains.machine_joined(gpus)  # a drain kept from its earlier life
         if self._monitor is not None:
+            if self._monitor.history is not None:  # its charts, from its first sample
+                self._monitor.history.add_gpus({g.index: g.uuid for g in gpus if g.detected})
             self._monitor.machines_changed()
         what = f"{len(gpus)} GPU(s)" if gpus else "no GPUs"
         self._events.add(

@@ -110,6 +110,19 @@ class TelemetryRing:
     def __len__(self) -> int:
         return len(self._times)
 
+    def add_gpu(self, uuid: str) -> int:
+        """One more GPU (a machine joined): n/a for every sample kept so far. Returns its
+        position."""
+        with self._lock:
+            n = len(self._times)
+            self.uuids = (*self.uuids, uuid)
+            self._util.append(array("b", [_NA_UTIL]) * n)
+            self._mem.append(array("i", [_NA_I32]) * n)
+            self._temp.append(array("h", [_NA_TEMP]) * n)
+            self._power.append(array("i", [_NA_I32]) * n)
+            self._holders.append(array("i", [0]) * n)  # set 0: no job
+            return len(self.uuids) - 1
+
     @property
     def oldest_at(self) -> float | None:
         with self._lock:
@@ -163,6 +176,11 @@ class TelemetryRing:
                     _NA_I32 if power is None else _clamp(round(power * 1000), 0, 2**31 - 1),
                 )
                 self._put(self._holders[i], slot, full, self._set_id(holders[i]))
+            for i in range(len(readings), len(self._util)):  # a GPU added during this sample
+                for column, na in ((self._util, _NA_UTIL), (self._mem, _NA_I32),
+                                   (self._temp, _NA_TEMP), (self._power, _NA_I32),
+                                   (self._holders, 0)):  # fmt: skip
+                    self._put(column[i], slot, full, na)
             self._next = (slot + 1) % self.capacity
 
     def window(self, gpu: int, since: float, until: float) -> RingWindow:
