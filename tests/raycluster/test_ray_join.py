@@ -138,6 +138,12 @@ class Lab:
         )  # fmt: skip
         self.nodes[name] = node.start()
 
+    def restart_head(self) -> None:
+        """The Ray head stopped and started again on its address (its GCS state is lost, as
+        without Ray's GCS fault tolerance: every machine joins it again)."""
+        self.nodes.pop("gy-head").stop()
+        self.start_head()
+
     def leave(self, name: str) -> None:
         self.nodes.pop(name).stop()
 
@@ -242,7 +248,9 @@ def test_a_machine_that_joins_takes_a_waiting_job_without_a_restart(lab: Lab) ->
         assert ended["state"] == "COMPLETED", ended
 
 
-def test_gpu_numbers_hold_across_a_restart_and_an_absent_machine_is_waited_for(lab: Lab) -> None:
+def test_gpu_numbers_hold_across_a_cluster_restart_and_a_machine_away_is_waited_for(
+    lab: Lab,
+) -> None:
     server = lab.server
     assert server is not None
     lab.join("gy-alpha")  # joins after gy-zeta, sorts before it
@@ -257,8 +265,14 @@ def test_gpu_numbers_hold_across_a_restart_and_an_absent_machine_is_waited_for(l
                    timeout_s=120, interval_s=0.2)  # fmt: skip
     assert job["node"] == "gy-alpha" and job["gpus"] == [4, 5]
 
-    server.stop()  # the server away; gy-alpha's raylet too (its job runs on, unsupervised by Ray)
+    # The whole cluster restarts (the Ray head too, as a reboot of the head machine would):
+    # the server, the head and gy-zeta come back first; gy-alpha, whose job runs on under its
+    # supervisor (not Ray's), later.
+    server.stop()
     lab.leave("gy-alpha")
+    lab.leave("gy-zeta")
+    lab.restart_head()
+    lab.join("gy-zeta")
     server.start(timeout_s=240)
     gpus = _gpus(server)
     assert [gpus[i]["uuid"] for i in (4, 5)] == [g[2] for g in LATE["gy-alpha"]]  # not renumbered
@@ -268,6 +282,8 @@ def test_gpu_numbers_hold_across_a_restart_and_an_absent_machine_is_waited_for(l
 
     lab.join("gy-alpha")  # back: its agent re-adopts the job, its GPUs return to service
     wait_for(lambda: not _gpus(server)[4]["drained"], timeout_s=180, interval_s=0.3)
+    wait_for(lambda: "gy-zeta" in _nodes(server) and _nodes(server)["gy-zeta"]["state"] != "down",
+             timeout_s=180, interval_s=0.3)  # fmt: skip
     flag.touch()
     ended = wait_for(lambda: (j := _job(server, job_id))["state"] != "RUNNING" and j,
                      timeout_s=120, interval_s=0.2)  # fmt: skip
