@@ -268,6 +268,20 @@ def test_the_dashboards_gpus_page_has_a_board_per_machine(
         page.context.close()
 
 
+def test_attaching_to_a_session_on_another_machine_says_so_at_once(server: ServerProcess) -> None:
+    body = {"command": ["sh", "-c", "sleep 60"], "workdir": "/tmp", "kind": "interactive",
+            "gpus": 1, "gpu_type": "l40s"}  # fmt: skip
+    job_id = server.client()._json("POST", "/api/v1/jobs", body)["id"]
+    try:
+        wait_for(lambda: _job(server, job_id)["state"] == "RUNNING", timeout_s=120)
+        out = server.cli("attach", str(job_id), check=False, timeout_s=20)
+        assert out.returncode == 1
+        assert out.stderr.count("\n") == 1, out.stderr  # one line, not a 30 s wait
+        assert f"runs on {MACHINES[2]}, another machine of the cluster" in out.stderr
+    finally:
+        server.cli("cancel", str(job_id), check=False)
+
+
 def test_the_server_restarting_mid_job_re_adopts_it_on_every_machine(
     server: ServerProcess, place: Path
 ) -> None:
