@@ -167,11 +167,8 @@ def test_a_file_another_user_made_in_a_shared_folder_never_gets_the_jobs_output(
         body = {"command": ["sh", "-c", "echo alice-secret"], "workdir": str(shared)}
         for output, flag, why in (("alice.out", "--output", f"it belongs to {users.bob}"),
                                   ("mine.out", "--error", "it is a symbolic link")):  # fmt: skip
-            extra = (
-                {"output_path": output}
-                if flag == "--output"
-                else {"output_path": output, "error_path": "alice.err"}
-            )
+            extra = {"output_path": output} if flag == "--output" else {
+                "output_path": output, "error_path": "alice.err"}
             answer = client.post("/api/v1/jobs", json={**body, **extra},
                                  headers={"Authorization": f"Bearer {secret}"})  # fmt: skip
             assert answer.status_code == 201, answer.text

@@ -176,15 +176,8 @@ class Session:
     def typed(self, command: str, expect: str, then: str) -> tuple[int, str]:
         """Run `command` on a pty; once `expect` shows, type `then`; its exit and screen."""
         master, slave = os.openpty()
-        proc = subprocess.Popen(
-            ["bash", "-c", self.script(command)],
-            cwd=REPO,
-            env=self.env,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            start_new_session=True,
-        )
+        proc = subprocess.Popen(["bash", "-c", self.script(command)], cwd=REPO, env=self.env,
+                                stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
         os.close(slave)
         seen, typed = b"", False
         try:

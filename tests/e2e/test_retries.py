@@ -170,11 +170,8 @@ def test_a_gpu_failure_requeues_the_job_on_a_healthy_gpu_then_holds_it_past_the_
         write_fake_nvml_state(state, {**healthy, first: {"xid": 79, "xid_events": 1},
                                       second: {"xid": 79, "xid_events": 1}})  # fmt: skip
         held = wait_for(  # the reason is the pass's, after the end is recorded
-            lambda: (
-                (j := server.client().job(job_id))["reason"] is not None  # running: null
-                and j["reason"].startswith("NodeFailLimit")
-                and j
-            )
+            lambda: (j := server.client().job(job_id))["reason"] is not None  # running: null
+            and j["reason"].startswith("NodeFailLimit") and j
         )
         assert held["state"] == "PENDING" and held["held"] and len(held["attempts"]) == 2
         assert held["reason"].startswith("NodeFailLimit: 2 node failures, more than the 1")

@@ -53,9 +53,7 @@ def test_two_thousand_pending_jobs_are_cancelled_in_two_writes_and_the_rest_refu
     assert result.stopping == (running.id,)
     assert rig.job(running.id).stop_intent is JobState.CANCELLED
     assert {i: type(e) for i, e in result.refused.items()} == {
-        done.id: Conflict,
-        theirs.id: NotFound,
-        999_999: NotFound,
+        done.id: Conflict, theirs.id: NotFound, 999_999: NotFound
     }
     assert "already ended" in result.refused[done.id].message
     assert all(rig.state(job.id) is JobState.CANCELLED for job in pending)

@@ -207,7 +207,9 @@ def cancel_jobs(body: CancelManyIn, server: Server, actor: Actor) -> CancelManyO
     """Cancel many jobs in one request: each as `POST /jobs/{id}/cancel` would, the pending
     ones in one durable write per 1,000; a job refused (not found, ended) is listed with why."""
     stop_signal = None if body.signal is None else parse_signal(body.signal, field="signal")
-    done = server.verbs.cancel_many(body.ids, actor, stop_signal, whole_arrays=body.whole_arrays)
+    done = server.verbs.cancel_many(
+        body.ids, actor, stop_signal, whole_arrays=body.whole_arrays
+    )
     refused = [CancelRefusedOut(id=i, code=exc.code, message=exc.message)
                for i, exc in done.refused.items()]  # fmt: skip
     return CancelManyOut(
