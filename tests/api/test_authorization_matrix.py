@@ -9,10 +9,11 @@ uid, no token, as uvicorn's protocol puts it in the scope). Job routes act on a 
 owner's: another user gets 404 (it does not exist for them), the owner and an admin reach the
 use case (2xx, or 409 when the job's state does not allow the verb).
 
-In-process (the ASGI app over a real SQLite store and real supervisors), the Host the server's
-own address; each request comes from its own client address, and the failed-authentication
-throttle (per credential, tested on its own: tests/api/test_identity_caps.py) is given a
-burst no run reaches, so it never answers 429 in place of the status under test."""
+In-process (the ASGI app over a real SQLite store and real supervisors; once on one box, once
+on a local Ray cluster of two machines), the Host the server's own address; each request comes
+from its own client address, and the failed-authentication throttle (per credential, tested on
+its own: tests/api/test_identity_caps.py) is given a burst no run reaches, so it never answers
+429 in place of the status under test."""
 
 from __future__ import annotations
 
@@ -186,7 +187,7 @@ class Rig:
     credentials, and a fresh resource of the owner's for each route that needs one."""
 
     def __init__(self, server: ServerFacade, app: ClientPerRequest, client: TestClient,
-                 settings: Settings) -> None:  # fmt: skip
+                 settings: Settings, machines: int = 1) -> None:  # fmt: skip
         self.server, self.app, self.client = server, app, client
         admin = f"Bearer {settings.token_path.read_text().strip()}"
         metrics = (settings.state_dir / METRICS_TOKEN_FILE).read_text().strip()
@@ -207,7 +208,8 @@ class Rig:
         self.headers[READ] = self._bearer(read.json()["token"])
         # A job of the admin's holding every GPU and CPU: the owner's jobs stay PENDING, so
         # every verb meets them in a known state and none of them runs.
-        blocker = {"command": ["sleep", "300"], "gpus": 2, "cpus": 4, "workdir": "/"}
+        blocker = {"command": ["sleep", "300"], "gpus": 2 * machines, "cpus": 4 * machines,
+                   "nodes": machines, "workdir": "/"}  # fmt: skip
         started = self.call(ADMIN, "POST", "/api/v1/jobs", blocker)
         assert started.status_code == 201, started.text
         deadline = time.monotonic() + 20
@@ -283,15 +285,21 @@ class Rig:
         return path.replace("{index}", "1").replace("{kind}", "user").replace("{name}", VICTIM)
 
 
-@pytest.fixture(scope="module")
-def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+@pytest.fixture(scope="module", params=["local", "ray"])
+def rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    """One server per backend: on Ray (a local cluster of two machines, each job through its
+    machine's agent) every caller gets exactly what it gets on one box."""
     state: Path = tmp_path_factory.mktemp("matrix") / "state"
     settings = Settings(state_dir=state, gpus="2", cpus=4, kill_grace_s=1)
+    if request.param == "ray":
+        pytest.importorskip("ray")
+        settings = Settings(state_dir=state, kill_grace_s=1, backend="ray",
+                            ray_local_nodes="2x2x4", ray_node_timeout_s=5)  # fmt: skip
     server, app = build_app(settings)
     server.access.throttle.burst = 1_000_000  # the bad and expired tokens fail on every route
     wrapped = ClientPerRequest(app)
     with TestClient(wrapped, base_url=settings.url) as client:
-        yield Rig(server, wrapped, client, settings)
+        yield Rig(server, wrapped, client, settings, machines=2 if request.param == "ray" else 1)
         admin = server.auth.principal
         for job in server.reads.list_jobs(admin, include_finished=False):
             with contextlib.suppress(GpuyardError):  # it may end meanwhile
