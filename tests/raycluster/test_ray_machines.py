@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import pytest
 
 from tests.e2e.server import ServerProcess, wait_for
 from tests.e2e.test_local_socket import as_user, call
+from tests.e2e.test_services import SERVICE
 from tests.e2e.unix_users import UnixUsers, unix_users
 from tests.fakenvml import build_fake_nvml, fake_nvml_env, gcc_path, write_fake_nvml_state
 from tests.raycluster.conftest import (
@@ -84,7 +86,8 @@ def server(place: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     env.update(
         GPUYARD_BACKEND="ray", GPUYARD_RAY_LOCAL_NODES="3x2x4",
         GPUYARD_RAY_LOCAL_NODE_ENV=json.dumps(node_env), GPUYARD_RAY_NODE_TIMEOUT_S="2",
-        GPUYARD_TELEMETRY_S="0.5", GPUYARD_ALLOW_ROOT_DASHBOARD="1",  # the GPUs page's test
+        GPUYARD_TELEMETRY_S="0.5", GPUYARD_SERVICE_CHECK_S="0.5",
+        GPUYARD_ALLOW_ROOT_DASHBOARD="1",  # the GPUs page's test
     )  # fmt: skip
     proc = ServerProcess(
         place / "state", "--kill-grace", "2", "--socket", str(place / "run" / "gpuyard.sock"),
@@ -278,6 +281,28 @@ def test_attaching_to_a_session_on_another_machine_says_so_at_once(server: Serve
         assert out.returncode == 1
         assert out.stderr.count("\n") == 1, out.stderr  # one line, not a 30 s wait
         assert f"runs on {MACHINES[2]}, another machine of the cluster" in out.stderr
+    finally:
+        server.cli("cancel", str(job_id), check=False)
+
+
+def test_a_service_on_another_machine_is_health_checked_there(
+    server: ServerProcess, place: Path
+) -> None:
+    """Its machine's agent asks it on that machine's loopback (the server's is not its)."""
+    work = Path(tempfile.mkdtemp(prefix="svc-", dir=place))
+    (work / "svc.py").write_text(SERVICE)
+    body = {"command": [sys.executable, "svc.py"], "workdir": str(work), "kind": "service",
+            "gpus": 1, "gpu_type": "l40s", "health_path": "/health",
+            "health_grace_s": 0}  # fmt: skip
+    job_id = server.client()._json("POST", "/api/v1/jobs", body)["id"]
+    try:
+        job = wait_for(lambda: (j := _job(server, job_id)).get("service_health")
+                       and j["service_health"]["state"] == "healthy" and j,
+                       timeout_s=120)  # fmt: skip
+        assert job["node"] == MACHINES[2]
+        (work / "sick").touch()  # answers 503 now: three failed checks in a row, a restart
+        again = wait_for(lambda: (j := _job(server, job_id))["attempts"] and j, timeout_s=120)
+        assert again["attempts"][0]["reason"].startswith("Unhealthy: 3 health checks"), again
     finally:
         server.cli("cancel", str(job_id), check=False)
 

@@ -163,6 +163,20 @@ def machine_joined(parts: RayParts, joins: MachineJoins, name: str, node: Any) -
         parts.executor.start_polling(link)
 
 
+def service_probe(parts: RayParts, job: Job) -> Callable[[str, int, str, float], str | None]:
+    """The health check of a service, made by the agent of the machine it runs on."""
+    name = job.node.split(",")[0]
+
+    def check(host: str, port: int, path: str, timeout_s: float) -> str | None:
+        link = parts.machines.links().get(name)
+        if link is None:
+            return f"its machine {name} is not answering"
+        answer: str | None = link.call("probe", port, path, timeout_s, timeout_s=timeout_s + 10)
+        return answer
+
+    return check
+
+
 def fence_machines(parts: RayParts, running: list[Job]) -> None:
     """At start, before anything is scheduled: each other machine's agent ends every job that
     still runs there but that the database does not place there (it was requeued elsewhere

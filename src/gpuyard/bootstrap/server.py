@@ -55,6 +55,7 @@ from gpuyard.bootstrap.ray_wiring import (
     machine_joined,
     machine_lost,
     ray_backend,
+    service_probe,
     settle_ray_restart,
 )
 from gpuyard.bootstrap.state_dir import (
@@ -170,6 +171,8 @@ def build_server(
             drains=core.drains,
         )
         parts.watch.on_join = lambda name, node: machine_joined(parts, joins, name, node)
+        if core.health is not None:  # services are asked on their own machine
+            core.health.check_through(lambda job: service_probe(parts, job))
         background.append(ray.watch)
     background.append(EventSaver(core.events))  # last: its stop saves what the others told
     return ServerFacade(

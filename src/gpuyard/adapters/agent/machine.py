@@ -322,6 +322,13 @@ class MachineAgent:
             for r in readings
         ]  # fmt: skip
 
+    def probe(self, port: int, path: str, timeout_s: float) -> str | None:
+        """A service's health check, on this machine's loopback (where it listens): None if
+        it answered, else why not."""
+        from gpuyard.services.launch.service_check import LOOPBACK, probe
+
+        return probe(LOOPBACK, port, path, timeout_s)
+
     def free_port(self) -> int:
         """A TCP port free on this machine right now (a multi-node job's rendezvous)."""
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

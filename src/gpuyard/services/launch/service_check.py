@@ -12,7 +12,8 @@ that never answers is stopped the same way once its grace is over.
 
 What the checks saw is kept in memory only (a restarted server asks again: a fresh grace,
 less what the run already had), per run: a run that starts again starts `starting`. Services
-on another machine (the Ray backend) are `unchecked`: the server's loopback is not theirs.
+on another machine of a cluster are asked by that machine's agent, on its own loopback
+(`check_through`).
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class ServiceHealth:
         self.failures = failures
         self._local = local  # False: the jobs run on other machines (Ray): not checked
         self._check = check
+        self._route: Callable[[Job], Probe] | None = None  # `check_through`
         self._clock = clock
         self._monotonic = monotonic
         self._lock = threading.Lock()  # leaf: the runs' map (the API reads it)
@@ -122,6 +124,12 @@ class ServiceHealth:
             "service health checks failed",
         )  # fmt: skip
         self._pool: ThreadPoolExecutor | None = None
+
+    def check_through(self, route: Callable[[Job], Probe]) -> None:
+        """Ask each service where it runs: `route(job)` is the check on the job's machine (a
+        cluster's machine's agent probes its own loopback). Set before the checks start."""
+        self._route = route
+        self._local = True
 
     # -- reads ----------------------------------------------------------------------------
     def of(self, job: Job) -> HealthState | None:
@@ -161,7 +169,8 @@ class ServiceHealth:
 
     def _ask(self, job: Job, timeout_s: float) -> str | None:
         try:
-            return self._check(LOOPBACK, job.spec.service_port, job.spec.health_path, timeout_s)
+            check = self._check if self._route is None else self._route(job)
+            return check(LOOPBACK, job.spec.service_port, job.spec.health_path, timeout_s)
         except Exception as exc:  # a check must never end the thread
             return f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]
 
