@@ -119,7 +119,6 @@ def open_session(session: Client, job_id: int, *, submitted: bool) -> int:
         return 130
     if job["state"] != "RUNNING":
         return _ended(job)
-    _on_the_servers_machine(session, job)
     sock = _connect(session, job_id, socket_path(job["log_path"]))
     if sock is None:
         return _ended(session.job(job_id))
@@ -174,19 +173,6 @@ def _wait_started(session: Client, job_id: int) -> dict[str, Any]:
             sys.stderr.flush()
             said = reason
         time.sleep(_POLL_S)
-
-
-def _on_the_servers_machine(session: Client, job: dict[str, Any]) -> None:
-    """A session that another machine of a cluster runs: its terminal's socket is there, not
-    where the server is (a relay through the server is not built yet): said at once, not after
-    the socket's wait."""
-    machines = session.nodes()
-    if len(machines) < 2 or job.get("node") in ("", None, machines[0]["name"]):
-        return
-    _fail(f"job {job['id']}'s session runs on {job['node']}, another machine of the cluster: "
-          "attaching reaches only sessions on the server's own machine "
-          f"({machines[0]['name']}) so far; `gpuyard cancel {job['id']}` ends it, and "
-          "`gpuyard logs -f` follows its output")  # fmt: skip
 
 
 def _connect(session: Client, job_id: int, path: str) -> socket.socket | None:

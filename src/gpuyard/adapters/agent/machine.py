@@ -42,7 +42,7 @@ from typing import Any
 
 from gpuyard.adapters.executor import tree
 from gpuyard.adapters.executor.cgroups import JobCgroups, gpu_device_numbers
-from gpuyard.adapters.executor.job_folder import PID_FILE, STATUS_FILE
+from gpuyard.adapters.executor.job_folder import ATTACH_SOCKET, PID_FILE, STATUS_FILE
 from gpuyard.adapters.executor.launch_file import LAUNCH_FILE, read_facts
 from gpuyard.adapters.executor.local import LocalExecutor, is_supervisor, running
 from gpuyard.adapters.gpus.processes import PsutilProcessOwners
@@ -101,6 +101,9 @@ def agent_version() -> str:
         return "unknown"
 
 
+_SESSION_CHUNK = 1 << 16  # what one `session_io` hands back at most
+
+
 class MachineAgent:
     """One machine's launcher, job folders and GPUs. Every method is safe to call from
     several threads (a Ray actor with `max_concurrency`)."""
@@ -152,6 +155,7 @@ class MachineAgent:
         self._grace_s = grace_s
         self._telemetry: GpuTelemetrySource | None = None
         self._telemetry_lock = threading.Lock()
+        self._sessions: dict[str, socket.socket] = {}  # relayed terminals, by key
 
     # ---- who this is ----------------------------------------------------------------------
 
@@ -321,6 +325,65 @@ class MachineAgent:
             ))
             for r in readings
         ]  # fmt: skip
+
+    # ---- interactive sessions (relayed by the server, `adapters/ray/session_relay.py`) ----
+
+    def session_owner(self, job_id: int) -> tuple[int, int] | None:
+        """(uid, gid) of a session's terminal socket here, once its supervisor made it."""
+        try:
+            st = os.stat(self._jobs / str(job_id) / ATTACH_SOCKET)
+        except FileNotFoundError:
+            return None
+        return st.st_uid, st.st_gid
+
+    def session_open(self, job_id: int) -> str | None:
+        """Connect to a session's terminal here (as root: its supervisor lets root in); a key
+        for `session_io`, None if it has no terminal (any more)."""
+        folder = os.open(self._jobs / str(job_id), os.O_PATH | os.O_DIRECTORY)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(f"/proc/self/fd/{folder}/{ATTACH_SOCKET}")
+        except OSError:
+            sock.close()
+            return None
+        finally:
+            os.close(folder)
+        key = secrets.token_hex(8)
+        with self._lock:
+            self._sessions[key] = sock
+        return key
+
+    def session_io(self, key: str, data: bytes, wait_s: float) -> tuple[bytes, bool]:
+        """Send `data` to the terminal, then what it has for the client (waiting up to
+        `wait_s` for something); True once the terminal has closed."""
+        import select
+
+        with self._lock:
+            sock = self._sessions.get(key)
+        if sock is None:
+            return b"", True
+        try:
+            if data:
+                sock.sendall(data)
+            out = bytearray()
+            ready, _, _ = select.select([sock], [], [], wait_s)
+            while ready and len(out) < _SESSION_CHUNK:
+                got = sock.recv(_SESSION_CHUNK)
+                if not got:
+                    self.session_close(key)
+                    return bytes(out), True
+                out += got
+                ready, _, _ = select.select([sock], [], [], 0)
+            return bytes(out), False
+        except OSError:
+            self.session_close(key)
+            return b"", True
+
+    def session_close(self, key: str) -> None:
+        with self._lock:
+            sock = self._sessions.pop(key, None)
+        if sock is not None:
+            sock.close()
 
     def probe(self, port: int, path: str, timeout_s: float) -> str | None:
         """A service's health check, on this machine's loopback (where it listens): None if

@@ -33,6 +33,7 @@ from pathlib import Path
 from gpuyard.adapters.executor.job_folder import JobFolder
 from gpuyard.adapters.ray.agents import AgentGone, AgentLink
 from gpuyard.adapters.ray.mirror import Mirror
+from gpuyard.adapters.ray.session_relay import SessionRelays
 from gpuyard.domain.job import Gpu, Job
 from gpuyard.services.ports import (
     ExitCallback,
@@ -88,6 +89,7 @@ class AgentExecutor:
         self._running: dict[int, _Running] = {}
         self._lock = threading.RLock()
         self._mirror = Mirror(self._folder)
+        self._sessions = SessionRelays()  # terminals of sessions on other machines
         self._pollers: dict[str, threading.Thread] = {}
         self._incarnations: dict[str, str] = {}
         self._closed = threading.Event()
@@ -137,7 +139,14 @@ class AgentExecutor:
         except BaseException:
             self._undo(job, names[: len(started)])
             raise
+        self._relay_session(job, links[names[0]])
         return started[0][1]
+
+    def _relay_session(self, job: Job, link: AgentLink) -> None:
+        """An interactive session on another machine: its terminal reached from here."""
+        if job.spec.kind == "interactive" and not link.local:
+            name = link.name
+            self._sessions.start(job.id, lambda: self._links().get(name), self.job_dir(job.id))
 
     def _undo(self, job: Job, names: list[str]) -> None:
         """A launch that failed part way: the ranks already started are stopped, forgotten."""
@@ -237,6 +246,8 @@ class AgentExecutor:
             return Recovered(ended=final)
         for rank in list(run.ends):
             self._after_rank_end(run, rank)
+        if names[0] in links:
+            self._relay_session(job, links[names[0]])
         return Recovered(alive=alive)
 
     def _recover_on(self, link: AgentLink, part: Job) -> Recovered:
@@ -362,6 +373,7 @@ class AgentExecutor:
     def _report(self, job_id: int, status: ExitStatus) -> None:
         with self._lock:
             self._running.pop(job_id, None)
+        self._sessions.stop(job_id)
         try:
             self._on_exit(job_id, status)
         except Exception:
@@ -395,6 +407,7 @@ class AgentExecutor:
         for thread in self._pollers.values():
             thread.join(timeout=5)
         self._mirror.close()
+        self._sessions.close()
 
 
 def _succeeded(status: ExitStatus) -> bool:
