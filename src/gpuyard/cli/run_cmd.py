@@ -6,8 +6,9 @@ submits a job of kind "interactive" (queued, limited, accounted and cancelled li
 says on stderr why it waits while it is pending, then attaches this terminal to the job's pty
 (`cli/attach.py`): raw mode, the window size, Ctrl-C for the job. When the job ends the
 terminal is restored and `run` exits with the job's exit code. `gpuyard attach JOB` comes back
-to a session left with `~.`. The session's socket is on the server's machine: a client of a
-server on another machine is told so before anything is queued. `--jupyter` is
+to a session left with `~.`. The session's socket is on the server's machine (for a session
+another machine of a cluster runs, the server's relay of it: `adapters/ray/session_relay.py`):
+a client of a server on another machine is told so before anything is queued. `--jupyter` is
 `cli/jupyter.py`'s.
 """
 
