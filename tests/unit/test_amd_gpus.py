@@ -92,7 +92,9 @@ def test_auto_detects_amd_gpus_with_their_arch_serial_and_partitions(
     assert (first["temperature_c"], first["power_w"], first["power_limit_w"]) == (77, 640, 750)
     assert first["sm_clock_mhz"] == 2000 and first["throttle_reasons"] == []
     assert (first["ecc_corrected"], first["ecc_uncorrected"]) == (4, 0)
-    assert first["processes"] == [{"pid": 777, "memory_used_mib": 7900}]
+    assert first["processes"] == [  # attributed to a job by the server (this machine's pid)
+        {"pid": 777, "memory_used_mib": 7900, "job_id": None, "attributed": False}
+    ]
     assert (first["xid_events"], first["last_xid"], first["error"]) == (None, None, None)
     assert second["throttle_reasons"] == ["package_power"] and second["ecc_uncorrected"] == 1
     assert second["processes"] == []

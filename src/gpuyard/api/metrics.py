@@ -29,6 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from gpuyard.domain.job import Gpu
 from gpuyard.services.jobs.reads import JobReads
 from gpuyard.services.machine.gpus import GpuDesk, GpuHolding
 from gpuyard.services.metrics import HistogramView, QueueMetrics
@@ -140,9 +141,19 @@ class ServerCollector(Collector):
     def _label_sets(self, holding: GpuHolding) -> list[list[str]]:
         """One label set per job on the GPU (one with `hpc_job=""` when none holds it)."""
         gpu = holding.gpu
-        device = [str(gpu.index), gpu.uuid, gpu.pci_bus_id, f"nvidia{gpu.index}", gpu.name,
-                  self._hostname, self._hostname]  # fmt: skip
+        host, number = self._where(gpu)
+        device = [str(number), gpu.uuid, gpu.pci_bus_id, f"nvidia{number}", gpu.name, host,
+                  host]  # fmt: skip
         return [[*device, str(job.id)] for job in holding.jobs] or [[*device, ""]]
+
+    def _where(self, gpu: Gpu, device: bool = False) -> tuple[str, int]:
+        """The GPU's machine and its number there, as that machine's own exporter would say
+        (one exporter per host): on a cluster, each GPU under its machine's `Hostname` with its
+        device index there; on one box, the server's host name and the GPU's index (`device`:
+        its device index, as AMD's exporter numbers them)."""
+        local = gpu.node in ("", "local")
+        own = gpu.index if gpu.device_index is None else gpu.device_index
+        return (self._hostname, own if device else gpu.index) if local else (gpu.node, own)
 
     def _amd_families(self, sampled: list[GpuHolding]) -> Iterator[Metric]:
         readings = [(h, h.telemetry.reading) for h in sampled if h.telemetry is not None]
@@ -167,9 +178,10 @@ class ServerCollector(Collector):
     def _amd_label_sets(self, holding: GpuHolding) -> list[list[str]]:
         """AMD's exporter's labels; one set per job on the GPU (`job_id=""` when none)."""
         gpu = holding.gpu
+        host, number = self._where(gpu, device=True)
         device = [
-            str(gpu.index if gpu.device_index is None else gpu.device_index), gpu.serial,
-            gpu.name, self._hostname, str(gpu.partition_id), gpu.compute_partition.lower(),
+            str(number), gpu.serial, gpu.name, host, str(gpu.partition_id),
+            gpu.compute_partition.lower(),
             gpu.memory_partition.lower(), gpu.uuid,
         ]  # fmt: skip
         return [[*device, str(job.id), job.owner] for job in holding.jobs] or [[*device, "", ""]]
