@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,6 +164,21 @@ def test_telemetry_is_read_from_every_machine(server: ServerProcess, place: Path
         return seen if seen == {0: 10, 2: 11, 4: 12} else None
 
     assert wait_for(readings, timeout_s=30, interval_s=0.5)
+    # /metrics: each machine's GPU under its own Hostname and its number there, as that
+    # machine's dcgm-exporter labels it.
+    token = (server.state_dir / "metrics-token").read_text().strip()
+    request = urllib.request.Request(f"{server.url}/metrics",
+                                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    text = urllib.request.urlopen(request, timeout=10).read().decode()
+    for machine in range(3):
+        line = next(
+            line
+            for line in text.splitlines()
+            if line.startswith("DCGM_FI_DEV_GPU_UTIL{")
+            and f'Hostname="{MACHINES[machine]}"' in line
+            and 'gpu="0"' in line
+        )
+        assert line.endswith(f" {10 + machine}.0"), line
 
 
 def test_an_xid_on_one_machines_gpu_drains_that_gpu(server: ServerProcess, place: Path) -> None:
