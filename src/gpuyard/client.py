@@ -387,6 +387,17 @@ class Client:
         result: list[JobDict] = self._json("GET", "/api/v1/nodes")
         return result
 
+    def node_doctor(self, name: str) -> JobDict:
+        """`gpuyard doctor --node NAME` (admins): `{"node", "facts"}`, the machine's doctor
+        facts gathered there (`gpuyard.doctor.wire.facts_from_json` reads them)."""
+        resp = self._request("GET", f"/api/v1/nodes/{_query_value(name)}/doctor",
+                             timeout_s=_DOCTOR_TIMEOUT_S)  # fmt: skip
+        try:
+            result: JobDict = json.loads(resp.read())
+        except OSError:
+            raise self._lost(submit=False) from None
+        return result
+
     def drain(self, gpu_index: int, reason: str = "", now: bool = False) -> JobDict:
         """Take a GPU out of service: its jobs finish there, or with `now` are requeued."""
         body = {"reason": reason, "now": now}
@@ -555,6 +566,8 @@ def new_idempotency_key() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+# A machine's doctor may take the server's whole 60 s wait for its agent, and more.
+_DOCTOR_TIMEOUT_S = 90.0
 # What the server's 404 says when the path is no route at all (api/errors.py), not a job.
 NO_SUCH_ROUTE = "no such API route"
 

@@ -81,6 +81,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/whoami"): Rule("reader"),
     ("GET", "/api/v1/gpus"): Rule("reader"),
     ("GET", "/api/v1/nodes"): Rule("reader"),
+    ("GET", "/api/v1/nodes/{name}/doctor"): Rule("admin"),  # the facts name the machine's paths
     ("GET", "/api/v1/jobs"): Rule("reader"),
     ("GET", "/api/v1/jobs/changes"): Rule("reader"),
     ("POST", "/api/v1/jobs"): Rule("submitter", lambda rig: rig.job_body()),
@@ -282,6 +283,8 @@ class Rig:
             made = self.call(USER, "POST", "/api/v1/tokens", {"scope": "read"})
             assert made.status_code == 201, made.text
             return path.replace("{token_id}", str(made.json()["id"]))
+        if path.startswith("/api/v1/nodes/"):  # the one machine: the server's own
+            return path.replace("{name}", self.server.gpus.machines()[0].name)
         return path.replace("{index}", "1").replace("{kind}", "user").replace("{name}", VICTIM)
 
 

@@ -50,6 +50,7 @@ GPUS = {
         for i in range(2)],
     2: [("NVIDIA L40S", 46068, f"GPU-c2c2c2c2-0000-0000-0000-00000000000{i}") for i in range(2)],
 }  # fmt: skip
+DRIVERS = {0: "560.35.03", 1: "550.54.15", 2: "535.104.05"}  # each machine's own NVIDIA driver
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +78,10 @@ def server(place: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     lib = build_fake_nvml(tmp_path_factory.mktemp("nvml"))
     for machine in GPUS:
         write_fake_nvml_state(_state_file(place, machine), {})
-    base = fake_nvml_env(lib, gpus=GPUS[0], state=str(_state_file(place, 0)))
+    base = fake_nvml_env(lib, gpus=GPUS[0], state=str(_state_file(place, 0)),
+                         driver_version=DRIVERS[0])  # fmt: skip
     node_env = {
-        str(m): {k: v for k, v in fake_nvml_env(lib, gpus=GPUS[m],
+        str(m): {k: v for k, v in fake_nvml_env(lib, gpus=GPUS[m], driver_version=DRIVERS[m],
                                                 state=str(_state_file(place, m))).items()
                  if k.startswith("FAKE_NVML_") or k == "LD_LIBRARY_PATH"}
         for m in (1, 2)
@@ -151,6 +153,24 @@ def test_nodes_lists_every_machine_and_an_admin_drains_a_whole_one(server: Serve
     assert nodes()[MACHINES[2]]["state"] == "idle"
     unknown = server.cli("admin", "drain", "no-such-machine", check=False)
     assert unknown.returncode != 0 and "no GPU or machine named" in unknown.stderr
+
+
+def test_doctor_checks_each_machine_on_that_machine(server: ServerProcess) -> None:
+    every = server.cli("doctor", "--all", "--json", check=False, timeout_s=300)
+    nodes = json.loads(every.stdout)["nodes"]
+    assert [n["node"] for n in nodes] == list(MACHINES), every.stderr
+    for m, node in enumerate(nodes):  # each machine's own driver and GPUs, read there
+        assert (node["summary"]["driver"], node["summary"]["gpus"]) == (DRIVERS[m], 2), node
+        gpus = [c["message"] for c in node["checks"] if c["name"] == "gpu 0-1"]
+        assert gpus and gpus[0].startswith(GPUS[m][0][0]), node["checks"]
+        disk = next(c["message"] for c in node["checks"] if c["name"] == "state dir disk")
+        if m:  # another machine's agent checks its own folder, not the server's state dir
+            assert f"machines/{MACHINES[m]}" in disk, disk
+    one = server.cli("doctor", "--node", MACHINES[2], check=False, timeout_s=300)
+    assert one.stdout.splitlines()[0] == f"machine {MACHINES[2]}:", one.stderr
+    assert f"driver {DRIVERS[2]}, 2 GPU(s)" in one.stdout
+    unknown = server.cli("doctor", "--node", "no-such-machine", check=False)
+    assert unknown.returncode == 1 and "`gpuyard nodes`" in unknown.stderr
 
 
 def test_telemetry_is_read_from_every_machine(server: ServerProcess, place: Path) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from gpuyard import __version__
+from gpuyard.adapters.agent.doctoring import ThisMachineDoctor
 from gpuyard.adapters.executor.cgroups import JobCgroups, gpu_device_numbers
 from gpuyard.adapters.executor.container_runtime import find_container_runtime
 from gpuyard.adapters.executor.local import LocalExecutor
@@ -158,6 +159,12 @@ def build_server(
     core.gpus.directory = (
         ray.machines if ray is not None else ThisMachine(inventory.node.name, __version__)
     )
+    if ray is not None:
+        from gpuyard.adapters.ray.machine_doctor import RayMachineDoctor
+
+        core.gpus.doctor = RayMachineDoctor(ray.machines)
+    else:
+        core.gpus.doctor = ThisMachineDoctor(inventory.node.name, settings.state_dir, confinement)
     if ray is not None:
         parts = ray
         parts.watch.on_lost = lambda name: machine_lost(parts, core.drains, inventory, name)

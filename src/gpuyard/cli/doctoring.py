@@ -1,21 +1,22 @@
-"""`gpuyard doctor` and `gpuyard submit --check`: gather the facts here, judge them in
+"""`gpuyard doctor` and `gpuyard submit --check`: gather the facts here (`doctor/gather.py`, as
+every machine's agent does for `doctor --node`, `doctor_nodes.py`), judge them in
 `gpuyard.doctor.checks`, print one line per check (or JSON)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from gpuyard.doctor import compat
 from gpuyard.doctor.checks import framework_checks, run_checks
+from gpuyard.doctor.gather import machine_facts
 from gpuyard.doctor.model import (
     Check,
-    DiskFacts,
     DriverFacts,
     Facts,
     PythonFacts,
@@ -36,53 +37,35 @@ def run_doctor(json_out: bool, state_dir: str | None, python: str | None) -> int
     """Every check of this machine; the exit status: 1 if any FAILed."""
     from gpuyard.settings import default_state_dir
 
-    driver = read_driver_facts()
-    executable = python or shutil.which("python3") or sys.executable
-    facts = Facts(
-        driver=driver,
-        python=probe_python(executable),
-        disk=disk_facts(Path(state_dir).expanduser() if state_dir else default_state_dir()),
-        server=server_facts(),
-        rocm=read_rocm_facts(),
-    )
+    folder = Path(state_dir).expanduser() if state_dir else default_state_dir()
+    facts = replace(machine_facts(folder, python), server=server_facts())
     checks = run_checks(facts)
     if json_out:
-        summary: dict[str, Any] = dict(summarize(checks))
-        summary.update(
-            gpus=len(driver.gpus), driver=driver.driver_version,
-            cuda=compat.cuda_text(driver.cuda_version) if driver.cuda_version else None,
-            python=facts.python.executable if facts.python else None,
-        )  # fmt: skip
-        if facts.rocm is not None and facts.rocm.gpus:  # AMD GPUs: their count and ROCm
-            summary.update(amd_gpus=len(facts.rocm.gpus), rocm=facts.rocm.rocm_version)
-        payload = {"checks": [c.to_json() for c in checks], "summary": summary}
+        payload = {"checks": [c.to_json() for c in checks], "summary": json_summary(facts, checks)}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         sys.stdout.write("".join(check_line(c) + "\n" for c in checks))
     return 1 if any(c.status is Status.FAIL for c in checks) else 0
 
 
+def json_summary(facts: Facts, checks: list[Check]) -> dict[str, Any]:
+    """`--json`'s summary: the counts by status, and the machine's GPUs, driver, CUDA, Python."""
+    driver = facts.driver
+    summary: dict[str, Any] = dict(summarize(checks))
+    summary.update(
+        gpus=len(driver.gpus), driver=driver.driver_version,
+        cuda=compat.cuda_text(driver.cuda_version) if driver.cuda_version else None,
+        python=facts.python.executable if facts.python else None,
+    )  # fmt: skip
+    if facts.rocm is not None and facts.rocm.gpus:  # AMD GPUs: their count and ROCm
+        summary.update(amd_gpus=len(facts.rocm.gpus), rocm=facts.rocm.rocm_version)
+    return summary
+
+
 def check_line(check: Check) -> str:
     """`PASS  name: message  (hint)`."""
     hint = f"  ({check.hint})" if check.hint else ""
     return f"{check.status.value.upper():<4}  {check.name}: {check.message}{hint}"
-
-
-def disk_facts(state_dir: Path) -> DiskFacts:
-    """Free space where the state dir is (or will be made: its nearest existing parent)."""
-    path = state_dir.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        stat = os.statvfs(path)
-    except OSError as exc:
-        return DiskFacts(str(state_dir), error=exc.strerror or str(exc))
-    return DiskFacts(
-        path=str(state_dir),
-        free_bytes=stat.f_bavail * stat.f_frsize,
-        total_bytes=stat.f_blocks * stat.f_frsize,
-        writable=os.access(path, os.W_OK),
-    )
 
 
 def server_facts() -> ServerFacts:

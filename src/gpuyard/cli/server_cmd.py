@@ -32,8 +32,29 @@ def doctor(
     python: Annotated[
         str | None, typer.Option(help="check this interpreter's frameworks [python3 on PATH]")
     ] = None,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="check this machine of the server instead (admins)"),
+    ] = None,
+    all_nodes: Annotated[
+        bool, typer.Option("--all", help="check every machine of `gpuyard nodes` (admins)")
+    ] = False,
 ) -> None:
     """Check driver, CUDA, GPUs, frameworks and disk: PASS/WARN/FAIL, each with a fix."""
+    if node is not None or all_nodes:
+        if node is not None and all_nodes:
+            fail("--node and --all: give one (--all checks every machine)", 2)
+        if state_dir is not None or python is not None:
+            fail("--state-dir and --python are this machine's: a machine's agent checks its "
+                 "own folder and python3", 2)  # fmt: skip
+        from gpuyard.cli.doctor_nodes import run_all_doctor, run_node_doctor
+
+        try:
+            if node is not None:
+                raise typer.Exit(run_node_doctor(client(), node, json_out))
+            raise typer.Exit(run_all_doctor(client(), json_out))
+        except GpuyardError as exc:
+            fail(exc.message)
     from gpuyard.cli.doctoring import run_doctor
 
     raise typer.Exit(run_doctor(json_out, state_dir, python))

@@ -47,10 +47,12 @@ def run_checks(facts: Facts) -> list[Check]:
         checks.extend(rocm_checks(facts.rocm, facts.driver))
     if facts.disk is not None:
         checks.append(disk_check(facts.disk))
+    confinement = facts.confinement
     if facts.server is not None:
         checks.append(server_check(facts.server, facts.driver))
-        if facts.server.confinement:
-            checks.append(confinement_check(facts.server.confinement))
+        confinement = facts.server.confinement or confinement
+    if confinement:
+        checks.append(confinement_check(confinement))
     checks.extend(facts.notes)
     if facts.python is not None:
         checks.extend(

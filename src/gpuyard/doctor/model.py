@@ -133,6 +133,9 @@ class Facts:
     gpus_requested: int | None = None  # submit --check: what the job asks for
     notes: tuple[Check, ...] = field(default=())  # checks decided while gathering
     rocm: RocmFacts | None = None  # None: not asked (AMD GPUs are not checked)
+    # The per-job cgroups of a machine's agent (`doctor --node`); the CLI's own machine has
+    # them from the server (`server.confinement`).
+    confinement: str | None = None
 
 
 def summarize(checks: list[Check]) -> dict[str, int | bool]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
@@ -430,6 +430,14 @@ class NodeOut(BaseModel):
     jobs: int = Field(description="running jobs with a part on this machine")
     agent_version: str = Field(description="the gpuyard version its agent runs")
     last_heard: float | None = Field(description="when its agent last answered (epoch s)")
+
+
+class NodeDoctorOut(BaseModel):
+    """One machine's `gpuyard doctor` facts, gathered on it (the doctor model's fields:
+    driver, python, disk, rocm, confinement), judged by the CLI."""
+
+    node: str
+    facts: dict[str, Any]
 
 
 class GpuOut(BaseModel):

@@ -223,6 +223,20 @@ class MachineDirectory(Protocol):
     def statuses(self) -> dict[str, MachineStatus]: ...
 
 
+class MachineNotAnswering(Exception):
+    """A machine's agent did not answer (lost, or not in time); the message says why."""
+
+
+class MachineDoctor(Protocol):
+    """Each machine's `gpuyard doctor` facts, gathered on that machine by its agent
+    (`adapters/agent/doctoring.py`; on Ray, `adapters/ray/machine_doctor.py`) as the doctor
+    model's JSON (`doctor/wire.py`), judged by the CLI as it judges its own machine's."""
+
+    def doctor_facts(self, name: str) -> dict[str, Any] | None:
+        """None: no machine of that name; raises MachineNotAnswering."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerRuntime:
     """A container runtime on the server's machine: `kind` apptainer, singularity or podman,

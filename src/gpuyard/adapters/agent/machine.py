@@ -20,6 +20,7 @@ machine) and as a detached Ray actor on every other machine (`adapters/ray/agent
 - `fence(keep)`: every job whose supervisor still runs here but that the server no longer
   places here is ended before the server uses this machine's GPUs again (slurmd's rule for a
   node that comes back).
+- `doctor_facts`: `gpuyard doctor --node`'s facts of this machine, gathered here.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from gpuyard.adapters.agent.doctoring import gather_doctor_facts
 from gpuyard.adapters.executor import tree
 from gpuyard.adapters.executor.cgroups import JobCgroups, gpu_device_numbers
 from gpuyard.adapters.executor.job_folder import ATTACH_SOCKET, PID_FILE, STATUS_FILE
@@ -391,6 +393,11 @@ class MachineAgent:
         from gpuyard.services.launch.service_check import LOOPBACK, probe
 
         return probe(LOOPBACK, port, path, timeout_s)
+
+    def doctor_facts(self) -> dict[str, Any]:
+        """`gpuyard doctor`'s facts of this machine (its driver, ROCm, python3's frameworks,
+        the disk of the agent's folder, its job limits), as the doctor model's JSON."""
+        return gather_doctor_facts(self._root, self.confinement)
 
     def free_port(self) -> int:
         """A TCP port free on this machine right now (a multi-node job's rendezvous)."""

@@ -5,7 +5,9 @@ resume of a GPU (`jobs/drains.py` records them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from gpuyard.domain.errors import NotFound, Unavailable
 from gpuyard.domain.job import Gpu, Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
@@ -22,7 +24,7 @@ from gpuyard.services.machine.telemetry import (
     JobGpuStats,
     TelemetrySnapshot,
 )
-from gpuyard.services.ports import MachineDirectory
+from gpuyard.services.ports import MachineDirectory, MachineDoctor, MachineNotAnswering
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.services.scheduler.live import LiveScheduler
 
@@ -65,6 +67,7 @@ class GpuDesk:
         self._peaks = peaks or PeakHistory()  # earlier runs' GPU memory, for --gpu-mem advice
         # The machines' agents (set by the server's wiring; None: the inventory alone).
         self.directory: MachineDirectory | None = None
+        self.doctor: MachineDoctor | None = None  # each machine's doctor facts (the wiring's)
 
     def holdings(self) -> list[GpuHolding]:
         """Every GPU with its holders, its latest sample (detected GPUs) and shared memory."""
@@ -86,6 +89,24 @@ class GpuDesk:
         statuses = self.directory.statuses() if self.directory is not None else {}
         drained = set(self._drains.current())
         return machine_views(self.inventory, self._book.running(), drained, statuses)
+
+    def doctor_facts(self, name: str, actor: Principal) -> dict[str, Any]:
+        """`gpuyard doctor --node NAME`: that machine's doctor facts, gathered there. Admins
+        only: unlike `gpuyard nodes` (anyone's, as `scontrol show node`), they name the
+        machine's paths, interpreter and driver."""
+        require_admin(actor, f"run the doctor on machine {name}")
+        listed = "`gpuyard nodes` lists the machines"
+        if self.doctor is None:
+            raise Unavailable("this server cannot ask its machines for their doctor facts")
+        try:
+            facts = self.doctor.doctor_facts(name)
+        except MachineNotAnswering as exc:
+            raise Unavailable(
+                f"machine {name} did not answer the doctor: {exc}; `gpuyard nodes` shows its state"
+            ) from exc
+        if facts is None:
+            raise NotFound(f"no machine named {name!r}: {listed}")
+        return facts
 
     def owner_of(self, job_id: int) -> str | None:
         """Whose job a GPU process belongs to (None: a job no longer kept)."""
