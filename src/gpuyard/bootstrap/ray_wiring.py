@@ -4,8 +4,9 @@ drains a lost machine's GPUs and resumes them when it is back."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuyard.domain.errors import Unavailable
@@ -32,6 +33,8 @@ class RayParts:
     known: list[Any]  # what it holds: KnownMachine, in numbering order
     away: list[str]  # machines known from before that are not there at the start
     executor: Any = None  # the AgentExecutor, once made
+    # Joins run on threads of their own: one numbers and writes the book at a time.
+    joining: threading.Lock = field(default_factory=threading.Lock)
 
 
 def ray_backend(
@@ -156,9 +159,10 @@ def machine_joined(parts: RayParts, joins: MachineJoins, name: str, node: Any) -
     if ended:
         log.warning("%s joined: ended job(s) %s left running there", name, ended)
     capacity = machine_capacity(link, node)
-    gpus = joins.join(capacity, machine_gpus(link, 0))
-    parts.known.append(KnownMachine(capacity, tuple(gpus)))
-    parts.book.save(parts.known)  # its numbers hold at every later start
+    with parts.joining:
+        gpus = joins.join(capacity, machine_gpus(link, 0))
+        parts.known.append(KnownMachine(capacity, tuple(gpus)))
+        parts.book.save(parts.known)  # its numbers hold at every later start
     if parts.executor is not None:
         parts.executor.start_polling(link)
 
