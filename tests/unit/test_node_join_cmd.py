@@ -45,12 +45,13 @@ def test_ray_is_joined_in_the_foreground_with_the_token_file_and_the_agent_folde
     request = JoinRequest(
         address="10.0.0.1:6379", node_name="gpu2", token_file="/etc/gpuyard/ray-token",
         agent_dir="/var/lib/gpuyard-agent", num_gpus=8, memory_mib=1024,
-        extra_env={"LD_LIBRARY_PATH": "/opt/lib"},
+        extra_env={"LD_LIBRARY_PATH": "/opt/lib"}, ray_options=("--node-manager-port=6380",),
     )  # fmt: skip
     argv = ray_argv(request, Path("/venv/bin/ray"))
     assert argv == [
         "/venv/bin/ray", "start", "--address=10.0.0.1:6379", "--block", "--disable-usage-stats",
         "--node-name=gpu2", "--num-gpus=8", f"--memory={1024 * 2**20}",
+        "--node-manager-port=6380",
     ]  # fmt: skip
     env = ray_env(request, {"PATH": "/usr/bin", "RAY_AUTH_TOKEN": "old"})
     assert env == {
@@ -64,7 +65,8 @@ def test_print_unit_is_a_service_running_the_same_join_and_starts_nothing(tmp_pa
     agent = tmp_path / "agent"
     out = _gpuyard(
         "node", "join", "10.0.0.1:6379", "--node-name", "gpu2", "--num-gpus", "4",
-        "--agent-dir", str(agent), "--env", "X=a $HOME", "--print-unit",
+        "--agent-dir", str(agent), "--env", "X=a $HOME", "--ray-option=--min-worker-port=20000",
+        "--print-unit",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -74,7 +76,8 @@ def test_print_unit_is_a_service_running_the_same_join_and_starts_nothing(tmp_pa
     (exec_start,) = [line for line in lines if line.startswith("ExecStart=")]
     assert exec_start == (
         f"ExecStart={GPUYARD} node join 10.0.0.1:6379 --node-name gpu2 --token-file "
-        f"/etc/gpuyard/ray-token --agent-dir {agent} --num-gpus 4 --env 'X=a $$HOME'"
+        f"/etc/gpuyard/ray-token --agent-dir {agent} --num-gpus 4 --env 'X=a $$HOME' "
+        "--ray-option=--min-worker-port=20000"
     )
     assert not agent.exists()
 

@@ -48,6 +48,14 @@ def join(
         list[str] | None,
         typer.Option("--env", metavar="KEY=VALUE", help="raylet environment (development, tests)"),
     ] = None,
+    ray_options: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ray-option",
+            metavar="OPTION",
+            help="to `ray start` as is: --ray-option=--min-worker-port=20000",
+        ),
+    ] = None,
     print_unit: Annotated[
         bool, typer.Option("--print-unit", help="print a systemd unit running this join, and exit")
     ] = False,
@@ -59,6 +67,7 @@ def join(
             address=address, node_name=node_name or nj.short_hostname(), token_file=token_file,
             agent_dir=agent_dir, node_ip=node_ip, num_gpus=num_gpus, num_cpus=num_cpus,
             memory_mib=_memory_mib(memory), extra_env=nj.parse_env(env or []),
+            ray_options=tuple(ray_options or ()),
         )  # fmt: skip
         nj.split_address(address)
         if print_unit:

@@ -41,6 +41,7 @@ class JoinRequest:
     num_cpus: int | None = None
     memory_mib: int | None = None
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    ray_options: Sequence[str] = ()  # passed to `ray start` as they are (fixed ports)
 
 
 def short_hostname() -> str:
@@ -97,7 +98,7 @@ def ray_argv(request: JoinRequest, ray: Path | None = None) -> list[str]:
         argv.append(f"--num-cpus={request.num_cpus}")
     if request.memory_mib is not None:
         argv.append(f"--memory={request.memory_mib * 2**20}")  # Ray's --memory is in bytes
-    return argv
+    return argv + list(request.ray_options)
 
 
 def ray_env(request: JoinRequest, base: Mapping[str, str]) -> dict[str, str]:
@@ -129,7 +130,7 @@ def join_argv(request: JoinRequest) -> list[str]:
         argv += ["--memory", f"{request.memory_mib}M"]
     for key, value in request.extra_env.items():
         argv += ["--env", f"{key}={value}"]
-    return argv
+    return argv + [f"--ray-option={option}" for option in request.ray_options]
 
 
 def _systemd_quote(arg: str) -> str:
