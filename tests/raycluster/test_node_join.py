@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -69,7 +71,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 
 @pytest.fixture
-def head(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def short_dir() -> Iterator[Path]:
+    """A folder with a short path: Ray's sockets live under its session folders, and a Unix
+    socket's path has ~107 bytes at most."""
+    path = Path(tempfile.mkdtemp(prefix="gy-join-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def head(tmp_path: Path, short_dir: Path) -> Iterator[tuple[str, Path]]:
     token = tmp_path / "ray-token"
     token.write_text(secrets.token_hex(32))
     token.chmod(0o600)
@@ -79,7 +92,7 @@ def head(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         proc = subprocess.Popen(
             [RAY, "start", "--head", "--block", f"--node-ip-address={ip}", f"--port={port}",
              "--include-dashboard=false", "--disable-usage-stats", "--num-gpus=0",
-             "--num-cpus=1"],
+             "--num-cpus=1", f"--temp-dir={short_dir / 'head'}"],
             env=_env(token), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
@@ -130,10 +143,10 @@ def _nodes(address: str, token: Path) -> list[list[object]]:
 
 
 def test_a_joined_machine_is_a_live_node_under_its_name_with_its_gpus(
-    head: tuple[str, Path], tmp_path: Path
+    head: tuple[str, Path], tmp_path: Path, short_dir: Path
 ) -> None:
     address, token = head
-    agent_dir = tmp_path / "agent"
+    agent_dir = short_dir / "agent"
     marker = f"w-test-{secrets.token_hex(4)}"
     log = tmp_path / "join.log"
     with log.open("wb") as out:
@@ -152,6 +165,9 @@ def test_a_joined_machine_is_a_live_node_under_its_name_with_its_gpus(
             assert time.monotonic() < deadline, f"w-test not alive in 60 s: {nodes}"
             time.sleep(0.5)
         assert oct(agent_dir.stat().st_mode & 0o777) == oct(0o711)
+        assert list((agent_dir / "ray").glob("session_*")), (
+            "Ray's session not in the agent's folder"
+        )
         raylets = [p for p in _marked(token, marker) if "raylet" in p.name()]
         assert raylets, "no raylet with the --env variable"
         assert raylets[0].environ()["GPUYARD_AGENT_DIR"] == str(agent_dir)

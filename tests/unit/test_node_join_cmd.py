@@ -50,8 +50,8 @@ def test_ray_is_joined_in_the_foreground_with_the_token_file_and_the_agent_folde
     argv = ray_argv(request, Path("/venv/bin/ray"))
     assert argv == [
         "/venv/bin/ray", "start", "--address=10.0.0.1:6379", "--block", "--disable-usage-stats",
-        "--node-name=gpu2", "--num-gpus=8", f"--memory={1024 * 2**20}",
-        "--node-manager-port=6380",
+        "--node-name=gpu2", "--temp-dir=/var/lib/gpuyard-agent/ray", "--num-gpus=8",
+        f"--memory={1024 * 2**20}", "--node-manager-port=6380",
     ]  # fmt: skip
     env = ray_env(request, {"PATH": "/usr/bin", "RAY_AUTH_TOKEN": "old"})
     assert env == {

@@ -101,7 +101,9 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
     """Run `ray start --block`; SIGTERM, SIGINT or SIGHUP to this process become one SIGTERM to
     it (Ray stops its raylet on SIGTERM); its exit status is ours (128+N for a signal N)."""
     # Its own process group: a terminal's Ctrl-C reaches it once, as the SIGTERM below.
-    child = subprocess.Popen(argv, env=env, process_group=0)
+    # And SIGTERM if this process dies first (killed with SIGKILL): no Ray node left running
+    # that a restarted unit would start a second time.
+    child = subprocess.Popen(argv, env=env, process_group=0, preexec_fn=_term_with_parent)
     stopping = False
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -114,6 +116,14 @@ def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
         signal.signal(signum, forward)
     code = child.wait()
     return 128 - code if code < 0 else code
+
+
+def _term_with_parent() -> None:
+    """In the child, before exec: SIGTERM when its parent dies (Linux PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def register(app: typer.Typer, admin: typer.Typer) -> None:

@@ -89,6 +89,7 @@ def ray_argv(request: JoinRequest, ray: Path | None = None) -> list[str]:
     argv = [
         str(ray or ray_executable()), "start", f"--address={request.address}", "--block",
         "--disable-usage-stats", f"--node-name={request.node_name}",
+        f"--temp-dir={ray_temp_dir(request)}",
     ]  # fmt: skip
     if request.node_ip:
         argv.append(f"--node-ip-address={request.node_ip}")
@@ -99,6 +100,12 @@ def ray_argv(request: JoinRequest, ray: Path | None = None) -> list[str]:
     if request.memory_mib is not None:
         argv.append(f"--memory={request.memory_mib * 2**20}")  # Ray's --memory is in bytes
     return argv + list(request.ray_options)
+
+
+def ray_temp_dir(request: JoinRequest) -> Path:
+    """Ray's session folder (sockets, logs) on this machine: root's own, under the agent's
+    folder, never Ray's world-writable /tmp/ray."""
+    return Path(request.agent_dir).absolute() / "ray"
 
 
 def ray_env(request: JoinRequest, base: Mapping[str, str]) -> dict[str, str]:
@@ -228,11 +235,12 @@ def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
 
 def make_agent_dir(path: str) -> None:
     """The agent's folder: root's, 0711 (users reach their own job folders under it, by name
-    only)."""
+    only); Ray's session folder in it, 0700."""
     folder = Path(path)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        os.chown(folder, 0, 0)
-        folder.chmod(0o711)
+        for made, mode in ((folder, 0o711), (folder / "ray", 0o700)):
+            made.mkdir(parents=True, exist_ok=True)
+            os.chown(made, 0, 0)
+            made.chmod(mode)
     except OSError as exc:
         raise JoinRefused(f"cannot make the agent's folder {path}: {exc.strerror}") from None
