@@ -93,7 +93,8 @@ def head(tmp_path: Path, short_dir: Path) -> Iterator[tuple[str, Path]]:
             [RAY, "start", "--head", "--block", f"--node-ip-address={ip}", f"--port={port}",
              "--include-dashboard=false", "--disable-usage-stats", "--num-gpus=0",
              "--num-cpus=1", f"--temp-dir={short_dir / 'head'}"],
-            env=_env(token), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**_env(token), "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},  # no Serve here
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
         _wait_port(ip, port, proc, log)
