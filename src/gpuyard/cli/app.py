@@ -19,6 +19,7 @@ from gpuyard.cli import (
     identity_cmd,
     jobs_cmd,
     limits_cmd,
+    node_cmd,
     notify_cmd,
     run_cmd,
     sbatch_cmd,
@@ -61,7 +62,8 @@ add_app_options(app)  # --version
 for module in (
     submit_cmd,  # submit
     jobs_cmd,  # queue, show, logs, cancel, hold, release, requeue, restart, update, clean, wait
-    gpus_cmd,  # gpus, top; admin drain, resume
+    gpus_cmd,  # gpus, nodes, top; admin drain, resume
+    node_cmd,  # node join: this machine into a Ray cluster
     server_cmd,  # dashboard, doctor, server
     identity_cmd,  # login, token; admin user, team
     limits_cmd,  # share, usage; admin limit
