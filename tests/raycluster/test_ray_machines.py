@@ -222,6 +222,7 @@ def test_a_users_two_machine_job_runs_as_her_held_to_her_mem_on_her_gpus(
     script = (
         'echo "rank=$GPUYARD_NODE_RANK user=$(id -un) cvd=$CUDA_VISIBLE_DEVICES '
         'memcg=$(grep :memory: /proc/self/cgroup | cut -d: -f3)"; '
+        '[ "$GPUYARD_NODE_RANK" = 1 ] && echo "::gpuyard progress step=7 total=20 loss=0.25"; '
         f"while [ ! -e {flag} ]; do sleep 0.2; done"
     )
     job_id = _submit_as(server, users.alice, {
@@ -238,6 +239,26 @@ def test_a_users_two_machine_job_runs_as_her_held_to_her_mem_on_her_gpus(
         for line in log.splitlines() if "memcg=" in line
     ]  # fmt: skip
     assert limits == [256 << 20, 256 << 20], log  # half of --mem 512M on each machine
+    # Its progress, printed on the second machine, and the GPU stats of both machines' GPUs.
+    progress = wait_for(lambda: (p := server.client().progress(job_id)) and p["step"] == 7 and p,
+                        timeout_s=60, interval_s=0.3)  # fmt: skip
+    assert progress["total"] == 20 and progress["metrics"] == {"loss": 0.25}
+    running = _job(server, job_id)
+    used: dict[str, list[int]] = {machine: [] for machine in running["node"].split(",")}
+    on = {g["index"]: g["node"] for g in json.loads(server.cli("gpus", "--json").stdout)}
+    for index in running["gpus"]:
+        used[on[index]].append(index - MACHINES.index(on[index]) * 2)
+    for k, (machine, devices) in enumerate(used.items()):
+        values = {d: {"util_gpu": 30 + 40 * k, "mem_used_mib": 1000 + 2000 * k} for d in devices}
+        write_fake_nvml_state(_state_file(place, MACHINES.index(machine)), values)
+    try:
+        stats = wait_for(lambda: (st := _job(server, job_id).get("gpu_stats"))
+                         and st["util_peak_pct"] == 70 and st["memory_peak_mib"] == 4000 and st,
+                         timeout_s=60, interval_s=0.3)  # fmt: skip
+        assert stats["samples"] > 0
+    finally:
+        for machine in used:
+            write_fake_nvml_state(_state_file(place, MACHINES.index(machine)), {})
     flag.touch()
     job = _ended(server, job_id)
     assert job["state"] == "COMPLETED", (job, log)

@@ -25,6 +25,15 @@ def test_a_torchrun_rank_label_in_front_of_the_protocol_is_allowed() -> None:
     assert got == Report(3, 8, {}, "protocol")
 
 
+def test_a_multi_node_jobs_machine_label_in_front_of_the_protocol_is_allowed() -> None:
+    """A job on several machines has one log, each line labelled `[nodeN] ` (was ignored)."""
+    assert parse_segment("[node1] ::gpuyard progress step=4 total=8") == Report(
+        4, 8, {}, "protocol"
+    )
+    got = parse_segment("[node0] [rank0]: ::gpuyard progress step=5 total=8 loss=0.5")
+    assert got == Report(5, 8, {"loss": 0.5}, "protocol")
+
+
 @pytest.mark.parametrize(
     "line",
     [

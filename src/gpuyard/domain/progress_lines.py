@@ -3,7 +3,8 @@
 Formats read from the log (anything else is ignored, as is any line that does not parse):
 - the protocol, for any language, exactly `::gpuyard progress step=10 total=100 loss=0.31`:
   `step` and `total` are whole numbers, every other `key=value` a metric (a number); a line
-  with a malformed pair is ignored whole. torchrun's `[rankN]: ` label in front is allowed.
+  with a malformed pair is ignored whole. torchrun's `[rankN]: ` label in front is allowed,
+  and a multi-node job's `[nodeN] ` before it (its one log's label of each machine's lines).
 - tqdm bars, `\\r`-separated updates included: `desc:  45%|####5     | 45/100 [00:12<00:15,
   3.61it/s, loss=0.3]` (the `n/total` pair; postfix `key=value` numbers become metrics) and
   bars without a total (`45it [00:12, 3.61it/s]`: step only). Counts scaled by tqdm's
@@ -30,7 +31,9 @@ MAX_LINE_CHARS = 8192  # longer lines are not progress
 MAX_STEP = 2**62
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_./\-]{0,63}\Z")
-_PROTOCOL = re.compile(r"(?:\[rank\d+\]:?\s*)?::gpuyard progress(?:[ \t]+(.*?))?\s*\Z")
+_PROTOCOL = re.compile(
+    r"(?:\[node\d+\]\s*)?(?:\[rank\d+\]:?\s*)?::gpuyard progress(?:[ \t]+(.*?))?\s*\Z"
+)
 # tqdm's default bar: `{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate}{postfix}]`
 _BAR = re.compile(
     r"(?:(?P<desc>[^\r\n|]*?):\s*)?\s*\d{1,3}%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
