@@ -252,9 +252,20 @@ def test_a_users_two_machine_job_runs_as_her_held_to_her_mem_on_her_gpus(
         values = {d: {"util_gpu": 30 + 40 * k, "mem_used_mib": 1000 + 2000 * k} for d in devices}
         write_fake_nvml_state(_state_file(place, MACHINES.index(machine)), values)
     try:
-        stats = wait_for(lambda: (st := _job(server, job_id).get("gpu_stats"))
-                         and st["util_peak_pct"] == 70 and st["memory_peak_mib"] == 4000 and st,
-                         timeout_s=60, interval_s=0.3)  # fmt: skip
+        seen: list[Any] = []
+
+        def both_read() -> Any:
+            seen.append(_job(server, job_id).get("gpu_stats"))
+            st = seen[-1]
+            return st and st["util_peak_pct"] == 70 and st["memory_peak_mib"] == 4000 and st
+
+        try:
+            stats = wait_for(both_read, timeout_s=60, interval_s=0.3)
+        except AssertionError:
+            raise AssertionError(
+                f"GPU stats of both machines never seen: {seen[-1]}, "
+                f"{json.loads(server.cli('gpus', '--json').stdout)}"
+            ) from None
         assert stats["samples"] > 0
     finally:
         for machine in used:
