@@ -23,8 +23,16 @@ _BASE = "http://127.0.0.1:8765"  # the Host the in-process server answers to
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Iterator[tuple[ServerFacade, TestClient]]:
+def app(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[ServerFacade, TestClient]]:
+    """An in-process server on one box, or (`indirect` param "ray") on a local Ray cluster of
+    two machines: each job through its machine's agent, run as its owner there too."""
     settings = Settings(state_dir=tmp_path / "state", gpus="1", cpus=4, kill_grace_s=1)
+    if getattr(request, "param", "local") == "ray":
+        pytest.importorskip("ray")
+        settings = Settings(state_dir=tmp_path / "state", kill_grace_s=1, backend="ray",
+                            ray_local_nodes="2x1x2", ray_node_timeout_s=5)  # fmt: skip
     server, app = build_app(settings)
     with TestClient(app, base_url=_BASE) as client:
         client.headers["Authorization"] = f"Bearer {settings.token_path.read_text().strip()}"
@@ -55,6 +63,7 @@ def _run(server: ServerFacade, client: TestClient, who: dict[str, str]) -> tuple
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as other users needs root")
+@pytest.mark.parametrize("app", ["local", "ray"], indirect=True)
 def test_each_accounts_job_runs_as_its_unix_user(app, users: UnixUsers):  # type: ignore[no-untyped-def]
     server, client = app
     bob = _as(server, client, users.bob)
@@ -75,6 +84,7 @@ def test_accounts_without_a_unix_user_or_mapped_to_root_are_refused(app):  # typ
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running jobs as other users needs root")
+@pytest.mark.parametrize("app", ["local", "ray"], indirect=True)
 def test_a_job_naming_no_workdir_runs_in_its_owners_home(app, users: UnixUsers):  # type: ignore[no-untyped-def]
     # A web form or a bare API call sends no workdir: on a root server the default is the
     # owner's home, not the server's (root's home is not the owner's to enter).
