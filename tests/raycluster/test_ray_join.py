@@ -298,7 +298,11 @@ def test_a_machine_away_past_the_grace_ends_its_job_node_fail_and_is_fenced_when
     assert server is not None
     flag = lab.place / f"finish-{uuid.uuid4().hex[:8]}"
     pids = lab.place / f"pids-{uuid.uuid4().hex[:8]}"
-    script = f"echo $$ >> {pids}; " + _until_finished(lab, flag)
+    script = (  # each run counts itself in its checkpoint dir (the machine's own folder)
+        f'echo $$ >> {pids}; echo run >> "$GPUYARD_CHECKPOINT_DIR/runs"; '
+        'echo "run $(wc -l < "$GPUYARD_CHECKPOINT_DIR/runs") from its checkpoint dir"; '
+        + _until_finished(lab, flag)
+    )
     job_id = int(server.cli("submit", "--gpus", "2", "--gpu-type", "a100", "--",
                             "sh", "-c", script).stdout)  # fmt: skip
     job = wait_for(lambda: (j := _job(server, job_id))["state"] == "RUNNING" and j,
@@ -329,3 +333,5 @@ def test_a_machine_away_past_the_grace_ends_its_job_node_fail_and_is_fenced_when
     ended = wait_for(lambda: (j := _job(server, job_id))["state"] != "RUNNING" and j,
                      timeout_s=120, interval_s=0.2)  # fmt: skip
     assert ended["state"] == "COMPLETED", ended
+    log = server.client().log(job_id).decode()
+    assert "run 2 from its checkpoint dir" in log, log[-2000:]  # resumed from the first's
