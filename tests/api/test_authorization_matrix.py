@@ -67,7 +67,7 @@ CLASSES: dict[str, Callable[[int], bool]] = {
 class Rule:
     """Who may call a route: `public` (anyone), `reader` (any account, any scope, whatever
     the method), `metrics`
-    (accounts and the metrics token), `submitter` (an account's submit or admin scope), `admin`
+    (the metrics token and admins), `submitter` (an account's submit or admin scope), `admin`
     (an admin's admin scope), `owner` (the resource's owner and admins; anyone else: 404)."""
 
     who: str
@@ -153,6 +153,8 @@ def expected(rule: Rule, method: str, caller: str) -> str:
         return OK if rule.who == "metrics" else "401"
     if caller in (NONE, BAD, EXPIRED):
         return "401"
+    if rule.who == "metrics":  # the scraper's: its series name every user's jobs
+        return OK if caller == ADMIN else "403"
     changes = method not in ("GET", "HEAD")
     if caller == READ and changes and rule.who != "reader":
         return "403"  # the front door's: a read token only reads

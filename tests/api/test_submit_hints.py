@@ -46,7 +46,26 @@ def test_a_bare_small_mem_is_told_it_is_mib_and_an_unenforced_mem_is_told_so(
 
     hint = str(_submit(no_cgroups, tmp_path, mem="16G")["hint"])
     assert "MiB" not in hint and "--mem is advisory on this server" in hint
-    assert _submit(no_cgroups, tmp_path)["hint"] is None  # no --mem: nothing to say
+    hint = str(_submit(no_cgroups, tmp_path)["hint"])  # no --mem: the default, not held
+    assert hint.startswith("no --mem given: the job is counted (not held: no cgroups here) to")
+
+
+def test_a_job_without_mem_is_told_the_default_it_got(tmp_path: Path) -> None:
+    """The answer's `hint` names the limit a job without --mem got (the server's default per
+    CPU, as Slurm's DefMemPerCPU), and that --mem changes it; one with --mem hears nothing."""
+    settings = Settings(state_dir=tmp_path / "state", gpus="0", cpus=4, job_cgroups=False,
+                        def_mem_per_cpu_mib=256)  # fmt: skip
+    server, app = build_app(settings)
+    with TestClient(app, base_url=settings.url) as client:
+        client.headers["Authorization"] = f"Bearer {settings.token_path.read_text().strip()}"
+        answer = _submit(client, tmp_path, cpus=4)
+        assert answer["mem_mib"] == 1024
+        assert "the default 1G of host RAM, 256M per CPU x 4 (--mem to change it)" in str(
+            answer["hint"])  # fmt: skip
+        assert _submit(client, tmp_path, mem="2G")["hint"] is not None  # advisory, no default
+        assert "no --mem given" not in str(_submit(client, tmp_path, mem="2G")["hint"])
+        for job in server.reads.list_jobs(server.auth.principal, include_finished=False):
+            server.verbs.cancel(job.id, server.auth.principal)
 
 
 def test_a_mem_with_its_unit_or_a_large_bare_number_gets_no_hint() -> None:

@@ -102,3 +102,76 @@ def test_cancelling_the_job_that_filled_the_disk_stops_it_at_once(
         (disk / "jobs" / str(job_id) / "checkpoint" / "fill").unlink()
         assert wait_ended(server.client(), job_id)["state"] == "CANCELLED"  # the record follows
         server.stop()
+
+
+def _writer(gate: Path, mib: int, wait_for_count: int = 0) -> str:
+    """A job that (after `wait_for_count` jobs have touched `gate`, so they all write at
+    once) prints `mib` MiB of whole lines."""
+    return (
+        "import os, sys, time\n"
+        f"gate = {str(gate)!r}\n"
+        "open(os.path.join(gate, os.environ['GPUYARD_JOB_ID']), 'w').close()\n"
+        f"while len(os.listdir(gate)) < {wait_for_count}:\n    time.sleep(0.02)\n"
+        f"for _ in range({mib} * 1024):\n    sys.stdout.write('x' * 1023 + '\\n')\n"
+    )
+
+
+def test_one_users_jobs_together_stay_within_the_per_user_budget_and_leave_another_user_alone(
+    place: Path,  # noqa: F811
+    users: UnixUsers,
+    started: list[ServerProcess],
+) -> None:
+    """Before: each of alice's jobs got what was left of her budget at its launch, so four at
+    once wrote three budgets. Now her logs together pass it by less than the bound of
+    `supervisor._over_budget` (3 jobs x (64 KiB + 64 KiB) here), and bob's job, running at the
+    same time, keeps all of its output."""
+    sock = place / "run" / "gpuyard.sock"
+    server = _server(place / "state", started, sock, GPUYARD_USER_LOG_MAX_MIB="2",
+                     GPUYARD_JOB_LOG_MAX_MIB="0")  # fmt: skip
+    gate = place / "gate"
+    gate.mkdir()
+    gate.chmod(0o777)
+
+    def submit(user: str, code: str) -> int:
+        body = {"command": ["/usr/bin/python3", "-c", code], "workdir": "/tmp"}
+        status, answer = as_user(user, call(sock, "POST", "/api/v1/jobs", body))
+        assert status == 201, answer
+        return int(answer["id"])
+
+    alices = [submit(users.alice, _writer(gate, 3, wait_for_count=4)) for _ in range(3)]
+    bobs = submit(users.bob, _writer(gate, 1, wait_for_count=4))
+    ended = {
+        job_id: wait_ended(server.client(), job_id, timeout_s=60) for job_id in [*alices, bobs]
+    }
+    assert all(job["state"] == "COMPLETED" for job in ended.values()), ended
+    total = sum(Path(ended[job_id]["log_path"]).stat().st_size for job_id in alices)
+    assert total < (2 << 20) + 3 * (128 << 10), total  # before: about 6 MiB
+    cut = [job_id for job_id in alices if "log cut: this job's output reached its log budget"
+           in Path(ended[job_id]["log_path"]).read_text()]  # fmt: skip
+    assert cut, "none of alice's logs says it was cut"
+    assert "log truncated (" in server.cli("show", str(cut[0])).stdout
+    bob_log = Path(ended[bobs]["log_path"]).read_text()
+    assert "log cut" not in bob_log
+    assert bob_log.count("x" * 1023 + "\n") == 1024  # all of bob's 1 MiB
+    server.stop()
+
+
+def test_a_jobs_checkpoints_count_toward_its_disk_budget(
+    tmp_path: Path, started: list[ServerProcess]
+) -> None:
+    """Before: only logs counted, so a job whose checkpoint folder held its whole budget still
+    logged a full budget beside it. Now the checkpoints take their room from the log."""
+    server = _server(tmp_path / "state", started, GPUYARD_JOB_LOG_MAX_MIB="2")
+    code = (
+        "import os, sys\n"
+        "with open(os.path.join(os.environ['GPUYARD_CHECKPOINT_DIR'], 'ckpt.pt'), 'wb') as f:\n"
+        "    f.write(b'w' * (3 << 19))\n"  # 1.5 MiB of checkpoint
+        "for _ in range(2 * 1024):\n    sys.stdout.write('x' * 1023 + '\\n')\n"
+    )
+    job_id = _submit(server, code)
+    job = wait_ended(server.client(), job_id)
+    assert job["state"] == "COMPLETED", job
+    log = Path(job["log_path"])
+    assert log.stat().st_size < (1 << 19) + (128 << 10), log.stat().st_size  # before: 2 MiB
+    assert "log cut: this job's output reached its log budget" in log.read_text()
+    assert "log truncated (" in server.cli("show", str(job_id)).stdout

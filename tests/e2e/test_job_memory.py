@@ -205,3 +205,24 @@ def test_one_users_jobs_together_are_held_to_the_users_pids_limit(
     assert b"forked 35" in client.log(first)
     assert b"cannot fork" in client.log(second), client.log(second)
     assert b"forked 35" in client.log(hers), client.log(hers)
+
+
+def test_submit_says_the_default_memory_a_job_without_mem_got(
+    tmp_path: Path, stop_after: list[ServerProcess]
+) -> None:
+    """Before: `submit` printed the id alone, and the default limit came as a surprise at the
+    job's OOM kill. Now the answer says the limit and how to change it; a job that gave --mem
+    hears nothing of it."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
+    server = ServerProcess(tmp_path / "state", "--gpus", "0", "--cpus", "4",
+                           env={**base, "GPUYARD_DEF_MEM_PER_CPU_MIB": "300"})  # fmt: skip
+    stop_after.append(server)
+    server.start()
+    given = server.cli("submit", "--cpus", "2", "--", "true")
+    assert given.stderr.strip() == (
+        "gpuyard: hint: no --mem given: the job is held to the default 600M of host RAM, "
+        "300M per CPU x 2 (--mem to change it)"
+    ), given.stderr
+    job_id = int(given.stdout)
+    assert wait_ended(server.client(), job_id)["mem_mib"] == 600  # what `show` says too
+    assert "no --mem given" not in server.cli("submit", "--mem", "1G", "--", "true").stderr

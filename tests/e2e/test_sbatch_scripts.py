@@ -46,8 +46,9 @@ def test_corpus_scripts_queue_the_jobs_their_directives_ask_for(
     warned = done.stderr.splitlines()
     assert warned[0] == ("gpuyard: warning: unknown_directives.sh:2: --partition=gpu ignored: "
                          "one queue per server here")  # fmt: skip
-    assert len(warned) == 7
-    assert all(line.startswith("gpuyard: warning: unknown_directives.sh:") for line in warned)
+    assert len(warned) == 8  # and the default memory the script's job got (it asks no --mem)
+    assert all(line.startswith("gpuyard: warning: unknown_directives.sh:") for line in warned[:7])
+    assert warned[7].startswith("gpuyard: hint: no --mem given: the job is ")
 
     script = _copy(tmp_path, "array_sweep.sh")
     array_id = int(server.cli("submit", script.name, cwd=script.parent).stdout)

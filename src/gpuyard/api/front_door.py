@@ -39,6 +39,7 @@ from gpuyard.domain.principal import Principal
 from gpuyard.services.access.caps import reserve_refusal
 from gpuyard.services.access.front import AccessRules, failure_key
 from gpuyard.services.access.peers import PeerAuth
+from gpuyard.services.access.rules import SCRAPER
 from gpuyard.services.access.tokens import TokenAuth, token_hash
 from gpuyard.services.access.web_sessions import Origin, Session, WebSessions
 
@@ -53,8 +54,8 @@ PUBLIC_PATHS = frozenset({
 })  # fmt: skip
 # Methods a browser page may not send another site without its Origin being checked.
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# Who a metrics-token request is: it reaches GET /metrics only, which reads nothing of a job's.
-METRICS_PRINCIPAL = Principal("metrics", role="user")
+# Who a metrics-token request is: it reaches GET /metrics only (`rules.require_scraper`).
+METRICS_PRINCIPAL = SCRAPER
 # scope["extensions"] key of a Unix socket connection's peer credentials ({"pid", "uid",
 # "gid"}), set by the HTTP server from SO_PEERCRED, never from what the client sends.
 PEER = "gpuyard.peer"

@@ -33,8 +33,9 @@ from gpuyard.api.errors import BAD_BODY, describe_invalid, error_response, statu
 from gpuyard.domain.arrays import parse_array
 from gpuyard.domain.errors import GpuyardError, Unauthorized
 from gpuyard.domain.job import JobSpec
+from gpuyard.domain.machine_share import DEFAULT_MEM_HINT
 from gpuyard.domain.principal import Principal
-from gpuyard.domain.units import bare_size_hint
+from gpuyard.domain.units import bare_size_hint, format_size_mib
 from gpuyard.schemas.v1 import JobSubmitIn
 from gpuyard.services.jobs.crashpoints import crash_point
 from gpuyard.services.server import ServerFacade
@@ -121,16 +122,31 @@ async def submit(
 
 def _hints(server: ServerFacade, body: JobSubmitIn, spec: JobSpec, actor: Principal) -> str | None:
     """Advice printed after the job's id: a --gpu-mem from earlier runs, a `--mem 16` that is
-    16 MiB, and a --mem this server does not hold the job to (no cgroups)."""
+    16 MiB, a --mem this server does not hold the job to (no cgroups), and the server's
+    default memory a job without --mem got (Slurm shows its DefMemPerCPU in `scontrol show
+    job`; here it is said at once, since a training job may need more)."""
     confinement = server.info.confinement
-    advisory = body.mem is not None and confinement.startswith("none")
+    unheld = confinement.startswith("none")
+    advisory = body.mem is not None and unheld
     why = confinement[confinement.find("(") + 1 : confinement.find(")")] or confinement
     hints = [
         server.gpus.hint(spec, actor), bare_size_hint(body.mem),
         f"--mem is advisory on this server ({why}): the job is not held to it"
         if advisory else None,
+        _default_mem_hint(server, spec) if body.mem is None and spec.mem_mib else None,
     ]  # fmt: skip
     return "; ".join(hint for hint in hints if hint) or None
+
+
+def _default_mem_hint(server: ServerFacade, spec: JobSpec) -> str:
+    """The memory limit a job without --mem got: the server's default per CPU, for its CPUs."""
+    per_cpu = server.submits.default_mem_per_cpu_mib
+    held = "counted (not held: no cgroups here)" if server.info.confinement.startswith("none") \
+        else "held"  # fmt: skip
+    how = (f"{format_size_mib(per_cpu)} per CPU x {spec.cpus}" if per_cpu * spec.cpus ==
+           spec.mem_mib else "all the largest machine has")  # fmt: skip
+    return (f"{DEFAULT_MEM_HINT} the job is {held} to the default "
+            f"{format_size_mib(spec.mem_mib)} of host RAM, {how} (--mem to change it)")  # fmt: skip
 
 
 class SubmitFastPath:

@@ -132,8 +132,13 @@ def submit(opts: SubmitOptions) -> int:
         sys.stdout.write(
             f"Submitted batch job {job_id}\n" if opts.style == "sbatch" else f"{job_id}\n"
         )
-    if job.get("hint"):
-        sys.stderr.write(f"gpuyard: hint: {job['hint']}\n")
+    hint = job.get("hint") or ""
+    if sbatch_style:  # Slurm's sbatch says nothing of its default memory (`show` does)
+        from gpuyard.domain.machine_share import DEFAULT_MEM_HINT
+
+        hint = "; ".join(h for h in hint.split("; ") if not h.startswith(DEFAULT_MEM_HINT))
+    if hint:
+        sys.stderr.write(f"gpuyard: hint: {hint}\n")
     if sbatch_style and opts.sbatch_wait:
         sys.stdout.flush()
         return _wait_exit_code(session, job)

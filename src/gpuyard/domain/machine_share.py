@@ -21,6 +21,11 @@ def mem_reserve_mib(total_mib: int, asked_mib: int = 0) -> int:
     return min(max(total_mib // 10, _RESERVE_MIN_MIB), _RESERVE_MAX_MIB, total_mib // 2)
 
 
+# How submit's hint of the default memory begins (`api/submit_route.py`): `gpuyard sbatch`
+# leaves it out, as Slurm's sbatch says nothing of DefMemPerCPU (tools read its stderr too).
+DEFAULT_MEM_HINT = "no --mem given:"
+
+
 def default_mem_per_cpu_mib(total_mib: int, cpus: int, reserve_mib: int = 0) -> int:
     """Memory a job that asks none gets per CPU: the jobs' share of the machine over its CPUs."""
     return max(1, (total_mib - mem_reserve_mib(total_mib, reserve_mib)) // max(1, cpus))

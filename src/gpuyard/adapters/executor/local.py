@@ -184,6 +184,9 @@ class LocalExecutor:
                     **io,
                     log_room_bytes=self._log_room(plan),
                     disk_reserve_bytes=self._disk_reserve,
+                    job_budget_bytes=self._log_budget[0],
+                    user_budget_bytes=self._log_budget[1],
+                    budget_uid=plan.run_as.uid if plan.run_as is not None else os.getuid(),
                 ),
             )
         except OSError as exc:  # nothing started yet: a full disk is StateDiskFull (stays pending)
@@ -194,19 +197,17 @@ class LocalExecutor:
             raise
 
     def _log_room(self, plan: LaunchPlan) -> int:
-        """What the job's log may still grow by (-1: no budget): its own budget less what the
-        log holds (earlier runs'), and its user's less what all their jobs' logs hold."""
-        per_job, per_user = self._log_budget
-        if not (per_job or per_user):
+        """What the job's log may still grow by (-1: no per-job budget): its budget less what
+        its log (earlier runs') and checkpoint folder hold. The per-user budget, and this one
+        again as the job writes, the supervisor holds (`supervisor._over_budget`: the user's
+        other jobs, and this job's checkpoints, grow meanwhile), summing at its first write,
+        so no launch pays for a walk of every job folder."""
+        per_job = self._log_budget[0]
+        if not per_job:
             return -1
-        uid = plan.run_as.uid if plan.run_as is not None else os.getuid()
-        rooms = []
-        if per_job:
-            rooms.append(per_job - _size(plan.log_path))
-        if per_user:
-            used = sum(_size(p, uid) for p in self._jobs_dir.glob("*/output.log"))
-            rooms.append(per_user - used)
-        return max(0, min(rooms))
+        checkpoints = Path(plan.checkpoint_dir) if plan.checkpoint_dir is not None else None
+        held = _size(plan.log_path) + (_tree_size(checkpoints) if checkpoints else 0)
+        return max(0, per_job - held)
 
     def _retrying(self, job_id: int, step: Callable[[], _T]) -> _T:
         """`step`, tried again with a short back-off when it fails for a transient reason
@@ -455,6 +456,13 @@ def _size(path: str | Path, uid: int | None = None) -> int:
     except OSError:
         return 0
     return found.st_size if uid is None or found.st_uid == uid else 0
+
+
+def _tree_size(folder: Path) -> int:
+    """What the files under `folder` hold (links not followed)."""
+    return sum(
+        _size(os.path.join(root, name)) for root, _, files in os.walk(folder) for name in files
+    )
 
 
 def _default_reserve(jobs_dir: Path) -> int:

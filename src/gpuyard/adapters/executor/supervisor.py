@@ -112,9 +112,20 @@ _LOG_FULL_LINE = "gpuyard: *** log truncated: {} bytes lost, the disk was full *
 _log_room = -1
 _disk_reserve = 0
 _cut = False
+# The budgets themselves (`job_budget_bytes`, `user_budget_bytes`; 0 none), held again while the
+# job runs: `log_room_bytes` is what was left at the launch, but the user's other jobs (and this
+# job's checkpoints) write meanwhile, so every `_check_every` bytes of output the supervisor
+# sums again what the job's files, and all of `budget_uid`'s job files (logs and checkpoint
+# folders in the jobs folder), hold. See `_over_budget` for the bound this gives.
+_job_budget = 0
+_user_budget = 0
+_budget_uid = -1
+_check_every = 0
+_since_check = 0
 _BUDGET_LINE = (
     "gpuyard: *** log cut: this job's output reached its log budget (the server's per-job or "
-    "per-user limit); the rest of this run's output is not kept ***\n"
+    "per-user limit, logs and checkpoint folders together); the rest of this run's output is "
+    "not kept ***\n"
 )
 _RESERVE_LINE = (
     "gpuyard: *** log cut: the state disk is down to the space the server keeps for itself; "
@@ -141,7 +152,7 @@ def _log_write(data: bytes) -> None:
     """Append `data` to the log; what the disk has no room for is dropped and counted, and
     the first write that succeeds afterwards is preceded by one line saying how much."""
     global _unreported
-    if _log_room >= 0 or _disk_reserve:
+    if _log_room >= 0 or _disk_reserve or _job_budget or _user_budget:
         data = _within_budget(data)
         if not data:
             return
@@ -162,7 +173,10 @@ def _within_budget(data: bytes) -> bytes:
         _dropped += len(data)
         return b""
     line = ""
+    kept_room = 0  # of `data`, what a cut keeps
     if _log_room >= 0 and len(data) > _log_room:
+        line, kept_room = _BUDGET_LINE, _log_room
+    elif _over_budget(len(data)):
         line = _BUDGET_LINE
     elif _disk_reserve:
         try:
@@ -175,11 +189,70 @@ def _within_budget(data: bytes) -> bytes:
         if _log_room >= 0:
             _log_room -= len(data)
         return data
-    kept = data[: max(0, _log_room)] if line is _BUDGET_LINE else b""
+    kept = data[: max(0, kept_room)]
     _cut = True
     _dropped += len(data) - len(kept)
     _write_all(kept + (b"" if kept.endswith(b"\n") or not kept else b"\n") + line.encode())
     return b""
+
+
+def _over_budget(coming: int) -> bool:
+    """Whether `coming` more bytes would take this job's files past the per-job budget, or all
+    of its user's job files past the per-user budget, summed again once `_check_every` bytes
+    were written since the last sum (the first write sums too).
+
+    The bound: the output the supervisors of a user's jobs let into logs takes that user's
+    job files past the per-user budget by less than N x (`_check_every` + 64 KiB), N the
+    user's jobs writing at once. Each supervisor sums whatever every job of the user holds at
+    that moment; between two of its sums it lets through less than `_check_every` plus one
+    read of the job's pipe (64 KiB); so after the last sum that saw the total within the
+    budget, each of the N jobs adds less than that. The same holds for one job's own budget
+    with N = 1. `_check_every` is a sixty-fourth of the smaller budget, between 64 KiB and
+    4 MiB (the defaults, 4 and 16 GiB: 4 MiB), so a sum (a stat per job folder and checkpoint
+    file) costs little per byte logged. Files the job writes itself (its checkpoint folder)
+    are counted but never cut (that takes disk quotas): they take room from its log and its
+    user's other jobs' logs."""
+    global _since_check
+    if not (_job_budget or _user_budget):
+        return False
+    _since_check += coming
+    if _since_check < _check_every:
+        return False
+    _since_check = 0
+    mine = _owned(os.path.join(_jobdir, "output.log"), -1) + _tree(
+        os.path.join(_jobdir, "checkpoint"), -1)  # fmt: skip
+    if _job_budget and mine + coming > _job_budget:
+        return True
+    if not _user_budget:
+        return False
+    total = 0
+    try:
+        entries = list(os.scandir(os.path.dirname(os.path.abspath(_jobdir))))
+    except OSError:
+        return False
+    for entry in entries:
+        if entry.name.isdigit():
+            total += _owned(os.path.join(entry.path, "output.log"), _budget_uid)
+            total += _tree(os.path.join(entry.path, "checkpoint"), _budget_uid)
+    return total + coming > _user_budget
+
+
+def _owned(path: str, uid: int) -> int:
+    """The size of a file (0: none, a link, or not `uid`'s; -1: anyone's)."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return 0
+    return found.st_size if uid < 0 or found.st_uid == uid else 0
+
+
+def _tree(path: str, uid: int) -> int:
+    """What the files under a folder hold (links not followed), those of `uid` (-1: anyone's)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            total += _owned(os.path.join(root, name), uid)
+    return total
 
 
 def _lost(count: int) -> None:
@@ -731,11 +804,18 @@ def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
 def main(jobdir: str) -> None:
     global _grace_s, _limit_s, _stop_signal, _jobdir, _warn_signal, _warn_before_s
     global _log_room, _disk_reserve, _warn_target
+    global _job_budget, _user_budget, _budget_uid, _check_every, _since_check
     _jobdir = jobdir
     plan = _read_launch(os.path.join(jobdir, "launch.json"))
     _grace_s = float(plan.get("grace_s", 10.0))
     _log_room = int(plan.get("log_room_bytes", -1))
     _disk_reserve = int(plan.get("disk_reserve_bytes", 0))
+    _job_budget = int(plan.get("job_budget_bytes", 0))
+    _user_budget = int(plan.get("user_budget_bytes", 0))
+    _budget_uid = int(plan.get("budget_uid", -1))
+    smaller = min(b for b in (_job_budget, _user_budget, 1 << 62) if b)
+    _check_every = min(4 << 20, max(64 << 10, smaller // 64))
+    _since_check = _check_every  # the first write sums
     _limit_s = float(plan.get("time_limit_s") or 0)
     _stop_signal = int(plan.get("stop_signal", 15))
     _warn_signal = int(plan.get("warn_signal") or 0)

@@ -9,6 +9,7 @@ from gpuyard.api.deps import Actor, Server
 from gpuyard.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gpuyard.api.metrics import render_metrics
 from gpuyard.schemas.v1 import ServerInfoOut
+from gpuyard.services.access.rules import require_scraper
 
 router = APIRouter(tags=["system"])
 
@@ -20,7 +21,9 @@ def healthz() -> dict[str, str]:
 
 @router.get("/metrics", response_class=Response)
 def metrics(server: Server, actor: Actor) -> Response:
-    """Prometheus text format: dcgm-exporter's GPU metrics and gpuyard_* queue metrics."""
+    """Prometheus text format: dcgm-exporter's GPU metrics and gpuyard_* queue metrics (for the
+    metrics token and admins: `rules.require_scraper` says why)."""
+    require_scraper(actor)
     body = render_metrics(server, server.gpus.inventory.node.name)
     return Response(body, media_type=METRICS_CONTENT_TYPE)
 

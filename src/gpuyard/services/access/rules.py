@@ -78,6 +78,27 @@ def require_admin(actor: Principal, what: str) -> None:
         raise Forbidden(f"only an admin may {what}; ask one (`gpuyard admin` needs that role)")
 
 
+# Who the metrics token is (`api/front_door.py` makes it the principal of that token alone): it
+# reaches GET /metrics only.
+SCRAPER = Principal("metrics", role="user")
+SCRAPE_REFUSED = (
+    "/metrics is for the server's scraper: scrape with the metrics token (STATE_DIR/"
+    "metrics-token) or an admin's; a user sees their own jobs with gpuyard top, show and the "
+    "dashboard"
+)
+
+
+def require_scraper(actor: Principal) -> None:
+    """Forbidden unless the actor is the metrics token or an admin (any scope: the series are
+    read only). /metrics labels every user's jobs with their id, owner and name, which another
+    user's queue rows hide; a plain account is refused rather than given a thinner page, since
+    Prometheus expects one scrape credential that sees the whole target (one URL, one set of
+    series), not answers that change with the caller. A user's own figures are in `gpuyard
+    top`/`show`, the dashboard and GET /api/v1/jobs/{id}/progress."""
+    if actor is not SCRAPER and actor.role != "admin":
+        raise Forbidden(SCRAPE_REFUSED)
+
+
 def redact_job(actor: Principal, job: Job) -> Job:
     """A job as the actor may see it in a listing: everyone sees who, what size, which state
     and why (as `squeue`: the reason's code); the command, working directory, output paths,
@@ -136,8 +157,7 @@ FRONT_DOOR = "api/front_door.py"
 WHO: dict[str, Caller] = {
     "public": Caller("anyone, with no credential (health, the API's own documents)", None,
                      FRONT_DOOR),
-    "metrics": Caller("any account, and the metrics token (GET /metrics only)", None,
-                      FRONT_DOOR),
+    "metrics": Caller("the metrics token (GET /metrics only) and admins", require_scraper),
     "reader": Caller("any account with any scope; what it reads is its own or redacted",
                      may_see),
     "submitter": Caller("an account's submit or admin scope (a read token only reads)",
