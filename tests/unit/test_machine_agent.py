@@ -31,3 +31,29 @@ def test_the_fence_spares_a_process_that_reused_a_stale_supervisors_pid(tmp_path
         subprocess.run(["pkill", "-KILL", "-s", str(bystander.pid)], check=False)
         bystander.wait()
         agent.close()
+
+
+def test_every_path_of_a_plan_in_the_servers_jobs_folder_is_moved_to_the_agents(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint dir and the progress file too: they were left at the server's paths,
+    so on another machine the job's GPUYARD_CHECKPOINT_DIR did not exist."""
+    from gpuyard.services.ports import LaunchPlan
+
+    server = tmp_path / "server"
+    agent = MachineAgent("m", str(tmp_path / "agent"), str(server), gpus="0", job_cgroups=False)
+    try:
+        job = f"{server}/7"
+        plan = LaunchPlan(
+            ("sh", f"{job}/script"), {"GPUYARD_CHECKPOINT_DIR": f"{job}/checkpoint"}, "/tmp",
+            f"{job}/output.log", script=(f"{job}/script", "echo"),
+            checkpoint_dir=f"{job}/checkpoint", progress_file=f"{job}/progress.jsonl",
+        )  # fmt: skip
+        moved = agent.localized(plan)
+        here = f"{tmp_path / 'agent'}/jobs/7"
+        assert moved.checkpoint_dir == f"{here}/checkpoint"
+        assert moved.progress_file == f"{here}/progress.jsonl"
+        assert moved.env["GPUYARD_CHECKPOINT_DIR"] == moved.checkpoint_dir
+        assert (moved.log_path, moved.argv[1]) == (f"{here}/output.log", f"{here}/script")
+    finally:
+        agent.close()

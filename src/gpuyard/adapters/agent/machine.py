@@ -420,6 +420,8 @@ class MachineAgent:
             log_path=move(plan.log_path),
             script=None if plan.script is None else (move(plan.script[0]), plan.script[1]),
             argv_for=None,
+            checkpoint_dir=None if plan.checkpoint_dir is None else move(plan.checkpoint_dir),
+            progress_file=None if plan.progress_file is None else move(plan.progress_file),
         )
 
     def _local_path(self, text: str) -> str:
