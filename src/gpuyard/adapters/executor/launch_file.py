@@ -2,8 +2,8 @@
 
 Written by the executor into the job's folder as `launch.json`, mode 0600 (it holds the job's
 environment, which may carry the user's secrets), read once by the supervisor at its start.
-A file rather than positional argv: it has room for run-as, the stop signal and node mode
-without a new calling convention each time, and the job's environment never passes through
+A file rather than positional argv: it has room for run-as, the stop signal, cgroups and the
+rest without a new calling convention each time, and the job's environment never passes through
 the supervisor's own environment (which would load an `LD_PRELOAD` into the supervisor).
 
 Fields (`version` 1):
@@ -24,7 +24,10 @@ Fields (`version` 1):
                               each before it drops its privileges; [] or absent: none
     log_path                  the job's log (appended): the supervisor copies the job's
                               stdout and stderr (one pipe) there, dropping and counting what a
-                              full disk refuses; null (node mode): the output stays as it is
+                              full disk refuses
+    log_room_bytes,           what the log may still grow by (-1: no budget) and the free
+    disk_reserve_bytes        space of the state disk it never takes (0: none); past either the
+                              rest of the run's output is cut, after one line saying so
     status_path               where the supervisor records the end
     output_file, error_file   sbatch's -o and -e, expanded (`domain/output_paths.py`), absolute:
                               the job's stdout (and stderr, without -e) and its stderr are
@@ -39,9 +42,6 @@ Fields (`version` 1):
     marker                    a random token, also put in the job's environment as
                               GPUYARD_LAUNCH_ID: how the executor finds the job's processes
                               after its supervisor is lost (`tree.py`)
-    watch_fd, watch_pid,      node mode (a Ray node): stop when fd `watch_fd` reaches EOF or
-    report_fd, detach         process `watch_pid` exits; report `pid N` and `exit CODE CAUSE`
-                              on `report_fd`; detach from the starting process first
 
 Beside it, `stop_signal` (a number as text, written whole by the executor just before it
 sends the supervisor SIGTERM, removed at each launch): the signal a `cancel --signal` asked
@@ -57,12 +57,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # a Ray node imports this module in the job's start: no more than it needs
+if TYPE_CHECKING:
     from gpuyard.services.ports import LaunchPlan
 
 LAUNCH_FILE = "launch.json"
 STOP_SIGNAL_FILE = "stop_signal"  # supervisor.py reads it by this name (it imports nothing)
-SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 _MAX_LAUNCH_FILE = 64 << 20  # read back at most this much (the job may have grown the file)
 MARKER_VAR = "GPUYARD_LAUNCH_ID"
 RUN_VAR = "GPUYARD_RESTART_COUNT"  # in `env`: which run of the job the file launched
@@ -74,19 +73,13 @@ def new_marker() -> str:
 
 
 def launch_instructions(
-    plan: LaunchPlan | NodePlan,
-    jobdir: Path,
-    grace_s: float,
-    marker: str,
-    *,
-    argv: list[str] | None = None,
-    **node_mode: Any,
+    plan: LaunchPlan, jobdir: Path, grace_s: float, marker: str, **fields: Any
 ) -> dict[str, Any]:
-    """The launch file's content for `plan` (`argv`: a node's own command instead of
-    `plan.argv`; `node_mode`: watch_fd, watch_pid, report_fd, detach, log_path=None)."""
+    """The launch file's content for `plan`, plus the executor's own `fields` (cgroups, the
+    job's -o/-e and pty, the log's budgets)."""
     instructions: dict[str, Any] = {
         "version": 1,
-        "argv": list(plan.argv if argv is None else argv),
+        "argv": list(plan.argv),
         "env": {**plan.env, MARKER_VAR: marker},
         "workdir": plan.workdir,
         "time_limit_s": plan.time_limit_s or 0,
@@ -100,27 +93,8 @@ def launch_instructions(
         "status_path": str(jobdir / "status.json"),
         "marker": marker,
     }
-    instructions.update(node_mode)
+    instructions.update(fields)
     return instructions
-
-
-class NodePlan:
-    """The part of a LaunchPlan a Ray node receives (its actor gets plain values)."""
-
-    def __init__(
-        self, argv: list[str], env: dict[str, str], workdir: str, time_limit_s: float | None,
-        stop_signal: int, warn_signal: int = 0, warn_before_s: int = 0,
-    ) -> None:  # fmt: skip
-        self.argv = tuple(argv)
-        self.env = env
-        self.workdir = workdir
-        self.time_limit_s = time_limit_s
-        self.stop_signal = stop_signal
-        self.warn_signal = warn_signal
-        self.warn_before_s = warn_before_s
-        self.warn_target = "all"  # a node's process is its task itself: no batch shell there
-        self.run_as = None
-        self.log_path: str | None = None  # the output goes to the actor, through a pipe
 
 
 def write_launch_file(jobdir: Path, instructions: dict[str, Any]) -> None:

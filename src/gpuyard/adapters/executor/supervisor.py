@@ -1,7 +1,8 @@
 """Per-job supervisor: a tiny program (standard library only, started with `python -I -S`) that
 runs one job's process tree, enforces its time limit, stops it when told, and records how it
-ended. It outlives a server restart, so no job depends on the server. Every backend runs it:
-a local job under `LocalExecutor`, each node of a Ray job under its node's actor.
+ended. It outlives a server restart, so no job depends on the server. Every backend runs it
+under a `LocalExecutor`: the server's own, or on another machine of a Ray cluster that
+machine's agent's (`adapters/agent/machine.py`).
 
     python -I -S supervisor.py JOBDIR
 
@@ -54,13 +55,13 @@ extends a job), armed before the job is forked, in this process, which outlives 
 
 It becomes a child subreaper, so every orphan of the job is re-parented to it and can be
 stopped: when the job's main process ends, whatever it left behind is killed, as Slurm does.
-Stop (SIGTERM to the supervisor, the time limit, and in node mode the end of its watched fd or
-pid): the stop signal to every process below it (found through /proc, so processes that
-left the group with `setsid` are included), the grace period, then SIGKILL.
+Stop (SIGTERM to the supervisor, or the time limit): the stop signal to every process below it
+(found through /proc, so processes that left the group with `setsid` are included), the grace
+period, then SIGKILL.
 
-The status goes to `status_path` atomically (write, fsync, rename, fsync dir) and, in node
-mode, as a last line on `report_fd`. A job can write where its supervisor can while they
-share a Unix user, so the executor never takes the file on trust (see `status.py`).
+The status goes to `status_path` atomically (write, fsync, rename, fsync dir). A job can write
+where its supervisor can while they share a Unix user, so the executor never takes the file on
+trust (see `status.py`).
 
 Start-up time is the job's submit-to-running latency, so it imports only built-in modules
 (`_signal`, not `signal`, which pulls in `enum`; `_json`'s scanner, not `json`, which pulls in
@@ -90,7 +91,6 @@ _job_pgid = 0
 _stage = 0  # 0 running, 1 stop signal sent, 2 SIGKILL sent
 _timed_out = False
 _stop_requested = False  # SIGTERM from the server (cancel, preemption), not the time limit
-_cause = "-"  # why it was stopped: "-" (ended or asked), "timeout", "raylet", "actor"
 _grace_s = 10.0
 _limit_s = 0.0
 _stop_signal = 15
@@ -99,7 +99,7 @@ _warn_signal = 0  # `--signal SIG@SECONDS`: sent once, `_warn_before_s` before t
 _warn_before_s = 0.0
 _warn_target = "all"  # "all", "steps" (all but the batch shell), "batch" (the shell alone)
 _warned = False
-_log_fd = -1  # the job's log; -1: none (node mode: the output goes to the actor as it is)
+_log_fd = -1  # the job's log, opened first thing in `_supervise`
 _dropped = 0  # bytes of output the log lost (its disk was full), in all
 _unreported = 0  # of those, not yet marked in the log
 _line_start = True  # the last byte written to the log ended a line
@@ -139,13 +139,7 @@ def _say(message: str) -> None:
     line = f"gpuyard: *** {stamp} {message} ***\n".encode()
     if _session is not None:
         _session.notice(line)
-    if _log_fd >= 0:
-        _log_write(line)
-        return
-    try:
-        os.write(2, line)
-    except OSError:
-        pass  # nobody reads our output any more (a Ray actor gone): go on stopping
+    _log_write(line)
 
 
 def _log_write(data: bytes) -> None:
@@ -362,11 +356,11 @@ def _warn(sig: int) -> None:
             pass
 
 
-def _begin_stop(why: str, cause: str = "-") -> None:
-    global _stage, _cause
+def _begin_stop(why: str) -> None:
+    global _stage
     if _stage:
         return
-    _stage, _cause = 1, cause
+    _stage = 1
     _say(f"{why}: sending signal {_stop_signal}, SIGKILL in {_grace_s:g}s")
     _signal_tree(_stop_signal)
     signal.setitimer(signal.ITIMER_REAL, max(_grace_s, 0.01))
@@ -409,7 +403,7 @@ def _on_alarm(signum: int, frame: object) -> None:
         signal.setitimer(signal.ITIMER_REAL, _warn_before_s)  # then the limit itself
     elif _stage == 0:
         _timed_out = True
-        _begin_stop(f"time limit of {_limit_s:g}s reached", "timeout")
+        _begin_stop(f"time limit of {_limit_s:g}s reached")
     elif _stage == 1:
         _stage = 2
         _say("grace period over: sending SIGKILL")
@@ -500,10 +494,6 @@ def _run_child(plan: dict, own_fds: list[int], stdio: tuple[int, int], go: int) 
                 os.dup2(fd, target)
         for fd in own_fds:  # the supervisor's own pipes and files: not the job's to hold
             os.close(fd)
-        if plan.get("watch_fd") == 0:  # stdin is the actor's pipe: the job reads nothing
-            devnull = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(devnull, 0)
-            os.close(devnull)
         for group in plan.get("cgroups") or ():
             _join(group, argv[0])  # as root still: its limits are set, not chosen by the job
         who = plan.get("run_as")
@@ -561,17 +551,16 @@ def _reap_leftovers() -> None:
         time.sleep(0.01)
 
 
-def _wait(child: int, watched: dict[int, tuple[str, str]], streams: dict[int, int]) -> None:
+def _wait(child: int, streams: dict[int, int]) -> None:
     """Until the job's main process ends: copy its output (`streams`: the pumps' read ends,
-    each with the -o/-e file it also goes to) to the log, relay an interactive job's
-    terminal (`_session`), and in node mode stop it if a watched fd ends (the actor is gone)
-    or a watched pidfd fires (the raylet exited). Signals (stop, time limit) are handled by
-    their handlers meanwhile; the poll resumes after each."""
+    each with the -o/-e file it also goes to) to the log, and relay an interactive job's
+    terminal (`_session`). Signals (stop, time limit) are handled by their handlers meanwhile;
+    the poll resumes after each."""
     import select
 
     done = os.pidfd_open(child)
     poller = select.poll()
-    for fd in (done, *watched, *streams):
+    for fd in (done, *streams):
         poller.register(fd, select.POLLIN)
     if _session is not None:
         _session.watch(poller)
@@ -582,19 +571,11 @@ def _wait(child: int, watched: dict[int, tuple[str, str]], streams: dict[int, in
         for fd, event in events:
             if fd in streams and not _pump(fd, streams[fd]):
                 poller.unregister(fd)  # every writer closed it (the job may run on silently)
-            elif _session is not None and fd != done and fd not in watched:
+            elif _session is not None and fd != done:
                 _session.handle(fd, event)
-        ready = [fd for fd, _ in events]
-        if done in ready:
+        if any(fd == done for fd, _ in events):
             os.close(done)
             return
-        for fd in ready:
-            if fd == done or fd not in watched:
-                continue
-            if fd == 0 and os.read(0, 4096):
-                continue  # the actor never writes; data is not an end
-            poller.unregister(fd)
-            _begin_stop(*watched.pop(fd))
 
 
 def _pump(output: int, tee: int = -1) -> bool:
@@ -703,51 +684,29 @@ def _own_file_only(fd: int, uid: int) -> None:
         raise OSError(1, why)
 
 
-def _watched(plan: dict) -> dict[int, tuple[str, str]]:  # type: ignore[type-arg]
-    watched = {}
-    if plan.get("watch_fd") is not None:
-        watched[plan["watch_fd"]] = ("the node's Ray actor is gone", "actor")
-    if plan.get("watch_pid"):
-        try:
-            watched[os.pidfd_open(plan["watch_pid"])] = ("the node's raylet exited", "raylet")
-        except OSError:
-            pass
-    return watched
-
-
-def _report(fd: int | None, line: str) -> None:
-    if fd is None:
-        return
-    try:
-        os.write(fd, f"{line}\n".encode())
-    except OSError:
-        pass  # the actor is gone: nobody to tell
-
-
 def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
     """Run the job to its end; its exit code (negative: the signal that killed it)."""
     global _job_pgid, _log_fd, _session
     streams: dict[int, int] = {}  # the pumps' read ends -> the -o/-e file each also goes to
     stdio = (-1, -1)  # the job's stdout and stderr (-1: as inherited)
-    if plan.get("log_path"):
-        log = os.open(plan["log_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.dup2(log, 1)  # our own last words (a traceback) too
-        os.dup2(log, 2)
-        _log_fd = log
-        out_file, err_file, problem = _open_outputs(plan)
-        if problem:  # as sbatch: the job does not run (the controller reads this line)
-            os.write(log, f"gpuyard: cannot run {plan['argv'][0]!r}: {problem}\n".encode())
-            return 127
-        if plan.get("pty"):
-            _session = _part("pty").Session(plan, out_file, _log_write, _tee)
-        else:
-            output, out_w = os.pipe()
-            streams[output] = out_file
-            stdio = (out_w, out_w)
-            if err_file >= 0:
-                errors, err_w = os.pipe()
-                streams[errors] = err_file
-                stdio = (out_w, err_w)
+    log = os.open(plan["log_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, 1)  # our own last words (a traceback) too
+    os.dup2(log, 2)
+    _log_fd = log
+    out_file, err_file, problem = _open_outputs(plan)
+    if problem:  # as sbatch: the job does not run (the controller reads this line)
+        os.write(log, f"gpuyard: cannot run {plan['argv'][0]!r}: {problem}\n".encode())
+        return 127
+    if plan.get("pty"):
+        _session = _part("pty").Session(plan, out_file, _log_write, _tee)
+    else:
+        output, out_w = os.pipe()
+        streams[output] = out_file
+        stdio = (out_w, out_w)
+        if err_file >= 0:
+            errors, err_w = os.pipe()
+            streams[errors] = err_file
+            stdio = (out_w, err_w)
     _become_subreaper()  # before the fork: an orphan made in the job's first ms must reach us
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
@@ -759,11 +718,9 @@ def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
         # timer first fires at the warning, then is armed again for the rest (`_on_alarm`).
         first = _limit_s - _warn_before_s if 0 < _warn_before_s < _limit_s else _limit_s
         signal.setitimer(signal.ITIMER_REAL, first)
-    watched = _watched(plan)
     tees = [fd for fd in streams.values() if fd >= 0]
     session_fds = _session.own_fds() if _session is not None else []
-    mine = (plan.get("report_fd"), *watched, *streams, *stdio, *tees, *session_fds, _log_fd)
-    own_fds = sorted({fd for fd in mine if fd is not None and fd > 2})
+    own_fds = sorted({fd for fd in (*streams, *stdio, *tees, *session_fds, _log_fd) if fd > 2})
     go = _session.go_r if _session is not None else -1
     child = os.fork()
     if child == 0:
@@ -781,8 +738,7 @@ def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
     if _stage:
         _signal_tree(_stop_signal)  # a stop that arrived before the job existed
     _reserve_status(status_path)  # while the job starts: off its start's path
-    if watched or streams or _session is not None:
-        _wait(child, watched, streams)
+    _wait(child, streams)  # the job has its output's pipes or its pty: there is always one
     _, status = os.waitpid(child, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -823,16 +779,8 @@ def main(jobdir: str) -> None:
     _warn_target = str(plan.get("warn_target") or "all")
     if not 0 < _warn_before_s < _limit_s:
         _warn_signal = 0  # no limit to warn before (spec_rules refuses such a submit)
-    report_fd = plan.get("report_fd")
-    if plan.get("detach"):
-        # A Ray worker SIGKILLs its direct children when it exits: a detached supervisor
-        # outlives its actor just long enough to stop the job properly.
-        if os.fork():
-            os._exit(0)
-        os.setsid()
     _write_pid(os.path.join(jobdir, "supervisor.pid"))
     status_path = plan.get("status_path") or os.path.join(jobdir, "status.json")
-    _report(report_fd, f"pid {os.getpid()}")
     try:
         code = _supervise(plan, status_path)
     except BaseException:
@@ -844,10 +792,9 @@ def main(jobdir: str) -> None:
         f'{{"exit_code": {exit_code}, "signal": {sig}, '
         f'"timed_out": {"true" if _timed_out else "false"}, '
         f'"stop_requested": {"true" if _stop_requested else "false"}, '
-        f'"cause": "{_cause}", "log_dropped_bytes": {_dropped}, '
+        f'"log_dropped_bytes": {_dropped}, '
         f'"ended_at": {time.time()!r}}}\n',
     )
-    _report(report_fd, f"exit {code} {_cause}")
 
 
 def _part(name: str) -> "ModuleType":
