@@ -21,9 +21,6 @@ SHIM_SOURCE = Path(__file__).with_name("srun.sh")
 # What the folder holds: each program's name and its text's file here.
 PROGRAMS = {"srun": SHIM_SOURCE, "scontrol": Path(__file__).with_name("scontrol.sh")}
 SHIM_FOLDER = ".bin"
-# A Ray job's environment carries this to its nodes (each writes the shim itself); taken out
-# before the job starts.
-SRUN_WANTED = "GPUYARD_SRUN_SHIM"
 
 
 def install_srun(folder: Path) -> str:
