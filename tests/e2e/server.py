@@ -104,11 +104,12 @@ class ServerProcess:
         return result
 
     def kill_jobs(self) -> None:
-        """Kill every supervisor (and its tree) this server's state dir started."""
-        jobs_dir = str(self.state_dir / "jobs")
+        """Kill every supervisor (and its tree) this server's state dir started: its own
+        machine's (`jobs/`) and a local cluster's other machines' (`machines/<name>/jobs/`)."""
+        roots = (str(self.state_dir / "jobs"), str(self.state_dir / "machines"))
         for proc in psutil.process_iter(["cmdline"]):
             cmdline = proc.info["cmdline"] or []
-            if any(arg.startswith(jobs_dir) for arg in cmdline):
+            if any(arg.startswith(roots) for arg in cmdline):
                 for child in [*proc.children(recursive=True), proc]:
                     try:
                         child.kill()
