@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from gpuyard.adapters.service_probe import probe
 from gpuyard.adapters.webhook import HttpPoster
 from gpuyard.domain.machine_share import default_mem_per_cpu_mib
 from gpuyard.domain.retry import RetryRules
@@ -173,7 +174,7 @@ def build_core(
     health = ServiceHealth(
         book, lambda job, why: stops.request(job.id, JobState.PENDING, why),
         period_s=settings.service_check_s, failures=settings.service_check_failures,
-        local=settings.backend == "local", clock=clock,
+        local=settings.backend == "local", check=probe, clock=clock,
     )  # fmt: skip
     return Core(
         book, journal, scheduler, controller, drains, desk, submits, reads, verbs, gpus, feed,

@@ -390,9 +390,9 @@ class MachineAgent:
     def probe(self, port: int, path: str, timeout_s: float) -> str | None:
         """A service's health check, on this machine's loopback (where it listens): None if
         it answered, else why not."""
-        from gpuyard.services.launch.service_check import LOOPBACK, probe
+        from gpuyard.adapters.service_probe import probe
 
-        return probe(LOOPBACK, port, path, timeout_s)
+        return probe("127.0.0.1", port, path, timeout_s)
 
     def doctor_facts(self) -> dict[str, Any]:
         """`gpuyard doctor`'s facts of this machine (its driver, ROCm, python3's frameworks,

@@ -18,9 +18,7 @@ on another machine of a cluster are asked by that machine's agent, on its own lo
 
 from __future__ import annotations
 
-import http.client
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -71,27 +69,6 @@ class _Run:
     restarted: bool = False
 
 
-def probe(host: str, port: int, path: str, timeout_s: float) -> str | None:
-    """One check: `GET path` (2xx/3xx), or a TCP connection when there is no path."""
-    try:
-        if not path:
-            socket.create_connection((host, port), timeout=timeout_s).close()
-            return None
-        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-        try:
-            conn.request("GET", path, headers={"User-Agent": "gpuyard-health"})
-            status = conn.getresponse().status
-        finally:
-            conn.close()
-    except TimeoutError:
-        return f"no answer within {timeout_s:g} s"
-    except ConnectionRefusedError:
-        return "connection refused (nothing listens on the port)"
-    except (OSError, http.client.HTTPException) as exc:
-        return f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]
-    return None if 200 <= status < 400 else f"HTTP {status} from {path}"
-
-
 class ServiceHealth:
     """Checks the running services of the book every `period_s`; a service past its grace
     with `failures` failed checks in a row is handed to `restart(job, why)` once per run."""
@@ -104,7 +81,7 @@ class ServiceHealth:
         period_s: float = 3.0,
         failures: int = 3,
         local: bool = True,
-        check: Probe = probe,
+        check: Probe,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
