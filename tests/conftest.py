@@ -51,10 +51,12 @@ def _no_browser(why: str) -> NoReturn:
     missing(why, "the dashboard's browser tests", "`make test` installs it")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
-    """One playwright for the session (its sync API allows one per thread): every folder's
-    browser tests share it (tests/web, the cluster's GPUs page)."""
+    """Playwright for one module's browser tests (tests/web, the cluster's GPUs page). Not one
+    for the session: its sync API runs an event loop on the main thread while it is open, and
+    every later test calling `asyncio.run` would fail ("cannot be called from a running event
+    loop")."""
     from tests.web.rig import CHROMIUM
 
     if importlib.util.find_spec("playwright") is None:
@@ -67,7 +69,7 @@ def playwright() -> Iterator[Playwright]:
         yield pw
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     from tests.web.rig import CHROMIUM, CHROMIUM_ARGS
 

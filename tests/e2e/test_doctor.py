@@ -152,5 +152,6 @@ def test_submit_check_warns_and_queues_a_job_that_can_run(
     assert [j["id"] for j in gpu_server.client().jobs(all=True)] == [job_id]
     # A CPU job is not refused for its CUDA build, nor warned about it.
     write_fake_torch(tmp_path / "site", version="2.1.0+cu121", cuda="12.1")
-    result = gpu_server.cli("submit", "--check", "--", "python3", "-c", "pass", cwd=tmp_path)
+    result = gpu_server.cli("submit", "--check", "--mem", "1G", "--", "python3", "-c", "pass",
+                            cwd=tmp_path)  # --mem: no hint of the default memory  # fmt: skip
     assert result.stdout.strip().isdigit() and result.stderr == ""
