@@ -90,7 +90,9 @@ class Lab:
         self.ray_env = {
             k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "GPUYARD_"))
         }
-        self.ray_env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token))
+        # A stopped `ray start --block` drains its node first, 30 s by default: none here.
+        self.ray_env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token),
+                            RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")  # fmt: skip
         self.nodes: dict[str, RayNodeProcess] = {}
         self.server: ServerProcess | None = None
 
