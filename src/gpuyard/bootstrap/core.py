@@ -174,7 +174,7 @@ def build_core(
     health = ServiceHealth(
         book, lambda job, why: stops.request(job.id, JobState.PENDING, why),
         period_s=settings.service_check_s, failures=settings.service_check_failures,
-        local=settings.backend == "local", check=probe, clock=clock,
+        check=probe, clock=clock,
     )  # fmt: skip
     return Core(
         book, journal, scheduler, controller, drains, desk, submits, reads, verbs, gpus, feed,

@@ -81,7 +81,7 @@ def ray_backend(
         names = backend.unique_names(found.ray_nodes)
         node_of = {names[n.node_id]: n for n in found.ray_nodes}
         present = [
-            KnownMachine(machine_capacity(link, node_of[link.name]), tuple(machine_gpus(link, 0)))
+            KnownMachine(machine_capacity(link, node_of[link.name]), tuple(machine_gpus(link)))
             for link in links
         ]
         book = MachineBook(settings.state_dir)
@@ -160,7 +160,7 @@ def machine_joined(parts: RayParts, joins: MachineJoins, name: str, node: Any) -
         log.warning("%s joined: ended job(s) %s left running there", name, ended)
     capacity = machine_capacity(link, node)
     with parts.joining:
-        gpus = joins.join(capacity, machine_gpus(link, 0))
+        gpus = joins.join(capacity, machine_gpus(link))
         parts.known.append(KnownMachine(capacity, tuple(gpus)))
         parts.book.save(parts.known)  # its numbers hold at every later start
     if parts.executor is not None:

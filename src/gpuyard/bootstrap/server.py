@@ -159,13 +159,12 @@ def build_server(
     core.gpus.directory = (
         ray.machines if ray is not None else ThisMachine(inventory.node.name, __version__)
     )
-    if ray is not None:
+    if ray is None:
+        core.gpus.doctor = ThisMachineDoctor(inventory.node.name, settings.state_dir, confinement)
+    else:
         from gpuyard.adapters.ray.machine_doctor import RayMachineDoctor
 
         core.gpus.doctor = RayMachineDoctor(ray.machines)
-    else:
-        core.gpus.doctor = ThisMachineDoctor(inventory.node.name, settings.state_dir, confinement)
-    if ray is not None:
         parts = ray
         parts.watch.on_lost = lambda name: machine_lost(parts, core.drains, inventory, name)
         parts.watch.on_back = lambda name: machine_back(parts, core.drains, inventory, name)

@@ -135,23 +135,15 @@ class Machines:
             kill_actor(link)
 
 
-def cluster_gpus(links: list[AgentLink]) -> list[Gpu]:
-    """Every machine's GPUs numbered across the cluster, head first."""
-    out: list[Gpu] = []
-    for link in links:
-        out.extend(machine_gpus(link, len(out)))
-    return out
-
-
-def machine_gpus(link: AgentLink, first: int) -> list[Gpu]:
-    """One machine's GPUs as its agent reported them, numbered from `first`: each keeps its
-    machine's name and its device index there (what CUDA_VISIBLE_DEVICES names)."""
+def machine_gpus(link: AgentLink) -> list[Gpu]:
+    """One machine's GPUs as its agent reported them, in its own order: each keeps its
+    machine's name and its device index there (what CUDA_VISIBLE_DEVICES names). The server
+    numbers them across the cluster (`machine_book.numbered`, `MachineJoins`)."""
     out: list[Gpu] = []
     for gpu in link.hello.get("gpus", []):
         uuid = gpu.uuid if gpu.detected else f"{link.name}/gpu{gpu.index}"
         device = gpu.index if gpu.device_index is None else gpu.device_index
-        out.append(replace(gpu, index=first + len(out), node=link.name, uuid=uuid,
-                           device_index=device))  # fmt: skip
+        out.append(replace(gpu, node=link.name, uuid=uuid, device_index=device))
     return out
 
 

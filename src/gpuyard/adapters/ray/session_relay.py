@@ -149,31 +149,20 @@ class _Relay:
             conn.close()
 
     def _pump(self, conn: socket.socket, key: str) -> None:
-        conn.setblocking(False)
+        """Until either end goes: what the client typed (a recv only when select says it
+        will not block) to the agent, what the terminal showed back."""
         while not self.closed.is_set():
             data = b""
-            ready, _, _ = select.select([conn], [], [], 0)
-            if ready:
-                try:
+            try:
+                if select.select([conn], [], [], 0)[0]:
                     data = conn.recv(_CHUNK)
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    return
-                else:
                     if not data:
                         return  # the client left
-            try:
                 out, ended = self.call("session_io", key, data, 0 if data else _WAIT_S)
-            except AgentGone:
-                return
-            if out:
-                conn.setblocking(True)
-                try:
+                if out:
                     conn.sendall(out)
-                except OSError:
-                    return
-                conn.setblocking(False)
+            except (OSError, AgentGone):
+                return
             if ended:
                 return
 

@@ -80,7 +80,6 @@ class ServiceHealth:
         *,
         period_s: float = 3.0,
         failures: int = 3,
-        local: bool = True,
         check: Probe,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -89,7 +88,6 @@ class ServiceHealth:
         self._restart = restart
         self.period_s = period_s
         self.failures = failures
-        self._local = local  # False: the jobs run on other machines (Ray): not checked
         self._check = check
         self._route: Callable[[Job], Probe] | None = None  # `check_through`
         self._clock = clock
@@ -106,15 +104,12 @@ class ServiceHealth:
         """Ask each service where it runs: `route(job)` is the check on the job's machine (a
         cluster's machine's agent probes its own loopback). Set before the checks start."""
         self._route = route
-        self._local = True
 
     # -- reads ----------------------------------------------------------------------------
     def of(self, job: Job) -> HealthState | None:
         """The health of a running service (None: not a running service)."""
         if job.spec.kind != "service" or job.state is not JobState.RUNNING:
             return None
-        if not self._local:
-            return HealthState("unchecked", job.started_at)
         with self._lock:
             run = self._runs.get(job.id)
         if run is None or run.started_at != job.started_at:
@@ -123,7 +118,7 @@ class ServiceHealth:
 
     # -- checks ---------------------------------------------------------------------------
     def check_once(self) -> None:
-        """One round: every running service on this machine asked once, concurrently."""
+        """One round: every running service asked once, where it runs, concurrently."""
         services = [
             job for job in self._book.running()
             if job.spec.kind == "service" and job.spec.service_port and job.stop_intent is None
@@ -132,7 +127,7 @@ class ServiceHealth:
             alive = {job.id for job in services}
             for job_id in [j for j in self._runs if j not in alive]:
                 del self._runs[job_id]
-        if not services or not self._local:
+        if not services:
             return
         timeout_s = min(2.0, max(0.2, self.period_s))
         if len(services) == 1:

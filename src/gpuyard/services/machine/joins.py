@@ -48,18 +48,14 @@ class MachineJoins:
         self._clock = clock
         self._lock = threading.Lock()
 
-    def numbered(self, name: str, gpus: Sequence[Gpu]) -> list[Gpu]:
-        """`gpus` of machine `name` (in its own order) under the server's next indices."""
-        first = len(self._inventory.gpus)
-        return [replace(gpu, index=first + i, node=name) for i, gpu in enumerate(gpus)]
-
     def join(self, node: NodeCapacity, gpus: Sequence[Gpu]) -> list[Gpu]:
-        """Machine `node` with its `gpus` (numbered by `numbered`, or renumbered here if
-        another join came first) is the server's from now on. Returns its GPUs as numbered."""
+        """Machine `node` with its `gpus` (in its own order) is the server's from now on, its
+        GPUs under the server's next indices. Returns its GPUs as numbered."""
         with self._lock:
             if any(known.name == node.name for known in self._inventory.nodes):
                 raise ValueError(f"machine {node.name} is already one of the server's")
-            gpus = self.numbered(node.name, gpus)
+            first = len(self._inventory.gpus)
+            gpus = [replace(gpu, index=first + i, node=node.name) for i, gpu in enumerate(gpus)]
             machine = self._inventory.add_machine(node, gpus)
             self._scheduler.joined(machine, node, gpus, self._clock())
             if self._drains is not None:
