@@ -44,7 +44,7 @@ def _direct(nproc: int, steps: int) -> tuple[float, float]:
          "--max-restarts=0", DDP, "--steps", str(steps), "--log-every", str(steps)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return _throughput(out.stdout), time.perf_counter() - began
+    return throughput(out.stdout), time.perf_counter() - began
 
 
 def _through_gpuyard(env: dict[str, str], nproc: int, steps: int) -> tuple[float, float]:
@@ -59,10 +59,10 @@ def _through_gpuyard(env: dict[str, str], nproc: int, steps: int) -> tuple[float
     log = subprocess.run([GPUYARD, "logs", job], capture_output=True, text=True, env=env)
     if waited.returncode:
         raise RuntimeError(f"job {job} failed:\n{log.stdout[-4000:]}")
-    return _throughput(log.stdout), wall
+    return throughput(log.stdout), wall
 
 
-def _throughput(text: str) -> float:
+def throughput(text: str) -> float:
     found = THROUGHPUT.search(text)
     if found is None:
         raise RuntimeError(f"no throughput line in:\n{text[-2000:]}")

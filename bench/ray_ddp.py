@@ -19,8 +19,6 @@ import argparse
 import json
 import os
 import platform
-import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,23 +28,15 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.e2e.server import ServerProcess, wait_for
+from bench.ddp_overhead import DDP, throughput
+from tests.e2e.server import ServerProcess, free_port, wait_for
 from tests.raycluster.conftest import cluster_processes, ray_orphans, wait_until_gone
 
-REPO = Path(__file__).resolve().parents[1]
-DDP = str(REPO / "examples" / "train_ddp.py")
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
-_RATE = re.compile(r"throughput ([\d.]+) samples/s")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def by_hand(steps: int) -> float:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = [
         subprocess.Popen(
@@ -76,9 +66,7 @@ def by_hand(steps: int) -> float:
         for rank in (0, 1)
     ]
     outputs = [proc.communicate(timeout=1200)[0] for proc in procs]
-    found = _RATE.search(outputs[0])
-    assert found, outputs[0][-2000:]
-    return float(found.group(1))
+    return throughput(outputs[0])
 
 
 def under_gpuyard(server: ServerProcess, steps: int) -> float:
@@ -94,9 +82,7 @@ def under_gpuyard(server: ServerProcess, steps: int) -> float:
     )  # fmt: skip
     log = server.client().log(job_id).decode()
     assert job["state"] == "COMPLETED", log[-2000:]
-    found = _RATE.search(log)
-    assert found, log[-2000:]
-    return float(found.group(1))
+    return throughput(log)
 
 
 def main() -> None:

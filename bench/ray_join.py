@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.ray_machines import agent_processes, cpu_share
 from tests.e2e.server import wait_for
 from tests.fakenvml import build_fake_nvml, write_fake_nvml_state
 from tests.raycluster.conftest import cluster_processes, ray_orphans, wait_until_gone
@@ -39,21 +40,6 @@ from tests.raycluster.test_ray_join import Lab
 def _job(lab: Lab, job_id: int) -> dict:  # type: ignore[type-arg]
     assert lab.server is not None
     return json.loads(lab.server.cli("show", str(job_id), "--json").stdout)  # type: ignore[no-any-return]
-
-
-def _agents() -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"])
-            if any("MachineAgent" in a for a in p.info["cmdline"] or ())]  # fmt: skip
-
-
-def _cpu_share(procs: list[psutil.Process], seconds: float) -> list[float]:
-    before = [p.cpu_times() for p in procs]
-    time.sleep(seconds)
-    after = [p.cpu_times() for p in procs]
-    return [
-        round((a.user + a.system - b.user - b.system) / seconds, 4)
-        for a, b in zip(after, before, strict=True)
-    ]
 
 
 def main() -> None:
@@ -95,10 +81,10 @@ def main() -> None:
             if k == 0 or k == args.machines - 1:
                 time.sleep(2)
                 assert lab.server is not None and lab.server.proc is not None
-                agents = _agents()
+                agents = agent_processes()
                 assert len(agents) == k + 1, agents
                 procs = [psutil.Process(lab.server.proc.pid), *agents]
-                idle[f"with_{k + 1}_workers"] = _cpu_share(procs, args.idle_s)
+                idle[f"with_{k + 1}_workers"] = [round(x, 4) for x in cpu_share(procs, args.idle_s)]
         result = {
             "machine": f"{platform.machine()}, {psutil.cpu_count()} cores",
             "join_to_running_s": joins,

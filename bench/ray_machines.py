@@ -53,7 +53,14 @@ def _round(server: ServerProcess, where: Path) -> tuple[float, str]:
     return took * 1000, job["node"]
 
 
-def _cpu_share(procs: list[psutil.Process], seconds: float) -> list[float]:
+def agent_processes() -> list[psutil.Process]:
+    """Every machine agent's actor process on this machine (the server's own runs in it)."""
+    return [p for p in psutil.process_iter(["cmdline"])
+            if any("MachineAgent" in a for a in p.info["cmdline"] or ())]  # fmt: skip
+
+
+def cpu_share(procs: list[psutil.Process], seconds: float) -> list[float]:
+    """The share of one core each of `procs` used over the next `seconds`."""
     before = [p.cpu_times() for p in procs]
     time.sleep(seconds)
     after = [p.cpu_times() for p in procs]
@@ -99,9 +106,7 @@ def main() -> None:
             "own_machine": stats(local), "other_machine": stats(remote),
         }
         me = psutil.Process(server.proc.pid)  # type: ignore[union-attr]
-        agents = [p for p in psutil.process_iter(["cmdline"])
-                  if any("MachineAgent" in a for a in p.info["cmdline"] or ())]  # fmt: skip
-        shares = _cpu_share([me, *agents], 20)
+        shares = cpu_share([me, *agent_processes()], 20)
         result["idle_cpu_share"] = {"server": round(shares[0], 3),
                                     "agents": [round(s, 3) for s in shares[1:]]}  # fmt: skip
         flag = place / "finish"
