@@ -44,6 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from gpuyard.services.jobs.crashpoints import ENV_VAR, POINTS
 from tests.e2e.server import ServerProcess
 
@@ -262,6 +264,7 @@ class ChaosRig:
         self._chaos = True
         self._t0 = 0.0
         self._http: _Http | None = None
+        self.still_running: dict[int, list[int]] = {}  # job id -> pids alive once all were final
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> Report:
@@ -281,6 +284,7 @@ class ChaosRig:
             for t in threads[1:]:
                 t.join()
             self._settle()
+            self.still_running = self._job_processes()
         finally:
             self.server.stop()
             self.server.kill_jobs()
@@ -476,6 +480,38 @@ class ChaosRig:
             "after the last restart"
         )
 
+    def _job_processes(self) -> dict[int, list[int]]:
+        """The job processes (tests/chaos/job.py) of this run still alive, by job id."""
+        found: dict[int, list[int]] = defaultdict(list)
+        records = str(self.records)
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            argv = proc.info["cmdline"] or []
+            if str(JOB_PROGRAM) in argv and records in argv:
+                try:
+                    job_id = int(proc.environ().get("GPUYARD_JOB_ID", "0"))
+                except (psutil.Error, ValueError):
+                    continue
+                found[job_id].append(proc.info["pid"])
+        return dict(found)
+
+    def explain(self, job_id: int) -> str:
+        """What is known of one job: its record in the database, what its runs wrote, and
+        the server's log lines about it (for a problem's message: a failure on CI must say
+        what happened without a rerun)."""
+        with self._db() as db:
+            row = db.execute(
+                "SELECT state, exit_code, restarts, reason FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+        path = self.records / str(job_id)
+        runs = path.read_text().strip().replace("\n", " | ") if path.exists() else "none"
+        mark = f"job {job_id} "
+        lines = [
+            line.strip()
+            for line in self.server.log.read_text(errors="replace").splitlines()
+            if mark in line or f"job {job_id}:" in line
+        ]
+        return f"job {job_id}: db {row}; records: {runs}; server log: " + " / ".join(lines[-12:])
+
     def _unfinished(self) -> int:
         with self._db() as db:
             marks = ",".join("?" * len(TERMINAL))
@@ -561,6 +597,12 @@ class ChaosRig:
         opened = sorted(r.job_id for rs in runs.values() for r in rs if r.how == "open")
         if opened:
             problems.append(f"runs that never recorded their end (killed?): jobs {opened[:20]}")
+            problems.extend(self.explain(job_id) for job_id in opened[:5])
+        if self.still_running:
+            problems.append(
+                "job processes still running once every job was final: "
+                + ", ".join(f"job {j} (pids {p})" for j, p in sorted(self.still_running.items()))
+            )
 
         twice = []
         for job_id, rs in runs.items():

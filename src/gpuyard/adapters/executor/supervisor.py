@@ -428,6 +428,9 @@ def _write_pid(path: str) -> None:
     os.rename(tmp, path)
 
 
+# The signals our handlers act on (`_on_term`, `_on_alarm`): held back while the job is forked.
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGALRM}
+
 _STATUS_ROOM = 2048  # bytes of blanks a status is written over (one block; a status is ~200)
 
 
@@ -472,12 +475,19 @@ def _write_atomic(path: str, text: str) -> None:
         os.close(dfd)
 
 
-def _run_child(plan: dict, own_fds: list[int], stdio: tuple[int, int], go: int) -> None:  # type: ignore[type-arg]
+def _run_child(
+    plan: dict,  # type: ignore[type-arg]
+    own_fds: list[int],
+    stdio: tuple[int, int],
+    go: int,
+    mask: "set[int]",
+) -> None:
     """In the forked child: own group (an interactive job: own session, its pty its
     controlling terminal), default signals (Python ignores SIGPIPE, and an ignored signal
-    stays ignored across exec), stdout and stderr the pump's pipes (`stdio`; -1: as
-    inherited), the user's identity, then exec (an interactive job: once its first client is
-    there, `go`)."""
+    stays ignored across exec), then the signal mask the supervisor had (a stop sent to the
+    child meanwhile was held: it ends the child now, before the job runs), stdout and stderr
+    the pump's pipes (`stdio`; -1: as inherited), the user's identity, then exec (an
+    interactive job: once its first client is there, `go`)."""
     tty = _session.slave if _session is not None else -1
     if tty >= 0:
         os.setsid()
@@ -485,6 +495,7 @@ def _run_child(plan: dict, own_fds: list[int], stdio: tuple[int, int], go: int) 
         os.setpgid(0, 0)
     for sig in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     argv, workdir, env = plan["argv"], plan["workdir"], plan["env"]
     try:
         if _session is not None:
@@ -722,9 +733,18 @@ def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
     session_fds = _session.own_fds() if _session is not None else []
     own_fds = sorted({fd for fd in (*streams, *stdio, *tees, *session_fds, _log_fd) if fd > 2})
     go = _session.go_r if _session is not None else -1
-    child = os.fork()
+    # Blocked across the fork: until the child has reset them, it is a copy of us with our
+    # handlers, and a stop forwarded to it then ran our `_on_term` inside it (the stop was
+    # swallowed, the job exec'd without hearing it and was SIGKILLed at the grace's end: found
+    # by the chaos run). Here, one arriving meanwhile waits until `_job_pgid` is known.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        child = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
     if child == 0:
-        _run_child(plan, own_fds, stdio, go)
+        _run_child(plan, own_fds, stdio, go, mask)
     for fd in {*stdio} - {-1}:
         os.close(fd)  # the job's alone: its end is the pipe's end
     if _session is not None:
@@ -735,6 +755,7 @@ def _supervise(plan: dict, status_path: str) -> int:  # type: ignore[type-arg]
         except OSError:
             pass
     _job_pgid = child
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a stop held back runs `_on_term` now
     if _stage:
         _signal_tree(_stop_signal)  # a stop that arrived before the job existed
     _reserve_status(status_path)  # while the job starts: off its start's path
