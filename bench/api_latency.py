@@ -30,7 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from submit import Api, LocalServer, machine_info, ms, percentile
+from machine import with_machine
+from submit import Api, LocalServer, ms, percentile
 
 GPUS = 8
 _LOCK_GAUGE = re.compile(rb"^gpuyard_scheduler_lock_hold_max_seconds\s+(\S+)$", re.M)
@@ -163,7 +164,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     result: dict[str, Any] = {"benchmark": "api_latency", "pending": args.pending, "gpus": GPUS}
-    result.update(machine_info())
     with LocalServer(GPUS, cpus=64, keep=args.keep) as server:
         occupy(server)
         t0 = time.perf_counter()
@@ -172,7 +172,7 @@ def main() -> None:
         result.update(measure(server, ids, args))
         result["lock_hold_max_ms"] = lock_hold_max_ms(server)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result)))
     else:
         for key, value in result.items():
             print(f"{key:24s} {value}")

@@ -34,7 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from api_latency import GPUS, lock_hold_max_ms, measure, occupy
-from submit import LocalServer, gpuyard_argv, kill_supervisors, machine_info, ms
+from machine import with_machine
+from submit import LocalServer, gpuyard_argv, kill_supervisors, ms
 
 
 def cli_submit_s(server: LocalServer, tasks: int) -> tuple[float, int]:
@@ -182,7 +183,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     result: dict[str, Any] = {"benchmark": "array_submit", "tasks": args.tasks, "gpus": GPUS}
-    result.update(machine_info())
     cli, http, cancels = [], [], []
     with LocalServer(GPUS, cpus=64, keep=args.keep) as server:
         occupy(server)
@@ -215,7 +215,7 @@ def main() -> None:
     result["gc"] = not args.no_gc
     result.update(in_process(args.tasks, args.passes))
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result)))
     else:
         for key, value in result.items():
             print(f"{key:24s} {value}")

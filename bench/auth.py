@@ -14,6 +14,8 @@ import json
 import secrets
 import timeit
 
+from machine import with_machine
+
 from gpuyard.domain.principal import Principal
 from gpuyard.services.access.tokens import Credential, TokenAuth, token_hash
 
@@ -39,7 +41,7 @@ def main() -> None:
         best = min(timeit.repeat(lambda v=value: auth.authenticate(v), number=number, repeat=5))
         result[f"{name}_us"] = round(best / number * 1e6, 3)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result)))
     else:
         for key, value in result.items():
             print(f"{key}: {value}")

@@ -26,7 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from api_latency import GPUS, occupy
-from submit import LocalServer, gpuyard_argv, machine_info
+from machine import with_machine
+from submit import LocalServer, gpuyard_argv
 
 
 def queue_jobs(server: LocalServer, count: int) -> list[int]:
@@ -64,7 +65,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     result: dict[str, Any] = {"benchmark": "bulk_cancel", "jobs": args.jobs, "gpus": GPUS}
-    result.update(machine_info())
     scancel, cancel = [], []
     with LocalServer(GPUS, cpus=64) as server:
         occupy(server)
@@ -83,7 +83,7 @@ def main() -> None:
     result["cancel_s"] = [round(s, 3) for s in cancel]
     result["cancel_median_s"] = round(statistics.median(cancel), 3)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result)))
         return
     print(f"{args.jobs} pending jobs on {GPUS} busy GPUs, {args.rounds} rounds")
     print(f"  gpuyard scancel -u {user} -t PENDING  median {result['scancel_median_s']} s"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -21,6 +20,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
+
+from machine import with_machine
 
 from gpuyard.adapters.executor.cgroups import JobCgroups
 from gpuyard.adapters.executor.local import LocalExecutor
@@ -95,9 +96,9 @@ def main() -> None:
         "remove_p50_ms": statistics.median(removes) * 1e3,
     }
     figures = {k: round(v, 2) for k, v in ms.items()}
-    figures.update(confinement=groups.describe(), machine=platform.node(), jobs=args.jobs)
+    figures.update(confinement=groups.describe(), jobs=args.jobs)
     if args.json:
-        print(json.dumps(figures))
+        print(json.dumps(with_machine(figures)))
     else:
         for key, value in figures.items():
             print(f"{key}: {value}")

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from machine import with_machine  # noqa: E402
 from tests.chaos.rig import ChaosRig, server_takes_idempotency_keys  # noqa: E402
 
 FIGURES = ("jobs_planned", "acknowledged", "in_flight", "in_flight_committed", "replayed",
@@ -61,7 +62,7 @@ def main() -> int:
     if report.problems:
         out["problems"] = report.problems
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps(with_machine(out)))
     else:
         for key, value in out.items():
             print(f"{key:>28}: {value}")

@@ -39,11 +39,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from machine import with_machine
 from submit import (
     LocalServer,
     _signals_raise,
     gpuyard_argv,
-    machine_info,
     ms,
     occupy_gpus,
     percentile,
@@ -69,7 +69,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "benchmark": "cli",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        **machine_info(),
         "n": args.n,
     }
     cli = gpuyard_argv()
@@ -168,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with _signals_raise():
         result = run(args)
-    print(json.dumps(result) if args.json else human(result), flush=True)
+    print(json.dumps(with_machine(result)) if args.json else human(result), flush=True)
     return 0
 
 

@@ -38,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from submit import Api, machine_info, ms, percentile, proc_cpu_s  # noqa: E402
+from machine import with_machine  # noqa: E402
+from submit import Api, ms, percentile, proc_cpu_s  # noqa: E402
 from tests.web.rig import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -320,7 +321,7 @@ def server_cpu(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    result: dict[str, Any] = {"bench": "dashboard", "machine": machine_info(),
+    result: dict[str, Any] = {"bench": "dashboard",
                               "pending_jobs": args.jobs}  # fmt: skip
     with shared_place("gydash-bench-") as place:
         dash = start_dashboard(place, {}, telemetry_s=1.0)
@@ -375,7 +376,7 @@ def main() -> int:
         print(f"bench/dashboard.py: no {CHROMIUM}: apt-get install chromium", file=sys.stderr)
         return 1
     result = run(args)
-    print(json.dumps(result) if args.json else human(result))
+    print(json.dumps(with_machine(result)) if args.json else human(result))
     return 0
 
 

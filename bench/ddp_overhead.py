@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import with_machine
+
 REPO = Path(__file__).resolve().parents[1]
 DDP = str(REPO / "examples" / "train_ddp.py")
 GPUYARD = str(Path(sys.executable).parent / "gpuyard")
@@ -114,7 +116,7 @@ def main() -> None:
         "direct_all": direct, "gpuyard_all": through,
     }  # fmt: skip
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result)))
     else:
         for key, value in result.items():
             print(f"{key:26s} {value}")

@@ -27,7 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from submit import LocalServer, machine_info, ms, percentile
+from machine import with_machine
+from submit import LocalServer, ms, percentile
 
 from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.states import JobState
@@ -131,7 +132,7 @@ def main() -> None:
     parser.add_argument("--skip-chain", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    out: dict[str, Any] = {"benchmark": "dependency_chain", **machine_info()}
+    out: dict[str, Any] = {"benchmark": "dependency_chain"}
     capped = pass_ms(args.pending, True, args.passes)
     plain = pass_ms(args.pending, False, args.passes)
     out.update(
@@ -145,7 +146,7 @@ def main() -> None:
     if not args.skip_chain:
         out.update(chain(args.links))
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps(with_machine(out)))
     else:
         for key, value in out.items():
             print(f"{key}: {value}")

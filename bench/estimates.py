@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any
 
+from machine import with_machine
+
 from gpuyard.domain.job import Gpu, Job, JobSpec, NodeCapacity
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.policies import make_policy, policy_names
@@ -159,7 +161,7 @@ def main() -> None:
     for name in args.policy or policy_names(include_oracles=False):
         result.update(measure(name, args.pending, args.rounds, 1, args.contention_s))
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result, backend=None)))
     else:
         for key, value in result.items():
             print(f"{key:28s} {value}")

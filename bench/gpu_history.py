@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import with_machine
+
 GPUS, SECONDS = 8, 86_400
 
 
@@ -82,7 +84,7 @@ def main() -> None:
         "flush_one_minute_ms": round(flush_ms, 1), "buckets_written": written,
     }  # fmt: skip
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result, backend=None)))
         return
     for key, value in result.items():
         print(f"{key:>26}: {value}")

@@ -27,7 +27,6 @@ import contextlib
 import http.client
 import json
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -39,6 +38,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from machine import with_machine
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000.0  # the first job's submit time
@@ -281,8 +282,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     db = Path(args.db) if args.db else Path(str(temporary)) / "state" / "gpuyard.db"
     result: dict[str, Any] = {
         "bench": "history", "jobs": args.jobs, "keep_finished": KEEP_FINISHED,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "loadavg_1m_at_start": round(os.getloadavg()[0], 2)},
     }  # fmt: skip
     try:
         if count_jobs(db) != args.jobs:
@@ -325,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--server-timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
     result = run(args)
-    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    print(json.dumps(with_machine(result)) if args.json else json.dumps(result, indent=2))
     return 0
 
 

@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from machine import with_machine
+
 from gpuyard.adapters.executor.local import LocalExecutor
 from gpuyard.cli.attach import connect, frame
 from gpuyard.domain.job import Job, JobSpec
@@ -185,7 +187,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
     }
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result)))
     else:
         for key, value in result.items():
             print(f"{key}: {value}")

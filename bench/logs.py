@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -29,6 +28,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from machine import with_machine
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUYARD = str(Path(sys.executable).parent / "gpuyard")
@@ -129,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
 
     at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    figures: dict[str, Any] = {"bench": "logs", "mb": args.mb, "machine": platform.node(),
+    figures: dict[str, Any] = {"bench": "logs", "mb": args.mb,
                                "cpus": os.cpu_count(), "at": at}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gpuyard-bench-logs-") as tmp:
         server = Server(Path(tmp) / "state")
@@ -151,7 +152,7 @@ def main() -> None:
         finally:
             server.stop()
     if args.json:
-        print(json.dumps(figures))
+        print(json.dumps(with_machine(figures)))
     else:
         for key, value in figures.items():
             print(f"{key}: {value}")

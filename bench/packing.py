@@ -24,6 +24,8 @@ import statistics
 import time
 from datetime import UTC, datetime
 
+from machine import with_machine
+
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.policies import make_policy, policy_names
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
@@ -227,7 +229,7 @@ def main() -> None:
         p99 = [v for k, v in result.items() if f"_{kind}_after_" in k and k.endswith("_p99_ms")]
         result[f"worst_{kind}_p99_ms"] = max(v for v in p99 if isinstance(v, float))
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result, backend=None)))
     else:
         for key, value in result.items():
             print(f"{key:48s} {value}")

@@ -19,6 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from machine import with_machine
+
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
@@ -78,7 +80,8 @@ def main() -> None:
         "flush_ms": round(flush_s * 1000, 2),
         "points_flushed": args.jobs * args.ticks,
     }
-    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+    human = "\n".join(f"{k}: {v}" for k, v in result.items())
+    print(json.dumps(with_machine(result)) if args.json else human)
 
 
 if __name__ == "__main__":

@@ -18,17 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.ddp_overhead import DDP, throughput
+from machine import with_machine
 from tests.e2e.server import ServerProcess, free_port, wait_for
 from tests.raycluster.conftest import cluster_processes, ray_orphans, wait_until_gone
 
@@ -107,13 +105,12 @@ def main() -> None:
         for proc in wait_until_gone(lambda: cluster_processes(token) + ray_orphans(), 30):
             proc.kill()
     result = {
-        "machine": f"{platform.machine()}, {psutil.cpu_count()} cores",
         "steps": args.steps,
         "by_hand_samples_s": hand,
         "gpuyard_samples_s": ours,
         "ratio_of_medians": round(statistics.median(ours) / statistics.median(hand), 4),
     }
-    print(json.dumps(result, indent=1) if args.json else result)
+    print(json.dumps(with_machine(result, backend="ray"), indent=1) if args.json else result)
 
 
 if __name__ == "__main__":

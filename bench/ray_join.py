@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.ray_machines import agent_processes, cpu_share
+from machine import with_machine
 from tests.e2e.server import wait_for
 from tests.fakenvml import build_fake_nvml, write_fake_nvml_state
 from tests.raycluster.conftest import cluster_processes, ray_orphans, wait_until_gone
@@ -86,7 +86,6 @@ def main() -> None:
                 procs = [psutil.Process(lab.server.proc.pid), *agents]
                 idle[f"with_{k + 1}_workers"] = [round(x, 4) for x in cpu_share(procs, args.idle_s)]
         result = {
-            "machine": f"{platform.machine()}, {psutil.cpu_count()} cores",
             "join_to_running_s": joins,
             "idle_cpu_share": idle,
             "note": "idle shares: [server, agent of each worker]; each worker: 2 fake NVML GPUs "
@@ -98,7 +97,7 @@ def main() -> None:
         for proc in left:
             proc.kill()
         shutil.rmtree(place, ignore_errors=True)
-    print(json.dumps(result, indent=1) if args.json else result)
+    print(json.dumps(with_machine(result, backend="ray"), indent=1) if args.json else result)
 
 
 if __name__ == "__main__":

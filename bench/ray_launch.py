@@ -68,6 +68,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from machine import with_machine
+
 COMMAND = [sys.executable, "-c", "import time; print('running', flush=True); time.sleep(600)"]
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
             "OUT_OF_MEMORY"}  # fmt: skip
@@ -620,7 +622,8 @@ def main() -> None:
         baseline_worker(args.baseline_worker, args.node_timeout)
         return
     result = run_server(args)
-    print(json.dumps(result) if args.json else human_server(result), flush=True)
+    out = json.dumps(with_machine(result, backend="ray")) if args.json else human_server(result)
+    print(out, flush=True)
 
 
 if __name__ == "__main__":

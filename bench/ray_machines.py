@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from machine import with_machine
 from tests.e2e.server import ServerProcess, wait_for
 
 
@@ -83,10 +83,6 @@ def main() -> None:
     started = time.monotonic()
     server.start(timeout_s=300)
     result: dict[str, object] = {
-        "machine": {
-            "cpus": os.cpu_count(), "python": platform.python_version(),
-            "load_1m": os.getloadavg()[0],
-        },
         "server_start_s": round(time.monotonic() - started, 1),
     }
     try:
@@ -131,7 +127,8 @@ def main() -> None:
             cmd = " ".join(orphan.info["cmdline"] or ())
             if orphan.info["ppid"] == 1 and cmd.startswith("ray::"):
                 orphan.kill()  # what a SIGKILLed Ray head leaves (see the test)
-    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    out = with_machine(result, backend="ray")
+    print(json.dumps(out) if args.json else json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import with_machine
+
 from gpuyard.cli.commands import SubmitOptions
 from gpuyard.cli.submitting import apply_batch, build_submission
 from gpuyard.domain import sbatch
@@ -75,7 +77,7 @@ def main() -> None:
         "import_ms": round(import_ms(9), 2),
     }
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result)))
         return
     print(f"corpus: {result['scripts']} scripts")
     print(f"  directives read + resolved: {result['directives_us_per_script']} us per script")

@@ -17,6 +17,8 @@ import statistics
 import time
 from collections.abc import Iterator
 
+from machine import with_machine
+
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.policies import make_policy, policy_names
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
@@ -118,7 +120,7 @@ def parse_args(doc: str | None) -> argparse.Namespace:
 
 def emit(result: dict[str, object], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result, backend=None)))
     else:
         for key, value in result.items():
             print(f"{key:32s} {value}")

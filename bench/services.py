@@ -32,7 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from submit import LocalServer, machine_info, ms
+from machine import with_machine
+from submit import LocalServer, ms
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
@@ -163,9 +164,8 @@ def main() -> None:
         "bench": "services",
         "round": round_cost(args.services),
         "recovery": recovery(args.kills),
-        "machine": machine_info(),
     }
-    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    print(json.dumps(with_machine(result)) if args.json else json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

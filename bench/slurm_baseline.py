@@ -37,6 +37,8 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from machine import with_machine
+
 HERE = Path(__file__).resolve().parent
 SETUP_SH = HERE / "slurm" / "setup.sh"
 TEARDOWN_SH = HERE / "slurm" / "teardown.sh"
@@ -360,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     summary = summarize(lat)
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(with_machine(summary, backend="slurm")))
     else:
         print(f"sbatch -> running, n={summary['n']}")
         print(f"  p50 {summary['sbatch_to_running_p50_ms']:.1f} ms")

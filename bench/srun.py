@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import tempfile
 import time
 import uuid
+
+from machine import with_machine
 
 from gpuyard.adapters.executor.srun_shim import SHIM_SOURCE
 
@@ -60,10 +61,9 @@ def main() -> None:
             name: round(statistics.quantiles(ts, n=20)[18], 1) for name, ts in times.items()
         },
         "step_id_after": int(steps),
-        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
     }
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(with_machine(result), indent=2))
     else:
         for name in cases:
             print(f"{name:>16}: p50 {result['p50_ms'][name]} ms, p95 {result['p95_ms'][name]} ms")

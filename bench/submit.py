@@ -39,7 +39,6 @@ import http.client
 import json
 import multiprocessing
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -57,6 +56,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import slurm_baseline  # noqa: E402
+from machine import with_machine  # noqa: E402
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
             "OUT_OF_MEMORY"}  # fmt: skip
@@ -101,21 +101,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def machine_info() -> dict[str, Any]:
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "python": platform.python_version(),
-        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
-    }
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -634,7 +619,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "benchmark": "submit",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        **machine_info(),
         "clients": args.clients,
         "client_mode": args.mode,
         "n": args.n,
@@ -822,7 +806,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("need n >= clients >= 1")
     with _signals_raise():
         result = run(args)
-    print(json.dumps(result) if args.json else human(result), flush=True)
+    print(json.dumps(with_machine(result)) if args.json else human(result), flush=True)
     return 0
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from machine import with_machine
+
 from gpuyard.adapters.store.memory import MemoryJobStore
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.progress_series import ProgressPoint
@@ -131,7 +133,7 @@ def main() -> None:
             "expand_trials": args.expand, "expand_ms": expand_cost(args.expand),
         }  # fmt: skip
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result)))
     else:
         for key, value in result.items():
             print(f"{key:>16}: {value}")

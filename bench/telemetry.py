@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import with_machine
+
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = 8
 
@@ -181,7 +183,7 @@ def main() -> None:
         "target_cpu_pct_of_core": 1.0,
     }  # fmt: skip
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result, backend=None)))
         return
     for key, value in result.items():
         print(f"{key:>28}: {value}")

@@ -25,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from machine import with_machine
+
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.adapters.webhook import HttpPoster
 from gpuyard.domain.job import Job, JobSpec
@@ -118,7 +120,7 @@ def main() -> int:
         finally:
             store.close()
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(with_machine(result), indent=2))
     else:
         obs, dl = result["observer_us"], result["delivery_ms"]
         print(f"observer per change: {obs['none_set']:.2f} us (no webhook set), "

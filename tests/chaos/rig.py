@@ -179,7 +179,8 @@ class Report:
 
 
 class _Http:
-    """One request per connection to the server's API; connection errors are the caller's."""
+    """One request per connection to the server's API; connection errors are the caller's (a
+    reply cut off mid-body, as a SIGKILL does, is one: `ConnectionResetError`)."""
 
     def __init__(self, port: int, token: str) -> None:
         self.port = port
@@ -196,8 +197,11 @@ class _Http:
                 data = json.dumps(body).encode()
                 hdrs["Content-Type"] = "application/json"
             conn.request(method, path, body=data, headers=hdrs)
-            resp = conn.getresponse()
-            raw = resp.read()
+            try:
+                resp = conn.getresponse()
+                raw = resp.read()
+            except http.client.HTTPException as exc:  # killed mid-reply: the reply is lost
+                raise ConnectionResetError(f"reply cut off: {exc!r}") from exc
             return resp.status, (json.loads(raw) if raw else None)
         finally:
             conn.close()
