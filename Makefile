@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test check bench clean postgres cc chromium
+.PHONY: run test check bench clean postgres cc chromium bytecode
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,12 +25,19 @@ $(STAMP_TEST): pyproject.toml | $(BIN)/python
 	  "$$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["amd"][0])')"
 	touch $@ $(STAMP_RUN)
 
+# gpuyard's own modules compiled once (an editable install leaves them as source): where
+# PYTHONDONTWRITEBYTECODE is set, every server, CLI call and test process would otherwise compile
+# each module it imports, every time (a server's imports: 1.8 s against 1.25 s compiled, loaded).
+# Python still reads a .pyc with the variable set; a file edited since is compiled in memory.
+bytecode:
+	@$(BIN)/python -m compileall -q -j0 src tests bench >/dev/null
+
 ## run: install, start the server on its defaults, show example training jobs, keep serving
-run: $(STAMP_RUN)
+run: $(STAMP_RUN) bytecode
 	@PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/demo.sh
 
 ## test: install the test needs (Ray, PostgreSQL's server included) and run the whole suite
-test: $(STAMP_TEST) postgres cc chromium
+test: $(STAMP_TEST) postgres cc chromium bytecode
 	$(BIN)/python -m pytest
 
 # The store contract suite runs over PostgreSQL too, on a throw-away server the tests start
@@ -82,7 +89,7 @@ check: $(STAMP_TEST)
 	$(BIN)/mypy
 
 ## bench: the performance figures of docs/benchmarks.md
-bench: $(STAMP_TEST)
+bench: $(STAMP_TEST) bytecode
 	$(BIN)/python bench/submit.py --json
 	$(BIN)/python bench/cli.py --json
 	$(BIN)/python bench/schedule_pass.py --json
