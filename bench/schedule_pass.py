@@ -3,7 +3,10 @@
 For each policy: fill 128 nodes of 8 GPUs with running jobs, queue 10,000 more (GPU counts drawn
 like Philly's: mostly 1, some 2-16), then time the pass that follows one running job's end, and
 the pass after a submit to a full cluster; also the first pass over the whole new queue
-(which may preempt hundreds of jobs at once). Prints one JSON line with `--json`.
+(which may preempt hundreds of jobs at once). Then the CPU-bound case (`*_cpu_bound_*`): GPUs
+free on every node but every CPU taken, so no pending job can start (each asks for CPUs): a
+pass must not search the nodes for each of the 10,000 jobs (found profiling submits).
+Prints one JSON line with `--json`.
 
     .venv/bin/python bench/schedule_pass.py --json
 """
@@ -19,7 +22,7 @@ from collections.abc import Iterator
 
 from machine import with_machine
 
-from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.policies import make_policy, policy_names
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
 
@@ -70,8 +73,37 @@ def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]
     return medians(name, first_ms, finish_ms, submit_ms)
 
 
+def measure_cpu_bound(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]:
+    """128 nodes of 8 GPUs and 16 CPUs, each running one 1-GPU job holding all 16 CPUs (7 GPUs
+    free, no CPU); `pending` jobs asking for 1-4 CPUs each."""
+    rng = random.Random(seed)
+    finish_ms, submit_ms, first_ms = [], [], []
+    for _ in range(rounds):
+        policy = make_policy(name)
+        cluster = ClusterState([NodeSpec(f"n{i}", 8, cpus=16) for i in range(128)])
+        now = 0.0
+        ids = iter(range(1, 10**9))
+        ctx = Ctx(cluster, policy, now)
+        for _ in range(128):
+            job = SchedJob(next(ids), f"u{rng.randrange(100)}", 1, now, cpus=16,
+                           time_limit_s=86400.0)  # fmt: skip
+            policy.submit(job, now)
+            policy.schedule(ctx)
+        now = 7200.0
+        for _ in range(pending):
+            job = SchedJob(next(ids), f"u{rng.randrange(100)}", rng.choice(SIZES[:89]),
+                           now - rng.random() * 3600, cpus=rng.choice([1, 2, 4]),
+                           time_limit_s=rng.choice([600.0, 3600.0, 86400.0]))  # fmt: skip
+            policy.submit(job, now)
+        first, finish, submit = time_passes(ctx, now, ids, cpus=1)
+        first_ms.append(first)
+        finish_ms.append(finish)
+        submit_ms.append(submit)
+    return medians(f"{name}_cpu_bound", first_ms, finish_ms, submit_ms)
+
+
 def time_passes(
-    ctx: Ctx, now: float, ids: Iterator[int], gpu_type: str = ""
+    ctx: Ctx, now: float, ids: Iterator[int], gpu_type: str = "", cpus: int = 0
 ) -> tuple[float, float, float]:
     """On a full cluster whose deep queue was just submitted at ``now``: the ms of the first
     pass over the queue, of the pass after one running job's end, and of the pass after a
@@ -90,7 +122,7 @@ def time_passes(
     policy.schedule(ctx)
     finish = (time.perf_counter() - t0) * 1000
     now += 1.0
-    job = SchedJob(next(ids), "u0", 1, now, time_limit_s=600.0, gpu_type=gpu_type)
+    job = SchedJob(next(ids), "u0", 1, now, time_limit_s=600.0, gpu_type=gpu_type, cpus=cpus)
     policy.submit(job, now)
     ctx.now = now
     t0 = time.perf_counter()
@@ -132,6 +164,7 @@ def main() -> None:
                                  "gpus": 1024, "nodes": 128}  # fmt: skip
     for name in policy_names(include_oracles=False):
         result.update(measure(name, args.pending, args.rounds, seed=1))
+        result.update(measure_cpu_bound(name, args.pending, args.rounds, seed=1))
     steady = [v for k, v in result.items() if k.endswith(("_finish_ms", "_submit_ms"))]
     result["worst_steady_pass_ms"] = max(v for v in steady if isinstance(v, float))
     emit(result, args.json)

@@ -93,10 +93,11 @@ class ClusterState:
             tuple(by_host[n.host]) if n.host else (i,) for i, n in enumerate(nodes)
         ]
         self._typed: dict[str, frozenset[int]] = {}  # a job's type -> the nodes of that type
-        # Fewest whole GPUs of a type (one node, no CPUs or memory asked) that failed to place
-        # since the last release, as `_share_failed`: a deep queue of one full type costs a
-        # lookup per job while another type has room.
-        self._type_failed: dict[str, int] = {}
+        # Fewest whole GPUs on one node that failed to place since the last release, per (GPU
+        # type, CPUs, memory) asked, as `_share_failed`: a deep queue that cannot start (one
+        # full type while another has room; GPUs free but every CPU taken) costs a lookup per
+        # job, not a search of the nodes (found profiling submits: a pass tried every job).
+        self._whole_failed: dict[tuple[str, int, int], int] = {}
         # Smallest GPU memory a share of (GPUs, CPUs, memory) failed to find since the last
         # release: allocations only take room away, so a larger one fails too. A pass over a
         # deep queue of shares on a full cluster then costs a lookup per job, not a search.
@@ -125,7 +126,7 @@ class ClusterState:
                 self._siblings[each] = siblings
         self._siblings.append(siblings)
         self._typed.clear()  # more room: every cached answer may differ now
-        self._type_failed.clear()
+        self._whole_failed.clear()
         self._share_failed.clear()
         return node
 
@@ -204,8 +205,8 @@ class ClusterState:
         if gpus == 0 and not (cpus or mem_mib):
             return ()
         if gpus <= self.node_gpus:
-            memo = allowed is not None and not (cpus or mem_mib)
-            if memo and gpus >= self._type_failed.get(gpu_type, 1 << 30):
+            shape = (gpu_type, cpus, mem_mib)
+            if gpus >= self._whole_failed.get(shape, 1 << 30):
                 return None
             for free in range(gpus, self.node_gpus + 1):
                 bucket = self._buckets[free]
@@ -220,8 +221,7 @@ class ClusterState:
                 for node in sorted(bucket):
                     if self.free_cpus[node] >= cpus and self.free_mem_mib[node] >= mem_mib:
                         return ((node, gpus),)
-            if memo:
-                self._type_failed[gpu_type] = gpus
+            self._whole_failed[shape] = gpus
             return None
         need = -(-gpus // self.node_gpus)
         whole = self._distinct_hosts(sorted(self._buckets[self.node_gpus]), allowed)
@@ -351,7 +351,7 @@ class ClusterState:
         self, placement: Placement, cpus: int = 0, mem_mib: int = 0, owner: int | None = None
     ) -> None:
         self._share_failed.clear()  # room came back: every share may fit again
-        self._type_failed.clear()
+        self._whole_failed.clear()
         for node, gpus in placement:
             self._move(node, self.free[node] + gpus)
         self._charge(placement, cpus, mem_mib)
