@@ -8,11 +8,9 @@ which sbatch takes too); what the commands run lives apart from typer where the 
 it too (`commands.py`).
 
 `cli/main.py` runs the hot commands (submit, queue, show, cancel) without importing this
-module (typer + click cost ~40-90 ms); it comes here for everything else.
+module (typer + click cost ~40-90 ms); a command line naming another command is run by that
+command's module alone (`cli/app_shell.py`); it comes here for everything else.
 """
-
-import click.exceptions
-import typer
 
 from gpuyard.cli import (
     gpus_cmd,
@@ -33,31 +31,9 @@ from gpuyard.cli import (
     submit_cmd,
     sweep_cmd,
 )
-from gpuyard.cli.cmd_common import add_app_options
+from gpuyard.cli.app_shell import new_app
 
-# An unknown command's close names, said once: click from 8.4 says them itself
-# (NoSuchCommand), and typer's would be a second list.
-_TYPER_SUGGESTS = not hasattr(click.exceptions, "NoSuchCommand")
-
-app = typer.Typer(
-    name="gpuyard",
-    help="A self-hosted GPU training server: queue, schedule and run jobs on isolated GPUs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    suggest_commands=_TYPER_SUGGESTS,
-)
-admin = typer.Typer(
-    help="Administer the server: GPUs, users, teams.",
-    no_args_is_help=True,
-    suggest_commands=_TYPER_SUGGESTS,
-)
-app.add_typer(admin, name="admin")
-
-
-add_app_options(app)  # --version
-
+app, admin = new_app()
 
 for module in (
     submit_cmd,  # submit

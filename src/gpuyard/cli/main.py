@@ -19,9 +19,9 @@ def main() -> None:
 
         code = run_fast(sys.argv[1:])
         if code is None:
-            from gpuyard.cli.app import app
+            from gpuyard.cli.app_shell import app_for
 
-            app()
+            app_for(sys.argv[1:])()
         else:
             sys.stdout.flush()
             sys.exit(code)
