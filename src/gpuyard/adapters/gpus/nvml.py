@@ -77,7 +77,7 @@ def detect_gpus() -> list[Gpu]:
 
 
 def _compute_capability(pynvml: Any, handle: Any) -> str:
-    """"9.0" for an H100; "" where the driver cannot say."""
+    """ "9.0" for an H100; "" where the driver cannot say."""
     try:
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
     except pynvml.NVMLError:

@@ -79,7 +79,7 @@ class NvmlCounters:
             self._links[index] = int(count or 0)
         links = self._links[index]
         ids: list[int | tuple[int, int]] = [_FI_MEMORY_TEMP, _FI_PCIE_TX_BYTES, _FI_PCIE_RX_BYTES]
-        ids += [(f, link) for link in range(links) for f in (_FI_NVLINK_DATA_TX, _FI_NVLINK_DATA_RX)]
+        ids += [(f, n) for n in range(links) for f in (_FI_NVLINK_DATA_TX, _FI_NVLINK_DATA_RX)]
         answer = get("nvmlDeviceGetFieldValues", ids)
         if answer is None:
             return {}
@@ -90,7 +90,7 @@ class NvmlCounters:
             "memory_temp_c": _int(temp),
             "pcie_tx_kib": None if tx is None else int(tx) // _KIB,
             "pcie_rx_kib": None if rx is None else int(rx) // _KIB,
-            "nvlink_kib": int(sum(nvlink)) if nvlink and None not in nvlink else None,  # type: ignore[arg-type]
+            "nvlink_kib": _total(nvlink),
         }
 
     # -- GPM ---------------------------------------------------------------------------------
@@ -151,6 +151,12 @@ def _value(field: Any) -> float | int | None:
         return None
     value: float | int = getattr(field.value, _VALUE_MEMBER[field.valueType])
     return value
+
+
+def _total(values: list[float | int | None]) -> int | None:
+    """The links' sum; None without links or where one failed."""
+    known = [v for v in values if v is not None]
+    return int(sum(known)) if values and len(known) == len(values) else None
 
 
 def _int(value: Any) -> int | None:
