@@ -193,6 +193,7 @@ class NvmlTelemetry:
             xid_events=self._xid_events.get(index),
             last_xid=self._last_xid.get(index),
             processes=procs,
+            memory_reserved_mib=_reserved_mib(memory),
             driver_version=self._driver_version,
             **self._counters.read(index, handle, get),
         )  # fmt: skip
@@ -267,6 +268,12 @@ class NvmlTelemetry:
 
 
 _FAILED = object()
+
+
+def _reserved_mib(memory: Any) -> int | None:
+    """The driver's reserved framebuffer: NVML's v2 memory info has it, v1 (in `used`) not."""
+    reserved = getattr(memory, "reserved", None)
+    return None if reserved is None else int(reserved) // _MIB
 
 
 def _int(value: Any) -> int | None:

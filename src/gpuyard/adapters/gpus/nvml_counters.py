@@ -1,6 +1,7 @@
 """The rest of dcgm-exporter's default counters from NVML (issue 24): memory clock and
-temperature, reserved framebuffer, encoder/decoder use, total energy, PCIe and NVLink
-traffic, PCIe replays, remapped rows, and Hopper's GPM activity (tensor, graphics, DRAM).
+temperature, encoder/decoder use, total energy, PCIe and NVLink
+traffic, PCIe replays, remapped rows, and Hopper's GPM activity (tensor, graphics, DRAM);
+the reserved framebuffer comes with `nvml.py`'s memory read (v2).
 
 Part of the NVML wrapper (`nvml.py` calls it with its own guarded `get`, so a function the
 driver lacks or the GPU does not support reads n/a and is not called again). One
@@ -48,9 +49,6 @@ class NvmlCounters:
         """GpuReading's fields for these counters (absent: n/a)."""
         nv = self._nv
         out: dict[str, Any] = {}
-        memory = get("nvmlDeviceGetMemoryInfo", nv.nvmlMemory_v2)
-        if memory is not None:
-            out["memory_reserved_mib"] = int(memory.reserved) // 2**20
         out["mem_clock_mhz"] = _int(get("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM))
         out["enc_util_pct"] = _first_int(get("nvmlDeviceGetEncoderUtilization"))
         out["dec_util_pct"] = _first_int(get("nvmlDeviceGetDecoderUtilization"))
