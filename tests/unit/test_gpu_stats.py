@@ -92,11 +92,17 @@ def test_a_finished_jobs_stats_round_trip_through_their_saved_form() -> None:
              "gpu_s": 4.0, "sampled_s": 2.0}  # fmt: skip
     # Saved before per-GPU peaks were kept: restored without one.
     assert monitor.saved_form(3) == {
-        **saved, "memory_peak_per_gpu_mib": None, "energy_j": None, "energy_integrated": False
+        **saved,
+        "memory_peak_per_gpu_mib": None,
+        "energy_j": None,
+        "energy_integrated": False,
     }
     monitor.restore({4: {**saved, "memory_peak_per_gpu_mib": 450}})
     assert monitor.saved_form(4) == {
-        **saved, "memory_peak_per_gpu_mib": 450, "energy_j": None, "energy_integrated": False
+        **saved,
+        "memory_peak_per_gpu_mib": 450,
+        "energy_j": None,
+        "energy_integrated": False,
     }
     # With its energy (issue 24): kept as saved.
     monitor.restore({5: {**saved, "energy_j": 3600.0, "energy_integrated": True}})
