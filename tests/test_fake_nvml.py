@@ -348,3 +348,46 @@ def test_clocks_ecc_processes_and_xid_events(fake_nvml_dir: Path, tmp_path: Path
     assert out["event"] == [0, pynvml.nvmlEventTypeXidCriticalError, 79]
     assert [a == "NVMLError_Timeout" for a in out["after"]] == [False, False, True]
     assert out["graphics"] == "NVMLError_FunctionNotFound"  # absent from the library
+
+
+DCGM_READ = """
+import dataclasses, json
+from gpuyard.adapters.gpus.nvml import NvmlTelemetry
+telemetry = NvmlTelemetry()
+first = telemetry.read([0, 1], processes=False)
+second = telemetry.read([0, 1], processes=False)
+telemetry.close()
+print(json.dumps([[dataclasses.asdict(r) for r in first], [dataclasses.asdict(r) for r in second]]))
+"""
+
+
+def test_dcgm_counters_through_the_servers_reader(fake_nvml_dir: Path, tmp_path: Path) -> None:
+    """The calls behind dcgm-exporter's counters (issue 24), through the server's NVML reader:
+    GPM needs two samples; a GPU without GPM or NVLink, or a driver without a function, n/a."""
+    state = tmp_path / "state"
+    write_fake_nvml_state(state, {
+        0: {"tensor_pct": 37, "nvlink_links": 2, "nvlink_tx_kib": 10, "nvlink_rx_kib": 5,
+            "energy_mj": 42, "remap_unc": 3, "mem_reserved_mib": 100, "mem_used_mib": 1000},
+        1: {"gpm": 0},
+    })  # fmt: skip
+    env = fake_nvml_env(fake_nvml_dir, state=state)  # PYTHONPATH inherited: this checkout
+    first, second = run_json(DCGM_READ, env)
+    assert first[0]["tensor_active_pct"] is None  # one GPM sample: no interval yet
+    g0, g1 = second
+    assert (g0["tensor_active_pct"], g0["nvlink_kib"], g0["energy_mj"]) == (37.0, 30, 42)
+    assert (g0["remapped_rows_uncorrectable"], g0["row_remap_failed"]) == (3, False)
+    assert (g0["memory_used_mib"], g0["memory_reserved_mib"]) == (1000, 100)
+    assert (g0["memory_temp_c"], g0["mem_clock_mhz"]) == (45, 2619)
+    assert g0["driver_version"] == "560.35.03"
+    assert g1["tensor_active_pct"] is None and g1["nvlink_kib"] is None
+    old = fake_nvml_env(
+        fake_nvml_dir, state=state,
+        missing="nvmlDeviceGetFieldValues,nvmlGpmSampleAlloc,nvmlDeviceGetMemoryInfo_v2",
+    )  # fmt: skip
+    _, [o0, _] = run_json(DCGM_READ, old)
+    assert (o0["memory_temp_c"], o0["tensor_active_pct"], o0["memory_reserved_mib"]) == (
+        None,
+        None,
+        None,
+    )
+    assert o0["memory_used_mib"] == 1000 and o0["energy_mj"] == 42  # the rest still read

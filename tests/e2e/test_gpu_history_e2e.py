@@ -1,7 +1,8 @@
 """GPU history and per-job /metrics series from a real server over the fake libnvidia-ml: a
 job on a GPU has GPU charts with the fake's utilisation and memory while it runs, and still
 after the server restarted (the minute buckets in the database); two jobs sharing a GPU
-are two series in /metrics, one per job, with dcgm-exporter's labels."""
+leave it one series in /metrics (a dashboard's sum counts its power once), with both jobs in
+`hpc_job` and one `gpuyard_gpu_job_info` series each."""
 
 from __future__ import annotations
 
@@ -76,9 +77,11 @@ def test_a_jobs_gpu_history_has_the_fakes_samples_and_survives_a_restart(
         server.kill_jobs()
 
 
-def test_two_jobs_sharing_a_gpu_are_two_series_in_metrics(tmp_path: Path, nvml_dir: Path) -> None:
+def test_two_jobs_sharing_a_gpu_leave_it_one_series_whose_power_sums_once(
+    tmp_path: Path, nvml_dir: Path
+) -> None:
     state = tmp_path / "nvml_state"
-    write_fake_nvml_state(state, {0: BUSY})
+    write_fake_nvml_state(state, {0: {**BUSY, "power_mw": 549000}})
     env = fake_nvml_env(nvml_dir, gpus=H200[:1], state=state, GPUYARD_TELEMETRY_S="0.2")
     server = ServerProcess(tmp_path / "state", env=env).start()
     try:
@@ -88,22 +91,31 @@ def test_two_jobs_sharing_a_gpu_are_two_series_in_metrics(tmp_path: Path, nvml_d
         ]
         for job_id in jobs:
             wait_for(lambda j=job_id: get(server, f"/api/v1/jobs/{j}")["state"] == "RUNNING")
+        both = ",".join(str(j) for j in sorted(jobs))
 
-        def util_series() -> list[Any] | None:
-            families = {f.name: f for f in text_string_to_metric_families(get(server, "/metrics"))}
-            samples = families["DCGM_FI_DEV_GPU_UTIL"].samples
-            return samples if len(samples) == 2 else None
+        def families() -> dict[str, Any] | None:
+            found = {f.name: f for f in text_string_to_metric_families(get(server, "/metrics"))}
+            util = found["DCGM_FI_DEV_GPU_UTIL"].samples
+            return found if util and util[0].labels["hpc_job"] == both else None
 
-        samples = wait_for(util_series, timeout_s=20)
-        assert sorted(s.labels["hpc_job"] for s in samples) == sorted(str(j) for j in jobs)
-        assert {s.value for s in samples} == {83}
-        for s in samples:
-            assert {k: v for k, v in s.labels.items()
-                    if k not in ("hpc_job", "Hostname", "hostname")} == {
-                "gpu": "0", "UUID": H200[0][2], "pci_bus_id": "00000000:18:00.0",
-                "device": "nvidia0", "modelName": "NVIDIA H200",
-            }  # fmt: skip
-            assert s.labels["Hostname"] == s.labels["hostname"] != ""
+        found = wait_for(families, timeout_s=20)
+        # Grafana's "GPU Power Total" is sum(DCGM_FI_DEV_POWER_USAGE): the 549 W drawn, once.
+        power = found["DCGM_FI_DEV_POWER_USAGE"].samples
+        assert [s.value for s in power] == [549.0]
+        [util] = found["DCGM_FI_DEV_GPU_UTIL"].samples
+        assert util.value == 83
+        assert {k: v for k, v in util.labels.items() if k not in ("Hostname", "hostname")} == {
+            "gpu": "0", "UUID": H200[0][2], "pci_bus_id": "00000000:18:00.0",
+            "device": "nvidia0", "modelName": "NVIDIA H200",
+            "DCGM_FI_DRIVER_VERSION": "560.35.03", "hpc_job": both,
+        }  # fmt: skip
+        assert util.labels["Hostname"] == util.labels["hostname"] != ""
+        # Which jobs the GPU's series stand for: one info series per job, to select on.
+        info = found["gpuyard_gpu_job_info"].samples
+        assert sorted(s.labels["hpc_job"] for s in info) == sorted(str(j) for j in jobs)
+        assert {(s.labels["UUID"], s.labels["gpu"], s.value) for s in info} == {
+            (H200[0][2], "0", 1.0)
+        }
     finally:
         server.stop()
         server.kill_jobs()

@@ -98,7 +98,7 @@ def test_gpus_top_show_and_metrics_from_live_telemetry(tmp_path: Path, nvml_dir:
             "pci_bus_id": f"00000000:{0x18 + mine:02X}:00.0", "device": f"nvidia{mine}",
             "modelName": "NVIDIA H200", "Hostname": util[str(mine)].labels["Hostname"],
             "hostname": util[str(mine)].labels["Hostname"],
-            "hpc_job": str(job_id),
+            "DCGM_FI_DRIVER_VERSION": "560.35.03", "hpc_job": str(job_id),
         }  # fmt: skip
         assert util[str(other)].labels["hpc_job"] == ""
         fb_used = {s.labels["gpu"]: s.value for s in families["DCGM_FI_DEV_FB_USED"].samples}

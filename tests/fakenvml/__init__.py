@@ -32,6 +32,16 @@ Environment variables read by the library at ``nvmlInit`` time:
     ``nvmlDeviceRegisterEvents`` is handed out once by ``nvmlEventSetWait_v2``)
     and ``persistence`` (``nvmlDeviceGetPersistenceMode``: 0 disabled,
     non-zero enabled; default 1);
+    dcgm-exporter's counters: ``mem_temp_c`` (field 82, default 45),
+    ``mem_reserved_mib`` (``nvmlDeviceGetMemoryInfo_v2``'s reserved, 0),
+    ``enc_util``/``dec_util`` (%), ``energy_mj`` (total energy; unset: the power x the
+    seconds since the library loaded, a counter that grows), ``pcie_tx_bytes``/
+    ``pcie_rx_bytes`` (fields 197/198), ``pcie_replay``, ``nvlink_links`` (field 91; 0, the
+    default: no NVLink) with ``nvlink_tx_kib``/``nvlink_rx_kib`` per link (fields 138/139),
+    ``remap_corr``/``remap_unc``/``remap_pending``/``remap_failure``
+    (``nvmlDeviceGetRemappedRows``), ``gpm`` (GPM supported, default 1) with
+    ``tensor_pct``/``gr_engine_pct``/``dram_pct`` (what ``nvmlGpmMetricsGet`` reports
+    between two samples);
     and lines ``index proc PID MEM_MIB``, a compute process on that GPU.
     Write it with :func:`write_fake_nvml_state`.
 ``FAKE_NVML_MISSING``
@@ -81,6 +91,11 @@ STATE_KEYS = frozenset(
         "util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_mw", "power_limit_mw", "lost",
         "sm_clock_mhz", "mem_clock_mhz", "throttle", "ecc_corrected", "ecc_uncorrected", "xid",
         "xid_events", "persistence",
+        # dcgm-exporter's default counters (issue 24)
+        "mem_temp_c", "mem_reserved_mib", "enc_util", "dec_util", "energy_mj", "pcie_tx_bytes",
+        "pcie_rx_bytes", "pcie_replay", "nvlink_links", "nvlink_tx_kib", "nvlink_rx_kib",
+        "remap_corr", "remap_unc", "remap_pending", "remap_failure", "gpm", "tensor_pct",
+        "gr_engine_pct", "dram_pct",
     }
 )  # fmt: skip
 _ENV_PREFIX = "FAKE_NVML_"

@@ -43,6 +43,14 @@
  *                                       out once by nvmlEventSetWait_v2)
  *                               persistence  (nvmlDeviceGetPersistenceMode:
  *                                       0 disabled, non-zero enabled; 1)
+ *                             dcgm-exporter's counters (issue 24; see
+ *                             tests/fakenvml/__init__.py): mem_temp_c
+ *                             mem_reserved_mib enc_util dec_util energy_mj
+ *                             pcie_tx_bytes pcie_rx_bytes pcie_replay
+ *                             nvlink_links nvlink_tx_kib nvlink_rx_kib
+ *                             remap_corr remap_unc remap_pending
+ *                             remap_failure gpm tensor_pct gr_engine_pct
+ *                             dram_pct
  *                             and "index proc PID MEM_MIB" lines: a compute
  *                             process on that GPU (at most 32 per GPU).
  *                             Defaults: util 0, memory used 0, 35 C, 60 W of
@@ -210,6 +218,13 @@ struct fake_dyn {
     unsigned long long sm_clock_mhz, mem_clock_mhz, throttle;
     unsigned long long ecc_corrected, ecc_uncorrected, xid, xid_events;
     unsigned long long persistence;
+    /* dcgm-exporter's default counters (issue 24) */
+    unsigned long long mem_temp_c, mem_reserved_mib, enc_util, dec_util;
+    unsigned long long energy_mj, energy_set; /* energy_set: 0 = derived from power x time */
+    unsigned long long pcie_tx_bytes, pcie_rx_bytes, pcie_replay;
+    unsigned long long nvlink_links, nvlink_tx_kib, nvlink_rx_kib;
+    unsigned long long remap_corr, remap_unc, remap_pending, remap_failure;
+    unsigned long long gpm, tensor_pct, gr_engine_pct, dram_pct;
     unsigned int nprocs;
     struct fake_proc procs[FAKE_MAX_PROCS];
 };
@@ -362,6 +377,26 @@ static nvmlReturn_t fail_init_code(void)
     return (nvmlReturn_t)v;
 }
 
+/* The state key of one of dcgm-exporter's counters, or NULL. */
+static unsigned long long *dcgm_slot(struct fake_dyn *d, const char *key)
+{
+    const struct { const char *key; unsigned long long *slot; } keys[] = {
+        {"mem_temp_c", &d->mem_temp_c}, {"mem_reserved_mib", &d->mem_reserved_mib},
+        {"enc_util", &d->enc_util}, {"dec_util", &d->dec_util},
+        {"pcie_tx_bytes", &d->pcie_tx_bytes}, {"pcie_rx_bytes", &d->pcie_rx_bytes},
+        {"pcie_replay", &d->pcie_replay}, {"nvlink_links", &d->nvlink_links},
+        {"nvlink_tx_kib", &d->nvlink_tx_kib}, {"nvlink_rx_kib", &d->nvlink_rx_kib},
+        {"remap_corr", &d->remap_corr}, {"remap_unc", &d->remap_unc},
+        {"remap_pending", &d->remap_pending}, {"remap_failure", &d->remap_failure},
+        {"gpm", &d->gpm}, {"tensor_pct", &d->tensor_pct},
+        {"gr_engine_pct", &d->gr_engine_pct}, {"dram_pct", &d->dram_pct},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(key, keys[i].key))
+            return keys[i].slot;
+    return NULL;
+}
+
 /* Read FAKE_NVML_STATE for GPU `index` into *out (defaults first). */
 static void read_dyn(unsigned int index, struct fake_dyn *out)
 {
@@ -380,6 +415,26 @@ static void read_dyn(unsigned int index, struct fake_dyn *out)
     out->xid = 0;
     out->xid_events = 0;
     out->persistence = 1;
+    out->mem_temp_c = 45;
+    out->mem_reserved_mib = 0;
+    out->enc_util = 0;
+    out->dec_util = 0;
+    out->energy_mj = 0;
+    out->energy_set = 0;
+    out->pcie_tx_bytes = 0;
+    out->pcie_rx_bytes = 0;
+    out->pcie_replay = 0;
+    out->nvlink_links = 0;
+    out->nvlink_tx_kib = 0;
+    out->nvlink_rx_kib = 0;
+    out->remap_corr = 0;
+    out->remap_unc = 0;
+    out->remap_pending = 0;
+    out->remap_failure = 0;
+    out->gpm = 1;
+    out->tensor_pct = 0;
+    out->gr_engine_pct = 0;
+    out->dram_pct = 0;
     out->nprocs = 0;
 
     const char *path = getenv("FAKE_NVML_STATE");
@@ -437,6 +492,14 @@ static void read_dyn(unsigned int index, struct fake_dyn *out)
             out->xid_events = val;
         else if (!strcmp(key, "persistence"))
             out->persistence = val;
+        else if (!strcmp(key, "energy_mj")) {
+            out->energy_mj = val;
+            out->energy_set = 1;
+        } else {
+            unsigned long long *slot = dcgm_slot(out, key);
+            if (slot)
+                *slot = val;
+        }
     }
     fclose(f);
 }
@@ -809,8 +872,11 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
     if (memory->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     memory->total = device->memory_total;
-    memory->reserved = 0;
     memory_numbers(device, &dyn, &memory->used, &memory->free);
+    /* v2 counts the driver's reservation apart: used + reserved + free = total */
+    unsigned long long reserved = dyn.mem_reserved_mib * MIB;
+    memory->reserved = reserved < memory->free ? reserved : memory->free;
+    memory->free -= memory->reserved;
     return NVML_SUCCESS;
 }
 
@@ -1061,5 +1127,279 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *dat
 EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 {
     free(set);
+    return NVML_SUCCESS;
+}
+
+/* ---- dcgm-exporter's default counters (issue 24) ---------------------- */
+
+#include <time.h>
+
+/* Seconds since the library was first initialised: the default energy counter grows with it
+ * (power x time), as the driver's does. */
+static double g_loaded_at = -1;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static unsigned long long energy_of(const struct fake_dyn *dyn)
+{
+    if (dyn->energy_set)
+        return dyn->energy_mj;
+    if (g_loaded_at < 0)
+        g_loaded_at = now_s();
+    return (unsigned long long)((double)dyn->power_mw * (now_s() - g_loaded_at));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                        unsigned long long *energy)
+{
+    DEVICE_CALL("nvmlDeviceGetTotalEnergyConsumption");
+    if (!energy)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *energy = energy_of(&dyn);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t codec_util(unsigned long long value, unsigned int *util, unsigned int *period)
+{
+    if (!util || !period)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *util = (unsigned int)value;
+    *period = 167000; /* microseconds, as a real board's sampling window */
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *util,
+                                                    unsigned int *samplingPeriodUs)
+{
+    DEVICE_CALL("nvmlDeviceGetEncoderUtilization");
+    return codec_util(dyn.enc_util, util, samplingPeriodUs);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *util,
+                                                    unsigned int *samplingPeriodUs)
+{
+    DEVICE_CALL("nvmlDeviceGetDecoderUtilization");
+    return codec_util(dyn.dec_util, util, samplingPeriodUs);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+    DEVICE_CALL("nvmlDeviceGetPcieReplayCounter");
+    if (!value)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *value = (unsigned int)dyn.pcie_replay;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                              unsigned int *uncRows, unsigned int *isPending,
+                                              unsigned int *failureOccurred)
+{
+    DEVICE_CALL("nvmlDeviceGetRemappedRows");
+    if (!corrRows || !uncRows || !isPending || !failureOccurred)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *corrRows = (unsigned int)dyn.remap_corr;
+    *uncRows = (unsigned int)dyn.remap_unc;
+    *isPending = (unsigned int)dyn.remap_pending;
+    *failureOccurred = (unsigned int)dyn.remap_failure;
+    return NVML_SUCCESS;
+}
+
+/* nvmlDeviceGetFieldValues: the fields gpuyard reads; any other answers NOT_SUPPORTED in its
+ * own nvmlReturn, as a real driver does per field. */
+typedef enum {
+    NVML_VALUE_TYPE_DOUBLE = 0, NVML_VALUE_TYPE_UNSIGNED_INT = 1,
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+} nvmlValueType_t;
+
+typedef union nvmlValue_st {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    signed int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct nvmlFieldValue_st {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    nvmlValueType_t valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t layout");
+
+#define NVML_FI_DEV_MEMORY_TEMP 82
+#define NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION 83
+#define NVML_FI_DEV_NVLINK_LINK_COUNT 91
+#define NVML_FI_DEV_PCIE_REPLAY_COUNTER 94
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX 138
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX 139
+#define NVML_FI_DEV_PCIE_COUNT_TX_BYTES 197
+#define NVML_FI_DEV_PCIE_COUNT_RX_BYTES 198
+
+static void field_value(const struct fake_dyn *dyn, nvmlFieldValue_t *v)
+{
+    v->nvmlReturn = NVML_SUCCESS;
+    v->timestamp = (long long)(now_s() * 1e6);
+    v->latencyUsec = 0;
+    v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+    switch (v->fieldId) {
+    case NVML_FI_DEV_MEMORY_TEMP:
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        v->value.uiVal = (unsigned int)dyn->mem_temp_c;
+        return;
+    case NVML_FI_DEV_NVLINK_LINK_COUNT:
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        v->value.uiVal = (unsigned int)dyn->nvlink_links;
+        return;
+    case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: v->value.ullVal = energy_of(dyn); return;
+    case NVML_FI_DEV_PCIE_REPLAY_COUNTER: v->value.ullVal = dyn->pcie_replay; return;
+    case NVML_FI_DEV_PCIE_COUNT_TX_BYTES: v->value.ullVal = dyn->pcie_tx_bytes; return;
+    case NVML_FI_DEV_PCIE_COUNT_RX_BYTES: v->value.ullVal = dyn->pcie_rx_bytes; return;
+    case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+    case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+        if (v->scopeId >= dyn->nvlink_links) { /* a link this GPU does not have */
+            v->nvmlReturn = dyn->nvlink_links ? NVML_ERROR_INVALID_ARGUMENT
+                                              : NVML_ERROR_NOT_SUPPORTED;
+            return;
+        }
+        v->value.ullVal = v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+                              ? dyn->nvlink_tx_kib : dyn->nvlink_rx_kib;
+        return;
+    default:
+        v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    }
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
+                                             nvmlFieldValue_t *values)
+{
+    DEVICE_CALL("nvmlDeviceGetFieldValues");
+    if (valuesCount < 0 || (valuesCount > 0 && !values))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < valuesCount; i++)
+        field_value(&dyn, &values[i]);
+    return NVML_SUCCESS;
+}
+
+/* ---- GPM (Hopper's GPU performance metrics: tensor, graphics, DRAM activity) ---------- */
+
+#define NVML_GPM_METRIC_GRAPHICS_UTIL 1
+#define NVML_GPM_METRIC_ANY_TENSOR_UTIL 5
+#define NVML_GPM_METRIC_DRAM_BW_UTIL 10
+#define NVML_GPM_METRIC_MAX 477
+
+struct nvmlGpmSample_st {
+    unsigned int index; /* FAKE_MAX_GPUS: not taken yet */
+    double tensor_pct, gr_engine_pct, dram_pct;
+};
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+
+typedef struct {
+    char *shortName;
+    char *longName;
+    char *unit;
+} nvmlGpmMetricInfo_t;
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    nvmlGpmMetricInfo_t metricInfo;
+} nvmlGpmMetric_t;
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t layout");
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support)
+{
+    DEVICE_CALL("nvmlGpmQueryDeviceSupport");
+    if (!support)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (support->version != 1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = dyn.gpm ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample)
+{
+    if (missing("nvmlGpmSampleAlloc"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (!initialized())
+        return NVML_ERROR_UNINITIALIZED;
+    if (!sample)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *sample = calloc(1, sizeof **sample);
+    if (!*sample)
+        return NVML_ERROR_MEMORY;
+    (*sample)->index = FAKE_MAX_GPUS;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample)
+{
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample)
+{
+    DEVICE_CALL("nvmlGpmSampleGet");
+    if (!sample)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!dyn.gpm)
+        return NVML_ERROR_NOT_SUPPORTED;
+    sample->index = device->index;
+    sample->tensor_pct = (double)dyn.tensor_pct;
+    sample->gr_engine_pct = (double)dyn.gr_engine_pct;
+    sample->dram_pct = (double)dyn.dram_pct;
+    return NVML_SUCCESS;
+}
+
+/* The activity between two samples of one GPU: the fake's state at the second one. */
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get)
+{
+    if (missing("nvmlGpmMetricsGet"))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (!initialized())
+        return NVML_ERROR_UNINITIALIZED;
+    if (!get || !get->sample1 || !get->sample2 || get->numMetrics > NVML_GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (get->version != 1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (get->sample1->index != get->sample2->index || get->sample2->index >= FAKE_MAX_GPUS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < get->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &get->metrics[i];
+        m->nvmlReturn = NVML_SUCCESS;
+        switch (m->metricId) {
+        case NVML_GPM_METRIC_ANY_TENSOR_UTIL: m->value = get->sample2->tensor_pct; break;
+        case NVML_GPM_METRIC_GRAPHICS_UTIL: m->value = get->sample2->gr_engine_pct; break;
+        case NVML_GPM_METRIC_DRAM_BW_UTIL: m->value = get->sample2->dram_pct; break;
+        default: m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
     return NVML_SUCCESS;
 }

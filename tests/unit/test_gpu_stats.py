@@ -91,6 +91,21 @@ def test_a_finished_jobs_stats_round_trip_through_their_saved_form() -> None:
     saved = {"samples": 2, "util_sum_pct": 150.0, "util_peak_pct": 90, "memory_peak_mib": 900,
              "gpu_s": 4.0, "sampled_s": 2.0}  # fmt: skip
     # Saved before per-GPU peaks were kept: restored without one.
-    assert monitor.saved_form(3) == {**saved, "memory_peak_per_gpu_mib": None}
+    assert monitor.saved_form(3) == {
+        **saved,
+        "memory_peak_per_gpu_mib": None,
+        "energy_j": None,
+        "energy_integrated": False,
+    }
     monitor.restore({4: {**saved, "memory_peak_per_gpu_mib": 450}})
-    assert monitor.saved_form(4) == {**saved, "memory_peak_per_gpu_mib": 450}
+    assert monitor.saved_form(4) == {
+        **saved,
+        "memory_peak_per_gpu_mib": 450,
+        "energy_j": None,
+        "energy_integrated": False,
+    }
+    # With its energy (issue 24): kept as saved.
+    monitor.restore({5: {**saved, "energy_j": 3600.0, "energy_integrated": True}})
+    assert monitor.job_stats(5) == JobGpuStats(
+        2, 150.0, 90, 900, 4.0, 2.0, energy_j=3600.0, energy_integrated=True
+    )

@@ -120,6 +120,10 @@ def test_the_job_page_shows_live_progress_metric_and_gpu_charts_and_the_log(
     expect(gpu_use.locator(".chart h3", has_text="Utilisation")).to_be_visible()
     expect(gpu_use.locator(".chart h3", has_text="Memory used")).to_be_visible()
     expect(gpu_use.locator(".chart h3", has_text="Temperature")).to_be_visible()
+    # Its GPUs' energy so far, from the fake's energy counter (issue 24).
+    expect(gpu_use).to_contain_text(
+        re.compile(r"Energy: \d+\.\d{4} kWh \(\d+ J, from the GPUs' energy counters\)")
+    )
     # The log tail shows the job's own lines; the progress moves on without a reload.
     expect(page.get_by_label("Job output (last lines)")).to_contain_text("::gpuyard progress")
     page.evaluate("window.__sameDocument = true")

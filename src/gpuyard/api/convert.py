@@ -194,6 +194,8 @@ def gpu_stats_to_wire(stats: JobGpuStats) -> JobGpuStatsOut:
         gpu_hours=round(stats.gpu_s / 3600, 6),
         sampled_s=round(stats.sampled_s, 3),
         samples=stats.samples,
+        energy_j=None if stats.energy_j is None else round(stats.energy_j, 3),
+        energy_integrated=stats.energy_integrated,
     )
 
 

@@ -2,23 +2,26 @@
 work unchanged), plus gpuyard_* figures for the queue.
 
 The labels are dcgm-exporter's (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`,
-`Hostname`; and `hostname`, the same, which its dashboard's legends read) and, as its HPC job
-mapping adds, `hpc_job`: the gpuyard job on the GPU. A GPU shared by several jobs
-(`--gpu-mem`) has one series per job, each with the GPU's value, as dcgm-exporter emits one
-per job mapped to a GPU; a GPU no job holds has one, `hpc_job=""`. A metric the driver cannot
-give (n/a) is left out for that GPU, as dcgm-exporter does.
+`Hostname`, `DCGM_FI_DRIVER_VERSION`; and `hostname`, the same as `Hostname`, which its
+dashboard's legends read) and, as its HPC job mapping adds, `hpc_job`: the gpuyard job on the
+GPU. Each GPU has one series per family, whatever the number of jobs on it, so a dashboard's
+sum or average counts each GPU once: a GPU shared by several jobs (`--gpu-mem`) has their ids
+in `hpc_job`, comma-separated in ascending order ("12,15"; "" when none holds it), and one
+`gpuyard_gpu_job_info` series (value 1) per job on it, to join or select on (`... and on(UUID)
+gpuyard_gpu_job_info{hpc_job="12"}`). The families themselves are in `dcgm_families.py`.
 
 AMD GPUs are exported under AMD's device-metrics-exporter names instead (`gpu_gfx_activity`,
 `gpu_used_vram`, `gpu_junction_temperature`, `gpu_power_usage`, `gpu_ecc_uncorrect_total`...)
 and its mandatory labels (`gpu_id`: amdsmi's index of the GPU, `serial_number`, `card_model`,
 `hostname`, `gpu_partition_id`, `gpu_compute_partition_type`, `gpu_memory_partition_type`),
-plus its optional `gpu_uuid` and, as its Slurm job mapping adds, `job_id` and `job_user`: so
-AMD's Grafana dashboards work too. The AMD families appear only when the server has AMD GPUs.
+plus its optional `gpu_uuid` and, as its Slurm job mapping adds, `job_id` and `job_user` (one
+series per GPU too: a shared GPU's jobs and their distinct owners comma-separated). The AMD
+families appear only when the server has AMD GPUs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -29,7 +32,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from gpuyard.domain.job import Gpu
+from gpuyard.api.dcgm_families import DCGM_FAMILIES, XID_FAMILY, xid_labels
+from gpuyard.domain.job import Gpu, Job
 from gpuyard.services.jobs.reads import JobReads
 from gpuyard.services.machine.gpus import GpuDesk, GpuHolding
 from gpuyard.services.metrics import HistogramView, QueueMetrics
@@ -42,8 +46,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # dcgm-exporter's own labels; `hostname` too (the same value): its Grafana dashboard's legends
 # read `{{hostname}}`, which dcgm-exporter's `Hostname` does not fill.
 GPU_LABELS = (
-    "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname", "hpc_job"
+    "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname",
+    "DCGM_FI_DRIVER_VERSION", "hpc_job",
 )  # fmt: skip
+GPU_JOB_LABELS = ("gpu", "UUID", "pci_bus_id", "Hostname", "hostname", "hpc_job", "user")
 
 
 def _fb_free(r: GpuReading) -> int | None:
@@ -52,27 +58,9 @@ def _fb_free(r: GpuReading) -> int | None:
     return r.memory_total_mib - r.memory_used_mib
 
 
-def _xid_value(r: GpuReading) -> int | None:
-    """dcgm-exporter shows 0 until an XID happens; n/a where events are unsupported."""
-    return None if r.xid_events is None else (r.last_xid or 0)
-
-
-# (dcgm-exporter name, help, value from one reading)
-_DCGM: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
-    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda r: r.util_pct),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda r: r.memory_util_pct),
-    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda r: r.memory_used_mib),
-    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _fb_free),
-    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda r: r.temperature_c),
-    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda r: r.power_w),
-    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).", lambda r: r.power_limit_w),
-    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda r: r.sm_clock_mhz),
-    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", _xid_value),
-    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
-     lambda r: r.ecc_corrected),
-    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
-     lambda r: r.ecc_uncorrected),
-)  # fmt: skip
+def _ids(jobs: Iterable[Job]) -> str:
+    """A shared GPU's jobs in one label value: "12,15" (ascending), "" for none."""
+    return ",".join(str(i) for i in sorted({job.id for job in jobs}))
 
 
 AMD_LABELS = (
@@ -125,26 +113,46 @@ class ServerCollector(Collector):
         amd = [h for h in holdings if h.gpu.vendor == "amd"]
         if amd:
             yield from self._amd_families([h for h in amd if h.telemetry is not None])
-        for name, doc, value_of in _DCGM:
+        readings = [(h, h.telemetry.reading) for h in sampled if h.telemetry is not None]
+        readings = [(h, r) for h, r in readings if r.error is None]
+        for name, doc, value_of in DCGM_FAMILIES:
             family = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
-            for holding in sampled:
-                assert holding.telemetry is not None
-                reading = holding.telemetry.reading
-                if reading.error is not None:
-                    continue
+            for holding, reading in readings:
                 value = value_of(reading)
                 if value is not None:
-                    for labels in self._label_sets(holding):
-                        family.add_metric(labels, float(value))
+                    family.add_metric(self._labels(holding, reading), float(value))
             yield family
+        xid = GaugeMetricFamily(*XID_FAMILY, labels=(*GPU_LABELS, "err_code", "err_msg"))
+        for holding, reading in readings:
+            last = xid_labels(reading)
+            if last is not None:
+                xid.add_metric([*self._labels(holding, reading), last[1], last[2]], last[0])
+        yield xid
+        yield self._job_info([h for h in holdings if h.gpu.vendor != "amd"])
 
-    def _label_sets(self, holding: GpuHolding) -> list[list[str]]:
-        """One label set per job on the GPU (one with `hpc_job=""` when none holds it)."""
+    def _labels(self, holding: GpuHolding, reading: GpuReading) -> list[str]:
+        """The GPU's one label set: its jobs' ids together in `hpc_job`."""
         gpu = holding.gpu
         host, number = self._where(gpu)
-        device = [str(number), gpu.uuid, gpu.pci_bus_id, f"nvidia{number}", gpu.name, host,
-                  host]  # fmt: skip
-        return [[*device, str(job.id)] for job in holding.jobs] or [[*device, ""]]
+        return [str(number), gpu.uuid, gpu.pci_bus_id, f"nvidia{number}", gpu.name, host,
+                host, reading.driver_version or "", _ids(holding.jobs)]  # fmt: skip
+
+    def _job_info(self, holdings: list[GpuHolding]) -> Metric:
+        """One series per (GPU, job on it): which jobs a GPU's series stand for."""
+        family = GaugeMetricFamily(
+            "gpuyard_gpu_job_info", "A job on a GPU (1), labelled as that GPU's DCGM series "
+            "(gpu, UUID, Hostname) with the job's id (hpc_job) and owner (user).",
+            labels=GPU_JOB_LABELS,
+        )  # fmt: skip
+        for holding in holdings:
+            gpu = holding.gpu
+            host, number = self._where(gpu)
+            for job in sorted(holding.jobs, key=lambda j: j.id):
+                family.add_metric(
+                    [str(number), gpu.uuid, gpu.pci_bus_id, host, host, str(job.id), job.owner],
+                    1.0,
+                )
+        return family
 
     def _where(self, gpu: Gpu, device: bool = False) -> tuple[str, int]:
         """The GPU's machine and its number there, as that machine's own exporter would say
@@ -176,15 +184,16 @@ class ServerCollector(Collector):
         yield clock
 
     def _amd_label_sets(self, holding: GpuHolding) -> list[list[str]]:
-        """AMD's exporter's labels; one set per job on the GPU (`job_id=""` when none)."""
+        """AMD's exporter's labels, one set per GPU: a shared GPU's jobs and their distinct
+        owners comma-separated (`job_id=""` when none)."""
         gpu = holding.gpu
         host, number = self._where(gpu, device=True)
-        device = [
+        owners = ",".join(sorted({job.owner for job in holding.jobs}))
+        return [[
             str(number), gpu.serial, gpu.name, host, str(gpu.partition_id),
             gpu.compute_partition.lower(),
-            gpu.memory_partition.lower(), gpu.uuid,
-        ]  # fmt: skip
-        return [[*device, str(job.id), job.owner] for job in holding.jobs] or [[*device, "", ""]]
+            gpu.memory_partition.lower(), gpu.uuid, _ids(holding.jobs), owners,
+        ]]  # fmt: skip
 
     def _queue_families(self) -> Iterator[Metric]:
         gpus, metrics = self._gpus, self._metrics

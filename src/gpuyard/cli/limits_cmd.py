@@ -128,8 +128,9 @@ def usage(
     csv_out: Annotated[bool, typer.Option("--csv", help="print CSV")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """GPU-hours allocated and used (telemetry), jobs by final state and mean GPU utilisation,
-    as `sreport` (default: the last 7 days). Admins see everyone; users themselves."""
+    """GPU-hours allocated and used (telemetry), jobs by final state, mean GPU utilisation and
+    the GPUs' energy (kWh), as `sreport` (default: the last 7 days). Admins see everyone;
+    users themselves."""
     if by not in ("user", "team"):
         raise typer.BadParameter(f"--by {by!r}: use user or team")
     rows = client().usage(by=by, since=since_timestamp(since) if since else None)
@@ -137,7 +138,7 @@ def usage(
         commands.print_json(rows)
         return
     header = ("USER" if by == "user" else "TEAM", "JOBS", "ALLOC_GPU_H", "USED_GPU_H", "UTIL%",
-              "STATES")  # fmt: skip
+              "ENERGY_KWH", "STATES")  # fmt: skip
     lines = [
         (
             r["key"],
@@ -145,6 +146,7 @@ def usage(
             f"{r['allocated_gpu_h']:.2f}",
             _opt(r["used_gpu_h"], "-", 2),
             _opt(r["util_mean_pct"], "-", 1),
+            _opt(r.get("energy_kwh"), "-", 3),
             " ".join(f"{k}={v}" for k, v in sorted(r["states"].items())),
         )
         for r in rows

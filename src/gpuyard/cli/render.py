@@ -395,7 +395,17 @@ def gpu_stats_fields(job: dict[str, Any]) -> list[tuple[str, object]]:
         ("GpuUtil", NA if mean is None else f"mean {mean:.0f}%, peak {peak}%"),
         ("GpuMemPeak", NA if memory is None else _peak_memory(memory, stats, job)),
         ("GpuHours", f"{stats['gpu_hours']:.3f} (while sampled, {sampled})"),
+        ("GpuEnergy", energy_text(stats)),
     ]
+
+
+def energy_text(stats: dict[str, Any]) -> str:
+    """`show`'s energy: kWh and joules, and where the figure came from."""
+    joules = stats.get("energy_j")
+    if joules is None:
+        return f"{NA} (no power reading)"
+    how = "power x time" if stats.get("energy_integrated") else "the GPUs' energy counters"
+    return f"{joules / 3.6e6:.4f} kWh ({joules:.0f} J, from {how})"
 
 
 def _peak_memory(total: int, stats: dict[str, Any], job: dict[str, Any]) -> str:

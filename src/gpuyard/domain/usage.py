@@ -11,6 +11,9 @@ used 12, utilisation 12%.
 Worked example. Since t=0: alice's 2-GPU job ran 0-3,600 s, sampled at 50% mean (2 GPU-h
 allocated, 1 used); her 1-GPU job failed after 1,800 s with no stats (0.5 allocated, unknown).
 alice: 2.5 GPU-h allocated, 1.0 used, jobs COMPLETED 1 FAILED 1, utilisation 50%.
+
+Energy: the GPU energy saved with each job's stats (`energy_j`: its GPUs' energy counters, or
+power x time), summed in kWh; unknown (None) when no job of the row had a power reading.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class UsageRow:
     used_gpu_h: float | None = None  # None: no job of theirs was sampled
     util_mean_pct: float | None = None
     _sampled_gpu_s: float = 0.0  # the weights of the mean
+    energy_kwh: float | None = None  # its jobs' GPU energy; None: no job had a power reading
 
 
 def allocated_gpu_s(job: Job, since: float, now: float) -> float:
@@ -74,6 +78,9 @@ def summarise(
         row.jobs += 1
         row.states[job.state.value] = row.states.get(job.state.value, 0) + 1
         row.allocated_gpu_h += allocated_gpu_s(job, since, now) / 3600.0
+        joules = (stats or {}).get("energy_j")
+        if joules is not None:
+            row.energy_kwh = (row.energy_kwh or 0.0) + float(joules) / 3.6e6
         busy = busy_gpu_s(stats)
         if busy is not None:
             sampled, used = busy

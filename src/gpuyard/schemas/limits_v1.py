@@ -57,3 +57,6 @@ class UsageOut(BaseModel):
     allocated_gpu_h: float
     used_gpu_h: float | None = Field(description="from telemetry; null: no job was sampled")
     util_mean_pct: float | None
+    energy_kwh: float | None = Field(
+        None, description="its jobs' GPU energy (gpu_stats.energy_j); null: none was measured"
+    )

@@ -214,6 +214,15 @@ class JobGpuStatsOut(BaseModel):
     gpu_hours: float = Field(description="GPUs held x hours sampled")
     sampled_s: float
     samples: int
+    energy_j: float | None = Field(
+        None,
+        description="energy its GPUs used while it ran, in joules (an even share of a GPU "
+        "shared with other jobs): from the GPUs' energy counters, or power x time where "
+        "energy_integrated; sacct's ConsumedEnergy. null: no power reading",
+    )
+    energy_integrated: bool = Field(
+        False, description="some of energy_j is power x time (a GPU without an energy counter)"
+    )
 
 
 class JobOut(BaseModel):

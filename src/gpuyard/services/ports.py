@@ -360,6 +360,24 @@ class GpuReading:
     # None: not listed this time (processes are sampled less often) or n/a.
     processes: tuple[GpuProcessReading, ...] | None = None
     error: str | None = None
+    # dcgm-exporter's other default counters (issue 24), each None where n/a
+    mem_clock_mhz: int | None = None
+    memory_temp_c: int | None = None
+    memory_reserved_mib: int | None = None  # the driver's own, apart from used and free
+    enc_util_pct: int | None = None
+    dec_util_pct: int | None = None
+    energy_mj: int | None = None  # total since the driver loaded (a counter)
+    pcie_tx_kib: int | None = None  # totals since boot (counters)
+    pcie_rx_kib: int | None = None
+    pcie_replays: int | None = None
+    nvlink_kib: int | None = None  # all links, both ways, since boot
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    row_remap_failed: bool | None = None
+    tensor_active_pct: float | None = None  # GPM (Hopper on): between the last two samples
+    gr_engine_active_pct: float | None = None
+    dram_active_pct: float | None = None
+    driver_version: str | None = None
 
 
 class GpuTelemetrySource(Protocol):

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuyard.adapters.gpus.nvml_counters import NvmlCounters
 from gpuyard.domain.job import Gpu
 from gpuyard.services.ports import GpuProcessReading, GpuReading
 
@@ -24,6 +25,11 @@ _THROTTLE_BITS = (
     (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal"), (0x40, "hw_thermal"),
     (0x80, "hw_power_brake"), (0x100, "display_clocks"),
 )  # fmt: skip
+# Calls made under a name of their own (so a driver lacking one still has the other).
+_ALIASES: dict[str, Callable[..., Any]] = {
+    "nvmlDeviceGetMemoryInfo_v2":
+        lambda nv, handle: nv.nvmlDeviceGetMemoryInfo(handle, version=nv.nvmlMemory_v2),
+}  # fmt: skip
 
 
 class NvmlUnavailable(Exception):
@@ -71,7 +77,7 @@ def detect_gpus() -> list[Gpu]:
 
 
 def _compute_capability(pynvml: Any, handle: Any) -> str:
-    """"9.0" for an H100; "" where the driver cannot say."""
+    """ "9.0" for an H100; "" where the driver cannot say."""
     try:
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
     except pynvml.NVMLError:
@@ -111,6 +117,16 @@ class NvmlTelemetry:
         self._events: Any = self._call_global("nvmlEventSetCreate")
         self._xid_events: dict[int, int] = {}  # GPUs registered for XID events -> count
         self._last_xid: dict[int, int] = {}
+        self._counters = NvmlCounters(self._nv)
+        self._driver_version = self._read_driver_version()
+
+    def _read_driver_version(self) -> str | None:
+        """dcgm-exporter's `DCGM_FI_DRIVER_VERSION` label ("560.35.03"); None if NVML fails."""
+        nv = self._nv
+        try:
+            return _text(nv.nvmlSystemGetDriverVersion())
+        except nv.NVMLError:
+            return None
 
     def read(self, indices: Sequence[int], *, processes: bool) -> list[GpuReading]:
         xids = self._drain_xid_events()
@@ -122,6 +138,7 @@ class NvmlTelemetry:
 
     def close(self) -> None:
         nv = self._nv
+        self._counters.close()
         try:
             if self._events is not None:
                 nv.nvmlEventSetFree(self._events)
@@ -145,7 +162,10 @@ class NvmlTelemetry:
             return self._call(name, index, handle, lost, *args)
 
         util = get("nvmlDeviceGetUtilizationRates")
-        memory = get("nvmlDeviceGetMemoryInfo")
+        # v2 counts the driver's reservation apart from used (as dcgm-exporter's FB_* do)
+        memory = get("nvmlDeviceGetMemoryInfo_v2")
+        if memory is None:
+            memory = get("nvmlDeviceGetMemoryInfo")
         power_mw = get("nvmlDeviceGetPowerUsage")
         limit_mw = get("nvmlDeviceGetEnforcedPowerLimit")
         throttle = self._first(get, "nvmlDeviceGetCurrentClocksEventReasons",
@@ -173,6 +193,9 @@ class NvmlTelemetry:
             xid_events=self._xid_events.get(index),
             last_xid=self._last_xid.get(index),
             processes=procs,
+            memory_reserved_mib=_reserved_mib(memory),
+            driver_version=self._driver_version,
+            **self._counters.read(index, handle, get),
         )  # fmt: skip
         if lost:
             self._handles.pop(index, None)  # get a fresh handle once it is back
@@ -198,6 +221,9 @@ class NvmlTelemetry:
             return None
         nv = self._nv
         try:
+            alias = _ALIASES.get(name)
+            if alias is not None:
+                return alias(nv, handle, *args)
             return getattr(nv, name)(handle, *args)
         except nv.NVMLError_FunctionNotFound:
             log.info("NVML: %s is not offered by this driver; shown as n/a", name)
@@ -242,6 +268,12 @@ class NvmlTelemetry:
 
 
 _FAILED = object()
+
+
+def _reserved_mib(memory: Any) -> int | None:
+    """The driver's reserved framebuffer: NVML's v2 memory info has it, v1 (in `used`) not."""
+    reserved = getattr(memory, "reserved", None)
+    return None if reserved is None else int(reserved) // _MIB
 
 
 def _int(value: Any) -> int | None:

@@ -72,4 +72,5 @@ def _usage_out(r: UsageRow) -> UsageOut:
     return UsageOut(
         key=r.key, jobs=r.jobs, states=r.states, allocated_gpu_h=r.allocated_gpu_h,
         used_gpu_h=r.used_gpu_h, util_mean_pct=r.util_mean_pct,
+        energy_kwh=None if r.energy_kwh is None else round(r.energy_kwh, 6),
     )  # fmt: skip

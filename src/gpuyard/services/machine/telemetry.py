@@ -20,6 +20,12 @@ from typing import TYPE_CHECKING
 
 from gpuyard.domain.job import Job
 from gpuyard.services.jobs.book import JobBook
+from gpuyard.services.machine.energy import (
+    IntervalEnergy,
+    gpu_energy,
+    holders_per_gpu,
+    job_energy,
+)
 from gpuyard.services.ports import GpuReading, GpuTelemetrySource, ProcessOwners
 from gpuyard.services.scheduler.inventory import Inventory
 
@@ -81,6 +87,8 @@ class JobGpuStats:
     gpu_s: float = 0.0  # GPUs held x seconds sampled
     sampled_s: float = 0.0
     memory_peak_per_gpu_mib: int | None = None  # the most on any one GPU (what --gpu-mem caps)
+    energy_j: float | None = None  # its GPUs' energy, its share of a shared one (energy.py)
+    energy_integrated: bool = False  # some of it from power x time (no energy counter)
 
     @property
     def util_mean_pct(self) -> float | None:
@@ -104,13 +112,24 @@ def job_memory_mib(job_id: int, gpu: GpuTelemetry) -> int | None:
 
 
 def update_stats(
-    stats: JobGpuStats | None, job: Job, gpus: Mapping[int, GpuTelemetry], dt_s: float
+    stats: JobGpuStats | None,
+    job: Job,
+    gpus: Mapping[int, GpuTelemetry],
+    dt_s: float,
+    energy: IntervalEnergy | None = None,
 ) -> JobGpuStats | None:
-    """`stats` grown by one sample of `job` on its GPUs; None if none of them was sampled."""
+    """`stats` grown by one sample of `job` on its GPUs (and `energy`, its share of their
+    energy since the last sample); None if none of them was sampled."""
     mine = [gpus[i] for i in job.gpus if i in gpus and gpus[i].reading.error is None]
     if not mine:
         return stats
     stats = stats or JobGpuStats()
+    if energy is not None:
+        stats = replace(
+            stats,
+            energy_j=(stats.energy_j or 0.0) + energy.joules,
+            energy_integrated=stats.energy_integrated or energy.integrated,
+        )
     utils = [g.reading.util_pct for g in mine if g.reading.util_pct is not None]
     memories = [m for m in (job_memory_mib(job.id, g) for g in mine) if m is not None]
     if utils:
@@ -251,7 +270,8 @@ class GpuMonitor:
             gpus[reading.index] = GpuTelemetry(reading, processes)
         snapshot = TelemetrySnapshot(now, MappingProxyType(gpus), elapsed)
         gap = elapsed - previous.elapsed_at if previous.taken_at else self.period_s
-        self._grow_stats(running, snapshot, min(max(gap, 0.0), _MAX_GAP_INTERVALS * self.period_s))
+        dt_s = min(max(gap, 0.0), _MAX_GAP_INTERVALS * self.period_s)
+        self._grow_stats(running, previous, snapshot, dt_s)
         self.snapshot = snapshot
         if self.history is not None:
             self.history.record(now, {r.index: r for r in readings}, running)
@@ -267,9 +287,22 @@ class GpuMonitor:
         supervisors = {j.pid: (j.id, j.pid_started_at) for j in running if j.pid is not None}
         return self._owners.owners(pids, supervisors)
 
-    def _grow_stats(self, running: list[Job], snapshot: TelemetrySnapshot, dt_s: float) -> None:
+    def _grow_stats(
+        self,
+        running: list[Job],
+        previous: TelemetrySnapshot,
+        snapshot: TelemetrySnapshot,
+        dt_s: float,
+    ) -> None:
+        energy = gpu_energy(
+            {i: g.reading for i, g in previous.gpus.items()},
+            {i: g.reading for i, g in snapshot.gpus.items()},
+            dt_s,
+        )
+        holders = holders_per_gpu(running)
         for job in running:
-            grown = update_stats(self._stats.get(job.id), job, snapshot.gpus, dt_s)
+            share = job_energy(job, energy, holders)
+            grown = update_stats(self._stats.get(job.id), job, snapshot.gpus, dt_s, share)
             if grown is not None:
                 self._stats[job.id] = grown  # one writer (this thread); readers just `get`
         while len(self._stats) > _MAX_JOBS_KEPT:

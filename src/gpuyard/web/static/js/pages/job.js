@@ -141,13 +141,21 @@ export function mount(main, { me, params, navigate }) {
       when ? h("span.when", { title: when }, localTime(when)) : null)));
   }
 
+  // The GPUs' energy while it ran (its share of a shared GPU): kWh, and where it came from.
+  function energyText(stats) {
+    if (stats.energy_j === null || stats.energy_j === undefined) return "n/a (no power reading)";
+    const how = stats.energy_integrated ? "power x time" : "the GPUs' energy counters";
+    return `${(stats.energy_j / 3.6e6).toFixed(4)} kWh (${Math.round(stats.energy_j)} J, from ${how})`;
+  }
+
   function drawGpuMem() {
     const stats = job.gpu_stats;
     if (!job.num_gpus && !job.gpu_mem_mib) { clear(gpuMem, h("p.muted", "This job uses no GPU.")); return; }
     if (!stats) { clear(gpuMem, h("p.muted", "No GPU telemetry for this job (no NVML, or it has not run yet): no suggestion.")); return; }
     const perGpu = stats.memory_peak_per_gpu_mib ?? (job.num_gpus <= 1 ? stats.memory_peak_mib : null);
     const util = stats.util_mean_pct === null ? "n/a" : `mean ${stats.util_mean_pct.toFixed(0)}%, peak ${stats.util_peak_pct}%`;
-    clear(gpuUse, h("p", `Utilisation ${util}; ${stats.gpu_hours.toFixed(3)} GPU-hours sampled over ${duration(stats.sampled_s)}.`));
+    clear(gpuUse, h("p", `Utilisation ${util}; ${stats.gpu_hours.toFixed(3)} GPU-hours sampled over ${duration(stats.sampled_s)}.`),
+      h("p.energy", `Energy: ${energyText(stats)}.`));
     clear(gpuMem,
       perGpu ? [
         h("p", `Peak GPU memory: ${sizeMib(perGpu)} on one GPU${stats.memory_peak_mib && job.num_gpus > 1 ? ` (${sizeMib(stats.memory_peak_mib)} over all its GPUs)` : ""}.`),

@@ -64,6 +64,7 @@ function usageTable(rows, by) {
       h("th.num", { scope: "col" }, "GPU-h used"),
       h("th", { scope: "col" }, "Used of allocated"),
       h("th.num", { scope: "col" }, "Mean util"),
+      h("th.num", { scope: "col" }, "Energy (kWh)"),
       h("th", { scope: "col" }, "States"))),
     h("tbody", rows.map((r) => {
       const share = r.used_gpu_h !== null && r.allocated_gpu_h > 0 ? Math.min(100, (100 * r.used_gpu_h) / r.allocated_gpu_h) : null;
@@ -76,6 +77,7 @@ function usageTable(rows, by) {
         h("td.num", fmt(r.used_gpu_h, 2)),
         h("td", meter, share === null ? "n/a" : `${share.toFixed(0)}%`),
         h("td.num", r.util_mean_pct === null ? "n/a" : `${r.util_mean_pct.toFixed(0)}%`),
+        h("td.num", r.energy_kwh === null || r.energy_kwh === undefined ? "n/a" : r.energy_kwh.toFixed(3)),
         h("td", Object.entries(r.states || {}).map(([s, n]) => `${s.toLowerCase()} ${n}`).join(", ")));
     })));
 }
