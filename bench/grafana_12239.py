@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from machine import with_machine
 from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.server import ServerProcess, wait_for
 from tests.fakenvml import build_fake_nvml, fake_nvml_env, write_fake_nvml_state
@@ -137,7 +138,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         result = measure(Path(d))
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(with_machine(result)))
     else:
         for key, value in result.items():
             print(f"{key}: {value}")
