@@ -11,8 +11,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# `examples` takes any torch from 2.1 on (a user's venv keeps its own); this venv, which has
+# none yet, gets the release the tests pin (the `test` extra's), not whatever is newest.
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[examples]'
+	$(BIN)/pip install -q -e '.[examples]' "$$($(BIN)/python -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"] if d.startswith("torch")))')"
 	touch $@
 
 # The tests need Ray (tests/raycluster, --backend ray); `make run` does not.

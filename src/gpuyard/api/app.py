@@ -10,7 +10,8 @@ from fastapi import FastAPI
 
 from gpuyard import __version__
 from gpuyard.api.errors import install_error_handlers
-from gpuyard.api.front_door import FrontDoor
+from gpuyard.api.front_door import PUBLIC_PATHS, FrontDoor, session_cookie
+from gpuyard.api.openapi_doc import DESCRIPTION, install_openapi
 from gpuyard.api.routers import (
     admin,
     arrays,
@@ -56,6 +57,7 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
 
     app = FastAPI(
         title="gpuyard", version=__version__, lifespan=lifespan, responses=_ERRORS,  # type: ignore[arg-type]
+        description=DESCRIPTION,
         docs_url=None, redoc_url=None,  # served from the package instead: routers/docs.py
     )  # fmt: skip
     app.state.server = server  # with its web sessions, events ring and GPU stream's sampler
@@ -69,6 +71,9 @@ def create_app(server: ServerFacade, *, manage_lifecycle: bool = True) -> FastAP
         app.include_router(router)
     app.include_router(notify.router)  # webhooks (services/workflows/notify.py)
     app.include_router(docs.router)  # `/` and `/docs`, Swagger UI's files from the package
+    install_openapi(  # the front door's schemes, which FastAPI cannot see (openapi_doc.py)
+        app, cookie_name=session_cookie(server.access.hosts.port), public=PUBLIC_PATHS
+    )
     app.add_middleware(SubmitFastPath, server=server)  # inside the front door
     app.add_middleware(
         FrontDoor,

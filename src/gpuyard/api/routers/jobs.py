@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 
 from gpuyard.api.convert import dry_run_to_wire, job_to_wire, spec_from_wire, wire_reason
 from gpuyard.api.deps import Actor, Reads, Server, Submits, Verbs
+from gpuyard.api.openapi_doc import EVENT_STREAM, LOG_ANSWER
 from gpuyard.api.submit_route import (
     IDEMPOTENCY_KEY,
     MAX_KEY_CHARS,
@@ -155,7 +156,7 @@ async def list_jobs(
     return _json(body, headers=headers)
 
 
-@router.get("/changes", response_class=StreamingResponse)
+@router.get("/changes", response_class=StreamingResponse, responses={200: EVENT_STREAM})
 async def job_changes(server: Server, actor: Actor) -> StreamingResponse:
     """Server-sent events: one `job` event per committed change of any job in the queue
     (`data`: what the queue shows everyone: its id, name, owner, state, version and reason;
@@ -241,7 +242,7 @@ def cancel_job(
     return _out(server, server.verbs.cancel(job_id, actor, stop_signal), None)
 
 
-@router.get("/{job_id}/log", response_class=Response)
+@router.get("/{job_id}/log", response_class=Response, responses={200: LOG_ANSWER})
 async def job_log(
     job_id: int,
     reads: Reads,

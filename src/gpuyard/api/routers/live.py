@@ -25,6 +25,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from gpuyard.api.deps import Actor, Server
+from gpuyard.api.openapi_doc import EVENT_STREAM
 from gpuyard.api.routers.gpus import list_gpus
 from gpuyard.domain.principal import Principal
 from gpuyard.services.machine.event_ring import KINDS, EventLog
@@ -43,7 +44,9 @@ def _gpu_frame(server: ServerFacade) -> bytes:
     return f"event: gpus\ndata: {data}\n\n".encode()
 
 
-@router.get("/gpus/stream", response_class=StreamingResponse, tags=["gpus"])
+@router.get(
+    "/gpus/stream", response_class=StreamingResponse, tags=["gpus"], responses={200: EVENT_STREAM}
+)
 async def gpu_stream(server: Server, actor: Actor) -> StreamingResponse:
     """Server-sent events: `event: gpus`, `data`: the GPUs as `GET /api/v1/gpus` lists them
     (telemetry, holders, drains), at once and then whenever they change, at most once a
@@ -117,7 +120,12 @@ async def list_events(
     return [EventOut(**e.to_wire()) for e in found if kind is None or e.kind in kind]
 
 
-@router.get("/events/stream", response_class=StreamingResponse, tags=["events"])
+@router.get(
+    "/events/stream",
+    response_class=StreamingResponse,
+    tags=["events"],
+    responses={200: EVENT_STREAM},
+)
 async def event_stream(
     server: Server,
     actor: Actor,

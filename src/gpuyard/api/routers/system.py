@@ -8,6 +8,7 @@ from gpuyard import __version__
 from gpuyard.api.deps import Actor, Server
 from gpuyard.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gpuyard.api.metrics import render_metrics
+from gpuyard.api.openapi_doc import PROMETHEUS_TEXT
 from gpuyard.schemas.v1 import ServerInfoOut
 from gpuyard.services.access.rules import require_scraper
 
@@ -19,7 +20,7 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/metrics", response_class=Response)
+@router.get("/metrics", response_class=Response, responses={200: PROMETHEUS_TEXT})
 def metrics(server: Server, actor: Actor) -> Response:
     """Prometheus text format: dcgm-exporter's GPU metrics and gpuyard_* queue metrics (for the
     metrics token and admins: `rules.require_scraper` says why)."""
