@@ -118,7 +118,8 @@ class FunctionJob(Generic[R]):
         """The function's return value once the job ends. Raises the function's own exception
         (the job's traceback as its `__cause__`), JobFailed when the job ended without a result
         (cancelled, out of its time limit or memory, its node lost), WaitTimeout after
-        `timeout` seconds."""
+        `timeout` seconds, FileNotFoundError when a COMPLETED job's result is not in `folder`
+        (a folder the job's machine does not see)."""
         outcome = self._outcome(self.wait(timeout, poll_s))
         if outcome[0] == "ok":
             value: R = outcome[1]
@@ -151,7 +152,7 @@ class FunctionJob(Generic[R]):
                 time.sleep(0.1)
         if not job.ok:
             raise JobFailed(job)
-        raise InvalidRequest(
+        raise FileNotFoundError(
             f"job {job.id} COMPLETED but left no result at {path}: the job's machine must see "
             "that folder; pass submit_function(..., folder=) a path shared with it"
         )
