@@ -9,6 +9,7 @@ fails, naming the module and the import. (Third-party imports: tests/test_layeri
     services.ports <- adapters                  implement ports, call no use case
     services, schemas <- api                    never the wiring (bootstrap) or an adapter
     client, doctor <- cli                       HTTP through the client; local tools aside
+    sdk <- client                               typed records, function jobs (schemas lazily)
     everything <- bootstrap                     the one place that wires
 
 Inside services, rooms (ROOMS), each importing only the rooms before it and the top plumbing:
@@ -46,7 +47,10 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
             "gpuyard.settings"),
     "cli": ("gpuyard.domain", "gpuyard.client", "gpuyard._http", "gpuyard.settings",
             "gpuyard.locations", "gpuyard.doctor"),
-    "client": ("gpuyard.domain", "gpuyard._http", "gpuyard._connection", "gpuyard.locations"),
+    "client": ("gpuyard.domain", "gpuyard._http", "gpuyard._connection", "gpuyard.locations",
+               "gpuyard.sdk"),
+    # The SDK's typed records and function jobs; JobOut only in `Job.to_schema()` (lazily).
+    "sdk": ("gpuyard.domain", "gpuyard.schemas"),
     "_connection": ("gpuyard.domain", "gpuyard._http", "gpuyard.locations"),
     "_http": (),
     "locations": (),

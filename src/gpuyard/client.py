@@ -10,7 +10,9 @@ a path and a body; what is not a route (the connection, HTTP itself) lives elsew
     from gpuyard.client import Client
     with Client() as c:
         job = c.submit(["python", "train.py"], gpus=1, time_limit="2h")
-        c.wait([job["id"]])
+        done = c.wait(job, timeout=3600)     # a Job; JobFailed unless it COMPLETED
+        print(done.state, done.exit_code, done.node, done.gpus)
+        print(c.submit_function(sum, [1, 2], gpus=0).result())   # 3, computed in a job
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from gpuyard._connection import find_token as find_token
 from gpuyard._connection import login_token_path as login_token_path
 from gpuyard._connection import split_url as split_url
 from gpuyard.domain.errors import NotFound, Unavailable
+from gpuyard.sdk.records import Job as Job
+from gpuyard.sdk.records import JobFailed as JobFailed
+from gpuyard.sdk.records import WaitTimeout as WaitTimeout
+from gpuyard.sdk.records import job_of, jobs_of
 
 # Named as before they moved: a traceback or a pickle says `gpuyard.client.ServerUnreachable`.
 ServerUnreachable.__module__ = ServerNotVerified.__module__ = __name__
@@ -34,12 +40,16 @@ ServerUnreachable.__module__ = ServerNotVerified.__module__ = __name__
 # `typing` only for the type checker: the CLI's start path does not import it (~3 ms).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
-    from typing import Any, TypeAlias
+    from collections.abc import Callable, Iterable, Iterator, Sequence
+    from typing import Any, TypeAlias, TypeVar, overload
 
     from gpuyard._http import HttpResponse
+    from gpuyard.sdk.functions import FunctionJob
 
     JobDict: TypeAlias = dict[str, Any]
+    # What `wait` takes for a job: its id, its record, or a FunctionJob.
+    JobRef: TypeAlias = int | dict[str, Any] | FunctionJob[Any]
+    R = TypeVar("R")
 else:
     JobDict = dict
 
@@ -95,7 +105,7 @@ class Client:
         idempotency_key: str | None = None,
         on_retry: Callable[[ServerUnreachable], object] | None = None,
         **fields: Any,
-    ) -> JobDict:
+    ) -> Job:
         """Queue a job; `fields` are JobSubmitIn's (gpus, mem, time_limit, workdir, ...).
 
         Without `workdir` the job runs in this process's working directory, as with the CLI.
@@ -113,8 +123,7 @@ class Client:
         maybe_sent = False
         while True:
             try:
-                result: JobDict = self._json("POST", "/api/v1/jobs", body, headers)
-                return result
+                return job_of(self._json("POST", "/api/v1/jobs", body, headers))
             except ServerUnreachable as exc:
                 maybe_sent = maybe_sent or exc.maybe_sent
                 now = time.monotonic()
@@ -159,7 +168,7 @@ class Client:
         states: Sequence[str] = (),
         user: str | None = None,
         name: str | None = None,
-    ) -> list[JobDict]:
+    ) -> list[Job]:
         """Pending and running jobs; with `all`, a page of history too: the newest `limit`
         jobs (older than `before_id`), in id order. Filters: submitted at or after `since`
         (Unix time), in one of `states`, owned by `user`, named `name`."""
@@ -172,14 +181,13 @@ class Client:
                 query.append((key, value))
         query += [("state", state) for state in states]
         path = "/api/v1/jobs" + (f"?{urlencode(query)}" if query else "")
-        result: list[JobDict] = self._json("GET", path)
-        return result
+        return jobs_of(self._json("GET", path))
 
-    def job(self, job_id: int) -> JobDict:
-        result: JobDict = self._json("GET", f"/api/v1/jobs/{job_id}")
-        return result
+    def job(self, job_id: int) -> Job:
+        """The job's record now (NotFound: no such job, or another user's)."""
+        return job_of(self._json("GET", f"/api/v1/jobs/{job_id}"))
 
-    def cancel(self, job_id: int, signal: str | int | None = None) -> JobDict:
+    def cancel(self, job_id: int, signal: str | int | None = None) -> Job:
         """Cancel a job; `signal` (a name such as "USR1", or a number): what a running job's
         processes get instead of the job's own stop signal."""
         path = f"/api/v1/jobs/{job_id}/cancel"
@@ -187,8 +195,7 @@ class Client:
             from urllib.parse import urlencode
 
             path += "?" + urlencode({"signal": str(signal)})
-        result: JobDict = self._json("POST", path)
-        return result
+        return job_of(self._json("POST", path))
 
     def cancel_many(
         self, job_ids: list[int], signal: str | int | None = None, *, whole_arrays: bool = False
@@ -201,34 +208,28 @@ class Client:
         result: dict[str, Any] = self._json("POST", "/api/v1/jobs/cancel", body)
         return result
 
-    def array(self, array_id: int) -> list[JobDict]:
+    def array(self, array_id: int) -> list[Job]:
         """A job array's tasks (jobs), by task index; the array's id is its first task's."""
-        result: list[JobDict] = self._json("GET", f"/api/v1/arrays/{array_id}")
-        return result
+        return jobs_of(self._json("GET", f"/api/v1/arrays/{array_id}"))
 
-    def cancel_array(self, array_id: int) -> list[JobDict]:
+    def cancel_array(self, array_id: int) -> list[Job]:
         """Cancel every pending and running task of the array (scancel A); its tasks after."""
-        result: list[JobDict] = self._json("POST", f"/api/v1/arrays/{array_id}/cancel")
-        return result
+        return jobs_of(self._json("POST", f"/api/v1/arrays/{array_id}/cancel"))
 
-    def hold(self, job_id: int) -> JobDict:
+    def hold(self, job_id: int) -> Job:
         """Keep a pending job out of the queue until `release`."""
-        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/hold")
-        return result
+        return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/hold"))
 
-    def release(self, job_id: int) -> JobDict:
-        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/release")
-        return result
+    def release(self, job_id: int) -> Job:
+        return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/release"))
 
-    def requeue(self, job_id: int) -> JobDict:
+    def requeue(self, job_id: int) -> Job:
         """Stop a running job and put it back in the queue."""
-        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/requeue")
-        return result
+        return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/requeue"))
 
-    def restart(self, job_id: int) -> JobDict:
+    def restart(self, job_id: int) -> Job:
         """Run a finished job again: the new job (its `restart_of` is `job_id`)."""
-        result: JobDict = self._json("POST", f"/api/v1/jobs/{job_id}/restart")
-        return result
+        return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/restart"))
 
     def update(
         self,
@@ -237,12 +238,11 @@ class Client:
         time_limit: str | None = None,
         priority: int | None = None,
         gpus: int | None = None,
-    ) -> JobDict:
+    ) -> Job:
         """Change a pending job's time limit (`2h`, `1:30:00`), priority or GPUs."""
         body = {k: v for k, v in (("time_limit", time_limit), ("priority", priority),
                                   ("gpus", gpus)) if v is not None}  # fmt: skip
-        result: JobDict = self._json("PATCH", f"/api/v1/jobs/{job_id}", body)
-        return result
+        return job_of(self._json("PATCH", f"/api/v1/jobs/{job_id}", body))
 
     def whoami(self) -> JobDict:
         """The account this client's token acts as (`user`, `role`)."""
@@ -518,18 +518,104 @@ class Client:
                     ) from None
                 time.sleep(_RECONNECT_POLL_S)
 
-    def wait(self, job_ids: Sequence[int], poll_s: float = 0.5) -> list[JobDict]:
-        """Block until every job has ended; returns their final records."""
-        done: dict[int, JobDict] = {}
-        while len(done) < len(job_ids):
+    if TYPE_CHECKING:
+
+        @overload
+        def wait(
+            self, jobs: JobRef, poll_s: float = 0.5, *, timeout: float | None = None,
+            raise_on_failure: bool = True,
+        ) -> Job: ...  # fmt: skip
+
+        @overload
+        def wait(
+            self, jobs: Sequence[JobRef], poll_s: float = 0.5, *, timeout: float | None = None,
+            raise_on_failure: bool = True,
+        ) -> list[Job]: ...  # fmt: skip
+
+    def wait(
+        self,
+        jobs: JobRef | Sequence[JobRef],
+        poll_s: float = 0.5,
+        *,
+        timeout: float | None = None,
+        raise_on_failure: bool = True,
+    ) -> Job | list[Job]:
+        """Block until the job (an id, a record, a FunctionJob) or every job of a list has
+        ended; its final record, or theirs in the order given.
+
+        `raise_on_failure` (default True, as `sbatch --wait` and `gpuyard wait` exit non-zero):
+        once all have ended, raise JobFailed for the first that did not COMPLETE (FAILED,
+        CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL), carrying it and every record; False:
+        return the records whatever their end. `timeout` (seconds; None: no limit): raise
+        WaitTimeout (a TimeoutError) naming those still pending or running; the jobs run on.
+        """
+        single = isinstance(jobs, int | dict) or hasattr(jobs, "job_id")
+        refs = [jobs] if single else jobs
+        job_ids = [_job_id(ref) for ref in refs]  # type: ignore[arg-type, union-attr]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done: dict[int, Job] = {}
+        while True:
+            latest: dict[int, Job] = {}
             for job_id in job_ids:
                 if job_id not in done:
                     job = self.job(job_id)
                     if job["state"] in _terminal_states():
                         done[job_id] = job
-            if len(done) < len(job_ids):
-                time.sleep(poll_s)
-        return [done[j] for j in job_ids]
+                    else:
+                        latest[job_id] = job
+            if len(done) == len(set(job_ids)):
+                break
+            if deadline is not None and time.monotonic() + poll_s > deadline:
+                if time.monotonic() < deadline:
+                    time.sleep(max(0.0, deadline - time.monotonic()))
+                    continue
+                raise WaitTimeout(list(latest.values()), timeout or 0.0)
+            time.sleep(poll_s)
+        ended = [done[j] for j in job_ids]
+        if raise_on_failure:
+            for job in ended:
+                if not job.ok:
+                    raise JobFailed(job, ended)
+        return ended[0] if single else ended
+
+    # -- Python functions as jobs (gpuyard.sdk.functions) ----------------------------------
+    def submit_function(
+        self, function: Callable[..., R], /, *args: Any, folder: str | None = None,
+        **resources: Any,
+    ) -> FunctionJob[R]:  # fmt: skip
+        """Run `function(*args)` as a job (submitit's `executor.submit`); `resources` are
+        `submit`'s fields (gpus, mem, time_limit, name, ...). Keyword arguments for the
+        function: `functools.partial(function, lr=0.1)`. The answer's `result()` waits and
+        gives the return value, or raises the function's exception (its traceback from the
+        job as the `__cause__`). `folder`: where the call and its result are kept
+        (~/.cache/gpuyard/functions), which the job's machine must see."""
+        from gpuyard.sdk.functions import FunctionJob, job_name, prepare
+
+        here, argv, env = prepare(function, [(args, {})], folder, array=False)
+        fields = {"name": job_name(function), **resources}
+        fields["env"] = {**env, **(resources.get("env") or {})}
+        job = self.submit(argv, **fields)
+        return FunctionJob(self, job, here, None)
+
+    def map_array(
+        self, function: Callable[..., R], /, *iterables: Iterable[Any],
+        max_running: int | None = None, folder: str | None = None, **resources: Any,
+    ) -> list[FunctionJob[R]]:  # fmt: skip
+        """Run `function` on each item (several iterables: zipped, as `map`) as one job array
+        (submitit's `map_array`): one handle per item, in order, each with its `result()`.
+        `max_running`: at most this many tasks at once (sbatch's `--array=0-N%M`)."""
+        from gpuyard.sdk.functions import FunctionJob, calls_of, job_name, prepare
+
+        calls = calls_of(iterables)
+        if not calls:
+            return []
+        here, argv, env = prepare(function, calls, folder, array=True)
+        spec = f"0-{len(calls) - 1}" + ("" if max_running is None else f"%{int(max_running)}")
+        fields = {"name": job_name(function), **resources, "array": spec}
+        fields["env"] = {**env, **(resources.get("env") or {})}
+        first = self.submit(argv, **fields)
+        tasks = {t.array_task_id: t for t in self.array(first.array_job_id or first.id)}
+        return [FunctionJob(self, tasks[i], here, i) for i in range(len(calls))]
 
     # -- transport ------------------------------------------------------------------------
     def _json(
@@ -595,6 +681,15 @@ def _log_path(job_id: int, offset: int, tail: int | None, *, follow: bool) -> st
     if tail is not None:
         path += f"&tail={tail}"
     return path + ("&follow=true" if follow else "")
+
+
+def _job_id(ref: JobRef) -> int:
+    """A job's id from an id, a record (`{"id": ...}`) or a handle with `job_id`."""
+    if isinstance(ref, int):
+        return ref
+    if isinstance(ref, dict):
+        return int(ref["id"])
+    return int(ref.job_id)
 
 
 def _terminal_states() -> frozenset[str]:

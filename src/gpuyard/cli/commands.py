@@ -14,7 +14,7 @@ from gpuyard.cli.session import client
 # `typing` and `dataclasses` only for the type checker: they would cost this path ~12 ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from typing import Any
 
     from gpuyard.cli.job_refs import Resolved
@@ -154,7 +154,7 @@ def _wait_exit_code(session: Client, job: JobDict) -> int:
     else:
         ids = [int(job["id"])]
     codes = []
-    for ended in session.wait(ids):
+    for ended in session.wait(ids, raise_on_failure=False):
         code = ended.get("exit_code")
         if ended["state"] == "COMPLETED":
             codes.append(0)
@@ -212,7 +212,7 @@ def queue(
 
             raise InvalidRequest("--me and --user both name a user: give one of them")
         user = session.whoami()["user"]  # the account the token acts as
-    jobs = session.jobs(
+    jobs: Sequence[JobDict] = session.jobs(
         all=all, limit=page.limit, before_id=page.before_id, since=page.since,
         states=page.states, user=user, name=page.name,
     )  # fmt: skip
@@ -248,7 +248,7 @@ def _hint_finished(states: tuple[str, ...]) -> None:
         )
 
 
-def _folded(jobs: list[JobDict], expand: bool) -> list[JobDict]:
+def _folded(jobs: Sequence[JobDict], expand: bool) -> Sequence[JobDict]:
     """Arrays folded as squeue shows them, unless `expand`; jobs of no array as they are."""
     if expand or not any(job.get("array_job_id") is not None for job in jobs):
         return jobs
@@ -279,6 +279,7 @@ def show(ref: str, json_out: bool) -> int:
     array's id (or `12_[1-3]`): a summary of its tasks by state and their table (JSON: the
     tasks' records); `12_3`: that task."""
     session = client()
+    job: JobDict
     if ref.isdigit():  # the usual case: one request, unless it is an array's id
         job = session.job(int(ref))
         from gpuyard.cli.job_refs import is_array_head
@@ -303,7 +304,7 @@ def show(ref: str, json_out: bool) -> int:
     return 0
 
 
-def _show_tasks(tasks: list[JobDict], json_out: bool) -> int:
+def _show_tasks(tasks: Sequence[JobDict], json_out: bool) -> int:
     if json_out:
         print_json(tasks)
         return 0
@@ -346,6 +347,7 @@ def wait(refs: list[str], quiet: bool = False) -> int:
     session = client()
     named = [resolve(session, ref) for ref in refs]
     job_ids = list(dict.fromkeys(int(job["id"]) for one in named for job in one.jobs()))
+    jobs: Sequence[JobDict]
     if any(one.tasks is not None for one in named):
         jobs = _wait_arrays(session, named)  # an array's tasks: one request per array a round
     elif wants_live(quiet):
@@ -353,7 +355,7 @@ def wait(refs: list[str], quiet: bool = False) -> int:
 
         jobs = wait_live(session, job_ids)
     else:
-        jobs = session.wait(job_ids)
+        jobs = session.wait(job_ids, raise_on_failure=False)
     bad = [j for j in jobs if j["state"] != "COMPLETED"]
     for job in bad:
         sys.stderr.write(f"gpuyard: job {label(job)} {job['state']}: {job['reason'] or 'None'}\n")

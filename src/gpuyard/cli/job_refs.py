@@ -119,7 +119,7 @@ class Resolved:
         self,
         ref: str,
         job: JobDict | None = None,
-        tasks: list[JobDict] | None = None,
+        tasks: Sequence[JobDict] | None = None,
         array_id: int | None = None,
         whole: bool = False,
     ) -> None:
@@ -127,7 +127,7 @@ class Resolved:
         self.array_id, self.whole = array_id, whole
 
     def jobs(self) -> list[JobDict]:
-        return self.tasks if self.tasks is not None else [self.job] if self.job else []
+        return list(self.tasks) if self.tasks is not None else [self.job] if self.job else []
 
 
 def resolve(session: Client, ref: str) -> Resolved:
@@ -155,7 +155,7 @@ def resolve(session: Client, ref: str) -> Resolved:
     return Resolved(ref, tasks=chosen, array_id=job_id)
 
 
-def _array(session: Client, array_id: int) -> list[JobDict]:
+def _array(session: Client, array_id: int) -> Sequence[JobDict]:
     from gpuyard.domain.errors import NotFound
 
     try:

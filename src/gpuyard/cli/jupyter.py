@@ -154,7 +154,7 @@ def run_jupyter(
     )  # fmt: skip
     fields["env"]["JUPYTER_TOKEN"] = token  # the environment, never the command line
     session = client()
-    job = session.submit(argv, **fields)
+    job: dict[str, Any] = session.submit(argv, **fields)
     job_id = job["id"]
     sys.stderr.write(f"gpuyard: job {job_id}: JupyterLab starting (waiting for its GPUs)...\n")
     try:

@@ -254,7 +254,7 @@ def _show_jobs(refs: list[str], one_line: bool) -> int:
                 array_id, indices = split(check(one))
             except ValueError as exc:
                 return _refuse(f"scontrol: error: {exc}")
-            job = session.job(array_id)
+            job: JobDict = session.job(array_id)
             if job.get("array_job_id") == job["id"] and indices is not None:
                 jobs += [t for t in session.array(array_id) if t["array_task_id"] in indices]
             else:

@@ -155,7 +155,7 @@ def srun(args: list[str]) -> int:
         for chunk in session.follow_log(job_id):
             out.write(chunk)
             out.flush()
-        ended = session.wait([job_id])[0]
+        ended = session.wait(job_id, raise_on_failure=False)
     except KeyboardInterrupt:
         sys.stderr.write(f"srun: interrupted: cancelling job {job_id}\n")
         session.cancel(job_id)

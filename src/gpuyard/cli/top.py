@@ -76,7 +76,7 @@ def _frame(
     from rich.text import Text
 
     gpus = client.gpus()
-    running = [job for job in client.jobs() if job["state"] == "RUNNING"]
+    running: list[dict[str, Any]] = [job for job in client.jobs() if job["state"] == "RUNNING"]
     reports = (progress or ProgressSource(client)).of(running)
     title = Text(f"gpuyard top  {time.strftime('%H:%M:%S')}  {client.url}", style="bold")
     parts: list[RenderableType] = [title, _gpu_table(gpus, width) if gpus else Text("no GPUs")]
