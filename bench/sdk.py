@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from machine import with_machine
 from tests.e2e import sdk_functions
 from tests.e2e.server import ServerProcess
 
@@ -64,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
-    print(json.dumps({"benchmark": "sdk", **records(), **jobs(args.rounds)}))
+    print(json.dumps(with_machine({"benchmark": "sdk", **records(), **jobs(args.rounds)})))
 
 
 if __name__ == "__main__":
