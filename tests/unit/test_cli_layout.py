@@ -65,10 +65,10 @@ def test_one_commands_app_says_what_the_whole_app_says() -> None:
     from typer.testing import CliRunner
 
     from gpuyard.cli.app import app as whole
-    from gpuyard.cli.app_shell import app_for
+    from gpuyard.cli.app_shell import one_command_app
 
     runner = CliRunner()
     for args in (["sbatch", "--help"], ["logs", "--help"], ["server", "--help"], ["wait"]):
-        alone = runner.invoke(app_for(args), args, prog_name="gpuyard")
+        alone = runner.invoke(one_command_app(args), args, prog_name="gpuyard")
         full = runner.invoke(whole, args, prog_name="gpuyard")
         assert (alone.exit_code, alone.output) == (full.exit_code, full.output), args

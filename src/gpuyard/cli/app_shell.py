@@ -80,13 +80,11 @@ def new_app() -> tuple[typer.Typer, typer.Typer]:
     return app, admin
 
 
-def app_for(args: list[str]) -> typer.Typer:
-    """The app to run `gpuyard ARGS` with: one command's, or the whole app."""
+def one_command_app(args: list[str]) -> typer.Typer | None:
+    """The app of the one command `gpuyard ARGS` names; None: run it with the whole app."""
     module = COMMAND_MODULES.get(args[0]) if args else None
     if module is None:
-        from gpuyard.cli.app import app
-
-        return app
+        return None
     app, admin = new_app()
     importlib.import_module(f"gpuyard.cli.{module}").register(app, admin)
     return app

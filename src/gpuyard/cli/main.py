@@ -19,9 +19,15 @@ def main() -> None:
 
         code = run_fast(sys.argv[1:])
         if code is None:
-            from gpuyard.cli.app_shell import app_for
+            from gpuyard.cli.app_shell import one_command_app
 
-            app_for(sys.argv[1:])()
+            one = one_command_app(sys.argv[1:])
+            if one is None:
+                from gpuyard.cli.app import app
+
+                app()
+            else:
+                one()
         else:
             sys.stdout.flush()
             sys.exit(code)
