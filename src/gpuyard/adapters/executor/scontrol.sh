@@ -46,7 +46,7 @@ case "$1 $2" in
 	here=$(dirname "$0")
 	found=""
 	IFS=:
-	for dir in $PATH; do
+	for dir in $PATH; do # gpuyard's CLI, else the scontrol its `slurm-commands install` wrote
 		[ -n "$dir" ] && [ "$dir" != "$here" ] || continue
 		if [ -x "$dir/gpuyard" ]; then
 			found="$dir/gpuyard"
@@ -57,13 +57,24 @@ case "$1 $2" in
 		for dir in $PATH; do
 			[ -n "$dir" ] && [ "$dir" != "$here" ] && [ -x "$dir/scontrol" ] || continue
 			if grep -q "written by \`gpuyard slurm-commands install\`" "$dir/scontrol" 2>/dev/null; then
-				exec "$dir/scontrol" "$@"
+				found="$dir/scontrol"
+				break
 			fi
 		done
+	fi
+	unset IFS
+	if [ -z "$found" ]; then
 		echo "scontrol (gpuyard): only 'scontrol show hostnames [LIST]' is here (no gpuyard on this job's PATH for '$1'); for the job itself: gpuyard show ${SLURM_JOB_ID:-ID}" >&2
 		exit 1
 	fi
-	unset IFS
-	exec "$found" scontrol "$@"
+	# The job's own requeue stops the job (SIGTERM to its every process) as soon as the server
+	# has it: this command, still reading the answer, must not die of it (its caller, as
+	# submitit's, reads a killed scontrol as a failed requeue). Slurm's scontrol has its answer
+	# before slurmd signals the job.
+	if [ "$1" = requeue ]; then trap '' TERM; fi
+	case $found in
+	*/gpuyard) exec "$found" scontrol "$@" ;;
+	*) exec "$found" "$@" ;;
+	esac
 	;;
 esac

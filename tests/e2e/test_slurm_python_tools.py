@@ -1,7 +1,10 @@
-"""submitit, unchanged, driving a real server through Slurm's command names: it writes its own
-sbatch script (`--signal=USR2@...`, `-o logs/%j/...`, `srun` inside), submits it with `sbatch`,
-polls `sacct -o JobID,State,NodeList --parsable2`, cancels with `scancel` and requeues with
-`scontrol requeue` from inside the job, as on a Slurm cluster.
+"""Python tools that call Slurm's commands by name, unchanged, against a real server through
+`gpuyard slurm-commands install`'s commands on PATH, as on a Slurm cluster:
+- submitit writes its own sbatch script (`--signal=USR2@...`, `-o logs/%j/...`, `srun` inside),
+  submits it with `sbatch`, polls `sacct -o JobID,State,NodeList --parsable2`, cancels with
+  `scancel` and requeues with `scontrol requeue` from inside the job;
+- Lightning's documented auto-requeue header (`#SBATCH --signal=SIGUSR1@90`): its handler
+  saves an hpc checkpoint and runs `scontrol requeue`, and the next run resumes from it.
 
 The user is logged in (`gpuyard login`: their ~/.config/gpuyard), as a researcher on a shared
 server is: the jobs' own `scontrol requeue` reaches the server the way their shell does.
@@ -82,6 +85,7 @@ def _executor(cluster: Path, **parameters: Any) -> Any:
     return executor
 
 
+# -- submitit ---------------------------------------------------------------------------------
 def test_a_function_and_a_map_array_give_their_results_in_per_job_folders(cluster: Path) -> None:
     executor = _executor(cluster)
     job = executor.submit(pow, 2, 10)
@@ -120,3 +124,42 @@ def test_a_checkpointable_job_at_its_time_limit_is_requeued_and_resumes(cluster:
     assert first == "run 0 from 0"
     assert second.startswith("run 1 from ") and int(second.split()[-1]) >= 1
     assert wait_for(lambda: job.get_info()["State"] == "COMPLETED")
+
+
+# -- Lightning ---------------------------------------------------------------------------------
+_LIGHTNING_JOB = """#!/bin/bash
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=1
+#SBATCH --signal=SIGUSR1@45
+srun {python} {train} {checkpoints}
+"""
+
+
+def test_lightnings_auto_requeue_checkpoints_at_the_time_limit_and_resumes(cluster: Path) -> None:
+    # Lightning's header, with a 1-minute limit: the warning 15 s in (tests/e2e/
+    # lightning_requeue.py holds it until 3 steps are trained). The requeued run restores the
+    # hpc checkpoint and ends; `sbatch --wait` waits across both runs.
+    pytest.importorskip("pytorch_lightning")
+    work = cluster / "lightning"
+    work.mkdir()
+    script = work / "job.sh"
+    script.write_text(_LIGHTNING_JOB.format(
+        python=sys.executable, train=Path(__file__).with_name("lightning_requeue.py"),
+        checkpoints=work / "checkpoints"))  # fmt: skip
+    done = subprocess.run(["sbatch", "--wait", "--parsable", str(script)], cwd=work,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    runs = [line for line in (work / f"slurm-{job_id}.out").read_text().splitlines()
+            if line.startswith(("run ", "Handling auto-requeue", "Restored all states"))]  # fmt: skip
+    assert runs == [
+        "run 0 starts at step 0",
+        "Handling auto-requeue signal: 10",
+        f"Restored all states from the checkpoint at {work / 'checkpoints' / 'hpc_ckpt_1.ckpt'}",
+        "run 1 starts at step 3",
+        "run 1 ends at step 5",
+    ]
+    accounted = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode"],
+                               capture_output=True, text=True, check=True)  # fmt: skip
+    assert accounted.stdout.split() == ["COMPLETED|0:0"]
