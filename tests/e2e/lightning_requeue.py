@@ -46,8 +46,15 @@ class Runs(pl.Callback):
 
 
 data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
-trainer = pl.Trainer(default_root_dir=sys.argv[1], max_epochs=10000, accelerator="cpu",
-                     logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, callbacks=[Runs()])
+trainer = pl.Trainer(
+    default_root_dir=sys.argv[1],
+    max_epochs=10000,
+    accelerator="cpu",
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    callbacks=[Runs()],
+)
 trainer.fit(Tiny(), DataLoader(data, batch_size=8))
 print(f"run {RUN} ends at step {trainer.global_step}", flush=True)
