@@ -63,6 +63,19 @@ def test_a_path_that_cannot_be_opened_fails_the_job_in_one_line(server, tmp_path
     assert "never" not in server.cli("logs", job).stdout  # as sbatch: the job did not run
 
 
+def test_a_folder_named_by_the_job_is_made_and_a_fixed_one_is_not(server, tmp_path: Path):
+    # submitit's `-o logs/%j/%j_0_log.out`: its client makes logs/<id>/ only once sbatch has
+    # answered, and the job may start before; a folder written out in full must be there.
+    (tmp_path / "logs").mkdir()
+    job = _submit(server, tmp_path, "-o", "logs/%j/%x/out.log", "-J", "t", "--", "echo", "hi")
+    assert wait_ended(server.client(), job)["state"] == "COMPLETED"
+    assert (tmp_path / "logs" / job / "t" / "out.log").read_text() == "hi\n"
+    typo = _submit(server, tmp_path, "-o", "lgos/%j/out.log", "--", "echo", "never")
+    ended = wait_ended(server.client(), typo)
+    assert ended["state"] == "FAILED" and "No such file or directory" in ended["reason"]
+    assert not (tmp_path / "lgos").exists()
+
+
 # -- a root server: the files are the job's user's to open ------------------------------------
 
 
@@ -125,6 +138,16 @@ def test_a_users_link_never_makes_a_root_server_write_a_root_file(users: UnixUse
         info = made.stat()
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (alice.pw_uid, 0o600)
         assert made.read_text() == "pwned\nerr\n"
+        # A folder named by the job (submitit's logs/%j/) is made for her, as her: hers, and
+        # never where she may not make one (a root folder stays as it was).
+        per_job = run("logs-%j/out.txt")
+        assert per_job["state"] == "COMPLETED", per_job
+        folder = home / f"logs-{per_job['id']}"
+        assert folder.stat().st_uid == alice.pw_uid
+        assert (folder / "out.txt").read_text() == "pwned\nerr\n"
+        into_root = run(str(place / "state" / "x-%j" / "out.txt"))
+        assert into_root["state"] == "FAILED" and "cannot be opened as" in into_root["reason"]
+        assert not list((place / "state").glob("x-*"))
 
 
 def _ended(client, job_id: int) -> dict:  # type: ignore[no-untyped-def,type-arg]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.e2e.server import ServerProcess, wait_ended, wait_for
 
 
@@ -50,7 +52,31 @@ def test_sacct_reports_ends_and_exit_codes(server: ServerProcess) -> None:
     table = server.cli("sacct", "-j", ok).stdout.splitlines()
     assert table[0].split() == ["JobID", "JobName", "Partition", "Account", "AllocCPUS",
                                 "State", "ExitCode"]  # fmt: skip
-    assert [line.split()[0] for line in table[2:]] == [ok, f"{ok}.batch"]
+    assert [line.split()[0] for line in table[2:]] == [ok, f"{ok}.batch", f"{ok}.extern"]
+
+
+def test_sacct_answers_a_workflow_managers_status_query(server: ServerProcess) -> None:
+    # Snakemake's Slurm executor polls with exactly this (its run's jobs named by a uuid).
+    job = server.cli("submit", "-J", "run-5f2a", "--mem", "3G", "--", "true").stdout.strip()
+    wait_ended(server.client(), job)
+    since = time.strftime("%Y-%m-%dT%H:00", time.localtime(time.time() - 2 * 86400))
+    query = ("sacct", "-X", "--parsable2", "--clusters", "all", "--noheader",
+             "--format=JobIdRaw,State", "--starttime", since, "--endtime", "now",
+             "--name", "run-5f2a")  # fmt: skip
+    assert server.cli(*query).stdout.split() == [f"{job}|COMPLETED"]
+    # One cluster here: another's jobs are none; a window that ended before the job, none.
+    assert server.cli("sacct", "-M", "elsewhere", "-n", "-X", "-j", job).stdout.strip() == ""
+    before = server.cli("sacct", "-n", "-X", "-S", "2020-01-01", "-E", "2020-01-02").stdout
+    assert before.strip() == ""
+    # Usage fields and steps as Slurm prints them; what the server did not measure is 0.
+    fields = "JobID,State,ReqMem,MaxRSS,TotalCPU,ConsumedEnergy"
+    usage = server.cli("sacct", "-j", job, "-P", "--units=M", "-o", fields).stdout
+    assert usage.splitlines() == [
+        "JobID|State|ReqMem|MaxRSS|TotalCPU|ConsumedEnergy",
+        f"{job}|COMPLETED|3072M||00:00:00|0",
+        f"{job}.batch|COMPLETED|3072M|0|00:00:00|0",
+        f"{job}.extern|COMPLETED|3072M|0|00:00:00|0",
+    ]
 
 
 def test_scancel_says_what_slurm_says_for_a_job_it_cannot_cancel(server: ServerProcess) -> None:

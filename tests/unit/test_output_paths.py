@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuyard.domain.job import Job, JobSpec
-from gpuyard.domain.output_paths import NO_TASK, expand_output_path
+from gpuyard.domain.output_paths import NO_TASK, expand_output_path, job_folders
 from gpuyard.domain.states import JobState
 
 
@@ -42,3 +42,24 @@ def test_an_array_tasks_patterns_name_the_array_and_the_index():
 
 def test_a_backslash_turns_expansion_off_as_in_slurm():
     assert expand_output_path("out\\%j", _job(), "ada", "n") == "/home/ada/run/out%j"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "folders"),
+    [
+        ("logs/%j/%j_0_log.out", ["/home/ada/run/logs/42"]),  # submitit's
+        ("/scratch/%u/%x/b/out", ["/scratch/ada", "/scratch/ada/train", "/scratch/ada/train/b"]),
+        ("logs/%4j.out", []),  # the file's own name: no folder
+        ("no/such/folder/%j.out", []),  # written out in full: must be there, as on Slurm
+        ("100%%/%j.out", []),
+        ("logs/%q/x", []),  # not a pattern
+        ("logs\\/%j/x", []),  # taken as written
+    ],
+)
+def test_the_folders_a_pattern_names_are_made_for_the_job(pattern: str, folders: list[str]):
+    assert job_folders(pattern, _job(), "ada", "gpu1") == folders
+
+
+def test_a_name_that_expands_to_a_path_makes_no_folder():
+    assert job_folders("logs/%x/out", _job(name="../../etc"), "ada", "gpu1") == []
+    assert job_folders("logs/%x/out", _job(name=".."), "ada", "gpu1") == []

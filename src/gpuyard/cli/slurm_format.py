@@ -257,6 +257,96 @@ def squeue_order(job: Job) -> tuple[int, int, int]:
     return (0 if job["state"] == "PENDING" else 1, -int(job.get("priority") or 0), job["id"])
 
 
+# -- what a job used: sacct's MaxRSS, TotalCPU, ConsumedEnergy ------------------------------
+# The one place these figures are read from the job record; None where the server has none
+# (printed as Slurm prints a figure its accounting did not gather: 0, TotalCPU 00:00:00).
+def _max_rss_kib(job: Job) -> float | None:
+    """The job's peak resident memory in KiB (`max_rss_kib`, when the server records it)."""
+    value = job.get("max_rss_kib")
+    return float(value) if value is not None else None
+
+
+def _cpu_seconds(job: Job) -> float | None:
+    """CPU time its processes used, user and system (`cpu_time_s`, when recorded)."""
+    value = job.get("cpu_time_s")
+    return float(value) if value is not None else None
+
+
+def _energy_joules(job: Job) -> float | None:
+    """Energy its GPUs used, in joules: the server's per-job GPU energy (`gpu_stats.energy_j`)."""
+    stats = job.get("gpu_stats") or {}
+    value = stats.get("energy_j") if isinstance(stats, dict) else None
+    return float(value) if value is not None else None
+
+
+_UNITS = "\0KMGTP"
+
+
+def convert_units(value: float, unit: int, wanted: str | None, divisor: int = 1024) -> str:
+    """Slurm's convert_num_unit: `value` in `_UNITS[unit]`; `wanted` (`--units K|M|G|T|P`) as
+    asked, "" (--noconvert) as it is, None: as sacct does by default, up a unit only while
+    no precision is lost (`5266672K` stays, `2097152K` is `2G`). Whole numbers bare, others
+    to 2 decimals."""
+    if int(value) == 0:
+        return "0"
+    if wanted:
+        target = _UNITS.index(wanted.upper())
+        value *= float(divisor) ** (unit - target)
+        unit = target
+    elif wanted is None:
+        while value >= divisor and int(value) % (divisor // 2) == 0 and unit < len(_UNITS) - 1:
+            value /= divisor
+            unit += 1
+    suffix = _UNITS[unit].replace("\0", "")
+    return f"{int(value)}{suffix}" if value == int(value) else f"{value:.2f}{suffix}"
+
+
+def _step_figure(job: Job, figure: float | None, unit: int, divisor: int = 1024) -> str:
+    """A figure of the steps: blank on the job's own row (Slurm's is its steps'), the batch
+    step's the job's whole figure, 0 unknown."""
+    if not job.get("_step"):
+        return ""
+    if job.get("_suffix") == ".extern":  # the allocation's own step runs none of the job
+        figure = None
+    return convert_units(figure or 0, unit, job.get("_units"), divisor)
+
+
+def _energy(job: Job) -> str:
+    """ConsumedEnergy: the job's (its allocation row and its batch step, which is all of it
+    here); the extern step's 0; 0 where nothing was measured, as Slurm prints."""
+    joules = None if job.get("_suffix") == ".extern" else _energy_joules(job)
+    return convert_units(round(joules or 0), 0, job.get("_units"), 1000)
+
+
+def _energy_raw(job: Job) -> str:
+    joules = None if job.get("_suffix") == ".extern" else _energy_joules(job)
+    return str(round(joules or 0))
+
+
+def cpu_clock(seconds: float) -> str:
+    """TotalCPU's clock: `00:01.234` under a minute's hours, `01:02:03`, `1-02:03:04`."""
+    whole, millis = int(seconds), round((seconds - int(seconds)) * 1000) % 1000
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    if millis:
+        return f"{minutes:02d}:{secs:02d}.{millis:03d}"
+    return f"00:{minutes:02d}:{secs:02d}"
+
+
+def _total_cpu(job: Job) -> str:
+    return cpu_clock(0 if job.get("_suffix") == ".extern" else _cpu_seconds(job) or 0)
+
+
+def _req_mem(job: Job) -> str:
+    mib = job.get("mem_mib") or 0
+    return convert_units(mib, 2, job.get("_units")) if mib else "0"
+
+
 # sacct's fields: name (lower case) -> (header, default width, cell, left-justified)
 SACCT_FIELDS: dict[str, tuple[str, int, Callable[[Job], str], bool]] = {
     "jobid": ("JobID", 12, lambda j: str(j.get("_step") or job_ref(j)), True),
@@ -276,7 +366,13 @@ SACCT_FIELDS: dict[str, tuple[str, int, Callable[[Job], str], bool]] = {
     "elapsed": ("Elapsed", 10, lambda j: _hms(_elapsed(j)), False),
     "elapsedraw": ("ElapsedRaw", 10, lambda j: str(int(_elapsed(j))), False),
     "timelimit": ("Timelimit", 10, _limit, False),
-    "reqmem": ("ReqMem", 10, _mem, False),
+    "reqmem": ("ReqMem", 10, _req_mem, False),
+    "maxrss": ("MaxRSS", 10, lambda j: _step_figure(j, _max_rss_kib(j), 1), False),
+    "averss": ("AveRSS", 10, lambda j: _step_figure(j, _max_rss_kib(j), 1), False),
+    "totalcpu": ("TotalCPU", 10, _total_cpu, False),
+    "consumedenergy": ("ConsumedEnergy", 14, _energy, False),
+    "consumedenergyraw": ("ConsumedEnergyRaw", 17, _energy_raw, False),
+    "cluster": ("Cluster", 10, lambda j: PARTITION, False),
     "alloctres": ("AllocTRES", 10, _tres, False),
     "reqtres": ("ReqTRES", 10, _tres, False),
     "workdir": ("WorkDir", 10, lambda j: printable(str(j.get("workdir") or "")), False),
@@ -304,15 +400,27 @@ def sacct_columns(fields: str) -> list[tuple[str, int]]:
 
 
 def with_steps(jobs: Sequence[Job]) -> list[Job]:
-    """Without -X sacct lists each job's steps too: a batch job's `.batch` step, which here
-    is the job's own process tree (gpuyard has no separate steps to account)."""
+    """Without -X sacct lists each job's steps too, as Slurm's: `.batch`, which here is the
+    job's own process tree (its `srun` steps run inside it, unaccounted), and `.extern` (the
+    allocation's, running while the job runs, COMPLETED once it ended). The batch step of a
+    job that reached its time limit or was cancelled was killed by SIGTERM: CANCELLED, 0:15."""
     rows: list[Job] = []
     for job in jobs:
         rows.append(job)
-        if job.get("started_at"):
-            rows.append({**job, "name": "batch", "_step": f"{job_ref(job)}.batch",
-                         "_suffix": ".batch"})  # fmt: skip
+        if not job.get("started_at"):
+            continue
+        ref, state = job_ref(job), state_of(job)
+        batch: Job = {**job, "name": "batch", "_step": f"{ref}.batch", "_suffix": ".batch"}
+        if state in ("TIMEOUT", "CANCELLED"):
+            batch.update(display_state="CANCELLED", exit_code=143, reason="Signal: SIGTERM")
+        extern: Job = {**job, "name": "extern", "_step": f"{ref}.extern", "_suffix": ".extern",
+                       "exit_code": 0, "reason": None,
+                       "display_state": "RUNNING" if state in _LIVE else "COMPLETED"}  # fmt: skip
+        rows += [batch, extern]
     return rows
+
+
+_LIVE = ("RUNNING", "COMPLETING", "PENDING")
 
 
 def sacct_text(
@@ -322,9 +430,11 @@ def sacct_text(
     header: bool = True,
     delimiter: str | None = None,
     trailing: bool = False,
+    units: str | None = None,
 ) -> str:
     """sacct's table: fixed widths (values longer than their column end in `+`), JobID
-    left-justified and the rest right; with `delimiter` (-p/-P) no widths at all."""
+    left-justified and the rest right; with `delimiter` (-p/-P) no widths at all; `units`
+    (`--units`: K, M, G, T or P; "": --noconvert) for memory and energy."""
 
     def cell(job: Job, key: str, width: int) -> str:
         _, _, value_of, left = SACCT_FIELDS[key]
@@ -349,5 +459,7 @@ def sacct_text(
             lines.append(line([n[:w].ljust(w) if SACCT_FIELDS[k][3] else n[:w].rjust(w)
                                for (k, w), n in zip(columns, names, strict=True)]))  # fmt: skip
             lines.append(line(["-" * w for _, w in columns]))
+    if units is not None:  # --units or --noconvert (""): read by the memory and energy cells
+        jobs = [{**job, "_units": units} for job in jobs]
     lines += [line([cell(job, k, w) for k, w in columns]) for job in jobs]
     return "\n".join(lines)

@@ -10,6 +10,7 @@ These only fetch jobs and choose them as Slurm's flags say; the tables are
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ import typer
 
 from gpuyard.cli.session import client
 from gpuyard.cli.slurm_format import (
+    PARTITION,
     SACCT_BRIEF,
     SACCT_DEFAULT,
     SACCT_LONG,
@@ -145,15 +147,34 @@ def sacct(
         str | None, typer.Option("--starttime", "-S", help="YYYY-MM-DD[THH:MM[:SS]]")
     ] = None,
     name: Annotated[list[str] | None, typer.Option("--name")] = None,
+    endtime: Annotated[
+        str | None, typer.Option("--endtime", "-E", help="as --starttime; also now, now-1hour")
+    ] = None,
+    clusters: Annotated[
+        list[str] | None, typer.Option("--clusters", "-M", help="one cluster here: gpuyard")
+    ] = None,
+    allclusters: Annotated[bool, typer.Option("--allclusters", "-L")] = False,
+    units: Annotated[
+        str | None, typer.Option("--units", help="K, M, G, T or P for memory and energy")
+    ] = None,
+    noconvert: Annotated[bool, typer.Option("--noconvert", help="figures as recorded")] = False,
 ) -> None:
-    """Slurm's sacct: finished and running jobs with their states and exit codes."""
+    """Slurm's sacct: finished and running jobs with their states, exit codes and steps."""
 
-    session = client()
+    if units is not None and (len(units) != 1 or units.upper() not in "KMGTP"):
+        raise typer.BadParameter(f"{units!r}: use K, M, G, T or P", param_hint="--units")
     fields = fmt or (SACCT_BRIEF if brief else SACCT_LONG if long else SACCT_DEFAULT)
     columns = sacct_columns(fields)
+    delimiter = "|" if parsable or parsable2 else None
+    if not _is_here(clusters, allclusters):  # no job of another cluster is known here
+        sys.stdout.write(sacct_text([], columns, header=not noheader, delimiter=delimiter,
+                                    trailing=parsable) + "\n")  # fmt: skip
+        return
+    session = client()
     refs = _job_list(jobs)
     found = _fetch(session, refs, everything=True)
-    since = _since(starttime) if starttime else (None if refs else _midnight())
+    since = slurm_time(starttime, "--starttime") if starttime else (None if refs else _midnight())
+    until = slurm_time(endtime, "--endtime") if endtime else None
     users = set(_split(user))
     if not users and not allusers and not refs:
         users = {session.whoami()["user"]}
@@ -161,18 +182,23 @@ def sacct(
     names = set(_split(name))
     rows = [
         j for j in found
-        if (since is None or _ended_since(j, since))
+        if (since is None or _ended_since(j, since)) and (until is None or _began_by(j, until))
         and (not users or j["owner"] in users) and (not names or j["name"] in names)
         and (not wanted_states or state_of(j) in wanted_states)
     ]  # fmt: skip
     rows.sort(key=lambda j: j["id"])
     if not allocations and not brief:
         rows = with_steps(rows)
-    delimiter = "|" if parsable or parsable2 else None
-    sys.stdout.write(
-        sacct_text(rows, columns, header=not noheader, delimiter=delimiter, trailing=parsable)
-        + "\n"
-    )
+    shown = sacct_text(rows, columns, header=not noheader, delimiter=delimiter,
+                       trailing=parsable, units="" if noconvert else units)  # fmt: skip
+    sys.stdout.write(shown + "\n")
+
+
+def _is_here(clusters: Sequence[str] | None, every: bool) -> bool:
+    """`-M gpuyard`, `-M all`, `-L`, or none: this server's jobs (one cluster, named as
+    jobs see it in SLURM_CLUSTER_NAME); `-M other`: none."""
+    names = {name.lower() for name in _split(clusters)}
+    return every or not names or bool(names & {"all", "-1", PARTITION})
 
 
 def scancel(
@@ -253,19 +279,59 @@ def _midnight() -> float:
     return time.mktime((now.tm_year, now.tm_mon, now.tm_mday, 0, 0, 0, 0, 0, -1))
 
 
-def _since(text: str) -> float:
-    for form in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y"):
+_FORMS = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y", "%m/%d/%Y", "%m/%d",
+          "%m%d%y", "%m%d")  # fmt: skip
+_NOW_UNITS = {"": 1, "second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600,
+              "hours": 3600, "day": 86400, "days": 86400, "week": 604800,
+              "weeks": 604800}  # fmt: skip
+_NOW = re.compile(r"now(?:([+-])(\d+)([a-z]*))?")
+_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+
+
+def slurm_time(text: str, flag: str) -> float:
+    """sacct's time forms (as sbatch's --begin): YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY],
+    MMDD[YY], HH:MM[:SS] (today), now[{+|-}N[seconds|minutes|hours|days|weeks]], today,
+    midnight, noon, tomorrow; local time, as epoch seconds."""
+    word = text.strip().lower()
+    now = time.time()
+    relative = _NOW.fullmatch(word)
+    if relative:
+        sign, count, unit = relative.groups()
+        unit = unit or ""
+        if unit not in _NOW_UNITS:
+            raise typer.BadParameter(f"{text!r}: the unit is seconds, minutes, hours, days or "
+                                     "weeks", param_hint=flag)  # fmt: skip
+        step = int(count or 0) * _NOW_UNITS[unit]
+        return now - step if sign == "-" else now + step
+    named = {"today": 0.0, "midnight": 0.0, "noon": 12 * 3600.0, "tomorrow": 86400.0}
+    if word in named:
+        return _midnight() + named[word]
+    clock = _CLOCK.fullmatch(word)
+    if clock:
+        hours, minutes, secs = (int(v or 0) for v in clock.groups())
+        return _midnight() + hours * 3600 + minutes * 60 + secs
+    for form in _FORMS:
         try:
-            return time.mktime(time.strptime(text, form))
+            parsed = time.strptime(text, form)
         except ValueError:
             continue
-    raise typer.BadParameter(f"{text!r}: give YYYY-MM-DD[THH:MM[:SS]]", param_hint="--starttime")
+        if "%y" not in form.lower():  # no year given: this year's
+            parsed = time.struct_time((time.localtime().tm_year, *parsed[1:]))
+        return time.mktime(parsed)
+    raise typer.BadParameter(f"{text!r}: give YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], HH:MM or "
+                             "now[-N(minutes|hours|days)]", param_hint=flag)  # fmt: skip
 
 
 def _ended_since(job: Job, since: float) -> bool:
     """Still running or pending, or ended at or after `since` (sacct's window)."""
     ended = job.get("ended_at")
     return not ended or datetime.fromisoformat(ended).timestamp() >= since
+
+
+def _began_by(job: Job, until: float) -> bool:
+    """Submitted at or before `until` (the window's end: a job submitted later was not yet
+    in the system then)."""
+    return datetime.fromisoformat(job["submitted_at"]).timestamp() <= until
 
 
 def register(app: typer.Typer, admin: typer.Typer) -> None:

@@ -14,6 +14,11 @@ What each pattern means (as Slurm's batch step expands them):
 A number between `%` and the letter zero-pads a number (`%4j` -> 0042; at most 10). Any
 other `%` sequence stays as written; a pattern holding a backslash is not expanded at all
 (its backslashes are dropped), as in Slurm. A relative result is under the job's workdir.
+
+Folders named by a pattern (`logs/%j/out.log`: submitit's per-job folder) are made for the job
+(`job_folders`): nobody could have made them before the submit answered with the id, and on
+Slurm the job waits in the queue while its client makes them; here it may start at once.
+Folders written out in full are not made (a typo fails the job, as on Slurm).
 """
 
 from __future__ import annotations
@@ -35,6 +40,27 @@ def expand_output_path(pattern: str, job: Job, user: str, node: str) -> str:
     else:
         expanded = _expand(pattern, _values(job, user, node))
     return posixpath.join(job.spec.workdir, expanded)
+
+
+def job_folders(pattern: str, job: Job, user: str, node: str) -> list[str]:
+    """The folders of `pattern`'s file whose names hold a pattern, outermost first, each with
+    all those under it down to the file's own (`logs/%j/a/x.out` of job 7: `<workdir>/logs/7`,
+    `<workdir>/logs/7/a`); the fixed part above (`logs`) must exist. A pattern taken as
+    written (a backslash), or a name that expands to a path (`/`, `..`), makes none."""
+    if "\\" in pattern:
+        return []
+    names = pattern.split("/")[:-1]
+    values = _values(job, user, node)
+    folders: list[str] = []
+    path = job.spec.workdir
+    for name in names:
+        expanded = _expand(name, values)
+        if expanded != name and ("/" in expanded or expanded in ("", ".", "..")):
+            return []
+        path = posixpath.join(path, expanded) if name else "/"
+        if folders or expanded != name.replace("%%", "%"):
+            folders.append(path)
+    return folders
 
 
 def _values(job: Job, user: str, node: str) -> dict[str, int | str]:

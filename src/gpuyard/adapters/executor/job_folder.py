@@ -29,7 +29,7 @@ from typing import Any
 from gpuyard.adapters.executor.launch_file import STOP_SIGNAL_FILE, read_facts
 from gpuyard.adapters.executor.status import parse_status
 from gpuyard.domain.job import Job
-from gpuyard.domain.output_paths import expand_output_path
+from gpuyard.domain.output_paths import expand_output_path, job_folders
 from gpuyard.services.ports import ExitStatus, LaunchPlan
 
 log = logging.getLogger("gpuyard.executor")
@@ -191,9 +191,13 @@ def job_io(job: Job, plan: LaunchPlan, jobdir: Path) -> dict[str, Any]:
     if spec.output_path or spec.error_path:
         user = plan.run_as.user if plan.run_as is not None else _my_name()
         node = socket.gethostname()
+        folders: list[str] = []
         for key, pattern in (("output_file", spec.output_path), ("error_file", spec.error_path)):
             if pattern:
                 fields[key] = expand_output_path(pattern, job, user, node)
+                folders += [f for f in job_folders(pattern, job, user, node) if f not in folders]
+        if folders:
+            fields["output_folders"] = folders
     if spec.kind == "interactive":
         fields.update(
             pty=True, attach_path=str(jobdir / ATTACH_SOCKET), attach_timeout_s=ATTACH_TIMEOUT_S

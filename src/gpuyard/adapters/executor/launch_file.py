@@ -34,6 +34,9 @@ Fields (`version` 1):
                               also appended there; opened by the supervisor with the job's
                               user's identity (one that cannot be opened: the job does not
                               run, exit 127 with the reason in its log); absent: none
+    output_folders            the folders of those files named by a pattern (`logs/%j/`), made
+                              first by the supervisor with the same identity, outermost
+                              first (`domain/output_paths.py` job_folders); absent: none
     pty, attach_path,         an interactive job (`gpuyard run`): the job gets a pty (its
     attach_timeout_s          controlling terminal) and the supervisor relays it to clients
                               of the Unix socket `attach_path` (frames: `supervisor_pty.py`);

@@ -34,7 +34,7 @@ tree (`tree.py`). The status file is made (room for it written) as the job start
 that a full disk cannot keep the end from being recorded.
 
 sbatch's -o/-e (`output_file`, `error_file`): tees of the pump, opened before the fork with
-the job's user's identity (`_open_as`: seteuid/setegid/setgroups around the open, undone), so
+the job's user's identity (`_as_user`: seteuid/setegid/setgroups around the open, undone), so
 the kernel refuses a link or a folder exactly as it would refuse the user; never through a
 link (O_NOFOLLOW), and only a file of the user's own (`_own_file_only`: another user's file made
 in a shared folder would hand them the output); one that cannot be opened: no fork, one
@@ -617,17 +617,19 @@ def _tee(fd: int, data: bytes) -> None:
 def _open_outputs(plan: dict) -> tuple[int, int, str]:  # type: ignore[type-arg]
     """sbatch's -o and -e files (`output_file`, `error_file`, expanded by the executor),
     opened for appending with the job's user's identity, so that a link, or a path that user
-    may not write, is never followed with the supervisor's rights; -1 for none. The third
+    may not write, is never followed with the supervisor's rights; -1 for none. Their folders
+    named by a pattern (`output_folders`: `logs/%j/`) are made first, as that user. The third
     value says why one could not be opened ("": both were)."""
     fds: list[int] = []
     who = plan.get("run_as")
+    folders = plan.get("output_folders") or ()
     for key, flag in (("output_file", "--output"), ("error_file", "--error")):
         path = plan.get(key)
         if not path:
             fds.append(-1)
             continue
         try:
-            fds.append(_open_as(who, path))
+            fds.append(_as_user(who, _open_own, path, folders))
         except OSError as exc:
             for fd in fds:
                 if fd >= 0:
@@ -637,12 +639,10 @@ def _open_outputs(plan: dict) -> tuple[int, int, str]:  # type: ignore[type-arg]
     return fds[0], fds[1], ""
 
 
-def _open_as(who: dict | None, path: str) -> int:  # type: ignore[type-arg]
-    """`path` opened (append, created with the user's umask) with the effective identity of
-    `who` (this process is single-threaded: the switch is the whole process's, and undone).
-    Never through a link, and only a file of the job's user's own (or a device: /dev/null):
-    a file another user made in a shared folder (/tmp) would hand them the job's output."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+def _as_user(who: dict | None, action, *args):  # type: ignore[no-untyped-def,type-arg]
+    """`action(uid, *args)` with the effective identity and umask of `who` (this process is
+    single-threaded: the switch is the whole process's, and undone), `uid` the one a file it
+    opens must belong to."""
     switch = who is not None and os.geteuid() == 0 and who["uid"] != 0
     umask = os.umask(who.get("umask", 0o077)) if who is not None else None
     groups, gid = (os.getgroups(), os.getegid()) if switch else ([], 0)
@@ -652,15 +652,7 @@ def _open_as(who: dict | None, path: str) -> int:  # type: ignore[type-arg]
             os.setgroups(who["groups"])
             os.setegid(who["gid"])
             os.seteuid(who["uid"])
-        try:
-            fd = os.open(path, flags | os.O_NOFOLLOW, 0o666)
-        except OSError as exc:
-            if exc.errno == _ELOOP:
-                why = "it is a symbolic link (give the file's own path)"
-                raise OSError(exc.errno, why) from None
-            raise
-        _own_file_only(fd, who["uid"] if switch and who is not None else os.geteuid())
-        return fd
+        return action(who["uid"] if switch and who is not None else os.geteuid(), *args)
     finally:
         if switch:
             os.seteuid(0)
@@ -668,6 +660,30 @@ def _open_as(who: dict | None, path: str) -> int:  # type: ignore[type-arg]
             os.setgroups(groups)
         if umask is not None:
             os.umask(umask)
+
+
+def _open_own(uid: int, path: str, folders: list[str]) -> int:
+    """`path` opened (append, created with the umask), after `folders` are made (one there
+    already is kept; a missing parent of the first fails the open). Never through a link,
+    and only a file of `uid`'s own (or a device: /dev/null): a file another user made in a
+    shared folder (/tmp) would hand them the job's output."""
+    for folder in folders:
+        try:
+            os.mkdir(folder, 0o777)
+        except FileExistsError:
+            pass
+        except OSError:
+            break  # the open says why, in the words of the file's own path
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno == _ELOOP:
+            why = "it is a symbolic link (give the file's own path)"
+            raise OSError(exc.errno, why) from None
+        raise
+    _own_file_only(fd, uid)
+    return fd
 
 
 _ELOOP = 40  # Linux's errno for O_NOFOLLOW meeting a link (`errno` is not imported)
