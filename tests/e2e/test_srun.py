@@ -146,7 +146,9 @@ def test_srun_is_on_a_scripts_path_and_not_on_a_plain_commands(
     assert shim.name == "srun" and stat.S_IMODE(shim.stat().st_mode) == 0o755
     assert stat.S_IMODE(shim.parent.stat().st_mode) == 0o755
     assert hostname == socket.gethostname()  # the job's node list: this machine
-    assert log_of(server, plain["id"])[-1] == "no-srun"
+    # Not gpuyard's: none, or a real Slurm's where one is installed (a lab mid-migration).
+    found = log_of(server, plain["id"])[-1]
+    assert found == "no-srun" or Path(found).parent != shim.parent, found
 
 
 LIGHTNING = """
