@@ -26,7 +26,7 @@ SUBMIT_FIELDS = ("command", "gpus", "cpus", "mem", "time", "name", "priority", "
                  "error",
                  "gres", "ntasks_per_node", "mem_per_gpu", "array", "dependency", "export",
                  "mail_type", "mail_user", "notify", "python", "venv", "container",
-                 "gpu_type")  # fmt: skip
+                 "gpu_type", "gpus_per_task")  # fmt: skip
 
 
 def typer_reads(args: list[str]) -> dict[str, Any] | None:
@@ -78,6 +78,7 @@ USUAL = [
     ["submit", "--container", "img.sif", "-a1-3", "-ddep", "-oout", "-eerr", "--", "x"],
     ["submit", "--gpu-mem", "8G", "--no-preempt", "--priority", "-5", "--", "python", "t.py"],
     ["submit", "--nodes", "2", "--gpus-per-node", "4", "--distributed", "torchrun", "t.py"],
+    ["submit", "--ntasks-per-node", "2", "--gpus-per-task", "1", "job.sh"],
     ["submit", "--dry-run", "--gpus", "1", "--", "true"],
     ["submit", "--dry-run", "--json", "--", "true"],
     ["submit", "--preemptible", "--signal", "USR1", "--", "python", "t.py"],
@@ -110,8 +111,8 @@ UNKNOWN_BEFORE_COMMAND = [
      "queue per server here; gpuyard sbatch ignores it)"),
     (["submit", "--ntasks", "4", "x"], "No such option: --ntasks (sbatch's: give it as #SBATCH "
      "--ntasks in the script, or use gpuyard sbatch)"),
-    (["submit", "--gpus-per", "1", "x"],
-     "No such option: --gpus-per (Did you mean --gpus-per-node?)"),
+    (["submit", "--gpus-per-nod", "1", "x"],
+     "No such option: --gpus-per-nod (Did you mean --gpus-per-node?)"),
 ]  # fmt: skip
 
 
@@ -146,7 +147,8 @@ WORDS = ["--gpus", "--cpus", "--mem", "--time", "-t", "-t2h", "--time=1h", "-J",
          "--python", "--venv", "--container", "--gpu-type", "--requeue", "--no-requeue",
          "--cpus-per-task", "--error", "--output",
          "--no-export-env", "--no-preempt", "--no-preempt=1", "--distributed", "--gpu-mem",
-         "--nodes", "--gpus-per-node", "--dry-run", "--check", "--", "-", "--help", "-h",
+         "--nodes", "--gpus-per-node", "--gpus-per-task", "--dry-run", "--check", "--", "-",
+         "--help", "-h",
          "--frob", "--gpus=", "--gpus=3", "--json", "--all", "-a", "-ab", "0", "1", "2", "-5",
          " 7 ", "K=V", "x", "python", "16G", "torchrun", "--gpu", "-o", "--array=1-3",
          "--dependency", "--retries", "--retry-on", "oom,launch", "USR1@60", "12_3",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
+from gpuyard.jobhooks import HOOK_DIR
 from gpuyard.services.launch.env import build_job_env
 from gpuyard.services.ports import RunAs
 
@@ -51,5 +52,6 @@ def test_only_an_allowlist_of_the_servers_environment_reaches_a_job() -> None:
     assert "secret" not in env.values()
     for allowed in ("PATH", "LANG", "LC_ALL", "TZ", "TERM"):
         assert env[allowed] == base[allowed]
-    assert not {"HOME", "LD_PRELOAD", "PYTHONPATH"} & env.keys()  # HOME: the run-as user's
+    assert not {"HOME", "LD_PRELOAD"} & env.keys()  # HOME: the run-as user's
+    assert env["PYTHONPATH"] == HOOK_DIR  # gpuyard's startup hook alone, not the server's
     assert env["AWS_PROFILE"] == "mine"

@@ -20,12 +20,14 @@ CORPUS = Path(__file__).parent.parent / "data" / "sbatch"
 # script -> (the submission's fields, (chdir, export), warnings as (line, start of message))
 EXPECTED: dict[str, tuple[dict[str, Any], tuple[Any, Any], list[tuple[int, str]]]] = {
     "torchrun_single_node.sh": (
-        {"gpus": 8, "nodes": 1, "ntasks_per_node": 1, "cpus": 32, "mem": "256G", "priority": 0,
+        {"gpus": 8, "nodes": 1, "ntasks_per_node": 1,
+         "ntasks_given": True, "cpus": 32, "mem": "256G", "priority": 0,
          "time_limit": "24:00:00", "name": "llama-ft", "output_path": "logs/%x-%j.out",
          "error_path": "logs/%x-%j.err"},
         (None, ("default", ())), []),
     "torchrun_multi_node.sh": (
-        {"gpus": 32, "nodes": 4, "ntasks_per_node": 1, "cpus": 256, "mem": "0M", "priority": 0,
+        {"gpus": 32, "nodes": 4, "ntasks_per_node": 1,
+         "ntasks_given": True, "cpus": 256, "mem": "0M", "priority": 0,
          "time_limit": "2-00:00:00", "name": "pretrain-gpt", "output_path": "%x-%j.out"},
         (None, ("default", ())),
         [(3, "--partition=gpu ignored"), (3, "--qos=high ignored"), (3, "--account=lab ignored"),
@@ -37,25 +39,29 @@ EXPECTED: dict[str, tuple[dict[str, Any], tuple[Any, Any], list[tuple[int, str]]
         (None, ("default", ())), []),
     "accelerate_multi_node.sh": (
         # --mem-per-gpu 64G x 4 GPUs per node x 2 nodes
-        {"gpus": 8, "nodes": 2, "ntasks_per_node": 1, "cpus": 96, "mem": "524288M",
+        {"gpus": 8, "nodes": 2, "ntasks_per_node": 1,
+         "ntasks_given": True, "cpus": 96, "mem": "524288M",
          "priority": 0, "time_limit": "08:00:00", "name": "accel-2n",
          "output_path": "slurm/%j/out.txt"},
         (None, ("default", ())), []),
     "deepspeed_zero3.sh": (
         # --mem-per-cpu 8G x (8 tasks x 10 CPUs) per node x 2 nodes
-        {"gpus": 16, "nodes": 2, "ntasks_per_node": 8, "cpus": 160, "mem": "1310720M",
+        {"gpus": 16, "nodes": 2, "ntasks_per_node": 8,
+         "ntasks_given": True, "cpus": 160, "mem": "1310720M",
          "priority": 0, "time_limit": "3-00:00:00", "name": "ds-zero3",
          "output_path": "ds-%j.out", "preemptible": True, "warn_signal": "USR1",
          "warn_before_s": 300, "warn_target": "batch"},
         (None, ("default", ())), []),
     "lightning_multi_node.sh": (
-        {"gpus": 8, "nodes": 2, "ntasks_per_node": 4, "cpus": 64, "mem": "409600M",
+        {"gpus": 8, "nodes": 2, "ntasks_per_node": 4,
+         "ntasks_given": True, "cpus": 64, "mem": "409600M",
          "priority": 0, "time_limit": "0-08:00:00", "name": "pl-resnet",
          "warn_signal": "SIGUSR1", "warn_before_s": 90, "warn_target": "steps"},
         (None, ("default", ())), []),
     "lightning_single_node.sh": (
         # -n 4 on one node; --mem-per-gpu 40G x 4
-        {"gpus": 4, "ntasks_per_node": 4, "cpus": 24, "mem": "163840M", "priority": 0,
+        {"gpus": 4, "ntasks_per_node": 4,
+         "ntasks_given": True, "cpus": 24, "mem": "163840M", "priority": 0,
          "time_limit": "360", "name": "vit-base", "preemptible": True, "warn_signal": "USR1",
          "warn_before_s": 120, "warn_target": "steps"},
         (None, ("default", ())), []),
@@ -97,8 +103,8 @@ EXPECTED: dict[str, tuple[dict[str, Any], tuple[Any, Any], list[tuple[int, str]]
          (7, "--hint=nomultithread ignored"), (8, "--comment=ablation, see notes ignored")]),
     "jax_multihost.sh": (
         # --gpus-per-task 1 x 4 tasks per node x 2 nodes
-        {"gpus": 8, "nodes": 2, "ntasks_per_node": 4, "cpus": 64, "mem": "0M", "priority": 0,
-         "time_limit": "04:00:00", "name": "jax-mh"},
+        {"gpus": 8, "nodes": 2, "ntasks_per_node": 4, "ntasks_given": True, "gpus_per_task": 1,
+         "cpus": 64, "mem": "0M", "priority": 0, "time_limit": "04:00:00", "name": "jax-mh"},
         (None, ("default", ())), []),
     "hf_trainer_long.sh": (
         # --time=UNLIMITED: no limit; --no-requeue: never preempted

@@ -14,7 +14,13 @@ import pytest
 from gpuyard.adapters.executor.srun_shim import SHIM_SOURCE
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.states import JobState
-from gpuyard.services.launch.env import TASK_VARIABLES, build_job_env
+from gpuyard.jobhooks import HOOK_DIR
+from gpuyard.services.launch.env import (
+    ONE_TASK_VARIABLES,
+    TASK_VARIABLES,
+    array_shape,
+    build_job_env,
+)
 from gpuyard.services.launch.plan import launch_plan, needs_port
 from gpuyard.services.ports import RunAs
 
@@ -24,7 +30,8 @@ BASE = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 def job(**fields: object) -> Job:
     gpus = fields.pop("gpu_ids", ())
     node = fields.pop("node", "box")
-    array = fields.pop("array", None)
+    array = fields.pop("array", None)  # (array id, index); its --array text: array_text
+    fields["array"] = fields.pop("array_text", "")
     spec = JobSpec(**{"argv": ("python", "train.py"), "name": "train", "workdir": "/w", **fields})  # type: ignore[arg-type]
     array_job_id, array_task_id = array if array else (None, None)
     return Job(
@@ -59,13 +66,73 @@ def test_the_directory_sbatch_ran_in_is_the_submit_dir() -> None:
     assert env["SLURM_SUBMIT_DIR"] == "/home/ada/project"
 
 
+SHAPE = [f"SLURM_ARRAY_TASK_{n}" for n in ("COUNT", "MIN", "MAX", "STEP")]
+
+
 def test_an_array_task_knows_its_array_and_its_index() -> None:
     env = build_job_env(job(array=(40, 7)), BASE)
     assert (env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"]) == ("40", "7")
-    assert "SLURM_ARRAY_TASK_COUNT" not in env  # the array's shape: only when known
-    env = build_job_env(job(array=(40, 7)), BASE, array=(10, 0, 9))
-    shape = ("SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX")
-    assert [env[k] for k in shape] == ["10", "0", "9"]
+    assert not set(SHAPE) & env.keys()  # a sweep's trial: no --array text to tell its shape
+    env = build_job_env(job(array=(40, 7), array_text="0-9%2"), BASE)
+    assert [env[k] for k in SHAPE] == ["10", "0", "9", "1"]
+
+
+# Slurm 22.05's own values (sbatch --array=TEXT, run side by side): the step is the gap of
+# evenly spaced indices, else 1.
+@pytest.mark.parametrize(
+    ("text", "shape"),
+    [("1,3,7", (3, 1, 7, 1)), ("0-12:4", (4, 0, 12, 4)), ("2,4,6,10", (4, 2, 10, 1)),
+     ("0-31%4", (32, 0, 31, 1)), ("5", (1, 5, 5, 1)), ("1-7:2,9", (5, 1, 9, 2))],
+)  # fmt: skip
+def test_an_arrays_count_min_max_and_step_are_slurms(
+    text: str, shape: tuple[int, int, int, int]
+) -> None:
+    assert array_shape(text) == shape
+    env = build_job_env(job(array=(40, shape[1]), array_text=text), BASE)
+    assert [env[k] for k in SHAPE] == [str(v) for v in shape]
+
+
+def test_a_one_task_job_is_task_0_without_a_task_count() -> None:
+    """As Slurm's batch step: SLURM_PROCID and SLURM_LOCALID 0, no SLURM_NTASKS (Lightning
+    would take it for one task of a step); `--ntasks-per-node=1` given: SLURM_NTASKS 1."""
+    plain = build_job_env(job(gpus=4, gpu_ids=(0, 1, 2, 3)), BASE)
+    assert (plain["SLURM_PROCID"], plain["SLURM_LOCALID"]) == ("0", "0")
+    assert "SLURM_NTASKS" not in plain
+    one = build_job_env(job(ntasks_given=True), BASE)
+    assert (one["SLURM_NTASKS"], one["SLURM_NTASKS_PER_NODE"], one["SLURM_PROCID"]) == (
+        "1", "1", "0")  # fmt: skip
+
+
+def test_gpus_per_node_or_per_task_partition_account_and_dependency() -> None:
+    per_node = build_job_env(job(gpus=4, nodes=2, gpu_ids=(0, 1, 2, 3), node="a,b"), BASE)
+    assert per_node["SLURM_GPUS_PER_NODE"] == "2" and "SLURM_GPUS_PER_TASK" not in per_node
+    per_task = build_job_env(
+        job(gpus=4, ntasks_per_node=2, gpus_per_task=2, gpu_ids=(0, 1, 2, 3)), BASE
+    )
+    assert per_task["SLURM_GPUS_PER_TASK"] == "2" and "SLURM_GPUS_PER_NODE" not in per_task
+    assert per_task["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # the batch step: all (srun binds)
+    cpu = build_job_env(job(dependency="afterok:12:13,singleton"), BASE)
+    assert not {"SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK"} & cpu.keys()
+    assert (cpu["SLURM_JOB_PARTITION"], cpu["SLURM_JOB_ACCOUNT"]) == ("gpuyard", "ada")
+    assert cpu["SLURM_JOB_DEPENDENCY"] == "afterok:12:13,singleton"
+    assert "SLURM_JOB_DEPENDENCY" not in per_node
+
+
+def test_python_output_is_line_buffered_not_unbuffered() -> None:
+    """Every job's Python writes a line at a time (the startup hook first on PYTHONPATH), not
+    in PYTHONUNBUFFERED's pieces; a job's own PYTHONUNBUFFERED is kept; a container's Python
+    and one whose user cannot read the hook get PYTHONUNBUFFERED=1."""
+    env = build_job_env(job(env=(("PYTHONPATH", "/mine"),)), BASE)
+    assert "PYTHONUNBUFFERED" not in env and env["GPUYARD_LINE_BUFFERED"] == "1"
+    assert env["PYTHONPATH"] == f"{HOOK_DIR}:/mine"
+    shared = build_job_env(job(gpu_mem_mib=4096, gpus=1, gpu_ids=(0,)), BASE)
+    assert shared["PYTHONPATH"] == HOOK_DIR  # once, for both hooks
+    theirs = build_job_env(job(env=(("PYTHONUNBUFFERED", "1"),)), BASE)
+    assert theirs["PYTHONUNBUFFERED"] == "1" and "GPUYARD_LINE_BUFFERED" not in theirs
+    boxed = build_job_env(job(container="docker://python:3.12"), BASE)
+    assert boxed["PYTHONUNBUFFERED"] == "1" and "GPUYARD_LINE_BUFFERED" not in boxed
+    unreadable = build_job_env(job(), BASE, python_hook=False)
+    assert unreadable["PYTHONUNBUFFERED"] == "1" and "PYTHONPATH" not in unreadable
 
 
 def test_task_variables_only_where_the_job_asked_for_tasks() -> None:
@@ -73,7 +140,7 @@ def test_task_variables_only_where_the_job_asked_for_tasks() -> None:
     devices=4 or wait for 3 more ranks); a job of 3 tasks per node is, in its batch step
     task 0, as Slurm's; torchrun gives its ranks itself."""
     plain = build_job_env(job(gpus=4, gpu_ids=(0, 1, 2, 3)), BASE)
-    assert not set(TASK_VARIABLES) & plain.keys()
+    assert set(TASK_VARIABLES) & plain.keys() == set(ONE_TASK_VARIABLES)
     tasks = build_job_env(job(ntasks_per_node=3, cpus=6), BASE)
     assert tasks["SLURM_NTASKS"] == tasks["SLURM_NTASKS_PER_NODE"] == "3"
     assert (tasks["SLURM_PROCID"], tasks["SLURM_LOCALID"]) == ("0", "0")
@@ -81,7 +148,7 @@ def test_task_variables_only_where_the_job_asked_for_tasks() -> None:
     two_nodes = build_job_env(job(ntasks_per_node=2, nodes=2, node="a,b"), BASE)
     assert (two_nodes["SLURM_NTASKS"], two_nodes["SLURM_TASKS_PER_NODE"]) == ("4", "2(x2)")
     torchrun = build_job_env(job(ntasks_per_node=2, distributed="torchrun"), BASE)
-    assert not set(TASK_VARIABLES) & torchrun.keys()
+    assert set(TASK_VARIABLES) & torchrun.keys() == set(ONE_TASK_VARIABLES)
     assert torchrun["SLURM_JOB_ID"] == "42"
 
 
@@ -90,7 +157,7 @@ def test_a_submitters_own_slurm_variables_never_describe_the_job() -> None:
     theirs = (("SLURM_PROCID", "5"), ("SLURM_NTASKS", "8"), ("SLURM_JOB_ID", "999"))
     env = build_job_env(job(env=theirs), BASE)
     assert env["SLURM_JOB_ID"] == "42"
-    assert "SLURM_PROCID" not in env and "SLURM_NTASKS" not in env
+    assert env["SLURM_PROCID"] == "0" and "SLURM_NTASKS" not in env
 
 
 def test_a_job_may_ask_for_no_slurm_variables() -> None:

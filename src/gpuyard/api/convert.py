@@ -60,6 +60,7 @@ _FROM_WIRE: dict[str, tuple[str, Callable[[Any], Any]]] = {
         "array",
         lambda text: 0 if text is None else parse_array(text).max_running,
     ),
+    "array": ("array", lambda text: "" if text is None else text.strip()),
     "notify": ("notify", tuple),
     "notify_events": ("notify_events", tuple),
 }

@@ -43,6 +43,7 @@ class SubmitOptions:
         mail_type: str | None = None, mail_user: str | None = None,
         notify: list[str] | None = None, python: str | None = None, venv: str | None = None,
         container: str | None = None, gpu_type: str | None = None,
+        gpus_per_task: str | None = None,
     ) -> None:  # fmt: skip
         self.command = command or []
         self.gpus, self.cpus, self.mem, self.time, self.name = gpus, cpus, mem, time, name
@@ -57,7 +58,7 @@ class SubmitOptions:
         self.array, self.dependency, self.export = array, dependency, export
         self.mail_type, self.mail_user, self.notify = mail_type, mail_user, notify or []
         self.python, self.venv, self.container = python, venv, container
-        self.gpu_type = gpu_type
+        self.gpu_type, self.gpus_per_task = gpu_type, gpus_per_task
         # `gpuyard sbatch`: "sbatch" prints `Submitted batch job N`, "parsable" N; its
         # defaults (`-o slurm-%j.out`, `--export=ALL`) go under the script's directives.
         self.style = "id"

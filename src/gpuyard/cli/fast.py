@@ -65,6 +65,7 @@ _SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
     "-e": ("error", "str"),
     "--gres": ("gres", "str"),
     "--ntasks-per-node": ("ntasks_per_node", "int"),
+    "--gpus-per-task": ("gpus_per_task", "str"),
     "--mem-per-gpu": ("mem_per_gpu", "str"),
     "--array": ("array", "str"),
     "-a": ("array", "str"),

@@ -136,6 +136,12 @@ def _options(
     ntasks_per_node: Annotated[
         int | None, typer.Option(help="tasks per node srun starts in the job [1]", min=1)
     ] = None,
+    gpus_per_task: Annotated[
+        str | None,
+        typer.Option(
+            metavar="N", help="GPUs of each task (sets --gpus): srun binds each to its own"
+        ),
+    ] = None,
     mem_per_gpu: Annotated[
         str | None, typer.Option(help="memory per GPU (instead of --mem), e.g. 32G")
     ] = None,

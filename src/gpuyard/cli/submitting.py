@@ -161,6 +161,7 @@ _NOT_EXPORTED_PREFIXES = ("GPUYARD_", "SLURM_")
 _NOT_EXPORTED = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
 # submit's Slurm-style flags -> the directive they mean (read by domain/sbatch.py's handlers).
 _SLURM_FLAGS = (("gres", "gres"), ("ntasks_per_node", "ntasks-per-node"),
+                ("gpus_per_task", "gpus-per-task"),
                 ("mem_per_gpu", "mem-per-gpu"), ("array", "array"), ("export", "export"),
                 ("mail_type", "mail-type"), ("mail_user", "mail-user"))  # fmt: skip
 # submit's flags whose value is a directive's value as it is: SubmitOptions field -> key.

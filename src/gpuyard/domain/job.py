@@ -85,10 +85,19 @@ class JobSpec:
     error_path: str | None = None
     # Tasks per node that `srun` starts inside the job (SLURM_NTASKS_PER_NODE).
     ntasks_per_node: int = 1
+    # The submitter gave a task count (`-n`, `--ntasks-per-node`), one a node included: the
+    # batch step holds SLURM_NTASKS as sbatch's does; False: only srun's tasks have it.
+    ntasks_given: bool = False
+    # GPUs each task gets (`--gpus-per-task`): srun binds each task to its own (its
+    # CUDA_VISIBLE_DEVICES names only them, as Slurm's); 0: every task sees all the node's.
+    gpus_per_task: int = 0
     # `--dependency` in Slurm's syntax (afterok:12:13,singleton...; `?` for "any of"); "": none.
     dependency: str = ""
     # An array's `%N` (`--array 0-99%8`): at most N of its tasks run at once; 0: no cap.
     array_max_running: int = 0
+    # The array's indices as submitted (`--array 0-15:4%2`; "": none given): its tasks'
+    # SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP.
+    array: str = ""
     # JOB_KINDS: a batch job; an interactive session (`gpuyard run`: a pty the terminal
     # attaches to); a service (`gpuyard serve`: kept running, restarted on failure).
     kind: str = "batch"

@@ -116,7 +116,8 @@ _IGNORED: dict[str, str] = {
     "ntasks-per-core": "no CPU topology here",
     "ntasks-per-socket": "no CPU topology here",
     "ntasks-per-gpu": "tasks are --ntasks-per-node",
-    "gpu-bind": "each task sees all the job's GPUs on its node",
+    "gpu-bind": "srun binds each task to its own GPUs with --gpus-per-task, else each task "
+    "sees all the job's GPUs on its node",
     "gpu-freq": "GPU clocks are the admin's",
     "cpu-freq": "CPU clocks are the admin's",
     "gres-flags": "GPUs are placed by the scheduler",
@@ -738,6 +739,10 @@ def resolve(values: dict[str, object]) -> Resolved:
         f["nodes"] = nodes
     if tasks != 1 or "ntasks_per_node" in v or "ntasks" in v:
         f["ntasks_per_node"] = tasks
+    if "ntasks_per_node" in v or "ntasks" in v:
+        f["ntasks_given"] = True
+    if _get_int(v, "gpus_per_task", 0):
+        f["gpus_per_task"] = _get_int(v, "gpus_per_task", 0)
     node_gpus = (gpus or 0) // nodes if nodes else 0
     cpus_per_node = tasks * _get_int(v, "cpus_per_task", 1)
     if "cpus_per_gpu" in v:

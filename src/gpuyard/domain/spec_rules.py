@@ -75,8 +75,11 @@ class SpecDraft:
     output_path: str | None = None
     error_path: str | None = None
     ntasks_per_node: int = 1
+    ntasks_given: bool = False
+    gpus_per_task: int = 0
     dependency: str = ""
     array_max_running: int = 0
+    array: str = ""
     kind: str = "batch"
     service_port: int = 0
     health_path: str = ""
@@ -392,7 +395,8 @@ def check_resources(draft: SpecDraft) -> None:
     """Counts in range, whatever the front door checked before."""
     for name, value, low in (("gpus", draft.gpus, 0), ("cpus", draft.cpus, 1),
                              ("nodes", draft.nodes, 1), ("mem", draft.mem_mib, 0),
-                             ("gpu_mem", draft.gpu_mem_mib, 0)):  # fmt: skip
+                             ("gpu_mem", draft.gpu_mem_mib, 0),
+                             ("gpus_per_task", draft.gpus_per_task, 0)):  # fmt: skip
         if value < low:
             raise InvalidRequest(f"{name} must be at least {low}, not {value}", field=name)
     if draft.time_limit_s is not None and draft.time_limit_s <= 0:
@@ -425,6 +429,14 @@ def check_shape(spec: JobSpec) -> None:
             f"--nodes {spec.nodes} splits the job's GPUs evenly over the nodes: give "
             "--gpus-per-node G (or --gpus a multiple of --nodes)",
             field="nodes",
+        )
+    tasks = spec.ntasks_per_node * spec.nodes
+    if spec.gpus_per_task and spec.gpus != spec.gpus_per_task * tasks:
+        raise InvalidRequest(
+            f"gpus_per_task {spec.gpus_per_task} x {tasks} tasks is {spec.gpus_per_task * tasks} "
+            f"GPUs, but the job asks for {spec.gpus}: give --gpus-per-task with the tasks "
+            "(-n, --ntasks-per-node) and no GPU count of its own",
+            field="gpus_per_task",
         )
     if spec.nodes > 1 and spec.distributed == "tf":
         raise InvalidRequest(

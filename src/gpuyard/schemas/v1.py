@@ -124,6 +124,16 @@ class JobSubmitIn(_Strict):
     ntasks_per_node: Annotated[
         StrictInt, Field(ge=1, le=1024, description="tasks per node srun starts in the job")
     ] = 1
+    ntasks_given: StrictBool = Field(
+        False,
+        description="a task count was given (sbatch -n, --ntasks-per-node): the batch "
+        "step has SLURM_NTASKS, even for one task a node",
+    )
+    gpus_per_task: Annotated[
+        StrictInt,
+        Field(ge=0, le=1024, description="sbatch's --gpus-per-task: srun binds each task to "
+              "its own GPUs; gpus must be this x the tasks; 0: tasks see all the node's"),
+    ] = 0  # fmt: skip
     dependency: Annotated[
         StrictStr,
         Field(description="Slurm's --dependency: afterok:ID[:ID], afterany, afternotok, "
@@ -307,8 +317,11 @@ class JobOut(BaseModel):
     output_path: str | None = Field(None, description="sbatch -o pattern, as given")
     error_path: str | None = Field(None, description="sbatch -e pattern, as given")
     ntasks_per_node: int = Field(1, description="tasks per node srun starts")
+    ntasks_given: bool = Field(False, description="a task count was given (sbatch -n)")
+    gpus_per_task: int = Field(0, description="GPUs bound to each task; 0: not bound")
     dependency: str = Field("", description="--dependency, as given")
     array_max_running: int = Field(0, description="an array's %N; 0: no cap")
+    array: str = Field("", description="an array task's --array, as given")
     array_job_id: int | None = Field(None, description="an array task's array id (%A)")
     array_task_id: int | None = Field(None, description="an array task's index (%a)")
     kind: str = Field("batch", description="batch, interactive or service")

@@ -1,7 +1,10 @@
 #!/bin/sh
 # srun for gpuyard jobs: runs one step of the job, this node's tasks, each with its own
 # SLURM_PROCID (node rank x tasks per node + local), SLURM_LOCALID, SLURM_NODEID and
-# SLURM_STEP_ID, all on the job's GPUs (CUDA_VISIBLE_DEVICES as it is: Slurm's default).
+# SLURM_STEP_ID, all on the job's GPUs (CUDA_VISIBLE_DEVICES as it is: Slurm's default), or
+# with `--gpus-per-task G` (srun's, else the job's: SLURM_GPUS_PER_TASK) each task on its own G
+# of them, as Slurm binds them: local task i gets the node's GPUs i*G .. i*G+G-1 (its
+# CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and SLURM_STEP_GPUS name only those).
 # Their output goes where srun's goes (the job's log); `-l` prefixes each line with the
 # task's rank. srun exits with the worst task's code (the first failure's, when it stopped
 # the others: by default a failing task stops the rest of its step, `-K0` waits for them).
@@ -15,6 +18,7 @@ number() {
 	[ "$2" -gt 0 ] || die "$1 must be at least 1"
 }
 ntasks='' per_node='' step_nodes='' label=0 kill_bad=1 chdir='' exports='' relay=1
+per_task=${SLURM_GPUS_PER_TASK:-}
 while [ $# -gt 0 ]; do
 	case $1 in
 	--) shift; break ;;
@@ -33,8 +37,11 @@ while [ $# -gt 0 ]; do
 	--chdir=*) chdir=${1#*=} ;;
 	--export) [ $# -ge 2 ] || die "$1 needs a value"; exports=$2; shift ;;
 	--export=*) exports=${1#*=} ;;
+	--gpus-per-task) [ $# -ge 2 ] || die "$1 needs a value"; per_task=$2; shift ;;
+	--gpus-per-task=*) per_task=${1#*=} ;;
+	--gpu-bind=none) per_task='' ;;
 	-c | -G | -t | -J | -p | -w | -m | -o | -e | -i | -A | -q | --cpus-per-task | --cpu-bind | \
-		--cpu_bind | --gpus-per-task | --gpus | --gres | --gpu-bind | --gpus-per-node | \
+		--cpu_bind | --gpus | --gres | --gpu-bind | --gpus-per-node | \
 		--cpus-per-gpu | --mpi | --mem | --mem-per-cpu | --mem-per-gpu | --time | --job-name | \
 		--partition | --nodelist | --distribution | --jobid | --output | --error | --input | \
 		--account | --qos | --signal | --constraint | --exclude | --ntasks-per-gpu)
@@ -49,7 +56,8 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ $# -gt 0 ] || die "no command to run (srun [options] command [arguments...])"
-for value in "$ntasks:-n" "$per_node:--ntasks-per-node" "$step_nodes:-N"; do
+per_task=${per_task##*:} # TYPE:N: N
+for value in "$ntasks:-n" "$per_node:--ntasks-per-node" "$step_nodes:-N" "$per_task:--gpus-per-task"; do
 	[ -z "${value%%:*}" ] || number "${value#*:}" "${value%%:*}"
 done
 
@@ -70,6 +78,47 @@ count=$((total - first))
 [ "$count" -le "$per_node" ] || count=$per_node
 # This node has no task in the step (fewer tasks than nodes): nothing to run here.
 if [ "$node" -ge "$step_nodes" ] || [ "$count" -le 0 ]; then exit 0; fi
+
+# The fields $2 .. $2+$3-1 (from 0) of the comma-separated list $1.
+fields() {
+	_out='' _at=0 _ifs=$IFS
+	IFS=,
+	for _field in $1; do
+		if [ "$_at" -ge "$2" ] && [ "$_at" -lt $(($2 + $3)) ]; then _out=${_out:+$_out,}$_field; fi
+		_at=$((_at + 1))
+	done
+	IFS=$_ifs
+	echo "$_out"
+}
+# The node's GPUs, as the job's mask names them (CUDA's, or ROCm's on AMD GPUs).
+mask=${ROCR_VISIBLE_DEVICES:-${CUDA_VISIBLE_DEVICES:-}}
+if [ -n "$per_task" ]; then
+	have=0
+	if [ -n "$mask" ]; then have=$(($(echo "$mask" | tr -cd , | wc -c) + 1)); fi
+	[ $((count * per_task)) -le "$have" ] || die "$count tasks x $per_task GPUs per task \
+need $((count * per_task)) GPUs; this node has $have of the job's: run fewer tasks (-n) or fewer \
+GPUs per task (--gpus-per-task), or submit the job with more GPUs"
+fi
+# Local task $1's own GPUs (--gpus-per-task): its masks name only them.
+bind_gpus() {
+	[ -n "$per_task" ] || return 0
+	_from=$(($1 * per_task))
+	if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+		CUDA_VISIBLE_DEVICES=$(fields "$CUDA_VISIBLE_DEVICES" "$_from" "$per_task")
+	fi
+	if [ -n "${ROCR_VISIBLE_DEVICES:-}" ]; then
+		ROCR_VISIBLE_DEVICES=$(fields "$ROCR_VISIBLE_DEVICES" "$_from" "$per_task")
+		# HIP's mask (set only beside NVIDIA GPUs) indexes into ROCR's: all of what is left.
+		if [ -n "${HIP_VISIBLE_DEVICES:-}" ]; then
+			HIP_VISIBLE_DEVICES=$(fields "$HIP_VISIBLE_DEVICES" 0 "$per_task")
+		fi
+	fi
+	# The job's GPU numbers (one node's: a step on several nodes keeps the job's list).
+	if [ "$nnodes" -le 1 ] && [ -n "${SLURM_JOB_GPUS:-}" ]; then
+		SLURM_STEP_GPUS=$(fields "$SLURM_JOB_GPUS" "$_from" "$per_task")
+	fi
+	export CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES HIP_VISIBLE_DEVICES SLURM_STEP_GPUS
+}
 
 # The step's number: one folder per step, made atomically (steps may start side by side).
 umask 077
@@ -121,6 +170,7 @@ export MASTER_PORT="${MASTER_PORT:-$((15000 + ${SLURM_JOB_ID:-0} % 20000))}"
 if [ "$count" -eq 1 ] && [ "$label" -eq 0 ]; then
 	finish
 	export SLURM_PROCID="$first" SLURM_LOCALID=0
+	bind_gpus 0
 	exec "$@"
 fi
 
@@ -158,6 +208,7 @@ while [ "$i" -lt "$count" ]; do
 	rank=$((first + i))
 	(
 		export SLURM_PROCID="$rank" SLURM_LOCALID="$i"
+		bind_gpus "$i"
 		trap - TERM USR1 USR2
 		# stdin goes to task 0 (Slurm's default for a step's input), the others read nothing.
 		if [ "$rank" -ne 0 ]; then exec 3</dev/null; fi

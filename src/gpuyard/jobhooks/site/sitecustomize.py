@@ -1,7 +1,13 @@
-"""gpuyard's job hook: cap a PyTorch job's CUDA caching allocator at its GPU memory budget.
+"""gpuyard's job hook: a job's Python output a line at a time, and a PyTorch job's CUDA
+caching allocator capped at its GPU memory budget.
 
-gpuyard puts this directory first on a job's PYTHONPATH and sets GPUYARD_GPU_MEM_CAP_MIB=<int>.
-Python imports `sitecustomize` at startup, and this one:
+gpuyard puts this directory first on a job's PYTHONPATH. With GPUYARD_LINE_BUFFERED=1 (every
+job whose Python can read this file) stdout and stderr are line-buffered, as at a terminal:
+each line reaches the job's log as it is printed (progress streams) and in one write, so the
+lines of processes sharing one stdout (torchrun's workers) never break into each other, as
+they do unbuffered (PYTHONUNBUFFERED writes a print in pieces); a job that sets
+PYTHONUNBUFFERED (or runs `python -u`) keeps it. With GPUYARD_GPU_MEM_CAP_MIB=<int>, Python
+imports `sitecustomize` at startup, and this one:
 
 1. installs a `sys.meta_path` finder that wraps the loader of `torch.cuda`; right after that
    module has run, it queues a callback with `torch.cuda._lazy_call`. PyTorch runs queued calls
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
+_ENV_LINES = "GPUYARD_LINE_BUFFERED"
 _ENV_CAP = "GPUYARD_GPU_MEM_CAP_MIB"
 _ENV_APPLIED = "GPUYARD_GPU_MEM_CAP_APPLIED"
 _TARGET = "torch.cuda"
@@ -230,7 +237,24 @@ def _chain() -> None:
             here[key] = value
 
 
+def _line_buffered() -> None:
+    """stdout and stderr flushed at each line end (`\n`, and `\r` for progress bars)."""
+    if os.environ.get(_ENV_LINES) != "1":
+        return
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        # Unbuffered (`python -u`, PYTHONUNBUFFERED): writes go straight through, as asked.
+        if reconfigure is None or getattr(stream, "write_through", True):
+            continue
+        if not getattr(stream, "line_buffering", True):
+            reconfigure(line_buffering=True)
+
+
 def _main() -> None:
+    try:
+        _line_buffered()
+    except Exception as exc:
+        _say(f"output not line-buffered: {type(exc).__name__}: {exc}")
     try:
         cap_mib = _cap_mib()
         if cap_mib is not None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
+from gpuyard.domain.arrays import parse_array
+from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import Gpu, Job
 from gpuyard.jobhooks import HOOK_DIR
 from gpuyard.services.ports import RunAs
@@ -24,16 +27,20 @@ CUDA_CONTEXT_MIB = 1024
 # What the CLI sends of a submitting shell's Slurm variables, on purpose: where `sbatch` ran. Any
 # other SLURM_* a submitter sent (a submit from inside a Slurm job) would describe that job.
 _SLURM_FROM_SUBMITTER = frozenset({"SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST"})
-# A job's Slurm cluster name (SLURM_CLUSTER_NAME).
+# A job's Slurm cluster name (SLURM_CLUSTER_NAME), and its partition (SLURM_JOB_PARTITION):
+# the server's one queue, as squeue, sacct and sinfo name it.
 CLUSTER_NAME = "gpuyard"
+PARTITION = "gpuyard"
 # The variables of a step's tasks: set in the batch step of a job that asked for tasks
-# (`--ntasks-per-node` > 1, not `--distributed`), else only inside an `srun` step (the shim
+# (`-n`, `--ntasks-per-node`, not `--distributed`), else only inside an `srun` step (the shim
 # sets them per task). Lightning takes a job for a Slurm job launched by srun when
 # SLURM_NTASKS is set (then every process must be one of SLURM_NTASKS tasks, started by srun).
+# Any other job's batch step is task 0 of one (ONE_TASK_VARIABLES, as Slurm's batch step).
 TASK_VARIABLES = (
     "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
     "SLURM_PROCID", "SLURM_LOCALID",
 )  # fmt: skip
+ONE_TASK_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID")
 
 
 def _from_server(name: str) -> bool:
@@ -53,8 +60,8 @@ def build_job_env(
     run_as: RunAs | None = None,
     checkpoint_dir: str | None = None,
     progress_file: str | None = None,
-    array: tuple[int, int, int] | None = None,
     gpus: Sequence[Gpu] = (),
+    python_hook: bool = True,
 ) -> dict[str, str]:
     """The allowed part of the server's environment (`_FROM_SERVER`), then the identity of
     `run_as` (HOME, USER, LOGNAME, SHELL: a job run as another user must not get the
@@ -62,9 +69,9 @@ def build_job_env(
     what gpuyard guarantees. `gpu_total_mib`: memory of each of the job's GPUs, for
     frameworks capped by a fraction; `checkpoint_dir`: GPUYARD_CHECKPOINT_DIR, the job's folder
     for checkpoints, the same for all its runs; `progress_file`: GPUYARD_PROGRESS_FILE, where
-    `gpuyard.progress()` appends its reports; `array`: (count, lowest, highest index) of the
-    job's array when the caller knows them (SLURM_ARRAY_TASK_COUNT/MIN/MAX); `gpus`: the
-    server's GPUs, for the vendors' visibility variables (`visible_devices`); the
+    `gpuyard.progress()` appends its reports; `gpus`: the
+    server's GPUs, for the vendors' visibility variables (`visible_devices`); `python_hook`:
+    whether the job's user can read gpuyard's Python startup hook (`_python_output_env`); the
     `SLURM_*` variables (`slurm_env`) unless the job says `GPUYARD_SLURM_ENV=0` (then none of
     them, and the submitter's own pass as sent)."""
     env = {k: v for k, v in base.items() if _from_server(k)}
@@ -87,9 +94,9 @@ def build_job_env(
             "GPUYARD_NODE": job.node,
             # 0 on the first run; N after N preemptions: resume from your checkpoint.
             "GPUYARD_RESTART_COUNT": str(job.restarts),
-            "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1"),
         }
     )
+    env.update(_python_output_env(job, env, python_hook))
     for name, value in visible_devices(job, gpus).items():
         if value is None:
             env.pop(name, None)
@@ -105,10 +112,33 @@ def build_job_env(
         env.setdefault("OMP_NUM_THREADS", str(job.spec.cpus))
     env["GPUYARD_NTASKS_PER_NODE"] = str(job.spec.ntasks_per_node)
     if slurm:
-        env.update(slurm_env(job, env, run_as, array))
+        env.update(slurm_env(job, env, run_as))
     if job.spec.gpu_mem_mib:
         env.update(_gpu_mem_env(job.spec.gpu_mem_mib, env, gpu_total_mib))
     return env
+
+
+def _python_output_env(job: Job, env: Mapping[str, str], python_hook: bool) -> dict[str, str]:
+    """How a job's Python writes its output. Line-buffered, as at a terminal (the startup hook,
+    `jobhooks`, on GPUYARD_LINE_BUFFERED=1): each line reaches the log as it is printed, so
+    progress streams, and in one write, so the lines of processes that share one stdout
+    (torchrun's workers, a script's `cmd &`) never break into each other. Not PYTHONUNBUFFERED,
+    which writes a print in pieces that such processes interleave mid-line (Slurm sets neither:
+    its jobs' Python output is block-buffered, late and in 8 KiB pieces). A job that sets
+    PYTHONUNBUFFERED keeps it; a container's Python (which cannot see the hook) and one whose
+    user cannot read the hook get PYTHONUNBUFFERED=1, as before: its lines prompt."""
+    if "PYTHONUNBUFFERED" in env:
+        return {}
+    if job.spec.container is not None or not python_hook:
+        return {"PYTHONUNBUFFERED": "1"}
+    return {"GPUYARD_LINE_BUFFERED": "1", "PYTHONPATH": _with_hook(env.get("PYTHONPATH"))}
+
+
+def _with_hook(path: str | None) -> str:
+    """PYTHONPATH with gpuyard's hook folder first (once)."""
+    if not path:
+        return HOOK_DIR
+    return ":".join([HOOK_DIR, *(part for part in path.split(":") if part != HOOK_DIR)])
 
 
 # What the ROCm stack reads to choose GPUs, besides ROCR_VISIBLE_DEVICES: HIP (and HIP reads
@@ -176,20 +206,24 @@ def _device_index(gpu: Gpu | None, index: int, gpus: Sequence[Gpu]) -> int:
     return gpu.index - before
 
 
-def slurm_env(
-    job: Job,
-    env: Mapping[str, str],
-    run_as: RunAs | None = None,
-    array: tuple[int, int, int] | None = None,
-) -> dict[str, str]:
+def slurm_env(job: Job, env: Mapping[str, str], run_as: RunAs | None = None) -> dict[str, str]:
     """The `SLURM_*` variables an sbatch script reads, true for `job` (docs/cli.md, "What a
     job sees of Slurm"). Every job gets the job's and its allocation's; the task variables
     (TASK_VARIABLES) only a job that asked for tasks (`ntasks_per_node` > 1) and is not
     `--distributed` (torchrun, JAX and TF give their ranks themselves): so a plain
     `python train.py` on 4 GPUs is never taken by Lightning for one task of a Slurm step, and
-    each process `srun` starts gets its own task's (the shim). `env`: the job's environment so
+    each process `srun` starts gets its own task's (the shim); any other job is task 0 of one
+    (SLURM_PROCID, SLURM_LOCALID: 0, as Slurm's batch step). `env`: the job's environment so
     far (SLURM_SUBMIT_DIR/HOST the CLI sent). Node 0's values: `launch.node_argv` gives every
-    other node of a multi-node job its own SLURM_NODEID (and task ids)."""
+    other node of a multi-node job its own SLURM_NODEID (and task ids).
+
+    As sbatch's: SLURM_JOB_DEPENDENCY is `--dependency` as given, SLURM_GPUS_PER_TASK
+    `--gpus-per-task` (srun binds each task to that many of the node's GPUs), an array task's
+    SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP its array's (`array_shape`). Deliberately more than
+    sbatch's: SLURM_GPUS_PER_NODE is set for every job on GPUs but one of `--gpus-per-task`
+    (sbatch sets it only for `--gpus-per-node`; gpuyard keeps no record of which of
+    `--gpus`, `--gres` or `--gpus-per-node` asked), and SLURM_JOB_ACCOUNT is the job's owner
+    (gpuyard accounts by user and team; `-A` is not kept)."""
     spec = job.spec
     nodes = max(1, spec.nodes)
     names = job.node.split(",") if job.node else []
@@ -199,6 +233,8 @@ def slurm_env(
         "SLURM_JOBID": str(job.id),
         "SLURM_JOB_NAME": spec.name,
         "SLURM_JOB_USER": run_as.user if run_as is not None else job.owner,
+        "SLURM_JOB_ACCOUNT": job.owner,
+        "SLURM_JOB_PARTITION": PARTITION,
         "SLURM_CLUSTER_NAME": CLUSTER_NAME,
         "SLURM_JOB_NUM_NODES": str(nodes),
         "SLURM_NNODES": str(nodes),
@@ -215,20 +251,43 @@ def slurm_env(
     }
     if spec.mem_mib:
         out["SLURM_MEM_PER_NODE"] = str(-(-spec.mem_mib // nodes))
+    if spec.dependency:
+        out["SLURM_JOB_DEPENDENCY"] = spec.dependency
     if job.gpus:
         out["SLURM_GPUS_ON_NODE"] = str(len(job.gpus) // nodes)
         out["SLURM_JOB_GPUS"] = ",".join(str(i) for i in job.gpus)
+        if spec.gpus_per_task:
+            out["SLURM_GPUS_PER_TASK"] = str(spec.gpus_per_task)
+        else:
+            out["SLURM_GPUS_PER_NODE"] = str(len(job.gpus) // nodes)
     if job.array_job_id is not None and job.array_task_id is not None:
         out["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
         out["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
-        if array is not None:
-            count, low, high = array
-            out["SLURM_ARRAY_TASK_COUNT"] = str(count)
-            out["SLURM_ARRAY_TASK_MIN"] = str(low)
-            out["SLURM_ARRAY_TASK_MAX"] = str(high)
+        shape = array_shape(spec.array)
+        if shape is not None:
+            keys = ("COUNT", "MIN", "MAX", "STEP")
+            out.update((f"SLURM_ARRAY_TASK_{k}", str(v)) for k, v in zip(keys, shape, strict=True))
     if has_batch_tasks(job):
         out.update(task_env(spec.ntasks_per_node, nodes, node_rank=0))
+    else:
+        out.update(dict.fromkeys(ONE_TASK_VARIABLES, "0"))
     return out
+
+
+def array_shape(text: str) -> tuple[int, int, int, int] | None:
+    """An array's (count, lowest, highest index, step) for its `--array` text, as Slurm gives
+    them (SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP): the step is the gap between the indices where
+    they are evenly spaced (`0-12:4` -> 4), else 1 (`1,3,7` -> 1); None: no text (a sweep's
+    trials), or none that parses (a record from before its rules changed)."""
+    if not text:
+        return None
+    try:
+        indices = parse_array(text).indices
+    except InvalidRequest:
+        return None
+    gaps = {b - a for a, b in pairwise(indices)}
+    step = gaps.pop() if len(gaps) == 1 else 1
+    return len(indices), indices[0], indices[-1], step
 
 
 def wants_slurm_env(job: Job) -> bool:
@@ -237,8 +296,10 @@ def wants_slurm_env(job: Job) -> bool:
 
 
 def has_batch_tasks(job: Job) -> bool:
-    """Whether the batch step holds the task variables (see `slurm_env`)."""
-    return job.spec.ntasks_per_node > 1 and job.spec.distributed is None
+    """Whether the batch step holds the task variables (see `slurm_env`): a job that gave a
+    task count (even one a node: sbatch sets SLURM_NTASKS then) and is not `--distributed`."""
+    spec = job.spec
+    return (spec.ntasks_per_node > 1 or spec.ntasks_given) and spec.distributed is None
 
 
 def task_env(per_node: int, nodes: int, node_rank: int) -> dict[str, str]:
@@ -264,11 +325,10 @@ def _gpu_mem_env(
     its preallocation fraction, TensorFlow by growing instead of taking the whole GPU. A
     value the user set with --env wins."""
     cap = allocator_cap_mib(gpu_mem_mib)
-    path = env.get("PYTHONPATH")
     added = {
         "GPUYARD_GPU_MEM_MIB": str(gpu_mem_mib),
         "GPUYARD_GPU_MEM_CAP_MIB": str(cap),
-        "PYTHONPATH": HOOK_DIR + (f":{path}" if path else ""),
+        "PYTHONPATH": _with_hook(env.get("PYTHONPATH")),
         "TF_FORCE_GPU_ALLOW_GROWTH": env.get("TF_FORCE_GPU_ALLOW_GROWTH", "true"),
     }
     if gpu_total_mib:

@@ -29,6 +29,7 @@ from functools import partial
 
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.domain.job import Gpu, Job, JobSpec
+from gpuyard.jobhooks import HOOK_DIR
 from gpuyard.services.launch.env import build_job_env, has_batch_tasks, wants_slurm_env
 from gpuyard.services.ports import ContainerRuntime, LaunchPlan, RunAs
 
@@ -54,7 +55,10 @@ def launch_plan(
     `--venv` cannot be run by the job's user."""
     checkpoints = checkpoint_dir(log_path)
     progress = progress_file(log_path)
-    env = build_job_env(job, base_env, gpu_total_mib, run_as, checkpoints, progress, gpus=gpus)
+    env = build_job_env(
+        job, base_env, gpu_total_mib, run_as, checkpoints, progress, gpus=gpus,
+        python_hook=hook_readable(run_as),
+    )  # fmt: skip
     check_interpreter(job.spec, run_as)
     env = job_environment(job.spec, env)
     script = script_copy(job, log_path)
@@ -193,15 +197,15 @@ def node_argv(job: Job, node_rank: int, master_addr: str, master_port: int) -> l
 
 def _node_slurm(job: Job, node_rank: int) -> list[str]:
     """Node `node_rank`'s own Slurm variables (`env K=V` words): its SLURM_NODEID and name, and
-    its first task's id where the batch step holds task variables."""
+    its first task's id (a job without tasks: one a node, as `srun --ntasks-per-node=1`)."""
     if not wants_slurm_env(job):
         return []
     names = job.node.split(",")
     words = [f"SLURM_NODEID={node_rank}"]
     if node_rank < len(names):
         words.append(f"SLURMD_NODENAME={names[node_rank]}")
-    if has_batch_tasks(job):
-        words.append(f"SLURM_PROCID={node_rank * job.spec.ntasks_per_node}")
+    per_node = job.spec.ntasks_per_node if has_batch_tasks(job) else 1
+    words.append(f"SLURM_PROCID={node_rank * per_node}")
     return words
 
 
@@ -345,6 +349,21 @@ def _not_executable(path: str, run_as: RunAs | None) -> str | None:
     if not _permits(target, run_as.uid, groups, 0o1, folder=False):
         return f"{path} is not executable"
     return None
+
+
+def hook_readable(run_as: RunAs | None) -> bool:
+    """Whether `run_as` can load gpuyard's Python startup hook (`jobhooks`): on a root server
+    gpuyard's own virtualenv may sit where a job's user cannot reach (root's home)."""
+    if run_as is None or run_as.uid == 0:
+        return True
+    groups = {run_as.gid, *run_as.groups}
+    hook = os.path.join(HOOK_DIR, "sitecustomize.py")
+    try:
+        folders = [os.stat(folder) for folder in _folders_of(hook)]
+        readable = _permits(os.stat(hook), run_as.uid, groups, 0o4, folder=False)
+    except OSError:
+        return False
+    return readable and all(_permits(f, run_as.uid, groups, 0o1, folder=True) for f in folders)
 
 
 def _folders_of(path: str) -> list[str]:
