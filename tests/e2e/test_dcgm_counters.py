@@ -5,15 +5,18 @@ energy counter): what a Grafana dashboard and a user's `show`/`usage` see."""
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e import test_gpu_history_e2e as history
 from tests.e2e.server import ServerProcess, wait_for
-from tests.fakenvml import build_fake_nvml, fake_nvml_env, gcc_path, write_fake_nvml_state
+from tests.fakenvml import fake_nvml_env, gcc_path, write_fake_nvml_state
+
+nvml_dir = history.nvml_dir  # the fake library, built once per module (a fixture)
+get = history.get
 
 pytestmark = pytest.mark.skipif(gcc_path() is None, reason="gcc is needed to build fake NVML")
 
@@ -29,19 +32,6 @@ SXM = {
     "dram_pct": 45, "xid": 79, "xid_events": 1,
 }  # fmt: skip
 PCIE = {"nvlink_links": 0, "gpm": 0}
-
-
-@pytest.fixture(scope="module")
-def nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_fake_nvml(tmp_path_factory.mktemp("nvml"))
-
-
-def get(server: ServerProcess, path: str) -> Any:
-    token = (server.state_dir / "token").read_text().strip()
-    req = urllib.request.Request(server.url + path, headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        body = resp.read().decode()
-    return body if path == "/metrics" else json.loads(body)
 
 
 def by_gpu(families: dict[str, Any], name: str) -> dict[str, float]:

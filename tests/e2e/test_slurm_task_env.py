@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.server import ServerProcess, wait_ended, wait_for
+from tests.e2e.test_slurm_semantics import _script
 
 TASKS = "srun sh -c 'echo \"task $SLURM_PROCID cvd=$CUDA_VISIBLE_DEVICES step=$SLURM_STEP_GPUS\"'\n"
 ENV_NAMES = (
@@ -29,12 +30,6 @@ def server(tmp_path: Path):  # type: ignore[no-untyped-def]
     yield srv
     srv.stop()
     srv.kill_jobs()
-
-
-def _script(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 def _lines(server: ServerProcess, job_id: str, prefix: str) -> list[str]:
