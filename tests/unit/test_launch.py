@@ -106,7 +106,7 @@ def test_each_node_of_a_multi_node_job_gets_its_rank_and_rank_zeros_address() ->
     torchrun = node_argv(_multinode(("python", "train.py"), "torchrun"), 1, "10.0.0.5", 40000)
     assert torchrun == [
         "env", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[rank${rank}] ", "SLURM_NODEID=1",
-        "python", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+        "SLURM_PROCID=1", "python", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
         "--node-rank=1", "--master-addr=10.0.0.5", "--master-port=40000", "--max-restarts=0",
         "--tee=3", "train.py",
     ]  # fmt: skip
@@ -118,5 +118,5 @@ def test_each_node_of_a_multi_node_job_gets_its_rank_and_rank_zeros_address() ->
     plain = node_argv(_multinode(("./run.sh",), None), 0, "10.0.0.5", 40000)
     assert plain == [
         "env", "MASTER_ADDR=10.0.0.5", "MASTER_PORT=40000", "SLURM_NODEID=0",
-        "SLURMD_NODENAME=local", "./run.sh",
+        "SLURMD_NODENAME=local", "SLURM_PROCID=0", "./run.sh",
     ]  # fmt: skip
