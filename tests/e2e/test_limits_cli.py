@@ -31,7 +31,7 @@ def test_limits_share_and_usage_from_the_cli(server: ServerProcess, tmp_path: Pa
     assert share[0].split()[:3] == ["USER", "TEAM", "RAW_SHARES"]
     assert {line.split()[0] for line in share[1:]} >= {"nobody"}
     usage = server.cli("usage", "--csv", "--since", "1d").stdout.splitlines()
-    assert usage[0] == "user,jobs,alloc_gpu_h,used_gpu_h,util%,states"
+    assert usage[0] == "user,jobs,alloc_gpu_h,used_gpu_h,util%,energy_kwh,states"
     assert usage[1].endswith(",COMPLETED=1")
     server.cli("admin", "limit", "clear", "--team", "vision")
     (row,) = server.cli("admin", "limit", "list").stdout.splitlines()[1:]
