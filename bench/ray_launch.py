@@ -54,7 +54,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -116,14 +115,10 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 def machine() -> dict[str, Any]:
+    """The bench's machine record (`bench/machine.py`, taken at its start) and Ray's version."""
     import ray  # only for its version; nothing is started
 
-    return {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "ray": ray.__version__,
-        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
-    }
+    return {**with_machine({}, backend="ray")["machine"], "ray": ray.__version__}
 
 
 def wait_free(gpus: float, timeout_s: float = 30) -> None:
@@ -622,7 +617,7 @@ def main() -> None:
         baseline_worker(args.baseline_worker, args.node_timeout)
         return
     result = run_server(args)
-    out = json.dumps(with_machine(result, backend="ray")) if args.json else human_server(result)
+    out = json.dumps(result) if args.json else human_server(result)  # its "machine": machine()
     print(out, flush=True)
 
 
