@@ -195,4 +195,6 @@ def finished_job_with_every_field_set() -> Job:
         log_dropped_bytes=65_536,
         array_job_id=40,
         array_task_id=3,
+        max_rss_kib=3_145_728,
+        cpu_time_s=12.5,
     )

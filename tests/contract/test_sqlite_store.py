@@ -26,7 +26,7 @@ from gpuyard.domain.job import Drain, Job
 from gpuyard.domain.states import JobState
 from tests.contract.stores import pending_job
 
-HEAD = "0015"
+HEAD = "0016"
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from tests.e2e.server import ServerProcess, wait_ended, wait_for
@@ -68,15 +69,36 @@ def test_sacct_answers_a_workflow_managers_status_query(server: ServerProcess) -
     assert server.cli("sacct", "-M", "elsewhere", "-n", "-X", "-j", job).stdout.strip() == ""
     before = server.cli("sacct", "-n", "-X", "-S", "2020-01-01", "-E", "2020-01-02").stdout
     assert before.strip() == ""
-    # Usage fields and steps as Slurm prints them; what the server did not measure is 0.
-    fields = "JobID,State,ReqMem,MaxRSS,TotalCPU,ConsumedEnergy"
+    # Usage fields and steps as Slurm prints them: the job's row leaves MaxRSS to its steps,
+    # the allocation's own step (.extern) ran none of the job; no GPU: no energy.
+    fields = "JobID,State,ReqMem,MaxRSS,ConsumedEnergy"
     usage = server.cli("sacct", "-j", job, "-P", "--units=M", "-o", fields).stdout
-    assert usage.splitlines() == [
-        "JobID|State|ReqMem|MaxRSS|TotalCPU|ConsumedEnergy",
-        f"{job}|COMPLETED|3072M||00:00:00|0",
-        f"{job}.batch|COMPLETED|3072M|0|00:00:00|0",
-        f"{job}.extern|COMPLETED|3072M|0|00:00:00|0",
-    ]
+    rows = [line.split("|") for line in usage.splitlines()]
+    assert rows[0] == ["JobID", "State", "ReqMem", "MaxRSS", "ConsumedEnergy"]
+    assert rows[1] == [job, "COMPLETED", "3072M", "", "0"]
+    assert rows[2][:3] == [f"{job}.batch", "COMPLETED", "3072M"] and rows[2][4] == "0"
+    assert rows[3] == [f"{job}.extern", "COMPLETED", "3072M", "0", "0"]
+
+
+# 200 MiB written (so resident, not only reserved) and about a second of CPU.
+_USES = "import time\nblock = b'x' * (200 << 20)\nwhile time.process_time() < 1.0:\n    pass\n"
+
+
+def test_sacct_and_show_give_what_a_jobs_processes_used(server: ServerProcess) -> None:
+    """MaxRSS (the largest of its processes) and TotalCPU (all of them), as the kernel
+    counted them: a child process's use counts (Slurm gathers every task's)."""
+    script = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {_USES!r}])"
+    job = server.cli("submit", "--", sys.executable, "-c", script).stdout.strip()
+    assert wait_ended(server.client(), job)["state"] == "COMPLETED"
+    fields = "JobID,MaxRSS,TotalCPU"
+    rows = server.cli("sacct", "-j", job, "-P", "-n", "--units=M", "-o", fields).stdout
+    batch = next(r.split("|") for r in rows.splitlines() if r.startswith(f"{job}.batch"))
+    rss_mib = float(batch[1].rstrip("M"))
+    assert 200 <= rss_mib < 1024, batch
+    minutes, seconds = batch[2].split(":")
+    assert 0.9 <= int(minutes) * 60 + float(seconds) < 60, batch
+    shown = server.cli("show", job).stdout
+    assert "peak resident memory" in shown and "of CPU" in shown, shown
 
 
 def test_scancel_says_what_slurm_says_for_a_job_it_cannot_cancel(server: ServerProcess) -> None:

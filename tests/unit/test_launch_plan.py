@@ -82,6 +82,15 @@ def test_a_status_of_the_wrong_shape_is_not_a_status() -> None:
         assert parse_status(text, 1000.0, 1060.0) is None, text
 
 
+def test_a_status_carries_what_the_jobs_processes_used_when_it_says() -> None:
+    used = parse_status(_status(max_rss_kib=204800, cpu_time_s=1.25), 1000.0, 1060.0)
+    assert used is not None and (used.max_rss_kib, used.cpu_time_s) == (204800, 1.25)
+    older = parse_status(_status(), 1000.0, 1060.0)  # a supervisor from before: not measured
+    assert older is not None and (older.max_rss_kib, older.cpu_time_s) == (None, None)
+    odd = parse_status(_status(max_rss_kib=-1, cpu_time_s=True), 1000.0, 1060.0)
+    assert odd is not None and (odd.max_rss_kib, odd.cpu_time_s) == (None, None)
+
+
 def test_a_copied_script_runs_from_the_job_folder_in_its_slot() -> None:
     """sbatch runs its copy of the script: editing the original after submit changes nothing."""
     spec = JobSpec(argv=("/bin/sh", "/home/ada/job.sh", "a1"), name="job.sh", workdir="/w",

@@ -150,6 +150,8 @@ def job_to_wire(
         restart_of=job.restart_of,
         array_job_id=job.array_job_id,
         array_task_id=job.array_task_id,
+        max_rss_kib=job.max_rss_kib,
+        cpu_time_s=job.cpu_time_s,
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),
         estimate_assumes=estimate_assumes,

@@ -257,6 +257,7 @@ def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -
         ),
         ("EndTime", _zoned(job["ended_at"])),
         ("RunTime", format_duration(job["runtime_s"])),
+        *_used(job),
         *service_fields(job, _zoned),
         *charts,
         ("Log", job["log_path"] + _log_lost(job.get("log_dropped_bytes") or 0)),
@@ -265,6 +266,16 @@ def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -
     record = "\n".join(f"{k.rjust(width)}: {printable(str(v))}" for k, v in fields)
     runs = attempt_rows(job)
     return f"{record}\n{runs}" if runs else record
+
+
+def _used(job: dict[str, Any]) -> list[tuple[str, str]]:
+    """What its last run's processes used (sacct's MaxRSS, TotalCPU), once it has ended."""
+    rss, cpu = job.get("max_rss_kib"), job.get("cpu_time_s")
+    if rss is None and cpu is None:
+        return []
+    peak = format_size_mib(rss // 1024) if rss is not None else "-"
+    spent = format_duration(cpu) if cpu is not None else "-"
+    return [("Used", f"{peak} peak resident memory (one process), {spent} of CPU (all)")]
 
 
 def _log_lost(dropped: int) -> str:

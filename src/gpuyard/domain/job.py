@@ -185,6 +185,11 @@ class Job:
     # SLURM_ARRAY_JOB_ID) and this task's index (%a, SLURM_ARRAY_TASK_ID); None: not in an array.
     array_job_id: int | None = None
     array_task_id: int | None = None
+    # What its last run's processes used, as the kernel counted them (sacct's MaxRSS and
+    # TotalCPU): the largest resident set of any of them, KiB, and their user + system CPU
+    # seconds; None: not measured (not ended yet, or ended without its supervisor's record).
+    max_rss_kib: int | None = None
+    cpu_time_s: float | None = None
 
     def transition(self, target: JobState, **changes: object) -> Job:
         """Return this job moved to `target` (checked against the transition table)."""

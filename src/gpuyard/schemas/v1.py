@@ -324,6 +324,12 @@ class JobOut(BaseModel):
     array: str = Field("", description="an array task's --array, as given")
     array_job_id: int | None = Field(None, description="an array task's array id (%A)")
     array_task_id: int | None = Field(None, description="an array task's index (%a)")
+    max_rss_kib: int | None = Field(
+        None, description="its last run's largest resident set of any process, KiB (MaxRSS)"
+    )
+    cpu_time_s: float | None = Field(
+        None, description="its last run's user + system CPU seconds, all processes (TotalCPU)"
+    )
     kind: str = Field("batch", description="batch, interactive or service")
     service_port: int = Field(0, description="a service's port on the server's machine")
     health_path: str = Field("", description="a service's health check path")

@@ -156,6 +156,10 @@ class ExitStatus:
     out_of_memory: bool = False
     # Bytes of the job's output its log lost because the log's disk was full (the job ran on).
     log_dropped_bytes: int = 0
+    # What the job's processes used (the supervisor's rusage of every one it reaped): the
+    # largest resident set, KiB, and user + system CPU seconds; None: not known.
+    max_rss_kib: int | None = None
+    cpu_time_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ def parse_status(text: str, started_at: float | None, now: float) -> ExitStatus 
     if dropped is None or not _int_in(dropped, 0, 2**63):
         return None
     low = started_at if started_at is not None else -math.inf
+    rss, cpu = data.get("max_rss_kib"), data.get("cpu_time_s")  # older statuses: neither
     return ExitStatus(
         exit_code=code,
         signal=sig,
@@ -65,7 +66,15 @@ def parse_status(text: str, started_at: float | None, now: float) -> ExitStatus 
         ended_at=min(max(float(ended_at), low), now),
         stop_requested=flags[1],
         log_dropped_bytes=min(dropped, MAX_DROPPED_BYTES),
+        max_rss_kib=rss if rss is not None and _int_in(rss, 0, 2**53) else None,
+        cpu_time_s=float(cpu) if cpu is not None and _seconds(cpu) else None,
     )
+
+
+def _seconds(value: Any) -> bool:
+    """A finite, non-negative number of seconds (not a bool)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return ok and math.isfinite(value) and value >= 0
 
 
 def _int_in(value: Any, low: int, high: int) -> bool:

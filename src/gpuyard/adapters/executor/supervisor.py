@@ -824,12 +824,19 @@ def main(jobdir: str) -> None:
         _reap_leftovers()  # a bug here must not leave the job running unsupervised
         raise
     exit_code, sig = (str(code), "null") if code >= 0 else ("null", str(-code))
+    # Every process of the job has been reaped by now (we are their subreaper): the kernel's
+    # sums over them, sacct's MaxRSS (the largest of them) and TotalCPU.
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     _write_atomic(
         status_path,
         f'{{"exit_code": {exit_code}, "signal": {sig}, '
         f'"timed_out": {"true" if _timed_out else "false"}, '
         f'"stop_requested": {"true" if _stop_requested else "false"}, '
         f'"log_dropped_bytes": {_dropped}, '
+        f'"max_rss_kib": {int(used.ru_maxrss)}, '
+        f'"cpu_time_s": {round(used.ru_utime + used.ru_stime, 3)!r}, '
         f'"ended_at": {time.time()!r}}}\n',
     )
 

@@ -362,6 +362,9 @@ class AgentExecutor:
             self._report(run.job.id, final)
 
     def _settle(self, run: _Running) -> ExitStatus:
+        return _used_by_all(self._settled(run), list(run.ends.values()))
+
+    def _settled(self, run: _Running) -> ExitStatus:
         if run.first_failure is not None:
             return run.first_failure
         first = run.ends[0] if 0 in run.ends else ExitStatus(None, lost=True)
@@ -408,6 +411,18 @@ class AgentExecutor:
             thread.join(timeout=5)
         self._mirror.close()
         self._sessions.close()
+
+
+def _used_by_all(status: ExitStatus, ends: list[ExitStatus]) -> ExitStatus:
+    """The job's end with what all its ranks used (sacct's job figures): the largest resident
+    set of any, the CPU time of all."""
+    rss = [e.max_rss_kib for e in ends if e.max_rss_kib is not None]
+    cpu = [e.cpu_time_s for e in ends if e.cpu_time_s is not None]
+    if not rss and not cpu:
+        return status
+    return replace(
+        status, max_rss_kib=max(rss) if rss else None, cpu_time_s=sum(cpu) if cpu else None
+    )
 
 
 def _succeeded(status: ExitStatus) -> bool:

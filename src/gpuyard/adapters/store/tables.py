@@ -55,6 +55,8 @@ jobs = Table(
     Column("log_dropped_bytes", BYTE_COUNT, nullable=False, server_default="0"),  # log disk full
     Column("array_job_id", Integer),  # an array task's array (its first task's id)
     Column("array_task_id", Integer),  # an array task's index
+    Column("max_rss_kib", BYTE_COUNT),  # its last run's largest resident set (sacct MaxRSS)
+    Column("cpu_time_s", Float),  # its last run's user + system CPU seconds (sacct TotalCPU)
 )
 # History pages are newest first by id (keyset): each filter has an index ending in id, so a
 # page reads `limit` index entries, however long the history.

@@ -262,6 +262,10 @@ class Controller:
             if current.state is not JobState.RUNNING:
                 return None
             ended = self._ended(current, status, reason, tail, ended_at)
+            if status.max_rss_kib is not None or status.cpu_time_s is not None:
+                ended = dataclasses.replace(
+                    ended, max_rss_kib=status.max_rss_kib, cpu_time_s=status.cpu_time_s
+                )
             if status.log_dropped_bytes:  # the log's disk was full: what this run's log lost
                 lost = min(current.log_dropped_bytes + status.log_dropped_bytes, 2**31 - 1)
                 ended = dataclasses.replace(ended, log_dropped_bytes=lost)
