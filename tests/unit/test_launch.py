@@ -106,9 +106,9 @@ def test_each_node_of_a_multi_node_job_gets_its_rank_and_rank_zeros_address() ->
     torchrun = node_argv(_multinode(("python", "train.py"), "torchrun"), 1, "10.0.0.5", 40000)
     assert torchrun == [
         "env", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[rank${rank}] ", "SLURM_NODEID=1",
-        "SLURM_PROCID=1", "python", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
-        "--node-rank=1", "--master-addr=10.0.0.5", "--master-port=40000", "--max-restarts=0",
-        "--tee=3", "train.py",
+        "SLURM_PROCID=1", "python", "-m", "torch.distributed.run", "--nnodes=2",
+        "--nproc-per-node=2", "--node-rank=1", "--master-addr=10.0.0.5", "--master-port=40000",
+        "--max-restarts=0", "--tee=3", "train.py",
     ]  # fmt: skip
     jax = node_argv(_multinode(("python", "j.py"), "jax"), 1, "10.0.0.5", 40000)
     assert jax[0] == "env" and jax[-2:] == ["python", "j.py"]
