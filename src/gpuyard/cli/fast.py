@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     # A parsed line: the command body and its arguments.
-    Parsed: TypeAlias = tuple[Callable[..., int], tuple[object, ...]]
+    # None from the body: it found a value typer must call wrong, before doing anything.
+    Parsed: TypeAlias = tuple[Callable[..., int | None], tuple[object, ...]]
 
 # submit's options: typer's option name -> (SubmitOptions field, kind); kind "int", "str",
 # "list" (repeatable), or a bool for flags (the value they set).
@@ -229,6 +230,13 @@ def _cancel(args: list[str]) -> Parsed:
     return commands.cancel, ([_ref(word) for word in words],)
 
 
+def _slurm_flags(args: list[str], name: str) -> Parsed | None:
+    """squeue, sacct, scancel: getopt-style flags read by `cli/slurm_fast.py`."""
+    from gpuyard.cli.slurm_fast import parse_slurm
+
+    return parse_slurm(name, args)
+
+
 def _slurm_named(args: list[str], name: str) -> Parsed:
     """Slurm's commands that read their own words (typer only lists them): run from here."""
     if name == "scontrol":
@@ -244,7 +252,7 @@ def _slurm_named(args: list[str], name: str) -> Parsed:
     return body, (args,)
 
 
-_PARSERS: dict[str, Callable[[list[str]], Parsed]] = {
+_PARSERS: dict[str, Callable[[list[str]], Parsed | None]] = {
     "submit": _submit,
     "queue": _queue,
     "ps": _queue,
@@ -255,4 +263,7 @@ _PARSERS: dict[str, Callable[[list[str]], Parsed]] = {
     "srun": lambda args: _slurm_named(args, "srun"),
     "salloc": lambda args: _slurm_named(args, "salloc"),
     "slurm-commands": lambda args: _slurm_named(args, "slurm-commands"),
+    "squeue": lambda args: _slurm_flags(args, "squeue"),
+    "sacct": lambda args: _slurm_flags(args, "sacct"),
+    "scancel": lambda args: _slurm_flags(args, "scancel"),
 }
