@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # submit's options: typer's option name -> (SubmitOptions field, kind); kind "int", "str",
 # "list" (repeatable), or a bool for flags (the value they set).
-_SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
+SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
     "--gpus": ("gpus", "int"),
     "-G": ("gpus", "int"),
     "--cpus": ("cpus", "int"),
@@ -86,7 +86,7 @@ _SUBMIT_MIN = {"nodes": 1, "gpus_per_node": 0, "retries": 0, "gpus": 0, "cpus": 
                "ntasks_per_node": 1}  # fmt: skip
 
 
-class _Unsure(Exception):
+class Unsure(Exception):
     """The line is not one the fast path is sure to read as typer would."""
 
 
@@ -106,7 +106,7 @@ def parse_fast(args: list[str]) -> Parsed | None:
         return None
     try:
         return parse(args[1:])
-    except _Unsure:
+    except Unsure:
         return None
 
 
@@ -120,16 +120,16 @@ def _split(arg: str, names: dict[str, tuple[str, str | bool]]) -> tuple[str, str
         return arg[:2], arg[2:]
     elif arg in names:
         return arg, None
-    raise _Unsure
+    raise Unsure
 
 
 def _int(text: str, low: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise _Unsure from None
+        raise Unsure from None
     if low is not None and value < low:
-        raise _Unsure
+        raise Unsure
     return value
 
 
@@ -140,11 +140,28 @@ def _ref(text: str) -> str:
     try:
         return check(text)
     except ValueError:
-        raise _Unsure from None
+        raise Unsure from None
 
 
 def _submit(args: list[str]) -> Parsed:
+    opts, _ = read_submit(args, SUBMIT_OPTIONS)
+    if not opts.command:
+        raise Unsure  # typer's "Missing argument" usage error
+    return commands.submit, (opts,)
+
+
+# sbatch's own options (cli/sbatch_cmd.py), beside submit's: kept apart from SubmitOptions.
+SBATCH_OWN: dict[str, tuple[str, str | bool]] = {
+    "--parsable": ("parsable", True), "--wrap": ("wrap", "str"),
+}  # fmt: skip
+
+
+def read_submit(args: list[str], table: dict[str, tuple[str, str | bool]]
+                ) -> tuple[commands.SubmitOptions, dict[str, object]]:  # fmt: skip
+    """submit's options (`table`'s) as typer reads them, up to the command, which may be
+    empty; SBATCH_OWN's values apart. Unsure when typer must read the line."""
     opts = commands.SubmitOptions()
+    own: dict[str, object] = {}
     lists: dict[str, list[str]] = {"env": [], "notify": []}
     i = 0
     while i < len(args):
@@ -154,30 +171,30 @@ def _submit(args: list[str]) -> Parsed:
             break
         if not arg.startswith("-") or arg == "-":
             break  # the command's first word: options end here (no interspersed options)
-        name, inline = _split(arg, _SUBMIT_OPTIONS)
-        field, kind = _SUBMIT_OPTIONS[name]
+        name, inline = _split(arg, table)
+        field, kind = table[name]
         i += 1
+        value: object
         if isinstance(kind, bool):
             if inline is not None:
-                raise _Unsure
-            setattr(opts, field, kind)
-            continue
-        if inline is None:
-            if i >= len(args):
-                raise _Unsure
-            inline = args[i]
-            i += 1
-        if kind == "int":
-            setattr(opts, field, _int(inline, _SUBMIT_MIN.get(field)))
-        elif kind == "list":
-            lists[field].append(inline)
+                raise Unsure
+            value = kind
         else:
-            setattr(opts, field, inline)
+            if inline is None:
+                if i >= len(args):
+                    raise Unsure
+                inline = args[i]
+                i += 1
+            value = _int(inline, _SUBMIT_MIN.get(field)) if kind == "int" else inline
+        if kind == "list":
+            lists[field].append(inline or "")
+        elif name in SBATCH_OWN:
+            own[field] = value
+        else:
+            setattr(opts, field, value)
     opts.command = args[i:]
     opts.env, opts.notify = lists["env"], lists["notify"]
-    if not opts.command:
-        raise _Unsure  # typer's "Missing argument" usage error
-    return commands.submit, (opts,)
+    return opts, own
 
 
 _LIST_FLAGS: dict[str, tuple[str, str | bool]] = {
@@ -202,7 +219,7 @@ def _flags_and_words(args: list[str], flags: dict[str, tuple[str, str | bool]]
         if arg.startswith("-") and arg != "-":
             name, inline = _split(arg, flags)
             if inline is not None:
-                raise _Unsure
+                raise Unsure
             seen.add(flags[name][0])
         else:
             words.append(arg)
@@ -212,29 +229,31 @@ def _flags_and_words(args: list[str], flags: dict[str, tuple[str, str | bool]]
 def _queue(args: list[str]) -> Parsed:
     seen, words = _flags_and_words(args, _LIST_FLAGS)
     if words:
-        raise _Unsure
+        raise Unsure
     return commands.queue, ("all" in seen, "json" in seen, None, None, None, "array" in seen)
 
 
 def _show(args: list[str]) -> Parsed:
     seen, words = _flags_and_words(args, _JSON_FLAG)
     if len(words) != 1:
-        raise _Unsure
+        raise Unsure
     return commands.show, (_ref(words[0]), "json" in seen)
 
 
 def _cancel(args: list[str]) -> Parsed:
     _, words = _flags_and_words(args, {})
     if not words:
-        raise _Unsure
+        raise Unsure
     return commands.cancel, ([_ref(word) for word in words],)
 
 
 def _slurm_flags(args: list[str], name: str) -> Parsed | None:
-    """squeue, sacct, scancel: getopt-style flags read by `cli/slurm_fast.py`."""
-    from gpuyard.cli.slurm_fast import parse_slurm
+    """squeue, sacct, scancel (getopt-style flags) and sbatch: read by `cli/slurm_fast.py`."""
+    from gpuyard.cli import slurm_fast
 
-    return parse_slurm(name, args)
+    if name == "sbatch":
+        return slurm_fast.parse_sbatch(args)
+    return slurm_fast.parse_slurm(name, args)
 
 
 def _slurm_named(args: list[str], name: str) -> Parsed:
@@ -266,4 +285,5 @@ _PARSERS: dict[str, Callable[[list[str]], Parsed | None]] = {
     "squeue": lambda args: _slurm_flags(args, "squeue"),
     "sacct": lambda args: _slurm_flags(args, "sacct"),
     "scancel": lambda args: _slurm_flags(args, "scancel"),
+    "sbatch": lambda args: _slurm_flags(args, "sbatch"),
 }
