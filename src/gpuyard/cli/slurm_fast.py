@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import sys
 
-from gpuyard.cli import slurm_queries as queries
-
 TYPE_CHECKING = False  # typing stays unimported on this path
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -70,11 +68,12 @@ _SCANCEL: Spec = {
     "--signal": ("signal", "str"), "-s": ("signal", "str"),
     "--quiet": ("quiet", "flag"), "-q": ("quiet", "flag"),
 }  # fmt: skip
-# command -> (its body, its options, the parameter its words go to; None: it takes none)
-COMMANDS: dict[str, tuple[Callable[..., int], Spec, str | None]] = {
-    "squeue": (queries.squeue, _SQUEUE, None),
-    "sacct": (queries.sacct, _SACCT, None),
-    "scancel": (queries.scancel, _SCANCEL, "job_ids"),
+# command (its body's name in cli/slurm_queries.py) -> (its options, the parameter its words
+# go to; None: it takes none)
+COMMANDS: dict[str, tuple[Spec, str | None]] = {
+    "squeue": (_SQUEUE, None),
+    "sacct": (_SACCT, None),
+    "scancel": (_SCANCEL, "job_ids"),
 }
 
 
@@ -84,9 +83,11 @@ class Unsure(Exception):
 
 def parse_slurm(command: str, args: list[str]) -> Parsed | None:
     """`run` and its arguments for `gpuyard COMMAND ARGS`, or None: typer reads this line."""
-    body, spec, words_param = COMMANDS[command]
+    from gpuyard.cli import slurm_queries  # here: sbatch's line needs none of it
+
+    spec, words_param = COMMANDS[command]
     try:
-        return run, (body, read_options(args, spec, words_param))
+        return run, (getattr(slurm_queries, command), read_options(args, spec, words_param))
     except Unsure:
         return None
 
