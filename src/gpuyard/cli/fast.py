@@ -5,7 +5,9 @@ It accepts exactly what typer (click) would accept for `submit`, `queue`/`ps`, `
 of a repeated option wins (`--env` accumulates), integers as `int()` reads them, `submit`'s
 options end at `--` or at the command's first word. Whenever it is not sure (`--help`, an
 unknown option, a bad number, a missing value or argument), it answers None and the typer app
-parses the line instead, so usage errors and help read exactly as before.
+parses the line instead, so usage errors and help read exactly as before. `sbatch` is
+`submit`'s reading with its own two options (Slurm's own taken out first); `squeue`, `sacct`
+and `scancel` are `cli/slurm_fast.py`'s; `scontrol`, `sinfo`, `srun` read their own words.
 
     run_fast(["queue", "--all"])        -> runs `queue`, returns its exit status
     run_fast(["submit", "--frobnicate"]) -> None (typer says what is wrong)
@@ -156,6 +158,25 @@ SBATCH_OWN: dict[str, tuple[str, str | bool]] = {
 }  # fmt: skip
 
 
+def _sbatch(args: list[str]) -> Parsed:
+    """submit's options and sbatch's own; Slurm's options before the script taken out as
+    typer's sbatch takes them (`cli/sbatching.py`), their warnings said only when this path
+    runs the line (typer would say them again)."""
+    from gpuyard.cli.sbatching import run_sbatch, take_slurm_options
+    from gpuyard.domain.errors import GpuyardError
+
+    table = {**SUBMIT_OPTIONS, **SBATCH_OWN}
+    takes_value = {name: not isinstance(kind, bool) for name, (_, kind) in table.items()}
+    warnings: list[str] = []
+    try:
+        kept, values = take_slurm_options(args, takes_value, warnings.append)
+    except GpuyardError:  # a directive's bad value (`-n x`): typer says it, once
+        raise Unsure from None
+    opts, own = read_submit(kept, table)
+    parsable, wrap = own.get("parsable", False), own.get("wrap")
+    return run_sbatch, (opts, parsable, wrap, values, warnings)
+
+
 def read_submit(args: list[str], table: dict[str, tuple[str, str | bool]]
                 ) -> tuple[commands.SubmitOptions, dict[str, object]]:  # fmt: skip
     """submit's options (`table`'s) as typer reads them, up to the command, which may be
@@ -248,12 +269,10 @@ def _cancel(args: list[str]) -> Parsed:
 
 
 def _slurm_flags(args: list[str], name: str) -> Parsed | None:
-    """squeue, sacct, scancel (getopt-style flags) and sbatch: read by `cli/slurm_fast.py`."""
-    from gpuyard.cli import slurm_fast
+    """squeue, sacct, scancel: getopt-style flags read by `cli/slurm_fast.py`."""
+    from gpuyard.cli.slurm_fast import parse_slurm
 
-    if name == "sbatch":
-        return slurm_fast.parse_sbatch(args)
-    return slurm_fast.parse_slurm(name, args)
+    return parse_slurm(name, args)
 
 
 def _slurm_named(args: list[str], name: str) -> Parsed:
@@ -285,5 +304,5 @@ _PARSERS: dict[str, Callable[[list[str]], Parsed | None]] = {
     "squeue": lambda args: _slurm_flags(args, "squeue"),
     "sacct": lambda args: _slurm_flags(args, "sacct"),
     "scancel": lambda args: _slurm_flags(args, "scancel"),
-    "sbatch": lambda args: _slurm_flags(args, "sbatch"),
+    "sbatch": _sbatch,
 }

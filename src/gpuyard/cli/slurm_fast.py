@@ -1,5 +1,4 @@
-"""The fast start path of `squeue`, `sacct`, `scancel` and `sbatch`: their usual lines
-without typer.
+"""The fast start path of `squeue`, `sacct` and `scancel`: their usual lines without typer.
 
 Slurm's flags are getopt's (`-u alice`, `-ualice`, `--user=alice`), which click reads the
 same way: this reads exactly the lines whose meaning it is sure of, into the values typer's
@@ -9,9 +8,8 @@ Whenever it is not sure (`--help`, an unknown option, `-hr` clustered, a value t
 like an option, a word where none is taken), it answers None and typer reads the line, so
 help and usage errors read exactly as before. A value only the body can judge (an unknown
 `--format` field, a bad `--starttime`) is found before anything is printed: the line then
-goes to typer too, which says so in its words. `sbatch` reads its options as `submit`
-does on the fast path (`cli/fast.py`), Slurm's own before the script as typer's `sbatch`
-takes them out (`cli/sbatching.py`).
+goes to typer too, which says so in its words. (`sbatch`'s options are `submit`'s: its
+line is read in `cli/fast.py`.)
 
     parse_slurm("squeue", ["-u", "alice", "-h"])   -> (run, (squeue, {...}))
     parse_slurm("squeue", ["--frobnicate"])        -> None
@@ -90,23 +88,6 @@ def parse_slurm(command: str, args: list[str]) -> Parsed | None:
         return run, (getattr(slurm_queries, command), read_options(args, spec, words_param))
     except Unsure:
         return None
-
-
-def parse_sbatch(args: list[str]) -> Parsed | None:
-    """`run_sbatch` and its arguments for `gpuyard sbatch ARGS`, or None: typer reads it."""
-    from gpuyard.cli import fast
-    from gpuyard.cli.sbatching import run_sbatch, take_slurm_options
-
-    table = {**fast.SUBMIT_OPTIONS, **fast.SBATCH_OWN}
-    takes_value = {name: not isinstance(kind, bool) for name, (_, kind) in table.items()}
-    warnings: list[str] = []
-    try:
-        kept, values = take_slurm_options(args, takes_value, warnings.append)
-        opts, own = fast.read_submit(kept, table)
-    except Exception:  # fast.Unsure, or a directive's bad value: typer says it, once
-        return None
-    parsable, wrap = own.get("parsable", False), own.get("wrap")
-    return run_sbatch, (opts, parsable, wrap, values, warnings)
 
 
 def run(body: Callable[..., int], params: dict[str, object]) -> int | None:
