@@ -14,9 +14,13 @@ starts). Then `--clients` threads, each with its own keep-alive connection, send
 - queue 20 %: `GET /api/v1/jobs` (`gpuyard queue`: every pending and running job);
 - show 20 %: `GET /api/v1/jobs/{id}` of a random job, finished or this client's (`gpuyard show`);
 - logs 15 %: `GET /api/v1/jobs/{id}/log?offset=0` of a job that printed (`gpuyard logs`);
-- cancel 10 %: `POST /api/v1/jobs/cancel` of one of this client's pending jobs (`gpuyard cancel`);
+- cancel 10 %: `POST /api/v1/jobs/cancel` of every job this client queued since its last cancel
+  (`gpuyard cancel ID...`, one request), so the queue holds ~3 pending jobs per client however
+  fast the server is (a queue that grew with the server's speed would make a faster server
+  look slower: `queue` lists every pending job);
 - queue_all 5 %: `GET /api/v1/jobs?all=true&limit=200` (`gpuyard queue --all`: the newest page
-  of history; before issue 27's fix the CLI sent no limit and the server answered 10,000 jobs).
+  of history; before issue 27's fix the CLI sent no limit and the server answered 10,000 jobs:
+  `--history-page 0` sends that).
 
 Each client sends its next request as soon as the last is answered (closed loop; `--think-ms`
 pauses between). Latency is send to the last byte of the answer. An error is any answer >= 400
@@ -127,6 +131,7 @@ class World:
     show_ids: list[int]
     log_ids: list[int]
     first_page: bool  # --pending: `queue` and `queue_all` ask for the first page only
+    history_page: int  # the limit `queue_all` sends (0: none, the CLI before issue 27)
 
 
 class Client:
@@ -149,8 +154,9 @@ class Client:
         if verb == "queue":
             return self.conn.request("GET", "/api/v1/jobs" + ("?limit=50" * world.first_page))
         if verb == "queue_all":
-            limit = 50 if world.first_page else HISTORY_PAGE
-            return self.conn.request("GET", f"/api/v1/jobs?all=true&limit={limit}")
+            limit = 50 if world.first_page else world.history_page
+            page = f"&limit={limit}" if limit else ""
+            return self.conn.request("GET", "/api/v1/jobs?all=true" + page)
         if verb == "show":
             ids = world.show_ids
             job_id = rng.choice(self.mine) if self.mine and rng.random() < 0.2 else rng.choice(ids)
@@ -159,9 +165,9 @@ class Client:
             job_id = rng.choice(world.log_ids)
             return self.conn.request("GET", f"/api/v1/jobs/{job_id}/log?offset=0")
         if verb == "cancel":
-            job_id = self.mine.pop(rng.randrange(len(self.mine)))
+            ids, self.mine = self.mine, []
             return self.conn.request(
-                "POST", "/api/v1/jobs/cancel", {"ids": [job_id], "whole_arrays": True}
+                "POST", "/api/v1/jobs/cancel", {"ids": ids, "whole_arrays": True}
             )
         if verb == "list_whole":
             return self.conn.request("GET", "/api/v1/jobs")
@@ -312,7 +318,8 @@ def measure(server: LocalServer, args: argparse.Namespace, result: dict[str, Any
     print(f"server pid {server.pid}, {server.url}; measuring {args.seconds:g} s",
           file=sys.stderr)  # fmt: skip
     show_ids = pending_ids or list(range(1, args.finished + 1)) or log_ids
-    world = World(str(server.workdir), show_ids, log_ids, first_page=bool(args.pending))
+    world = World(str(server.workdir), show_ids, log_ids, first_page=bool(args.pending),
+                  history_page=args.history_page)  # fmt: skip
     tallies, elapsed = run_clients(server, world, PENDING_MIX if args.pending else MIX, args)
     result.update(summary(tallies, elapsed))
 
@@ -336,6 +343,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="measured time [60; 40 with --pending]")
     parser.add_argument("--finished", type=int, default=20_000, help="finished jobs loaded")
     parser.add_argument("--pending", type=int, default=0, help="queue N jobs instead (target 2)")
+    parser.add_argument("--history-page", type=int, default=HISTORY_PAGE,
+                        help="the limit queue_all sends [the CLI's]; 0: none (before)")  # fmt: skip
     parser.add_argument("--think-ms", type=float, default=0.0, help="pause between requests")
     parser.add_argument("--py-spy", metavar="FILE", help="record the server into FILE (raw)")
     parser.add_argument("--keep", action="store_true", help="keep the state dir and server log")
@@ -345,7 +354,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "bench": "mixed_load", "clients": args.clients, "gpus": GPUS,
         "finished": 0 if args.pending else args.finished, "pending": args.pending,
-        "mix": PENDING_MIX if args.pending else MIX,
+        "mix": PENDING_MIX if args.pending else MIX, "history_page": args.history_page,
     }  # fmt: skip
     with loaded_server(args) as server:
         measure(server, args, result)
