@@ -67,6 +67,9 @@ def test_queue_all_shows_the_newest_page_of_a_long_history(tmp_path: Path) -> No
         assert shown == list(range(jobs - HISTORY_PAGE + 1, jobs + 1))
         table = server.cli("queue", "--all")
         assert f"--before {jobs - HISTORY_PAGE + 1}" in table.stderr  # the next page
+        as_json = server.cli("queue", "--all", "--json")  # a script is told too, on stderr
+        assert len(json.loads(as_json.stdout)) == HISTORY_PAGE
+        assert f"--before {jobs - HISTORY_PAGE + 1}" in as_json.stderr
         older = _ids(server, "--all", "--before", str(jobs - HISTORY_PAGE + 1))
         assert older == list(range(1, jobs - HISTORY_PAGE + 1))
         assert len(_ids(server, "--all", "--limit", str(jobs))) == jobs  # asked for: all

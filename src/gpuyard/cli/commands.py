@@ -218,26 +218,33 @@ def queue(
         all=all, limit=limit, before_id=page.before_id, since=page.since,
         states=page.states, user=user, name=page.name,
     )  # fmt: skip
-    more = bool(all and limit is not None and jobs and len(jobs) >= limit)
+    table = _write_jobs(jobs, json_out, fmt, sort, expand)
+    if all and limit is not None and jobs and len(jobs) >= limit:  # JSON's too, on stderr
+        oldest = min(int(job["id"]) for job in jobs)
+        sys.stderr.write(f"gpuyard: more: add --before {oldest} for older jobs\n")
+    if table and page.states and not all:
+        _hint_finished(page.states)
+    return 0
+
+
+def _write_jobs(
+    jobs: Sequence[JobDict], json_out: bool, fmt: str | None, sort: str | None, expand: bool
+) -> bool:
+    """`queue`'s output: JSON, squeue's `--format`, or the table (True)."""
     if sort or fmt:
         from gpuyard.cli.queue_format import format_jobs, sort_jobs
 
         jobs = sort_jobs(jobs, sort) if sort else jobs
         if fmt and not json_out:
             sys.stdout.write(format_jobs(_folded(jobs, expand), fmt) + "\n")
-            return 0
+            return False
     if json_out:
         print_json(jobs)
-        return 0
+        return False
     from gpuyard.cli.render import queue_rows
 
     sys.stdout.write(queue_rows(_folded(jobs, expand)) + "\n")
-    if more:
-        oldest = min(int(job["id"]) for job in jobs)
-        sys.stderr.write(f"gpuyard: more: add --before {oldest} for older jobs\n")
-    if page.states and not all:
-        _hint_finished(page.states)
-    return 0
+    return True
 
 
 def _hint_finished(states: tuple[str, ...]) -> None:
