@@ -105,6 +105,9 @@ bind_gpus() {
 	_from=$(($1 * per_task))
 	if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
 		CUDA_VISIBLE_DEVICES=$(fields "$CUDA_VISIBLE_DEVICES" "$_from" "$per_task")
+		# Slurm's gres/gpu: GPU_DEVICE_ORDINAL beside CUDA's, the same list (not on AMD GPUs,
+		# where gpuyard leaves it unset: it would index into ROCR's mask again).
+		if [ -n "${GPU_DEVICE_ORDINAL:-}" ]; then GPU_DEVICE_ORDINAL=$CUDA_VISIBLE_DEVICES; fi
 	fi
 	if [ -n "${ROCR_VISIBLE_DEVICES:-}" ]; then
 		ROCR_VISIBLE_DEVICES=$(fields "$ROCR_VISIBLE_DEVICES" "$_from" "$per_task")
@@ -117,7 +120,8 @@ bind_gpus() {
 	if [ "$nnodes" -le 1 ] && [ -n "${SLURM_JOB_GPUS:-}" ]; then
 		SLURM_STEP_GPUS=$(fields "$SLURM_JOB_GPUS" "$_from" "$per_task")
 	fi
-	export CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES HIP_VISIBLE_DEVICES SLURM_STEP_GPUS
+	export CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES HIP_VISIBLE_DEVICES SLURM_STEP_GPUS \
+		GPU_DEVICE_ORDINAL
 }
 
 # The step's number: one folder per step, made atomically (steps may start side by side).
