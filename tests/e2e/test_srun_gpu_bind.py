@@ -81,3 +81,16 @@ def test_a_binding_to_a_gpu_the_job_does_not_hold_is_one_line_and_runs_nothing(
     errors = [ln for ln in log.splitlines() if "srun (gpuyard)" in ln]
     assert len(errors) == 1 and f"--gpu-bind={value}: {says}" in errors[0], log
     assert "ran" not in log.split()
+
+
+def test_gpuyard_srun_outside_a_job_binds_its_tasks_the_same_way(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """`gpuyard srun -n 2 --gpus 2 --gpu-bind=map_gpu:1 CMD`: both tasks on the job's second
+    GPU (the option reaches the job's own srun, not a warning)."""
+    says = 'echo "task $SLURM_PROCID sees $CUDA_VISIBLE_DEVICES"'
+    out = server.cli("srun", "-n", "2", "--gpus", "2", "--gpu-bind", "map_gpu:1", "sh", "-c",
+                     says, cwd=tmp_path)  # fmt: skip
+    seen = [line.split()[-1] for line in out.stdout.splitlines() if " sees " in line]
+    assert len(seen) == 2 and len(set(seen)) == 1 and "," not in seen[0], out.stdout
+    assert "gpu-bind" not in out.stderr, out.stderr
