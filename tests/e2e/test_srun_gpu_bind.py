@@ -43,13 +43,14 @@ def _run(server: ServerProcess, tmp_path: Path, body: str) -> tuple[dict[str, ob
 def test_each_gpu_bind_value_gives_the_tasks_slurms_gpus(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    """Both spellings (`--gpu-bind X`, `--gpu-bind=X`); `verbose,` adds a line a task on
-    stderr naming its rank and GPUs."""
+    """Both spellings (`--gpu-bind X`, `--gpu-bind=X`) and srun's SLURM_GPU_BIND; `verbose,`
+    adds a line a task on stderr naming its rank and GPUs."""
     lines = ['echo "batch $CUDA_VISIBLE_DEVICES"\n']
     for i, value in enumerate(BINDINGS):
         option = f"--gpu-bind={value}" if i % 2 else f"--gpu-bind {value}"
         lines.append(f"TAG={value} srun {option} {SAYS}\n")
     lines.append(f"TAG=verbose srun --gpu-bind=verbose,map_gpu:2 -n 2 {SAYS}\n")
+    lines.append(f"TAG=env SLURM_GPU_BIND=map_gpu:1 srun -n 2 {SAYS}\n")  # srun's input variable
     job, log = _run(server, tmp_path, "".join(lines))
     assert job["state"] == "COMPLETED", log
     (batch,) = [ln for ln in log.splitlines() if ln.startswith("batch ")]
@@ -65,6 +66,9 @@ def test_each_gpu_bind_value_gives_the_tasks_slurms_gpus(
     told = sorted(ln for ln in log.splitlines() if "gpu-bind: task" in ln)
     assert len(told) == 2 and all(f"CUDA_VISIBLE_DEVICES={third}" in ln for ln in told), log
     assert "task 0 (local 0)" in told[0] and "task 1 (local 1)" in told[1]
+    second = gpus[1]
+    assert sorted(ln for ln in log.splitlines() if ln.startswith("env ")) == [
+        f"env 0 {second} {second}", f"env 1 {second} {second}"]  # fmt: skip
 
 
 @pytest.mark.parametrize(

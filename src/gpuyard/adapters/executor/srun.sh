@@ -13,7 +13,8 @@
 # knows no NUMA affinity, so all GPUs are equally near, as Slurm makes them without gres.conf
 # Cores: every task all of them. `verbose,` prints one line a task on stderr (gpuyard's own
 # words, not Slurm's "gpu-bind: usable_gres=..."). Unlike Slurm, a step of one task is bound
-# too. A GPU the job does not hold is one error line; nothing runs.
+# too. A GPU the job does not hold is one error line; nothing runs. SLURM_GPU_BIND (srun's input
+# variable) is read as --gpu-bind.
 # Their output goes where srun's goes (the job's log); `-l` prefixes each line with the
 # task's rank. srun exits with the worst task's code (the first failure's, when it stopped
 # the others: by default a failing task stops the rest of its step, `-K0` waits for them).
@@ -30,7 +31,8 @@ ntasks='' per_node='' step_nodes='' label=0 kill_bad=1 chdir='' exports='' relay
 per_task=${SLURM_GPUS_PER_TASK:-}
 bind='' bind_list='' bind_verbose=0 bind_text='' # --gpu-bind: its type, list, verbose, as given
 gpu_bind() {
-	bind_text=$1
+	bind_text=$2$1 # $2: where it was given (--gpu-bind=, or srun's input variable)
+	bind='' bind_list='' bind_verbose=0
 	_value=$1
 	case $_value in
 	verbose) bind_verbose=1; return ;;
@@ -42,10 +44,12 @@ gpu_bind() {
 	single:*) bind=single bind_list=${_value#*:} ;;
 	map_gpu:*) bind=map bind_list=${_value#*:} ;;
 	mask_gpu:*) bind=mask bind_list=${_value#*:} ;;
-	*) die "--gpu-bind=$1: not a binding this srun knows; give none, closest, single:N, \
+	*) die "$bind_text: not a binding this srun knows; give none, closest, single:N, \
 per_task:N, map_gpu:LIST or mask_gpu:LIST (optionally after verbose,)" ;;
 	esac
 }
+# srun's input variable, as Slurm's srun reads it (an option given wins).
+if [ -n "${SLURM_GPU_BIND:-}" ]; then gpu_bind "$SLURM_GPU_BIND" SLURM_GPU_BIND=; fi
 while [ $# -gt 0 ]; do
 	case $1 in
 	--) shift; break ;;
@@ -66,8 +70,8 @@ while [ $# -gt 0 ]; do
 	--export=*) exports=${1#*=} ;;
 	--gpus-per-task) [ $# -ge 2 ] || die "$1 needs a value"; per_task=$2; shift ;;
 	--gpus-per-task=*) per_task=${1#*=} ;;
-	--gpu-bind) [ $# -ge 2 ] || die "$1 needs a value"; gpu_bind "$2"; shift ;;
-	--gpu-bind=*) gpu_bind "${1#*=}" ;;
+	--gpu-bind) [ $# -ge 2 ] || die "$1 needs a value"; gpu_bind "$2" --gpu-bind=; shift ;;
+	--gpu-bind=*) gpu_bind "${1#*=}" --gpu-bind= ;;
 	-c | -G | -t | -J | -p | -w | -m | -o | -e | -i | -A | -q | --cpus-per-task | --cpu-bind | \
 		--cpu_bind | --gpus | --gres | --gpus-per-node | \
 		--cpus-per-gpu | --mpi | --mem | --mem-per-cpu | --mem-per-gpu | --time | --job-name | \
@@ -149,11 +153,11 @@ need $((count * per_task)) GPUs; this node has $have of the job's: run fewer tas
 GPUs per task (--gpus-per-task), or submit the job with more GPUs"
 fi
 if [ -n "$bind_list" ] && [ "$have" -eq 0 ]; then
-	die "--gpu-bind=$bind_text: the job has no GPUs on this node; submit it with GPUs"
+	die "$bind_text: the job has no GPUs on this node; submit it with GPUs"
 fi
 not_held() {
-	[ "$have" -gt 0 ] || die "--gpu-bind=$bind_text: the job has no GPUs on this node"
-	die "--gpu-bind=$bind_text: $1; this node has $have of the job's GPUs, numbered 0 to \
+	[ "$have" -gt 0 ] || die "$bind_text: the job has no GPUs on this node"
+	die "$bind_text: $1; this node has $have of the job's GPUs, numbered 0 to \
 $((have - 1)) (indices into CUDA_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES): name only those"
 }
 # map_gpu's and mask_gpu's list, `X*count` spelled out: one comma-separated entry a task, each
