@@ -182,9 +182,10 @@ class AgentExecutor:
         folder = str(self.job_dir(job.id))
         plans = []
         for rank, part in enumerate(parts):
+            mask = ",".join(str(i) for i in part.gpus)
             env = {
                 **plan.env, "GPUYARD_NODE_RANK": str(rank), "GPUYARD_NUM_NODES": str(len(names)),
-                "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in part.gpus),
+                "CUDA_VISIBLE_DEVICES": mask, "GPU_DEVICE_ORDINAL": mask,  # as Slurm's gres/gpu
             }  # fmt: skip
             plans.append(replace(
                 plan, argv=tuple(plan.argv_for(rank, addr, port)), env=env, argv_for=None,
