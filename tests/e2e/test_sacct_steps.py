@@ -21,7 +21,7 @@ STEPS = (
     "srun true\n"
     "srun -K0 -n 2 sh -c 'exit 3'\n"
     "srun sh -c 'echo step-2-running; exec sleep 60'\n"
-)
+)  # fmt: skip
 
 
 def test_sacct_lists_the_srun_steps_of_a_job_after_its_batch_step(

@@ -80,7 +80,9 @@ class JobFolder:
         make_progress_file(plan)
         if STEPS_ENV in plan.env:  # its srun records its steps: this run's, from none
             who = plan.run_as
-            make_steps_dir(jobdir, who and who.uid, who and who.gid)
+            make_steps_dir(
+                jobdir, None if who is None else who.uid, None if who is None else who.gid
+            )
         if plan.script is not None:
             write_script(plan)
 
