@@ -268,6 +268,24 @@ fi
 finish() {
 	if [ "$temporary" -eq 1 ]; then rm -rf "$dir"; else rm -rf "$dir"/*; fi
 }
+# The step's record for sacct's JOBID.N rows (GPUYARD_STEPS_DIR: the job's folder of them,
+# read by the server with the job's end; step_records.py): one line, "N NTASKS START END CODE
+# NAME", END and CODE "-" until it ends, written whole (a temporary file, then mv). Node 0's
+# only (its tasks are counted for the whole step), the first 1000 steps only.
+record_to=''
+if [ -n "${GPUYARD_STEPS_DIR:-}" ] && [ -d "$GPUYARD_STEPS_DIR" ] && [ "$node" -eq 0 ] &&
+	[ "$step" -lt 1000 ]; then
+	record_to=$GPUYARD_STEPS_DIR/$step
+	began=$(date +%s)
+	name=${1##*/}
+fi
+record() { # END CODE
+	[ -n "$record_to" ] || return 0
+	printf '%s %s %s %s %s %s\n' "$step" "$total" "$began" "$1" "$2" "$name" \
+		>"$GPUYARD_STEPS_DIR/.$step.$$" 2>/dev/null &&
+		mv -f "$GPUYARD_STEPS_DIR/.$step.$$" "$record_to" 2>/dev/null
+}
+record - -
 
 if [ -n "$chdir" ]; then cd "$chdir" || die "cannot enter $chdir"; fi
 old_ifs=$IFS
@@ -296,7 +314,16 @@ if [ "$count" -eq 1 ] && [ "$label" -eq 0 ]; then
 	finish
 	export SLURM_PROCID="$first" SLURM_LOCALID=0
 	bind_gpus 0
-	exec "$@"
+	[ -n "$record_to" ] || exec "$@"
+	# Recorded: srun waits for its task to say how the step ended. The task keeps srun's
+	# group, the terminal and stdin; the job's signals reach it (gpuyard signals every process
+	# of the job) and srun outlives them (a trap, not an ignore: the task keeps the defaults).
+	# `command`: a command named like one of srun's functions is still the command.
+	trap ':' TERM INT HUP USR1 USR2 QUIT
+	command "$@"
+	code=$?
+	record "$(date +%s)" "$code"
+	exit "$code"
 fi
 
 # Each task in a process group of its own where `setsid` is there (util-linux), so that its
@@ -409,4 +436,5 @@ else
 	done
 fi
 finish
+record "$(date +%s)" "$worst"
 exit "$worst"

@@ -363,7 +363,11 @@ class AgentExecutor:
             self._report(run.job.id, final)
 
     def _settle(self, run: _Running) -> ExitStatus:
-        return _used_by_all(self._settled(run), list(run.ends.values()))
+        status = _used_by_all(self._settled(run), list(run.ends.values()))
+        first = run.ends.get(0)  # node rank 0's srun records the steps (srun.sh)
+        if first is not None and first.steps != status.steps:
+            status = replace(status, steps=first.steps)
+        return status
 
     def _settled(self, run: _Running) -> ExitStatus:
         if run.first_failure is not None:
