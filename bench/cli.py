@@ -9,6 +9,10 @@ round by round so that load from elsewhere hits them all alike:
 - ``gpuyard queue``                       (~50 jobs listed)
 - ``gpuyard show JOB``                    (a pending job)
 - ``gpuyard --help``                      (the typer app: the slow path)
+- the Slurm-named commands (issues 24, 27): ``squeue``, ``squeue -j JOB``, ``sacct -j JOB``,
+  ``sbatch job.sh`` (a two-line script with ``#SBATCH`` directives; the job pends),
+  ``scancel JOB`` (that job), ``sinfo``, ``scontrol show job JOB``; each one's ratio to
+  ``python -c pass`` is reported (target: <= 2.5x, issue 27)
 - baselines with the same interpreter: ``python -c pass``, ``python -c "import
   gpuyard.cli.main"`` (the entry point) and ``python -c "import gpuyard.cli.app"`` (typer's app,
   what every command paid before the fast start path)
@@ -50,6 +54,10 @@ from submit import (
 )
 
 TARGET_MS = 60  # p50 of each hot command (issue 10)
+SLURM_RATIO_TARGET = 2.5  # each Slurm-named command's p50 / python -c pass's (issue 27)
+SLURM_COMMANDS = ("squeue", "squeue_job", "sacct_job", "sbatch", "scancel", "sinfo",
+                  "scontrol_show_job")  # fmt: skip
+BATCH_SCRIPT = "#!/bin/sh\n#SBATCH --gpus=1\n#SBATCH -J bench\ntrue\n"
 
 
 def fill_queue(server: LocalServer, total: int) -> int:
@@ -81,6 +89,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "show": [*cli, "show", "{shown}"],
         "submit": [*cli, "submit", "--gpus", "1", "--", "true"],
         "cancel": [*cli, "cancel", "{submitted}"],
+        "squeue": [*cli, "squeue"],
+        "squeue_job": [*cli, "squeue", "-j", "{shown}"],
+        "sacct_job": [*cli, "sacct", "-j", "{shown}"],
+        "sbatch": [*cli, "sbatch", "job.sh"],
+        "scancel": [*cli, "scancel", "{batched}"],
+        "sinfo": [*cli, "sinfo"],
+        "scontrol_show_job": [*cli, "scontrol", "show", "job", "{shown}"],
     }
     walls: dict[str, list[float]] = {name: [] for name in commands}
     if args.socket:  # the server inherits it
@@ -89,6 +104,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         server.start()
         result["queue_jobs"] = fill_queue(server, args.queue_jobs)
+        (Path(server.workdir) / "job.sh").write_text(BATCH_SCRIPT)
         log(f"server up at {server.url}; {result['queue_jobs']} jobs queued; "
             f"{args.warmup} warm-up + {args.n} rounds ...")  # fmt: skip
         env = server.cli_env()
@@ -97,7 +113,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["transport"] = f"unix socket {args.socket}"
         api = server.api()
         try:
-            ids = {"shown": str(api.json("GET", "/api/v1/jobs")[-1]["id"]), "submitted": ""}
+            shown = str(api.json("GET", "/api/v1/jobs")[-1]["id"])
+            ids = {"shown": shown, "submitted": "", "batched": ""}
         finally:
             api.close()
         for round_no in range(args.warmup + args.n):
@@ -113,6 +130,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     raise RuntimeError(f"{argv} failed: {proc.stderr.strip()[-500:]}")
                 if name == "submit":  # cancelled next, so the queue stays at its size
                     ids["submitted"] = proc.stdout.strip()
+                if name == "sbatch":  # `Submitted batch job N`: scancel'd next
+                    ids["batched"] = proc.stdout.split()[-1]
                 if round_no >= args.warmup:
                     walls[name].append(wall)
     finally:
@@ -123,7 +142,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     base = result["python_startup_p50_ms"]
     for name in ("submit", "cancel", "queue", "show", "help"):
         result[f"{name}_over_python_startup"] = round(result[f"{name}_p50_ms"] / base, 1)
+    for name in SLURM_COMMANDS:
+        result[f"{name}_over_python_startup"] = round(result[f"{name}_p50_ms"] / base, 2)
     result["target_ms"] = TARGET_MS
+    result["slurm_ratio_target"] = SLURM_RATIO_TARGET
+    result["slurm_commands_met"] = all(
+        result[f"{name}_over_python_startup"] <= SLURM_RATIO_TARGET for name in SLURM_COMMANDS
+    )
     result["hot_commands_met"] = all(
         result[f"{name}_p50_ms"] <= TARGET_MS for name in ("submit", "cancel", "queue", "show")
     )
@@ -137,6 +162,13 @@ def human(r: dict[str, Any]) -> str:
         (f"gpuyard queue ({r['queue_jobs']} jobs)", "queue"),
         ("gpuyard show JOB", "show"),
         ("gpuyard --help", "help"),
+        ("gpuyard squeue", "squeue"),
+        ("gpuyard squeue -j JOB", "squeue_job"),
+        ("gpuyard sacct -j JOB", "sacct_job"),
+        ("gpuyard sbatch job.sh", "sbatch"),
+        ("gpuyard scancel JOB", "scancel"),
+        ("gpuyard sinfo", "sinfo"),
+        ("gpuyard scontrol show job JOB", "scontrol_show_job"),
         ("python -c 'import gpuyard.cli.main'", "import_cli"),
         ("python -c 'import gpuyard.cli.app'", "import_typer_app"),
         ("python -c pass", "python_startup"),
@@ -144,12 +176,17 @@ def human(r: dict[str, Any]) -> str:
     lines = [
         f"gpuyard CLI wall time, {r['date']}, {r['cpus']} CPUs ({r['cpu_model']}), "
         f"Python {r['python']}, {r['n']} runs each",
-        f"  {'command':<40} {'p50 ms':>8} {'p90 ms':>8}",
+        f"  {'command':<40} {'p50 ms':>8} {'p90 ms':>8} {'/ pass':>7}",
     ]
+    base = r["python_startup_p50_ms"]
     for label, key in rows:
-        lines.append(f"  {label:<40} {r[key + '_p50_ms']:>8.1f} {r[key + '_p90_ms']:>8.1f}")
+        lines.append(f"  {label:<40} {r[key + '_p50_ms']:>8.1f} {r[key + '_p90_ms']:>8.1f}"
+                     f" {r[key + '_p50_ms'] / base:>7.2f}")  # fmt: skip
     met = "met" if r["hot_commands_met"] else "NOT met"
     lines.append(f"  target: submit, cancel, queue, show <= {r['target_ms']} ms p50: {met}")
+    met = "met" if r["slurm_commands_met"] else "NOT met"
+    lines.append(f"  target: each Slurm-named command <= {r['slurm_ratio_target']}x "
+                 f"python -c pass (p50): {met}")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -70,12 +70,16 @@ def test_pure_core_imports_no_server_stack(module: str) -> None:
     assert loaded.isdisjoint(SERVER_STACK), sorted(loaded & set(SERVER_STACK))
 
 
-# The hot commands' start path (cli/main.py -> cli/fast.py): the standard library's cheapest
-# parts only. Each of these costs it milliseconds (typer + click ~40 ms, dataclasses ~10 ms,
-# typing ~3 ms, urllib.parse ~3 ms, http.client's email ~25 ms), against a 60 ms budget.
+# The hot commands' start path (cli/main.py -> cli/fast.py), the Slurm-named commands' on it
+# (cli/slurm_fast.py: squeue, sacct, scancel, sbatch; scontrol, sinfo): the standard
+# library's cheapest parts only. Each of these costs it milliseconds (typer + click ~40 ms,
+# dataclasses ~10 ms, typing ~3 ms, urllib.parse ~3 ms, http.client's email ~25 ms), against
+# a 60 ms budget.
 FAST_PATH_MODULES = (
     "gpuyard.cli.main", "gpuyard.cli.fast", "gpuyard.cli.commands", "gpuyard.cli.render",
-    "gpuyard.cli.submitting", "gpuyard.client",
+    "gpuyard.cli.submitting", "gpuyard.client", "gpuyard.cli.slurm_fast",
+    "gpuyard.cli.slurm_queries", "gpuyard.cli.slurm_format", "gpuyard.cli.sbatching",
+    "gpuyard.cli.scontrol_cmd", "gpuyard.cli.sinfo_cmd", "gpuyard.domain.sbatch",
 )  # fmt: skip
 FAST_PATH_FORBIDDEN = (
     *CLI_FORBIDDEN, "typer", "click", "typing", "dataclasses", "urllib", "http", "email",

@@ -5,7 +5,9 @@ It accepts exactly what typer (click) would accept for `submit`, `queue`/`ps`, `
 of a repeated option wins (`--env` accumulates), integers as `int()` reads them, `submit`'s
 options end at `--` or at the command's first word. Whenever it is not sure (`--help`, an
 unknown option, a bad number, a missing value or argument), it answers None and the typer app
-parses the line instead, so usage errors and help read exactly as before.
+parses the line instead, so usage errors and help read exactly as before. `sbatch` is
+`submit`'s reading with its own two options (Slurm's own taken out first); `squeue`, `sacct`
+and `scancel` are `cli/slurm_fast.py`'s; `scontrol`, `sinfo`, `srun` read their own words.
 
     run_fast(["queue", "--all"])        -> runs `queue`, returns its exit status
     run_fast(["submit", "--frobnicate"]) -> None (typer says what is wrong)
@@ -21,11 +23,12 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     # A parsed line: the command body and its arguments.
-    Parsed: TypeAlias = tuple[Callable[..., int], tuple[object, ...]]
+    # None from the body: it found a value typer must call wrong, before doing anything.
+    Parsed: TypeAlias = tuple[Callable[..., int | None], tuple[object, ...]]
 
 # submit's options: typer's option name -> (SubmitOptions field, kind); kind "int", "str",
 # "list" (repeatable), or a bool for flags (the value they set).
-_SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
+SUBMIT_OPTIONS: dict[str, tuple[str, str | bool]] = {
     "--gpus": ("gpus", "int"),
     "-G": ("gpus", "int"),
     "--cpus": ("cpus", "int"),
@@ -85,7 +88,7 @@ _SUBMIT_MIN = {"nodes": 1, "gpus_per_node": 0, "retries": 0, "gpus": 0, "cpus": 
                "ntasks_per_node": 1}  # fmt: skip
 
 
-class _Unsure(Exception):
+class Unsure(Exception):
     """The line is not one the fast path is sure to read as typer would."""
 
 
@@ -105,7 +108,7 @@ def parse_fast(args: list[str]) -> Parsed | None:
         return None
     try:
         return parse(args[1:])
-    except _Unsure:
+    except Unsure:
         return None
 
 
@@ -119,16 +122,16 @@ def _split(arg: str, names: dict[str, tuple[str, str | bool]]) -> tuple[str, str
         return arg[:2], arg[2:]
     elif arg in names:
         return arg, None
-    raise _Unsure
+    raise Unsure
 
 
 def _int(text: str, low: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise _Unsure from None
+        raise Unsure from None
     if low is not None and value < low:
-        raise _Unsure
+        raise Unsure
     return value
 
 
@@ -139,11 +142,47 @@ def _ref(text: str) -> str:
     try:
         return check(text)
     except ValueError:
-        raise _Unsure from None
+        raise Unsure from None
 
 
 def _submit(args: list[str]) -> Parsed:
+    opts, _ = read_submit(args, SUBMIT_OPTIONS)
+    if not opts.command:
+        raise Unsure  # typer's "Missing argument" usage error
+    return commands.submit, (opts,)
+
+
+# sbatch's own options (cli/sbatch_cmd.py), beside submit's: kept apart from SubmitOptions.
+SBATCH_OWN: dict[str, tuple[str, str | bool]] = {
+    "--parsable": ("parsable", True), "--wrap": ("wrap", "str"),
+}  # fmt: skip
+
+
+def _sbatch(args: list[str]) -> Parsed:
+    """submit's options and sbatch's own; Slurm's options before the script taken out as
+    typer's sbatch takes them (`cli/sbatching.py`), their warnings said only when this path
+    runs the line (typer would say them again)."""
+    from gpuyard.cli.sbatching import run_sbatch, take_slurm_options
+    from gpuyard.domain.errors import GpuyardError
+
+    table = {**SUBMIT_OPTIONS, **SBATCH_OWN}
+    takes_value = {name: not isinstance(kind, bool) for name, (_, kind) in table.items()}
+    warnings: list[str] = []
+    try:
+        kept, values = take_slurm_options(args, takes_value, warnings.append)
+    except GpuyardError:  # a directive's bad value (`-n x`): typer says it, once
+        raise Unsure from None
+    opts, own = read_submit(kept, table)
+    parsable, wrap = own.get("parsable", False), own.get("wrap")
+    return run_sbatch, (opts, parsable, wrap, values, warnings)
+
+
+def read_submit(args: list[str], table: dict[str, tuple[str, str | bool]]
+                ) -> tuple[commands.SubmitOptions, dict[str, object]]:  # fmt: skip
+    """submit's options (`table`'s) as typer reads them, up to the command, which may be
+    empty; SBATCH_OWN's values apart. Unsure when typer must read the line."""
     opts = commands.SubmitOptions()
+    own: dict[str, object] = {}
     lists: dict[str, list[str]] = {"env": [], "notify": []}
     i = 0
     while i < len(args):
@@ -153,30 +192,30 @@ def _submit(args: list[str]) -> Parsed:
             break
         if not arg.startswith("-") or arg == "-":
             break  # the command's first word: options end here (no interspersed options)
-        name, inline = _split(arg, _SUBMIT_OPTIONS)
-        field, kind = _SUBMIT_OPTIONS[name]
+        name, inline = _split(arg, table)
+        field, kind = table[name]
         i += 1
+        value: object
         if isinstance(kind, bool):
             if inline is not None:
-                raise _Unsure
-            setattr(opts, field, kind)
-            continue
-        if inline is None:
-            if i >= len(args):
-                raise _Unsure
-            inline = args[i]
-            i += 1
-        if kind == "int":
-            setattr(opts, field, _int(inline, _SUBMIT_MIN.get(field)))
-        elif kind == "list":
-            lists[field].append(inline)
+                raise Unsure
+            value = kind
         else:
-            setattr(opts, field, inline)
+            if inline is None:
+                if i >= len(args):
+                    raise Unsure
+                inline = args[i]
+                i += 1
+            value = _int(inline, _SUBMIT_MIN.get(field)) if kind == "int" else inline
+        if kind == "list":
+            lists[field].append(inline or "")
+        elif name in SBATCH_OWN:
+            own[field] = value
+        else:
+            setattr(opts, field, value)
     opts.command = args[i:]
     opts.env, opts.notify = lists["env"], lists["notify"]
-    if not opts.command:
-        raise _Unsure  # typer's "Missing argument" usage error
-    return commands.submit, (opts,)
+    return opts, own
 
 
 _LIST_FLAGS: dict[str, tuple[str, str | bool]] = {
@@ -201,7 +240,7 @@ def _flags_and_words(args: list[str], flags: dict[str, tuple[str, str | bool]]
         if arg.startswith("-") and arg != "-":
             name, inline = _split(arg, flags)
             if inline is not None:
-                raise _Unsure
+                raise Unsure
             seen.add(flags[name][0])
         else:
             words.append(arg)
@@ -211,22 +250,29 @@ def _flags_and_words(args: list[str], flags: dict[str, tuple[str, str | bool]]
 def _queue(args: list[str]) -> Parsed:
     seen, words = _flags_and_words(args, _LIST_FLAGS)
     if words:
-        raise _Unsure
+        raise Unsure
     return commands.queue, ("all" in seen, "json" in seen, None, None, None, "array" in seen)
 
 
 def _show(args: list[str]) -> Parsed:
     seen, words = _flags_and_words(args, _JSON_FLAG)
     if len(words) != 1:
-        raise _Unsure
+        raise Unsure
     return commands.show, (_ref(words[0]), "json" in seen)
 
 
 def _cancel(args: list[str]) -> Parsed:
     _, words = _flags_and_words(args, {})
     if not words:
-        raise _Unsure
+        raise Unsure
     return commands.cancel, ([_ref(word) for word in words],)
+
+
+def _slurm_flags(args: list[str], name: str) -> Parsed | None:
+    """squeue, sacct, scancel: getopt-style flags read by `cli/slurm_fast.py`."""
+    from gpuyard.cli.slurm_fast import parse_slurm
+
+    return parse_slurm(name, args)
 
 
 def _slurm_named(args: list[str], name: str) -> Parsed:
@@ -244,7 +290,7 @@ def _slurm_named(args: list[str], name: str) -> Parsed:
     return body, (args,)
 
 
-_PARSERS: dict[str, Callable[[list[str]], Parsed]] = {
+_PARSERS: dict[str, Callable[[list[str]], Parsed | None]] = {
     "submit": _submit,
     "queue": _queue,
     "ps": _queue,
@@ -255,4 +301,8 @@ _PARSERS: dict[str, Callable[[list[str]], Parsed]] = {
     "srun": lambda args: _slurm_named(args, "srun"),
     "salloc": lambda args: _slurm_named(args, "salloc"),
     "slurm-commands": lambda args: _slurm_named(args, "slurm-commands"),
+    "squeue": lambda args: _slurm_flags(args, "squeue"),
+    "sacct": lambda args: _slurm_flags(args, "sacct"),
+    "scancel": lambda args: _slurm_flags(args, "scancel"),
+    "sbatch": _sbatch,
 }

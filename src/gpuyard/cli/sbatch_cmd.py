@@ -6,6 +6,8 @@ directives: the output in `slurm-%j.out` (`slurm-%A_%a.out` for an array) in the
 directory, the whole submitting environment (`--export=ALL`), `SLURM_SUBMIT_DIR`. It prints
 `Submitted batch job N` (`--parsable`: `N`). Slurm options that mean nothing here
 (`-p gpu`, `--qos high`, `-A lab`...) are one warning each, as in a script, not an error.
+Here are typer's signature, help and usage errors; the body is `cli/sbatching.py`'s, which
+the fast start path (`cli/slurm_fast.py`) runs without typer for the lines it is sure of.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import typer
 
 from gpuyard.cli import commands
 from gpuyard.cli.cmd_common import exit_with
+from gpuyard.cli.sbatching import run_sbatch, take_slurm_options
 from gpuyard.cli.submit_options import OPTIONS, SubmitCommand, taking
 
 
@@ -51,7 +54,7 @@ def register(app: typer.Typer, admin: typer.Typer) -> None:
     def sbatch(**given: Any) -> None:
         """Queue a batch script as Slurm's sbatch does: its #SBATCH directives, flags over
         them; prints `Submitted batch job N`."""
-        exit_with(run_sbatch(given))
+        exit_with(run_given(given))
 
     app.command("sbatch", cls=SbatchCommand,
                 context_settings={"allow_interspersed_args": False})(sbatch)  # fmt: skip
@@ -62,70 +65,21 @@ class SbatchCommand(SubmitCommand):
     the script) taken out with a warning each, as the same directives in a script are."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        args, ctx.meta["sbatch_values"] = _take_slurm_options(self, args)
+        takes_value: dict[str, bool] = {}
+        for param in self.params:
+            if isinstance(param, click.Option):
+                for name in (*param.opts, *param.secondary_opts):
+                    takes_value[name] = not param.is_flag
+        args, ctx.meta["sbatch_values"] = take_slurm_options(args, takes_value,
+                                                             sys.stderr.write)  # fmt: skip
         return super().parse_args(ctx, args)
 
 
-def run_sbatch(given: dict[str, Any]) -> int:
-    """The submit that `given` (sbatch's parsed options) asks for; its exit status."""
+def run_given(given: dict[str, Any]) -> int:
+    """The submit that `given` (sbatch's parsed options, typer's) asks for; its exit status."""
     parsable, wrap = given.pop("parsable"), given.pop("wrap")
     command = list(given.pop("command") or [])
-    if wrap is not None:
-        if command:
-            sys.stderr.write("gpuyard: --wrap and a script: give one of them\n")
-            return 2
-        command = ["/bin/sh", "-c", wrap]
-    elif not command:
-        sys.stderr.write("gpuyard: sbatch: give a batch script (or --wrap COMMAND)\n")
-        return 2
     given["env"], given["notify"] = given.get("env") or [], given.get("notify") or []
     opts = commands.SubmitOptions(command, **given)
-    opts.style = "parsable" if parsable else "sbatch"
-    opts.defaults = {"export": "ALL"}
-    opts.slurm_values = click.get_current_context().meta.get("sbatch_values", {})
-    return commands.submit(opts)
-
-
-def _take_slurm_options(command: click.Command, args: list[str]
-                        ) -> tuple[list[str], dict[str, object]]:  # fmt: skip
-    """`args` without the sbatch options this command does not have, before the script, and
-    the values they set: those a script's directive would read (`-n 4`, `--gpus-per-task 1`,
-    `--mem-per-cpu 4G`) as its directive reads them, those it would ignore (`-p gpu`,
-    `--qos=high`, `--exclusive`) each said on stderr."""
-    from gpuyard.domain import sbatch
-
-    takes_value: dict[str, bool] = {}
-    for param in command.params:
-        if isinstance(param, click.Option):
-            for name in (*param.opts, *param.secondary_opts):
-                takes_value[name] = not param.is_flag
-    kept: list[str] = []
-    values: dict[str, object] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--" or not arg.startswith("-") or arg == "-":
-            break  # the script (or --): options end here
-        name = arg.partition("=")[0] if arg.startswith("--") else arg[:2]
-        if name in takes_value:
-            kept.append(arg)
-            joined = "=" in arg if arg.startswith("--") else len(arg) > 2
-            if takes_value[name] and not joined and i + 1 < len(args):
-                kept.append(args[i + 1])
-                i += 1
-            i += 1
-            continue
-        after = args[i + 1] if i + 1 < len(args) else None
-        taken = sbatch.sbatch_option(arg, after)
-        if taken is not None:
-            used, found = taken
-            values = sbatch.merge(values, found)
-            i += used
-            continue
-        ignored = sbatch.ignored_option(arg, after)
-        if ignored is None:
-            break  # not Slurm's either: submit's usage error says so
-        used, message = ignored
-        sys.stderr.write(f"gpuyard: warning: {message}\n")
-        i += used
-    return [*kept, *args[i:]], values
+    values = click.get_current_context().meta.get("sbatch_values", {})
+    return run_sbatch(opts, parsable, wrap, values)

@@ -7,23 +7,34 @@ What gpuyard has no counterpart for is printed as Slurm prints an unset value: t
 is the server's one queue (`gpuyard`), the account the owner's team is not known to a job
 record (blank). Pending tasks of an array are folded as squeue folds them (`12_[3-9%2]`).
 Jobs in, text out (an unknown `--format` field is typer's usage error); the commands that
-fetch the jobs and print these are `cli/slurm_queries_cmd.py`'s.
+fetch the jobs and print these are `cli/slurm_queries.py`'s. Standard library only: the fast
+start path (`cli/slurm_fast.py`) prints these; typer is imported only to raise its error.
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
-
-import typer
 
 from gpuyard.cli.render import printable
 from gpuyard.domain.units import format_duration
 
-Job = dict[str, Any]
+TYPE_CHECKING = False  # typing and typer stay unimported on the fast path
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any, NoReturn
+
+    Job = dict[str, Any]
+
+
+def bad_value(message: str, param_hint: str) -> NoReturn:
+    """typer's usage error for one option's value (`Invalid value for '--format': ...`).
+    typer is imported here, when a value is wrong: the fast path then hands the line to
+    typer, which says it in its words (`cli/slurm_fast.py`)."""
+    import typer
+
+    raise typer.BadParameter(message, param_hint=param_hint)
 
 PARTITION = "gpuyard"
 # squeue's default and `-l` formats (squeue(1)).
@@ -166,9 +177,9 @@ def squeue_text(jobs: Sequence[Job], fmt: str = SQUEUE_DEFAULT, header: bool = T
         parts.append(fmt[at : match.start()])
         right, width, letter = match.groups()
         if letter not in SQUEUE_FIELDS:
-            raise typer.BadParameter(
+            bad_value(
                 f"%{letter} is not a field gpuyard knows: use {' '.join(sorted(SQUEUE_FIELDS))}",
-                param_hint="--format",
+                "--format",
             )
         parts.append((bool(right), int(width) if width else None, letter))
         at = match.end()
@@ -399,11 +410,9 @@ def sacct_columns(fields: str) -> list[tuple[str, int]]:
         key = name.lower()
         if key not in SACCT_FIELDS:
             known = ",".join(v[0] for v in SACCT_FIELDS.values())
-            raise typer.BadParameter(f"{name} is not a field gpuyard knows: use {known}",
-                                     param_hint="--format")  # fmt: skip
+            bad_value(f"{name} is not a field gpuyard knows: use {known}", "--format")
         if width and not width.isdigit():
-            raise typer.BadParameter(f"{item}: the width after % is a number",
-                                     param_hint="--format")  # fmt: skip
+            bad_value(f"{item}: the width after % is a number", "--format")
         columns.append((key, int(width) if width else SACCT_FIELDS[key][1]))
     return columns
 

@@ -36,7 +36,7 @@ def build_submission(
     if not name and script_argv is not None and script_argv[0] != os.path.abspath(command[0]):
         # Run by its interpreter: the server would name the job after the interpreter; the
         # user named the script (the server's own default, applied to what they typed).
-        from gpuyard.domain.spec_rules import default_name
+        from gpuyard.domain.job_names import default_name
 
         name = default_name(command)
     # The client's working directory goes with the job; the server decides only without one.

@@ -15,7 +15,6 @@ at exec (E2BIG) must fail now, not at launch, and a 50 MiB argv must not ride in
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, fields
 
 from gpuyard.domain.dependency import parse_dependency
@@ -27,6 +26,8 @@ from gpuyard.domain.job import (
     WARN_TARGETS,
     JobSpec,
 )
+from gpuyard.domain.job_names import MAX_NAME_CHARS as MAX_NAME_CHARS  # re-exported
+from gpuyard.domain.job_names import default_name as default_name  # re-exported
 from gpuyard.domain.retry import MAX_RETRIES, check_retry_on
 from gpuyard.domain.signals import SIGTERM, parse_signal
 
@@ -39,7 +40,6 @@ MAX_ARG_BYTES = 128 * KIB - 1
 MAX_ARGV_BYTES = 128 * KIB
 MAX_ENV_BYTES = 256 * KIB
 MAX_ENV_VARS = 4096
-MAX_NAME_CHARS = 200
 MAX_WORKDIR_BYTES = 4095  # PATH_MAX, NUL excluded
 # A copied script rides with the job (its record, the book): sbatch's scripts are small, and a
 # large program belongs in the working directory, run by a small script.
@@ -247,43 +247,6 @@ def check_notify(urls: tuple[str, ...], events: tuple[str, ...]) -> None:
             f"notify_events: {', '.join(unknown)!s}: use {', '.join(NOTIFY_EVENTS)}",
             field="notify_events",
         )
-
-
-def default_name(argv: tuple[str, ...] | list[str]) -> str:
-    """The program's file name, like Slurm's job name from the script (`train.sh`); a script
-    run by its interpreter is named after the script (`python -u train.py`: `train.py`,
-    `python -m pkg.cli`: `pkg.cli`), as sbatch names a job after its script."""
-    name = _base(argv[0])
-    if _INTERPRETER.fullmatch(name):
-        name = _script_of(argv[1:], python=name.startswith(("python", "pypy"))) or name
-    return name[:MAX_NAME_CHARS] or "job"
-
-
-# Programs whose first operand is the script they run: python3.11, pypy3, sh, bash...
-_INTERPRETER = re.compile(r"(?:python|pypy)[0-9.]*|(?:ba|da|k|z)?sh")
-_PYTHON_VALUED = ("-W", "-X", "--check-hash-based-pycs")  # options that take the next word
-
-
-def _base(path: str) -> str:
-    return os.path.basename(path.rstrip("/"))
-
-
-def _script_of(args: tuple[str, ...] | list[str], *, python: bool) -> str | None:
-    """The script (or, for python, `-m`'s module) an interpreter's arguments run; None for
-    `-c CODE`, or none given."""
-    words = iter(args)
-    for arg in words:
-        if arg == "-" or (arg[:1] == "-" and arg[1:2] != "-" and "c" in arg):
-            return None  # -c CODE (bash -lc, python -uc too), or a script on stdin
-        if python and arg == "-m":
-            return next(words, None)
-        if python and arg in _PYTHON_VALUED:
-            next(words, None)
-            continue
-        if arg == "--" or not arg.startswith("-"):
-            script = arg if arg != "--" else next(words, "")
-            return _base(script) or None
-    return None
 
 
 def default_gpus(draft: SpecDraft) -> int:
