@@ -100,6 +100,7 @@ bench: $(STAMP_TEST) bytecode
 	$(BIN)/python bench/telemetry.py --json
 	$(BIN)/python bench/ddp_overhead.py --json
 	$(BIN)/python bench/dashboard.py --json
+	$(BIN)/python bench/mixed_load.py --json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

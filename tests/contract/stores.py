@@ -17,7 +17,7 @@ import pytest
 
 from gpuyard.adapters.store.memory import MemoryDatabase, MemoryJobStore
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
-from gpuyard.domain.job import Attempt, Job, JobSpec
+from gpuyard.domain.job import Attempt, Job, JobSpec, JobStep
 from gpuyard.domain.states import JobState
 from gpuyard.services.ports import JobStore
 
@@ -197,4 +197,9 @@ def finished_job_with_every_field_set() -> Job:
         array_task_id=3,
         max_rss_kib=3_145_728,
         cpu_time_s=12.5,
+        steps=(
+            JobStep(0, "true", 1, 1_700_000_001.0, 1_700_000_001.5, 0),
+            JobStep(1, "python3 ü", 4, 1_700_000_002.0, 1_700_000_090.0, 143, 15),
+            JobStep(2, "sleep", 1, 1_700_000_091.0),  # killed with its job: no end
+        ),
     )

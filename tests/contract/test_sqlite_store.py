@@ -22,11 +22,11 @@ from gpuyard.adapters.store.group_commit import GroupCommitWriter
 from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
 from gpuyard.domain.accounts import Account, Team
 from gpuyard.domain.errors import Unavailable
-from gpuyard.domain.job import Drain, Job
+from gpuyard.domain.job import Drain, Job, JobStep
 from gpuyard.domain.states import JobState
 from tests.contract.stores import pending_job
 
-HEAD = "0016"
+HEAD = "0017"
 
 
 @pytest.fixture
@@ -331,5 +331,36 @@ def test_accounts_come_with_0008_and_go_with_its_downgrade(db_path: Path) -> Non
     again = SqlJobStore(sqlite_url(db_path))
     try:
         assert again.load_accounts() == [] and again.max_job_id() == 12
+    finally:
+        again.close()
+
+
+def test_steps_come_with_0017_and_go_with_its_downgrade(db_path: Path) -> None:
+    migrate(db_path, "0016")
+    with sqlite3.connect(db_path) as raw:  # a job that ended before steps were recorded
+        raw.execute(
+            "INSERT INTO jobs (id, name, owner, state, priority, spec, reason, gpus, node,"
+            " submitted_at, version) VALUES (7, 'old', 'ada', 'COMPLETED', 0, ?, 'None', '[]',"
+            " 'local', 5.0, 1)",
+            ('{"argv": ["true"], "workdir": "/", "gpus": 0, "cpus": 1, "mem_mib": 0,'
+             ' "time_limit_s": null, "env": []}',),
+        )  # fmt: skip
+    store = SqlJobStore(sqlite_url(db_path))
+    try:
+        (old,) = store.load_jobs()
+        assert old.steps == ()
+        step = JobStep(0, "train", 2, 6.0, 9.5, 3)
+        store.write([pending_job(8)], [])
+        store.write([], [with_steps := store.get_job(8).with_changes(steps=(step,))])  # type: ignore[union-attr]
+        assert store.get_job(8) == with_steps
+    finally:
+        store.close()
+    migrate(db_path, "0016", down=True)
+    assert "steps" not in schema(db_path)["jobs"]  # type: ignore[operator]
+    migrate(db_path, HEAD)
+    again = SqlJobStore(sqlite_url(db_path))
+    try:
+        assert sorted(j.id for j in again.load_jobs()) == [7, 8]
+        assert again.get_job(8).steps == ()  # type: ignore[union-attr]
     finally:
         again.close()

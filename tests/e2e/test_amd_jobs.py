@@ -163,6 +163,30 @@ def test_on_a_mixed_machine_a_gpu_type_places_the_job_on_its_gpus(
         server.kill_jobs()
 
 
+@needs_fakes
+def test_srun_gpu_bind_binds_each_task_to_its_amd_gpu_by_rocr_visible_devices(
+    tmp_path: Path, rocm_dir: Path, nvml_dir: Path
+) -> None:
+    """On a mixed machine, `srun --gpu-bind=map_gpu:1,0` in a job on both AMD GPUs: each task's
+    ROCR_VISIBLE_DEVICES names its one GPU, HIP's mask indexes into it (0), CUDA's still hides
+    the NVIDIA GPUs, and GPU_DEVICE_ORDINAL stays unset (it would remap ROCR's again)."""
+    server = _server(tmp_path, rocm_dir, nvml_dir, nvidia=True)
+    try:
+        says = ('echo "t $SLURM_PROCID rocr=$ROCR_VISIBLE_DEVICES hip=$HIP_VISIBLE_DEVICES '
+                'cuda=$CUDA_VISIBLE_DEVICES ord=${GPU_DEVICE_ORDINAL-unset}"')  # fmt: skip
+        script = tmp_path / "bind.sh"
+        script.write_text("#!/bin/sh\n#SBATCH -n 2\n#SBATCH --gres=gpu:mi300x:2\n"
+                          f"srun --gpu-bind=map_gpu:1,0 sh -c '{says}'\n")  # fmt: skip
+        job = int(server.cli("sbatch", "--parsable", str(script), cwd=tmp_path).stdout)
+        assert wait_ended(server.client(), job)["state"] == "COMPLETED"
+        log = server.cli("logs", str(job)).stdout
+        tasks = sorted(ln for ln in log.splitlines() if ln.startswith("t "))
+        assert tasks == ["t 0 rocr=1 hip=0 cuda= ord=unset", "t 1 rocr=0 hip=0 cuda= ord=unset"]
+    finally:
+        server.stop()
+        server.kill_jobs()
+
+
 _ROCM_TORCH = """\
 import types
 __version__ = "2.5.1+rocm6.2"

@@ -14,7 +14,8 @@ import pytest
 from tests.e2e.server import ServerProcess, wait_ended, wait_for
 from tests.e2e.test_slurm_semantics import _script
 
-TASKS = "srun sh -c 'echo \"task $SLURM_PROCID cvd=$CUDA_VISIBLE_DEVICES step=$SLURM_STEP_GPUS\"'\n"
+TASKS = ("srun sh -c 'echo \"task $SLURM_PROCID cvd=$CUDA_VISIBLE_DEVICES step=$SLURM_STEP_GPUS"
+         " ord=$GPU_DEVICE_ORDINAL\"'\n")
 ENV_NAMES = (
     "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
     "SLURM_ARRAY_TASK_STEP", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
@@ -46,6 +47,7 @@ def test_gpus_per_task_gives_each_srun_task_its_own_gpus(
     one_task = "srun -n 1 sh -c 'echo \"one cvd=$CUDA_VISIBLE_DEVICES\"'\n"
     script = _script(tmp_path, "bind.sh", "#!/bin/sh\n"
                      'echo "batch cvd=$CUDA_VISIBLE_DEVICES per_task=$SLURM_GPUS_PER_TASK"\n'
+                     'echo "ordinal=$GPU_DEVICE_ORDINAL"\n'
                      + TASKS + one_task)  # fmt: skip
     job_id = server.cli("sbatch", "--parsable", "-n", "2", "--gpus-per-task", "2", str(script),
                         cwd=tmp_path).stdout.strip()  # fmt: skip
@@ -55,8 +57,11 @@ def test_gpus_per_task_gives_each_srun_task_its_own_gpus(
     gpus = batch.split()[1].removeprefix("cvd=").split(",")
     assert len(gpus) == 4 and batch.endswith("per_task=2")
     mine = [",".join(gpus[:2]), ",".join(gpus[2:])]
+    # GPU_DEVICE_ORDINAL beside CUDA_VISIBLE_DEVICES, the same list, as Slurm's gres/gpu sets it.
+    assert _lines(server, job_id, "ordinal=") == [f"ordinal={','.join(gpus)}"]
     assert _lines(server, job_id, "task ") == [
-        f"task 0 cvd={mine[0]} step={mine[0]}", f"task 1 cvd={mine[1]} step={mine[1]}"]  # fmt: skip
+        f"task 0 cvd={mine[0]} step={mine[0]} ord={mine[0]}",
+        f"task 1 cvd={mine[1]} step={mine[1]} ord={mine[1]}"]  # fmt: skip
     assert _lines(server, job_id, "one ") == [f"one cvd={mine[0]}"]
 
     says = 'echo "task $SLURM_PROCID sees $CUDA_VISIBLE_DEVICES"'
@@ -75,6 +80,25 @@ def test_a_step_that_needs_more_gpus_than_the_job_has_is_refused_in_one_line(
     assert job["state"] == "FAILED"
     log = server.cli("logs", job_id).stdout
     assert "3 tasks x 1 GPUs per task need 3 GPUs; this node has 2 of the job's" in log
+
+
+def test_an_sbatch_scripts_gpu_type_is_kept_in_the_gpu_variables(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """`#SBATCH --gpus-per-task=a100:2` gives SLURM_GPUS_PER_TASK=a100:2 (srun still binds 2
+    GPUs a task), `--gres=gpu:a100:2` SLURM_GPUS_PER_NODE=a100:2, as Slurm keeps the type."""
+    says = 'echo "vars task=$SLURM_GPUS_PER_TASK node=$SLURM_GPUS_PER_NODE"\n'
+    per_task = _script(tmp_path, "typed.sh", "#!/bin/sh\n#SBATCH -n 2\n"
+                       "#SBATCH --gpus-per-task=a100:2\n" + says + TASKS)  # fmt: skip
+    job_id = server.cli("sbatch", "--parsable", str(per_task), cwd=tmp_path).stdout.strip()
+    assert wait_ended(server.client(), job_id)["state"] == "COMPLETED"
+    assert _lines(server, job_id, "vars ") == ["vars task=a100:2 node="]
+    tasks = _lines(server, job_id, "task ")
+    assert len(tasks) == 2 and all(len(t.split()[2].split(",")) == 2 for t in tasks), tasks
+    gres = _script(tmp_path, "gres.sh", "#!/bin/sh\n#SBATCH --gres=gpu:a100:2\n" + says)
+    job_id = server.cli("sbatch", "--parsable", str(gres), cwd=tmp_path).stdout.strip()
+    assert wait_ended(server.client(), job_id)["state"] == "COMPLETED"
+    assert _lines(server, job_id, "vars ") == ["vars task= node=a100:2"]
 
 
 def _env_script(tmp_path: Path) -> Path:

@@ -118,6 +118,28 @@ def test_gpus_per_node_or_per_task_partition_account_and_dependency() -> None:
     assert "SLURM_JOB_DEPENDENCY" not in per_node
 
 
+def test_gpu_counts_carry_the_type_the_user_named_as_slurms_do() -> None:
+    """`--gpus-per-task=a100:2` gives SLURM_GPUS_PER_TASK=a100:2, `--gres=gpu:a100:4`
+    SLURM_GPUS_PER_NODE=a100:4 (tools parse the `TYPE:`); no type named: the bare number."""
+    typed = build_job_env(job(gpus=4, gpu_type="a100", gpu_ids=(0, 1, 2, 3)), BASE)
+    assert typed["SLURM_GPUS_PER_NODE"] == "a100:4"
+    per_task = build_job_env(job(gpus=4, ntasks_per_node=2, gpus_per_task=2, gpu_type="a100",
+                                 gpu_ids=(0, 1, 2, 3)), BASE)  # fmt: skip
+    assert per_task["SLURM_GPUS_PER_TASK"] == "a100:2"
+    assert per_task["SLURM_GPUS_ON_NODE"] == "4"  # a count, never typed (as Slurm's)
+    plain = build_job_env(job(gpus=2, gpu_ids=(0, 1)), BASE)
+    assert plain["SLURM_GPUS_PER_NODE"] == "2"
+
+
+def test_gpu_device_ordinal_names_the_same_gpus_as_cuda_visible_devices() -> None:
+    """Slurm's gres/gpu sets GPU_DEVICE_ORDINAL beside CUDA_VISIBLE_DEVICES; a job on no GPUs
+    gets none, whatever the submitter had."""
+    env = build_job_env(job(gpus=2, gpu_ids=(1, 3)), BASE)
+    assert env["GPU_DEVICE_ORDINAL"] == env["CUDA_VISIBLE_DEVICES"] == "1,3"
+    cpu = build_job_env(job(), {**BASE, "GPU_DEVICE_ORDINAL": "7"})
+    assert "GPU_DEVICE_ORDINAL" not in cpu
+
+
 def test_python_output_is_line_buffered_not_unbuffered() -> None:
     """Every job's Python writes a line at a time (the startup hook first on PYTHONPATH), not
     in PYTHONUNBUFFERED's pieces; a job's own PYTHONUNBUFFERED is kept; a container's Python

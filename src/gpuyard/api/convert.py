@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuyard.domain.arrays import parse_array
-from gpuyard.domain.job import REASON_NONE, Attempt, Drain, Job, JobSpec, display_state
+from gpuyard.domain.job import (
+    REASON_NONE,
+    Attempt,
+    Drain,
+    Job,
+    JobSpec,
+    JobStep,
+    display_state,
+)
 from gpuyard.domain.signals import SIGTERM, parse_signal
 from gpuyard.domain.spec_rules import SpecDraft, decide_spec
 from gpuyard.domain.states import JobState
@@ -28,6 +36,7 @@ from gpuyard.schemas.v1 import (
     JobOut,
     JobSubmitIn,
     ServiceHealthOut,
+    StepOut,
 )
 from gpuyard.services.jobs.submit import DryRun
 from gpuyard.services.launch.service_check import HealthState, service_url
@@ -152,6 +161,7 @@ def job_to_wire(
         array_task_id=job.array_task_id,
         max_rss_kib=job.max_rss_kib,
         cpu_time_s=job.cpu_time_s,
+        steps=[step_to_wire(step) for step in job.steps],
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),
         estimate_assumes=estimate_assumes,
@@ -184,6 +194,18 @@ def attempt_to_wire(attempt: Attempt) -> AttemptOut:
         reason=wire_reason(attempt.reason),
         node=attempt.node,
         gpus=list(attempt.gpus),
+    )
+
+
+def step_to_wire(step: JobStep) -> StepOut:
+    return StepOut.model_construct(
+        number=step.number,
+        name=step.name,
+        ntasks=step.ntasks,
+        started_at=_iso(step.started_at) or "",
+        ended_at=_iso(step.ended_at),
+        exit_code=step.exit_code,
+        signal=step.signal,
     )
 
 

@@ -213,28 +213,38 @@ def queue(
 
             raise InvalidRequest("--me and --user both name a user: give one of them")
         user = session.whoami()["user"]  # the account the token acts as
+    limit = HISTORY_PAGE if all and page.limit is None else page.limit
     jobs: Sequence[JobDict] = session.jobs(
-        all=all, limit=page.limit, before_id=page.before_id, since=page.since,
+        all=all, limit=limit, before_id=page.before_id, since=page.since,
         states=page.states, user=user, name=page.name,
     )  # fmt: skip
+    table = _write_jobs(jobs, json_out, fmt, sort, expand)
+    if all and limit is not None and jobs and len(jobs) >= limit:  # JSON's too, on stderr
+        oldest = min(int(job["id"]) for job in jobs)
+        sys.stderr.write(f"gpuyard: more: add --before {oldest} for older jobs\n")
+    if table and page.states and not all:
+        _hint_finished(page.states)
+    return 0
+
+
+def _write_jobs(
+    jobs: Sequence[JobDict], json_out: bool, fmt: str | None, sort: str | None, expand: bool
+) -> bool:
+    """`queue`'s output: JSON, squeue's `--format`, or the table (True)."""
     if sort or fmt:
         from gpuyard.cli.queue_format import format_jobs, sort_jobs
 
         jobs = sort_jobs(jobs, sort) if sort else jobs
         if fmt and not json_out:
             sys.stdout.write(format_jobs(_folded(jobs, expand), fmt) + "\n")
-            return 0
+            return False
     if json_out:
         print_json(jobs)
-        return 0
+        return False
     from gpuyard.cli.render import queue_rows
 
     sys.stdout.write(queue_rows(_folded(jobs, expand)) + "\n")
-    if all and page.limit is not None and len(jobs) >= page.limit and jobs:
-        sys.stderr.write(f"gpuyard: more: add --before {jobs[0]['id']} for older jobs\n")
-    if page.states and not all:
-        _hint_finished(page.states)
-    return 0
+    return True
 
 
 def _hint_finished(states: tuple[str, ...]) -> None:
@@ -256,6 +266,13 @@ def _folded(jobs: Sequence[JobDict], expand: bool) -> Sequence[JobDict]:
     from gpuyard.cli.queue_format import fold_arrays
 
     return fold_arrays(jobs)
+
+
+# `queue --all` without --limit: the newest jobs of history, a terminal's worth. The whole
+# page the server allows (10,000) cost ~1.3 s of the server's CPU per request with 20,000
+# finished jobs and, under 50 clients, held every other request seconds behind it (issue 27,
+# docs/benchmarks.md "Mixed load from 50 clients"); older pages are a `--before` away.
+HISTORY_PAGE = 200
 
 
 class HistoryPage:

@@ -37,7 +37,9 @@ def queue_cmd(
     all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
     json_out: JsonOpt = False,
     limit: Annotated[
-        int | None, typer.Option(min=1, max=10_000, help="at most N jobs (the newest)")
+        int | None, typer.Option(
+            min=1, max=10_000, help="at most N jobs (the newest; with --all 200 unless given)"
+        )
     ] = None,
     before: Annotated[
         int | None,

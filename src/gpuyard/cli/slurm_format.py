@@ -14,6 +14,7 @@ start path (`cli/slurm_fast.py`) prints these; typer is imported only to raise i
 from __future__ import annotations
 
 import re
+import signal
 from datetime import datetime
 
 from gpuyard.cli.render import printable
@@ -317,7 +318,7 @@ def _step_figure(job: Job, figure: float | None, unit: int, divisor: int = 1024)
     step's the job's whole figure, 0 unknown."""
     if not job.get("_step"):
         return ""
-    if job.get("_suffix") == ".extern":  # the allocation's own step runs none of the job
+    if _unmeasured(job):
         figure = None
     return convert_units(figure or 0, unit, job.get("_units"), divisor)
 
@@ -325,12 +326,12 @@ def _step_figure(job: Job, figure: float | None, unit: int, divisor: int = 1024)
 def _energy(job: Job) -> str:
     """ConsumedEnergy: the job's (its allocation row and its batch step, which is all of it
     here); the extern step's 0; 0 where nothing was measured, as Slurm prints."""
-    joules = None if job.get("_suffix") == ".extern" else _energy_joules(job)
+    joules = None if _unmeasured(job) else _energy_joules(job)
     return convert_units(round(joules or 0), 0, job.get("_units"), 1000)
 
 
 def _energy_raw(job: Job) -> str:
-    joules = None if job.get("_suffix") == ".extern" else _energy_joules(job)
+    joules = None if _unmeasured(job) else _energy_joules(job)
     return str(round(joules or 0))
 
 
@@ -350,12 +351,19 @@ def cpu_clock(seconds: float) -> str:
 
 
 def _total_cpu(job: Job) -> str:
-    return cpu_clock(0 if job.get("_suffix") == ".extern" else _cpu_seconds(job) or 0)
+    return cpu_clock(0 if _unmeasured(job) else _cpu_seconds(job) or 0)
 
 
 def _req_mem(job: Job) -> str:
     mib = job.get("mem_mib") or 0
     return convert_units(mib, 2, job.get("_units")) if mib else "0"
+
+
+def _ntasks(job: Job) -> str:
+    """NTasks: blank on the job's own row, 1 for .batch and .extern, an srun step's count."""
+    if not job.get("_step"):
+        return ""
+    return str(job.get("_ntasks") or 1)
 
 
 # sacct's fields: name (lower case) -> (header, default width, cell, left-justified)
@@ -389,6 +397,7 @@ SACCT_FIELDS: dict[str, tuple[str, int, Callable[[Job], str], bool]] = {
     "workdir": ("WorkDir", 10, lambda j: printable(str(j.get("workdir") or "")), False),
     "reason": ("Reason", 10, lambda j: str(j.get("reason") or "None"), False),
     "priority": ("Priority", 10, lambda j: str(j.get("priority", 0)), False),
+    "ntasks": ("NTasks", 8, _ntasks, False),
     "cputime": ("CPUTime", 10, lambda j: _hms(_elapsed(j) * (j.get("cpus") or 1)), False),
 }
 
@@ -426,7 +435,54 @@ def with_steps(jobs: Sequence[Job]) -> list[Job]:
                        "exit_code": 0, "reason": None,
                        "display_state": "RUNNING" if state in _LIVE else "COMPLETED"}  # fmt: skip
         rows += [batch, extern]
+        rows += [_numbered_step(job, ref, state, step) for step in job.get("steps") or ()]
     return rows
+
+
+def _numbered_step(job: Job, ref: str, job_state: str, step: dict[str, Any]) -> Job:
+    """An `srun` step's row (`12.0`), as Slurm's: COMPLETED when it exited 0, CANCELLED when a
+    signal ended it as its job was cancelled (or reached its limit; ExitCode 0:15), else FAILED
+    with the worst task's code. A step that recorded no end was killed with its job."""
+    stopped = job_state in ("CANCELLED", "TIMEOUT")
+    code, sig, ended = step.get("exit_code"), step.get("signal"), step.get("ended_at")
+    reason = None
+    if ended is None:
+        ended = job.get("ended_at")
+        state = "CANCELLED" if stopped else _UNENDED.get(job_state, "FAILED")
+        code, sig = (None, 15) if stopped else (None, None)
+    elif sig:
+        state = "CANCELLED" if stopped else "FAILED"
+    else:
+        state = "COMPLETED" if code == 0 else "FAILED"
+    if sig:
+        code, reason = 128 + int(sig), f"Signal: {_signal_name(int(sig))}"
+    runtime = None
+    if ended and step.get("started_at"):
+        began, end = datetime.fromisoformat(step["started_at"]), datetime.fromisoformat(ended)
+        runtime = max(0.0, (end - began).total_seconds())
+    number = step["number"]
+    return {**job, "name": step.get("name") or "", "_step": f"{ref}.{number}",
+            "_suffix": f".{number}", "_numbered": True, "_ntasks": step.get("ntasks") or 1,
+            "display_state": state, "exit_code": code, "reason": reason,
+            "started_at": step.get("started_at"), "ended_at": ended,
+            "runtime_s": runtime}  # fmt: skip
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+# A step killed with its job by what ended the job: the job's state.
+_UNENDED = {"NODE_FAIL": "NODE_FAIL", "OUT_OF_MEMORY": "OUT_OF_MEMORY", "PENDING": "CANCELLED"}
+
+
+def _unmeasured(job: Job) -> bool:
+    """A row whose figures are not gathered here: .extern (the allocation's own step, running
+    none of the job), and each srun step (the job's figures are its batch step's, all of it)."""
+    return job.get("_suffix") == ".extern" or bool(job.get("_numbered"))
 
 
 _LIVE = ("RUNNING", "COMPLETING", "PENDING")

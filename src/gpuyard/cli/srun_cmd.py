@@ -92,6 +92,17 @@ def _read(name: str, args: list[str]) -> tuple[dict[str, object], list[str], lis
                 launcher.append(arg)
                 i += 1
                 continue
+            if arg.startswith("--gpu-bind="):  # the job's own srun binds its tasks
+                launcher.append(arg)
+                i += 1
+                continue
+            if arg == "--gpu-bind":
+                if after is None:
+                    _say(name, "--gpu-bind needs a value (e.g. --gpu-bind=map_gpu:0,1)")
+                    return None
+                launcher += [arg, after]
+                i += 2
+                continue
             if arg in _QUIET_FLAGS or arg.startswith(("--cpu-bind", "--cpu_bind", "--mpi")):
                 i += 2 if arg in ("-i", "--input") else 1
                 continue

@@ -142,6 +142,25 @@ class Attempt:
     gpus: tuple[int, ...] = ()
 
 
+# The steps of one run kept (srun records no more): a job looping over `srun` a million times
+# must not grow its record without bound.
+MAX_STEPS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class JobStep:
+    """One `srun` step of a job's last run (sacct's `JOBID.0`, `JOBID.1` rows), as the in-job
+    srun recorded it: a step with no end was killed with its job before it could say so."""
+
+    number: int  # SLURM_STEP_ID: 0 for the first srun of the run
+    name: str  # the command's basename (Slurm's JobName of a step)
+    ntasks: int  # tasks the step ran (on all its nodes)
+    started_at: float
+    ended_at: float | None = None
+    exit_code: int | None = None  # the worst task's, as srun exits; None: no end recorded
+    signal: int | None = None  # the signal that ended it (an exit status above 128)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One job as the server knows it; every change makes a new Job with `version + 1`."""
@@ -190,6 +209,8 @@ class Job:
     # seconds; None: not measured (not ended yet, or ended without its supervisor's record).
     max_rss_kib: int | None = None
     cpu_time_s: float | None = None
+    # Its last run's `srun` steps, by number (the first MAX_STEPS of them); empty: none ran.
+    steps: tuple[JobStep, ...] = ()
 
     def transition(self, target: JobState, **changes: object) -> Job:
         """Return this job moved to `target` (checked against the transition table)."""

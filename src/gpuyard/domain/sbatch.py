@@ -116,8 +116,8 @@ _IGNORED: dict[str, str] = {
     "ntasks-per-core": "no CPU topology here",
     "ntasks-per-socket": "no CPU topology here",
     "ntasks-per-gpu": "tasks are --ntasks-per-node",
-    "gpu-bind": "srun binds each task to its own GPUs with --gpus-per-task, else each task "
-    "sees all the job's GPUs on its node",
+    "gpu-bind": "give it to srun inside the script (srun --gpu-bind=...); srun binds each task "
+    "to its own GPUs with --gpus-per-task, else each task sees all the job's GPUs on its node",
     "gpu-freq": "GPU clocks are the admin's",
     "cpu-freq": "CPU clocks are the admin's",
     "gres-flags": "GPUs are placed by the scheduler",

@@ -181,6 +181,21 @@ class JobSubmitIn(_Strict):
     )
 
 
+class StepOut(BaseModel):
+    """One `srun` step of a job's last run (sacct's `JOBID.0` rows), as the job's srun
+    recorded it. Times are ISO 8601 in UTC, to the second."""
+
+    number: int = Field(description="the step's id (SLURM_STEP_ID): 0 for the run's first srun")
+    name: str = Field(description="the command's basename (sacct's JobName of a step)")
+    ntasks: int = Field(description="tasks the step ran")
+    started_at: str
+    ended_at: str | None = Field(description="null: it was still running when its job ended")
+    exit_code: int | None = Field(
+        description="the worst task's exit status, as srun exits; null: no end recorded"
+    )
+    signal: int | None = Field(description="the signal that ended it (a status above 128)")
+
+
 class AttemptOut(BaseModel):
     """One earlier run of a job that was run again (a retry, a requeue after a node failure,
     a preemption), as sacct lists a requeued job's runs. Times are ISO 8601 in UTC."""
@@ -329,6 +344,11 @@ class JobOut(BaseModel):
     )
     cpu_time_s: float | None = Field(
         None, description="its last run's user + system CPU seconds, all processes (TotalCPU)"
+    )
+    steps: list[StepOut] = Field(
+        default_factory=list,
+        description="its last run's srun steps, by number (at most 1000); empty: none ran, or "
+        "it has not ended yet",
     )
     kind: str = Field("batch", description="batch, interactive or service")
     service_port: int = Field(0, description="a service's port on the server's machine")

@@ -8,7 +8,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpuyard.domain.job import Drain, Job
+from gpuyard.domain.job import Drain, Job, JobStep
 from gpuyard.domain.states import JobState
 
 
@@ -160,6 +160,8 @@ class ExitStatus:
     # largest resident set, KiB, and user + system CPU seconds; None: not known.
     max_rss_kib: int | None = None
     cpu_time_s: float | None = None
+    # The `srun` steps the job ran, as its srun recorded them (node rank 0's on many nodes).
+    steps: tuple[JobStep, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@
                 launch.json     what its supervisor is told (`launch_file.py`)
                 supervisor.pid  the supervisor's pid, status.json its end: the supervisor's
                 stop_signal     a `cancel --signal`'s signal, written just before the SIGTERM
+                steps/          its srun's record of each step (the job's user's, 0700:
+                                `step_records.py`), read with its end
                 attach.sock     an interactive job's terminal (`gpuyard attach`)
                 script, checkpoints, progress   where the plan puts them (beside the log)
 
@@ -23,11 +25,13 @@ import shutil
 import socket
 import stat
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from gpuyard.adapters.executor.launch_file import STOP_SIGNAL_FILE, read_facts
 from gpuyard.adapters.executor.status import parse_status
+from gpuyard.adapters.executor.step_records import STEPS_ENV, make_steps_dir, read_steps
 from gpuyard.domain.job import Job
 from gpuyard.domain.output_paths import expand_output_path, job_folders
 from gpuyard.services.ports import ExitStatus, LaunchPlan
@@ -74,6 +78,11 @@ class JobFolder:
         give_to_owner(jobdir, plan)
         make_checkpoint_dir(plan)
         make_progress_file(plan)
+        if STEPS_ENV in plan.env:  # its srun records its steps: this run's, from none
+            who = plan.run_as
+            make_steps_dir(
+                jobdir, None if who is None else who.uid, None if who is None else who.gid
+            )
         if plan.script is not None:
             write_script(plan)
 
@@ -94,7 +103,9 @@ class JobFolder:
         status = parse_status(text, job.started_at, time.time())
         if status is None:
             log.warning("job %s: its status.json is not a supervisor's; ignored", job.id)
-        return status
+            return None
+        steps = read_steps(self.job_dir(job.id))
+        return replace(status, steps=steps) if steps else status
 
     def read_pid_of_this_run(self, job: Job) -> int | None:
         """The supervisor's pid from the folder, if this run's launch got that far. The folder

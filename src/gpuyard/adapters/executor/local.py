@@ -49,6 +49,7 @@ from gpuyard.adapters.executor.launch_file import (
     write_launch_file,
 )
 from gpuyard.adapters.executor.srun_shim import prepare_srun, with_srun
+from gpuyard.adapters.executor.step_records import STEPS_ENV, STEPS_FOLDER
 from gpuyard.domain.job import Job
 from gpuyard.domain.units import format_size_mib
 from gpuyard.services.ports import ExitCallback, ExitStatus, Launched, LaunchPlan, Recovered
@@ -154,7 +155,9 @@ class LocalExecutor:
     def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         jobdir = self.job_dir(job.id)
         if plan.srun_shim and self._srun_dir is not None:
-            plan = replace(plan, env=with_srun(plan.env, self._srun_dir))
+            env = with_srun(plan.env, self._srun_dir)
+            env[STEPS_ENV] = str(jobdir / STEPS_FOLDER)  # its srun's step records (sacct)
+            plan = replace(plan, env=env)
         self._retrying(job.id, lambda: self._prepare(job, plan, jobdir))
         child = self._retrying(job.id, lambda: self._spawn(jobdir, plan.log_path))
         with self._lock:

@@ -4,7 +4,17 @@
 # SLURM_STEP_ID, all on the job's GPUs (CUDA_VISIBLE_DEVICES as it is: Slurm's default), or
 # with `--gpus-per-task G` (srun's, else the job's: SLURM_GPUS_PER_TASK) each task on its own G
 # of them, as Slurm binds them: local task i gets the node's GPUs i*G .. i*G+G-1 (its
-# CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and SLURM_STEP_GPUS name only those).
+# CUDA_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL, ROCR_VISIBLE_DEVICES and SLURM_STEP_GPUS name only
+# those). `--gpu-bind` as Slurm's, its GPU numbers indices from 0 into the job's GPUs on the node
+# (its mask: Slurm's with ConstrainDevices, as gpuyard's cgroups are), given to local tasks:
+# none (every task all of them), per_task:N (as --gpus-per-task N), single:N (task i the GPU
+# i/N, N tasks a GPU, cyclic), map_gpu:0,1*2 and mask_gpu:0x3,0xc (one entry a task, `*count`
+# repeats it, cyclic), and closest: Slurm binds each task to the GPUs near its cores; gpuyard
+# knows no NUMA affinity, so all GPUs are equally near, as Slurm makes them without gres.conf
+# Cores: every task all of them. `verbose,` prints one line a task on stderr (gpuyard's own
+# words, not Slurm's "gpu-bind: usable_gres=..."). Unlike Slurm, a step of one task is bound
+# too. A GPU the job does not hold is one error line; nothing runs. SLURM_GPU_BIND (srun's input
+# variable) is read as --gpu-bind.
 # Their output goes where srun's goes (the job's log); `-l` prefixes each line with the
 # task's rank. srun exits with the worst task's code (the first failure's, when it stopped
 # the others: by default a failing task stops the rest of its step, `-K0` waits for them).
@@ -19,6 +29,27 @@ number() {
 }
 ntasks='' per_node='' step_nodes='' label=0 kill_bad=1 chdir='' exports='' relay=1
 per_task=${SLURM_GPUS_PER_TASK:-}
+bind='' bind_list='' bind_verbose=0 bind_text='' # --gpu-bind: its type, list, verbose, as given
+gpu_bind() {
+	bind_text=$2$1 # $2: where it was given (--gpu-bind=, or srun's input variable)
+	bind='' bind_list='' bind_verbose=0
+	_value=$1
+	case $_value in
+	verbose) bind_verbose=1; return ;;
+	verbose,*) bind_verbose=1; _value=${_value#verbose,} ;;
+	esac
+	case $_value in
+	none | closest) bind=$_value ;;
+	per_task:*) bind=per_task bind_list=${_value#*:} ;;
+	single:*) bind=single bind_list=${_value#*:} ;;
+	map_gpu:*) bind=map bind_list=${_value#*:} ;;
+	mask_gpu:*) bind=mask bind_list=${_value#*:} ;;
+	*) die "$bind_text: not a binding this srun knows; give none, closest, single:N, \
+per_task:N, map_gpu:LIST or mask_gpu:LIST (optionally after verbose,)" ;;
+	esac
+}
+# srun's input variable, as Slurm's srun reads it (an option given wins).
+if [ -n "${SLURM_GPU_BIND:-}" ]; then gpu_bind "$SLURM_GPU_BIND" SLURM_GPU_BIND=; fi
 while [ $# -gt 0 ]; do
 	case $1 in
 	--) shift; break ;;
@@ -39,9 +70,10 @@ while [ $# -gt 0 ]; do
 	--export=*) exports=${1#*=} ;;
 	--gpus-per-task) [ $# -ge 2 ] || die "$1 needs a value"; per_task=$2; shift ;;
 	--gpus-per-task=*) per_task=${1#*=} ;;
-	--gpu-bind=none) per_task='' ;;
+	--gpu-bind) [ $# -ge 2 ] || die "$1 needs a value"; gpu_bind "$2" --gpu-bind=; shift ;;
+	--gpu-bind=*) gpu_bind "${1#*=}" --gpu-bind= ;;
 	-c | -G | -t | -J | -p | -w | -m | -o | -e | -i | -A | -q | --cpus-per-task | --cpu-bind | \
-		--cpu_bind | --gpus | --gres | --gpu-bind | --gpus-per-node | \
+		--cpu_bind | --gpus | --gres | --gpus-per-node | \
 		--cpus-per-gpu | --mpi | --mem | --mem-per-cpu | --mem-per-gpu | --time | --job-name | \
 		--partition | --nodelist | --distribution | --jobid | --output | --error | --input | \
 		--account | --qos | --signal | --constraint | --exclude | --ntasks-per-gpu)
@@ -57,6 +89,13 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || die "no command to run (srun [options] command [arguments...])"
 per_task=${per_task##*:} # TYPE:N: N
+# An explicit --gpu-bind wins over --gpus-per-task (its default: per_task:G), as Slurm's.
+case $bind in
+none | closest) per_task='' ;;
+per_task) per_task=$bind_list; number "--gpu-bind=per_task:N" "$per_task" ;;
+single) per_task=''; number "--gpu-bind=single:N" "$bind_list" ;;
+map | mask) per_task='' ;;
+esac
 for value in "$ntasks:-n" "$per_node:--ntasks-per-node" "$step_nodes:-N" "$per_task:--gpus-per-task"; do
 	[ -z "${value%%:*}" ] || number "${value#*:}" "${value%%:*}"
 done
@@ -92,32 +131,118 @@ fields() {
 }
 # The node's GPUs, as the job's mask names them (CUDA's, or ROCm's on AMD GPUs).
 mask=${ROCR_VISIBLE_DEVICES:-${CUDA_VISIBLE_DEVICES:-}}
+# The fields of the comma-separated list $1 at the positions (from 0) of the list $2, in order.
+pick() {
+	_picked='' _ifs=$IFS
+	IFS=,
+	for _want in $2; do
+		_at=0
+		for _field in $1; do
+			if [ "$_at" -eq "$_want" ]; then _picked=${_picked:+$_picked,}$_field; fi
+			_at=$((_at + 1))
+		done
+	done
+	IFS=$_ifs
+	echo "$_picked"
+}
+have=0
+if [ -n "$mask" ]; then have=$(($(echo "$mask" | tr -cd , | wc -c) + 1)); fi
 if [ -n "$per_task" ]; then
-	have=0
-	if [ -n "$mask" ]; then have=$(($(echo "$mask" | tr -cd , | wc -c) + 1)); fi
 	[ $((count * per_task)) -le "$have" ] || die "$count tasks x $per_task GPUs per task \
 need $((count * per_task)) GPUs; this node has $have of the job's: run fewer tasks (-n) or fewer \
 GPUs per task (--gpus-per-task), or submit the job with more GPUs"
 fi
-# Local task $1's own GPUs (--gpus-per-task): its masks name only them.
-bind_gpus() {
-	[ -n "$per_task" ] || return 0
-	_from=$(($1 * per_task))
-	if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
-		CUDA_VISIBLE_DEVICES=$(fields "$CUDA_VISIBLE_DEVICES" "$_from" "$per_task")
-	fi
-	if [ -n "${ROCR_VISIBLE_DEVICES:-}" ]; then
-		ROCR_VISIBLE_DEVICES=$(fields "$ROCR_VISIBLE_DEVICES" "$_from" "$per_task")
-		# HIP's mask (set only beside NVIDIA GPUs) indexes into ROCR's: all of what is left.
-		if [ -n "${HIP_VISIBLE_DEVICES:-}" ]; then
-			HIP_VISIBLE_DEVICES=$(fields "$HIP_VISIBLE_DEVICES" 0 "$per_task")
+if [ -n "$bind_list" ] && [ "$have" -eq 0 ]; then
+	die "$bind_text: the job has no GPUs on this node; submit it with GPUs"
+fi
+not_held() {
+	[ "$have" -gt 0 ] || die "$bind_text: the job has no GPUs on this node"
+	die "$bind_text: $1; this node has $have of the job's GPUs, numbered 0 to \
+$((have - 1)) (indices into CUDA_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES): name only those"
+}
+# map_gpu's and mask_gpu's list, `X*count` spelled out: one comma-separated entry a task, each
+# the positions (from 0, among the job's GPUs) of its GPUs, joined by `+`.
+bind_entries=''
+if [ "$bind" = map ] || [ "$bind" = mask ]; then
+	_ifs=$IFS
+	IFS=,
+	for _item in $bind_list; do
+		_times=1 _id=$_item
+		case $_item in *\**) _id=${_item%%\**} _times=${_item#*\*} ;; esac
+		case $_times in '' | *[!0-9]*) not_held "'$_item' repeats a GPU by a whole number (ID*N)" ;; esac
+		if [ "$bind" = map ]; then
+			case $_id in
+			0x* | 0X*) case ${_id#0?} in '' | *[!0-9a-fA-F]*) not_held "'$_id' is no GPU number" ;; esac
+				_id=$((_id)) ;;
+			'' | *[!0-9]*) not_held "'$_id' is no GPU number" ;;
+			*) while case $_id in 0?*) true ;; *) false ;; esac; do _id=${_id#0}; done ;;
+			esac
+			[ "$_id" -lt "$have" ] || not_held "GPU $_id is not the job's"
+			_gpus=$_id
+		else
+			_hex=${_id#0[xX]}
+			case $_hex in '' | *[!0-9a-fA-F]*) not_held "'$_id' is no hex GPU mask" ;; esac
+			_bits=$((0x$_hex)) _gpus='' _bit=0
+			[ "$_bits" -gt 0 ] || not_held "the mask '$_id' names no GPU"
+			while [ "$_bits" -gt 0 ]; do
+				if [ $((_bits % 2)) -eq 1 ]; then
+					[ "$_bit" -lt "$have" ] || not_held "the mask '$_id' names GPU $_bit, not the job's"
+					_gpus=${_gpus:+$_gpus+}$_bit
+				fi
+				_bits=$((_bits / 2)) _bit=$((_bit + 1))
+			done
 		fi
+		while [ "$_times" -gt 0 ]; do
+			bind_entries=${bind_entries:+$bind_entries,}$_gpus
+			_times=$((_times - 1))
+		done
+	done
+	IFS=$_ifs
+	[ -n "$bind_entries" ] || not_held "no GPU named"
+fi
+# Local task $1's GPUs, as positions (from 0) among the job's on this node; empty: all of them.
+task_gpus() {
+	if [ -n "$per_task" ]; then
+		_p=$(($1 * per_task)) _end=$(($1 * per_task + per_task)) _out=''
+		while [ "$_p" -lt "$_end" ]; do _out=${_out:+$_out,}$_p; _p=$((_p + 1)); done
+		echo "$_out"
+	elif [ "$bind" = single ]; then
+		echo $((($1 / bind_list) % have))
+	elif [ -n "$bind_entries" ]; then
+		_n=$(($(echo "$bind_entries" | tr -cd , | wc -c) + 1))
+		fields "$bind_entries" $(($1 % _n)) 1 | tr + ,
 	fi
-	# The job's GPU numbers (one node's: a step on several nodes keeps the job's list).
-	if [ "$nnodes" -le 1 ] && [ -n "${SLURM_JOB_GPUS:-}" ]; then
-		SLURM_STEP_GPUS=$(fields "$SLURM_JOB_GPUS" "$_from" "$per_task")
+}
+# Local task $1's own GPUs (--gpus-per-task, --gpu-bind): its masks name only them.
+bind_gpus() {
+	_mine=$(task_gpus "$1")
+	if [ -n "$_mine" ]; then
+		_k=$(($(echo "$_mine" | tr -cd , | wc -c) + 1))
+		if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+			CUDA_VISIBLE_DEVICES=$(pick "$CUDA_VISIBLE_DEVICES" "$_mine")
+			# Slurm's gres/gpu: GPU_DEVICE_ORDINAL beside CUDA's, the same list (not on AMD GPUs,
+			# where gpuyard leaves it unset: it would index into ROCR's mask again).
+			if [ -n "${GPU_DEVICE_ORDINAL:-}" ]; then GPU_DEVICE_ORDINAL=$CUDA_VISIBLE_DEVICES; fi
+		fi
+		if [ -n "${ROCR_VISIBLE_DEVICES:-}" ]; then
+			ROCR_VISIBLE_DEVICES=$(pick "$ROCR_VISIBLE_DEVICES" "$_mine")
+			# HIP's mask (set only beside NVIDIA GPUs) indexes into ROCR's: all of what is left.
+			if [ -n "${HIP_VISIBLE_DEVICES:-}" ]; then
+				HIP_VISIBLE_DEVICES=$(fields "$HIP_VISIBLE_DEVICES" 0 "$_k")
+			fi
+		fi
+		# The job's GPU numbers (one node's: a step on several nodes keeps the job's list).
+		if [ "$nnodes" -le 1 ] && [ -n "${SLURM_JOB_GPUS:-}" ]; then
+			SLURM_STEP_GPUS=$(pick "$SLURM_JOB_GPUS" "$_mine")
+		fi
+		export CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES HIP_VISIBLE_DEVICES SLURM_STEP_GPUS \
+			GPU_DEVICE_ORDINAL
 	fi
-	export CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES HIP_VISIBLE_DEVICES SLURM_STEP_GPUS
+	if [ "$bind_verbose" -eq 1 ]; then
+		echo "$me: gpu-bind: task $SLURM_PROCID (local $1) on the job's GPUs \
+${_mine:-all}: ${ROCR_VISIBLE_DEVICES:+ROCR_VISIBLE_DEVICES=$ROCR_VISIBLE_DEVICES }\
+CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}" >&2
+	fi
 }
 
 # The step's number: one folder per step, made atomically (steps may start side by side).
@@ -143,6 +268,24 @@ fi
 finish() {
 	if [ "$temporary" -eq 1 ]; then rm -rf "$dir"; else rm -rf "$dir"/*; fi
 }
+# The step's record for sacct's JOBID.N rows (GPUYARD_STEPS_DIR: the job's folder of them,
+# read by the server with the job's end; step_records.py): one line, "N NTASKS START END CODE
+# NAME", END and CODE "-" until it ends, written whole (a temporary file, then mv). Node 0's
+# only (its tasks are counted for the whole step), the first 1000 steps only.
+record_to=''
+if [ -n "${GPUYARD_STEPS_DIR:-}" ] && [ -d "$GPUYARD_STEPS_DIR" ] && [ "$node" -eq 0 ] &&
+	[ "$step" -lt 1000 ]; then
+	record_to=$GPUYARD_STEPS_DIR/$step
+	began=$(date +%s)
+	name=${1##*/}
+fi
+record() { # END CODE
+	[ -n "$record_to" ] || return 0
+	printf '%s %s %s %s %s %s\n' "$step" "$total" "$began" "$1" "$2" "$name" \
+		>"$GPUYARD_STEPS_DIR/.$step.$$" 2>/dev/null &&
+		mv -f "$GPUYARD_STEPS_DIR/.$step.$$" "$record_to" 2>/dev/null
+}
+record - -
 
 if [ -n "$chdir" ]; then cd "$chdir" || die "cannot enter $chdir"; fi
 old_ifs=$IFS
@@ -171,7 +314,16 @@ if [ "$count" -eq 1 ] && [ "$label" -eq 0 ]; then
 	finish
 	export SLURM_PROCID="$first" SLURM_LOCALID=0
 	bind_gpus 0
-	exec "$@"
+	[ -n "$record_to" ] || exec "$@"
+	# Recorded: srun waits for its task to say how the step ended. The task keeps srun's
+	# group, the terminal and stdin; the job's signals reach it (gpuyard signals every process
+	# of the job) and srun outlives them (a trap, not an ignore: the task keeps the defaults).
+	# `command`: a command named like one of srun's functions is still the command.
+	trap ':' TERM INT HUP USR1 USR2 QUIT
+	command "$@"
+	code=$?
+	record "$(date +%s)" "$code"
+	exit "$code"
 fi
 
 # Each task in a process group of its own where `setsid` is there (util-linux), so that its
@@ -284,4 +436,5 @@ else
 	done
 fi
 finish
+record "$(date +%s)" "$worst"
 exit "$worst"

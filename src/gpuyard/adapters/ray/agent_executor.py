@@ -182,9 +182,10 @@ class AgentExecutor:
         folder = str(self.job_dir(job.id))
         plans = []
         for rank, part in enumerate(parts):
+            mask = ",".join(str(i) for i in part.gpus)
             env = {
                 **plan.env, "GPUYARD_NODE_RANK": str(rank), "GPUYARD_NUM_NODES": str(len(names)),
-                "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in part.gpus),
+                "CUDA_VISIBLE_DEVICES": mask, "GPU_DEVICE_ORDINAL": mask,  # as Slurm's gres/gpu
             }  # fmt: skip
             plans.append(replace(
                 plan, argv=tuple(plan.argv_for(rank, addr, port)), env=env, argv_for=None,
@@ -362,7 +363,11 @@ class AgentExecutor:
             self._report(run.job.id, final)
 
     def _settle(self, run: _Running) -> ExitStatus:
-        return _used_by_all(self._settled(run), list(run.ends.values()))
+        status = _used_by_all(self._settled(run), list(run.ends.values()))
+        first = run.ends.get(0)  # node rank 0's srun records the steps (srun.sh)
+        if first is not None and first.steps != status.steps:
+            status = replace(status, steps=first.steps)
+        return status
 
     def _settled(self, run: _Running) -> ExitStatus:
         if run.first_failure is not None:

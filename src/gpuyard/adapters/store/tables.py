@@ -57,6 +57,7 @@ jobs = Table(
     Column("array_task_id", Integer),  # an array task's index
     Column("max_rss_kib", BYTE_COUNT),  # its last run's largest resident set (sacct MaxRSS)
     Column("cpu_time_s", Float),  # its last run's user + system CPU seconds (sacct TotalCPU)
+    Column("steps", Text, nullable=False, server_default="[]"),  # JSON: its last run's srun steps
 )
 # History pages are newest first by id (keyset): each filter has an index ending in id, so a
 # page reads `limit` index entries, however long the history.

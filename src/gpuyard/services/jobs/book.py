@@ -16,6 +16,8 @@ a retried submit finds its job here without a database read (an evicted one: the
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -99,6 +101,14 @@ class JobBook:
                 return sorted(self._jobs.values(), key=lambda j: j.id)
             pending = [self._jobs[job_id] for job_id in self._pending]
             return sorted([*pending, *self._running.values()], key=lambda j: j.id)
+
+    def active_page(self, limit: int) -> list[Job]:
+        """The `limit` pending and running jobs of lowest id, by id: `jobs()`'s first page
+        without sorting (or copying) every one of them: the first page of a 10,000-job queue
+        (`GET /api/v1/jobs?limit=50`) used to sort the whole queue under this lock."""
+        with self.lock:
+            ids = heapq.nsmallest(limit, itertools.chain(self._pending, self._running))
+            return [self._jobs[job_id] for job_id in ids]
 
     def running(self) -> list[Job]:
         with self.lock:

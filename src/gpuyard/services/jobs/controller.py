@@ -266,6 +266,8 @@ class Controller:
                 ended = dataclasses.replace(
                     ended, max_rss_kib=status.max_rss_kib, cpu_time_s=status.cpu_time_s
                 )
+            if status.steps or current.steps:  # this run's srun steps (an earlier run's go)
+                ended = dataclasses.replace(ended, steps=status.steps)
             if status.log_dropped_bytes:  # the log's disk was full: what this run's log lost
                 lost = min(current.log_dropped_bytes + status.log_dropped_bytes, 2**31 - 1)
                 ended = dataclasses.replace(ended, log_dropped_bytes=lost)

@@ -152,10 +152,12 @@ def visible_devices(job: Job, gpus: Sequence[Gpu]) -> dict[str, str | None]:
     environment, whatever the submitter sent). Each vendor's runtime is told its own
     numbering (`Gpu.device_index`):
 
-    - NVIDIA (and declared GPUs): CUDA_VISIBLE_DEVICES names the job's GPUs, as always.
+    - NVIDIA (and declared GPUs): CUDA_VISIBLE_DEVICES names the job's GPUs, as always, and
+      GPU_DEVICE_ORDINAL the same, as Slurm's gres/gpu plugin sets it (none on no GPUs).
     - AMD: ROCR_VISIBLE_DEVICES names them (the ROCm runtime's mask: HIP, PyTorch's ROCm
       build, JAX's ROCm plugin and RCCL see only those, numbered from 0), and no second mask
-      remaps them again: HIP_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL are removed, and
+      remaps them again: HIP_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL are removed (unlike
+      Slurm, which sets GPU_DEVICE_ORDINAL to ROCR's list: OpenCL would remap it again), and
       CUDA_VISIBLE_DEVICES too, because HIP reads it when HIP_VISIBLE_DEVICES is unset. On a
       machine with NVIDIA GPUs as well, CUDA_VISIBLE_DEVICES must hide those (""), and an empty
       mask read by HIP would hide the job's AMD GPUs: there HIP_VISIBLE_DEVICES is set to all
@@ -181,6 +183,9 @@ def visible_devices(job: Job, gpus: Sequence[Gpu]) -> dict[str, str | None]:
         if has_amd:
             out["ROCR_VISIBLE_DEVICES"] = ""
             out.update(dict.fromkeys(_AMD_SECOND_MASKS))
+        # Slurm's gres/gpu plugin sets GPU_DEVICE_ORDINAL to CUDA's list: tools read it. Here
+        # ROCm reads it only into ROCR's mask, which names none of an NVIDIA job's GPUs.
+        out["GPU_DEVICE_ORDINAL"] = out["CUDA_VISIBLE_DEVICES"] if job.gpus else None
         return out
     out = {"ROCR_VISIBLE_DEVICES": ",".join(str(_device_index(g, g.index, gpus)) for g in amd)}
     out.update(dict.fromkeys(_AMD_SECOND_MASKS))
@@ -222,8 +227,10 @@ def slurm_env(job: Job, env: Mapping[str, str], run_as: RunAs | None = None) -> 
     SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP its array's (`array_shape`). Deliberately more than
     sbatch's: SLURM_GPUS_PER_NODE is set for every job on GPUs but one of `--gpus-per-task`
     (sbatch sets it only for `--gpus-per-node`; gpuyard keeps no record of which of
-    `--gpus`, `--gres` or `--gpus-per-node` asked), and SLURM_JOB_ACCOUNT is the job's owner
-    (gpuyard accounts by user and team; `-A` is not kept)."""
+    `--gpus`, `--gres` or `--gpus-per-node` asked; SLURM_GPUS is never set for that reason),
+    and SLURM_JOB_ACCOUNT is the job's owner
+    (gpuyard accounts by user and team; `-A` is not kept). Both GPU counts carry the type the
+    user named, `TYPE:N` (`a100:2`), as Slurm's do; the bare number when none was named."""
     spec = job.spec
     nodes = max(1, spec.nodes)
     names = job.node.split(",") if job.node else []
@@ -256,10 +263,12 @@ def slurm_env(job: Job, env: Mapping[str, str], run_as: RunAs | None = None) -> 
     if job.gpus:
         out["SLURM_GPUS_ON_NODE"] = str(len(job.gpus) // nodes)
         out["SLURM_JOB_GPUS"] = ",".join(str(i) for i in job.gpus)
+        # `TYPE:N` where the user named a type (`--gpus-per-task=a100:2`), as Slurm keeps it.
+        typed = f"{spec.gpu_type.strip()}:" if spec.gpu_type.strip() else ""
         if spec.gpus_per_task:
-            out["SLURM_GPUS_PER_TASK"] = str(spec.gpus_per_task)
+            out["SLURM_GPUS_PER_TASK"] = f"{typed}{spec.gpus_per_task}"
         else:
-            out["SLURM_GPUS_PER_NODE"] = str(len(job.gpus) // nodes)
+            out["SLURM_GPUS_PER_NODE"] = f"{typed}{len(job.gpus) // nodes}"
     if job.array_job_id is not None and job.array_task_id is not None:
         out["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
         out["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
