@@ -173,9 +173,10 @@ def human(r: dict[str, Any]) -> str:
         ("python -c 'import gpuyard.cli.app'", "import_typer_app"),
         ("python -c pass", "python_startup"),
     ]
+    m = r["machine"]  # with_machine's record of what it ran on
     lines = [
-        f"gpuyard CLI wall time, {r['date']}, {r['cpus']} CPUs ({r['cpu_model']}), "
-        f"Python {r['python']}, {r['n']} runs each",
+        f"gpuyard CLI wall time, {r['date']}, {m['cpus']} CPUs ({m['cpu_model']}), "
+        f"Python {m['python']}, load {m['loadavg_1m_at_start']}, {r['n']} runs each",
         f"  {'command':<40} {'p50 ms':>8} {'p90 ms':>8} {'/ pass':>7}",
     ]
     base = r["python_startup_p50_ms"]
@@ -204,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with _signals_raise():
         result = run(args)
-    print(json.dumps(with_machine(result)) if args.json else human(result), flush=True)
+    result = with_machine(result)
+    print(json.dumps(result) if args.json else human(result), flush=True)
     return 0
 
 
