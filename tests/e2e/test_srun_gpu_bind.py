@@ -98,3 +98,38 @@ def test_gpuyard_srun_outside_a_job_binds_its_tasks_the_same_way(
     seen = [line.split()[-1] for line in out.stdout.splitlines() if " sees " in line]
     assert len(seen) == 2 and len(set(seen)) == 1 and "," not in seen[0], out.stdout
     assert "gpu-bind" not in out.stderr, out.stderr
+
+
+def test_sbatch_gpu_bind_binds_every_srun_step_of_the_job(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """`#SBATCH --gpu-bind=map_gpu:2` (as Slurm's): the batch step keeps all the job's GPUs and
+    sees SLURM_GPU_BIND; each srun step binds its tasks to the job's third GPU; an srun's own
+    `--gpu-bind` wins over it."""
+    body = ('#SBATCH --gpu-bind=map_gpu:2\n'
+            'echo "batch $CUDA_VISIBLE_DEVICES $SLURM_GPU_BIND"\n'
+            f"TAG=step srun {SAYS}\n"
+            f"TAG=own srun --gpu-bind=single:4 {SAYS}\n")  # fmt: skip
+    job, log = _run(server, tmp_path, body)
+    assert job["state"] == "COMPLETED", log
+    (batch,) = [ln for ln in log.splitlines() if ln.startswith("batch ")]
+    _, mask, bind = batch.split()
+    gpus = mask.split(",")
+    assert len(gpus) == 4 and bind == "map_gpu:2", log
+    third, first = gpus[2], gpus[0]
+    step = sorted(ln for ln in log.splitlines() if ln.startswith("step "))
+    assert step == [f"step {rank} {third} {third}" for rank in range(4)], log
+    own = sorted(ln for ln in log.splitlines() if ln.startswith("own "))
+    assert own == [f"own {rank} {first} {first}" for rank in range(4)], log
+
+
+def test_a_gpu_bind_directive_that_cannot_mean_anything_is_refused_at_submit(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    script = _script(tmp_path, "bad.sh", "#!/bin/sh\n#SBATCH --gpus 1\n"
+                     "#SBATCH --gpu-bind=map_gpu:a\necho ran\n")  # fmt: skip
+    out = server.cli("sbatch", str(script), check=False, cwd=tmp_path)
+    assert out.returncode != 0
+    (line,) = out.stderr.strip().splitlines()
+    assert "bad.sh:3: --gpu-bind=map_gpu:a" in line and "map_gpu:LIST" in line, out.stderr
+    assert server.client().jobs(all=True) == [], "nothing is queued"

@@ -116,8 +116,6 @@ _IGNORED: dict[str, str] = {
     "ntasks-per-core": "no CPU topology here",
     "ntasks-per-socket": "no CPU topology here",
     "ntasks-per-gpu": "tasks are --ntasks-per-node",
-    "gpu-bind": "give it to srun inside the script (srun --gpu-bind=...); srun binds each task "
-    "to its own GPUs with --gpus-per-task, else each task sees all the job's GPUs on its node",
     "gpu-freq": "GPU clocks are the admin's",
     "cpu-freq": "CPU clocks are the admin's",
     "gres-flags": "GPUs are placed by the scheduler",
@@ -456,6 +454,35 @@ def _slurm_signal(line: _Line, value: str) -> None:
     line.set("warn_target", target)
 
 
+# srun's `--gpu-bind` values (adapters/executor/srun.sh applies them): a GPU list's items are
+# `ID` or `ID*COUNT` (map_gpu: indices; mask_gpu: hex masks).
+_GPU_BIND_WORDS = ("none", "closest")
+_GPU_BIND_COUNTS = ("single", "per_task")
+_GPU_BIND_LISTS = {"map_gpu": "0123456789", "mask_gpu": "0123456789abcdefABCDEFxX"}
+
+
+def _gpu_bind(line: _Line, value: str) -> None:
+    """sbatch's `--gpu-bind`: not applied to the batch step (as Slurm's), but given to every
+    srun step of the job through SLURM_GPU_BIND, the variable sbatch sets for it."""
+    text = value.strip()
+    kind, _, arg = text.removeprefix("verbose,").partition(":")
+    if kind in _GPU_BIND_WORDS and not arg:
+        ok = True
+    elif kind in _GPU_BIND_COUNTS:
+        ok = arg.isdigit() and int(arg) >= 1
+    elif kind in _GPU_BIND_LISTS:
+        items = [i.partition("*") for i in arg.split(",")]
+        digits = _GPU_BIND_LISTS[kind]
+        ok = all(i and all(c in digits for c in i) and (not star or n.isdigit())
+                 for i, star, n in items)  # fmt: skip
+    else:
+        ok = False
+    if not ok:
+        why = "give [verbose,]none|closest|single:N|per_task:N|map_gpu:LIST|mask_gpu:LIST"
+        raise line.bad("--gpu-bind", value, why)
+    line.set("env", (f"SLURM_GPU_BIND={text}",))
+
+
 def _gpuyard_signal(line: _Line, value: str) -> None:
     """gpuyard's `--signal`: SIG is the stop signal; SIG@SECONDS the warning before the limit."""
     name, at, seconds = value.strip().partition("@")
@@ -547,6 +574,7 @@ _SLURM: dict[str, tuple[str, Act]] = {
     "gpus": ("value", _typed_count("gpus", "--gpus")),
     "gpus-per-node": ("value", _typed_count("gpus_per_node", "--gpus-per-node")),
     "gpus-per-task": ("value", _typed_count("gpus_per_task", "--gpus-per-task")),
+    "gpu-bind": ("value", _gpu_bind),
     "nodes": ("value", _nodes),
     "ntasks": ("value", _count("ntasks", "--ntasks")),
     "ntasks-per-node": ("value", _count("ntasks_per_node", "--ntasks-per-node")),

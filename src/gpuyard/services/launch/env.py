@@ -24,9 +24,10 @@ _FROM_SERVER_PREFIXES = ("LC_",)
 CUDA_CONTEXT_MIB = 1024
 
 
-# What the CLI sends of a submitting shell's Slurm variables, on purpose: where `sbatch` ran. Any
-# other SLURM_* a submitter sent (a submit from inside a Slurm job) would describe that job.
-_SLURM_FROM_SUBMITTER = frozenset({"SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST"})
+# What the CLI sends of Slurm's variables on purpose: where `sbatch` ran, and sbatch's
+# `--gpu-bind` for the job's srun steps. Any other SLURM_* a submitter sent (a submit from inside
+# a Slurm job) would describe that job.
+_SLURM_FROM_SUBMITTER = frozenset({"SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST", "SLURM_GPU_BIND"})
 # A job's Slurm cluster name (SLURM_CLUSTER_NAME), and its partition (SLURM_JOB_PARTITION):
 # the server's one queue, as squeue, sacct and sinfo name it.
 CLUSTER_NAME = "gpuyard"
