@@ -221,7 +221,7 @@ def test_a_users_two_machine_job_runs_as_her_held_to_her_mem_on_her_gpus(
     flag = place / f"finish-{uuid.uuid4().hex[:8]}"
     script = (
         'echo "rank=$GPUYARD_NODE_RANK user=$(id -un) cvd=$CUDA_VISIBLE_DEVICES '
-        'memcg=$(grep :memory: /proc/self/cgroup | cut -d: -f3)"; '
+        'ord=$GPU_DEVICE_ORDINAL memcg=$(grep :memory: /proc/self/cgroup | cut -d: -f3)"; '
         '[ "$GPUYARD_NODE_RANK" = 1 ] && echo "::gpuyard progress step=7 total=20 loss=0.25"; '
         f"while [ ! -e {flag} ]; do sleep 0.2; done"
     )
@@ -275,7 +275,9 @@ def test_a_users_two_machine_job_runs_as_her_held_to_her_mem_on_her_gpus(
     for rank, machine in enumerate(machines):
         mine = [i for i in job["gpus"] if gpus[i]["node"] == machine]
         device = [i - MACHINES.index(machine) * 2 for i in mine]  # each machine's own numbering
-        line = f"[node{rank}] rank={rank} user={users.alice} cvd={','.join(map(str, device))} "
+        mask = ",".join(map(str, device))
+        # GPU_DEVICE_ORDINAL: the same list as CUDA_VISIBLE_DEVICES, as Slurm's gres/gpu sets.
+        line = f"[node{rank}] rank={rank} user={users.alice} cvd={mask} ord={mask} "
         assert line in log, log
 
 
