@@ -15,7 +15,8 @@ round by round so that load from elsewhere hits them all alike:
   ``python -c pass`` is reported (target: <= 2.5x, issue 27)
 - baselines with the same interpreter: ``python -c pass``, ``python -c "import
   gpuyard.cli.main"`` (the entry point) and ``python -c "import gpuyard.cli.app"`` (typer's app,
-  what every command paid before the fast start path)
+  what every command paid before the fast start path); and the floor of any Python client of a
+  JSON API: ``python -c "import socket, json"`` and one GET of ``/healthz`` with them alone
 
 The hot commands (submit, cancel, queue, show) must answer in <= 60 ms p50 (`target_ms`).
 
@@ -57,6 +58,14 @@ TARGET_MS = 60  # p50 of each hot command (issue 10)
 SLURM_RATIO_TARGET = 2.5  # each Slurm-named command's p50 / python -c pass's (issue 27)
 SLURM_COMMANDS = ("squeue", "squeue_job", "sacct_job", "sbatch", "scancel", "sinfo",
                   "scontrol_show_job")  # fmt: skip
+# One HTTP GET of /healthz with the standard library's socket and json, nothing else.
+FLOOR_GET = (
+    "import socket, json, sys\n"
+    "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+    "s.sendall(b'GET /healthz HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n')\n"
+    "data = b''.join(iter(lambda: s.recv(65536), b''))\n"
+    "json.loads(data.split(b'\\r\\n\\r\\n', 1)[1])\n"
+)
 BATCH_SCRIPT = "#!/bin/sh\n#SBATCH --gpus=1\n#SBATCH -J bench\ntrue\n"
 
 
@@ -84,6 +93,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "python_startup": [sys.executable, "-c", "pass"],
         "import_cli": [sys.executable, "-c", "import gpuyard.cli.main"],
         "import_typer_app": [sys.executable, "-c", "import gpuyard.cli.app"],
+        # The floor of any Python client of a JSON API: the two stdlib modules it cannot do
+        # without (socket pulls enum, json pulls re), and one GET of /healthz over them.
+        "import_socket_json": [sys.executable, "-c", "import socket, json"],
+        "floor_get": [sys.executable, "-c", FLOOR_GET, "{port}"],
         "help": [*cli, "--help"],
         "queue": [*cli, "queue"],
         "show": [*cli, "show", "{shown}"],
@@ -114,7 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         api = server.api()
         try:
             shown = str(api.json("GET", "/api/v1/jobs")[-1]["id"])
-            ids = {"shown": shown, "submitted": "", "batched": ""}
+            ids = {"shown": shown, "submitted": "", "batched": "", "port": str(server.port)}
         finally:
             api.close()
         for round_no in range(args.warmup + args.n):
@@ -142,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     base = result["python_startup_p50_ms"]
     for name in ("submit", "cancel", "queue", "show", "help"):
         result[f"{name}_over_python_startup"] = round(result[f"{name}_p50_ms"] / base, 1)
-    for name in SLURM_COMMANDS:
+    for name in (*SLURM_COMMANDS, "import_socket_json", "floor_get"):
         result[f"{name}_over_python_startup"] = round(result[f"{name}_p50_ms"] / base, 2)
     result["target_ms"] = TARGET_MS
     result["slurm_ratio_target"] = SLURM_RATIO_TARGET
@@ -171,6 +184,8 @@ def human(r: dict[str, Any]) -> str:
         ("gpuyard scontrol show job JOB", "scontrol_show_job"),
         ("python -c 'import gpuyard.cli.main'", "import_cli"),
         ("python -c 'import gpuyard.cli.app'", "import_typer_app"),
+        ("python -c 'import socket, json'", "import_socket_json"),
+        ("python: one GET /healthz, socket+json", "floor_get"),
         ("python -c pass", "python_startup"),
     ]
     m = r["machine"]  # with_machine's record of what it ran on

@@ -172,15 +172,14 @@ class Client:
         """Pending and running jobs; with `all`, a page of history too: the newest `limit`
         jobs (older than `before_id`), in id order. Filters: submitted at or after `since`
         (Unix time), in one of `states`, owned by `user`, named `name`."""
-        from urllib.parse import urlencode
-
         query: list[tuple[str, Any]] = [("all", "true")] if all else []
         for key, value in (("limit", limit), ("before_id", before_id), ("since", since),
                            ("user", user), ("name", name)):  # fmt: skip
             if value is not None:
                 query.append((key, value))
         query += [("state", state) for state in states]
-        path = "/api/v1/jobs" + (f"?{urlencode(query)}" if query else "")
+        text = "&".join(f"{key}={_query_value(str(value))}" for key, value in query)
+        path = "/api/v1/jobs" + (f"?{text}" if text else "")
         return jobs_of(self._json("GET", path))
 
     def job(self, job_id: int) -> Job:

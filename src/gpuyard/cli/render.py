@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from gpuyard.domain.units import format_duration, format_size_mib
 
 TYPE_CHECKING = False  # typing stays unimported on the CLI's start path (~2 ms)
@@ -206,6 +204,7 @@ def test_only_line(answer: dict[str, Any], fields: dict[str, Any]) -> str:
     estimate, local time as Slurm writes it; `Unknown`: none can be made), its CPUs, the
     node, the partition. Nothing is queued, so no job id is given yet: Slurm's is `0` here."""
     import socket
+    from datetime import datetime
 
     when = answer.get("start_at") or answer.get("not_before")
     start = (datetime.fromisoformat(when).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
@@ -450,6 +449,8 @@ def _local(iso: str | None, *, short: bool = False, zone: bool = False) -> str:
     UTC (`2026-12-01T14:03:22+01:00`: a record read elsewhere, or later, stays exact)."""
     if not iso:
         return "-"
+    from datetime import datetime  # here: ~1.5 ms on the start path of commands that show none
+
     when = datetime.fromisoformat(iso).astimezone()
     if short and when.date() == datetime.now().astimezone().date():
         return when.strftime("%H:%M:%S")

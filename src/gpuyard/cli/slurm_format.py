@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import signal
-from datetime import datetime
 
 from gpuyard.cli.render import printable
 from gpuyard.domain.units import format_duration
@@ -79,6 +78,8 @@ def _when(iso: str | None) -> str:
     """sacct's times: local, to the second (`2026-12-01T20:13:03`); Unknown when unset."""
     if not iso:
         return "Unknown"
+    from datetime import datetime
+
     return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
 
 
@@ -443,6 +444,8 @@ def _numbered_step(job: Job, ref: str, job_state: str, step: dict[str, Any]) -> 
     """An `srun` step's row (`12.0`), as Slurm's: COMPLETED when it exited 0, CANCELLED when a
     signal ended it as its job was cancelled (or reached its limit; ExitCode 0:15), else FAILED
     with the worst task's code. A step that recorded no end was killed with its job."""
+    from datetime import datetime
+
     stopped = job_state in ("CANCELLED", "TIMEOUT")
     code, sig, ended = step.get("exit_code"), step.get("signal"), step.get("ended_at")
     reason = None

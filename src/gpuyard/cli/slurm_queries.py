@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import sys
 import time
-from datetime import datetime
 
 from gpuyard.cli.session import client
 from gpuyard.cli.slurm_format import (
@@ -312,6 +311,8 @@ def slurm_time(text: str, flag: str) -> float:
 
 def _ended_since(job: Job, since: float) -> bool:
     """Still running or pending, or ended at or after `since` (sacct's window)."""
+    from datetime import datetime
+
     ended = job.get("ended_at")
     return not ended or datetime.fromisoformat(ended).timestamp() >= since
 
@@ -319,6 +320,8 @@ def _ended_since(job: Job, since: float) -> bool:
 def _began_by(job: Job, until: float) -> bool:
     """Submitted at or before `until` (the window's end: a job submitted later was not yet
     in the system then)."""
+    from datetime import datetime
+
     return datetime.fromisoformat(job["submitted_at"]).timestamp() <= until
 
 
