@@ -47,13 +47,16 @@ GAP_S = 30.0  # one job every 30 s: a million jobs is about a year of history
 OWNERS = [f"user{i:02d}" for i in range(20)]
 NAMES = [f"exp-{i:02d}" for i in range(50)]
 KEEP_FINISHED = 10_000
+SEED = "SEED0"  # replaced by each job's number in its spec (`_own_spec`)
+PENDING_GPUS = 8  # `--pending`'s jobs ask for 8 GPUs of the server's 4: they never start
 # Every 1,000th job ended NODE_FAIL: a rare state, the hardest case for a state filter.
 STATES = ["COMPLETED"] * 7 + ["FAILED", "CANCELLED", "TIMEOUT"]
 
 
-def build_database(path: Path, n_jobs: int, revision: str = "head") -> float:
+def build_database(path: Path, n_jobs: int, revision: str = "head", pending: int = 0) -> float:
     """The schema through the store's migrations (up to `revision`), then `n_jobs` finished
-    jobs; seconds taken."""
+    jobs and `pending` PENDING ones after them (each asking for more GPUs than the server has,
+    so none ever starts: the queue stays that deep); seconds taken."""
     from gpuyard.adapters.store.codec import job_to_row
     from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url
     from gpuyard.adapters.store.tables import jobs
@@ -67,7 +70,7 @@ def build_database(path: Path, n_jobs: int, revision: str = "head") -> float:
     else:
         _migrate_to(path, revision)
     columns = tuple(jobs.c.keys())
-    spec = JobSpec(argv=("python", "train.py", "--lr", "0.001", "--epochs", "90"),
+    spec = JobSpec(argv=("python", "train.py", "--lr", "0.001", "--epochs", "90", "--seed", SEED),
                    name="x", workdir="/home/user00/project", gpus=2, cpus=8, mem_mib=32768,
                    time_limit_s=86400, env=(("WANDB_MODE", "offline"), ("SEED", "1")))  # fmt: skip
     template = job_to_row(Job(id=0, spec=spec, owner="x", state=JobState.COMPLETED,
@@ -82,7 +85,27 @@ def build_database(path: Path, n_jobs: int, revision: str = "head") -> float:
             ]
             raw.executemany(sql, rows)
             raw.commit()
+        if pending:
+            from dataclasses import replace
+
+            waiting = job_to_row(Job(id=0, spec=replace(spec, gpus=PENDING_GPUS), owner="x",
+                                     state=JobState.PENDING, submitted_at=T0))  # fmt: skip
+            rows = [_pending_row(waiting, columns, n_jobs + k) for k in range(1, pending + 1)]
+            raw.executemany(sql, rows)
+            raw.commit()
     return time.perf_counter() - began
+
+
+def _own_spec(template: dict[str, Any], i: int) -> str:
+    """The template's spec with the job's own seed: no two jobs' specs are the same text (as
+    on a real server, where only an array's tasks share one)."""
+    return str(template["spec"]).replace(f'"{SEED}"', f'"{i}"')
+
+
+def _pending_row(template: dict[str, Any], columns: tuple[str, ...], i: int) -> tuple[Any, ...]:
+    row = {**template, "id": i, "name": NAMES[(i * 7) % len(NAMES)], "spec": _own_spec(template, i),
+           "owner": OWNERS[i % len(OWNERS)], "submitted_at": T0 + i * GAP_S}  # fmt: skip
+    return tuple(row[c] for c in columns)
 
 
 def _migrate_to(path: Path, revision: str) -> None:
@@ -121,6 +144,7 @@ def _row(template: dict[str, Any], columns: tuple[str, ...], i: int) -> tuple[An
     submitted = T0 + i * GAP_S
     state = "NODE_FAIL" if i % 1000 == 0 else STATES[i % len(STATES)]
     row = {**template, "id": i, "name": NAMES[(i * 7) % len(NAMES)], "state": state,
+           "spec": _own_spec(template, i),
            "owner": OWNERS[i % len(OWNERS)], "submitted_at": submitted,
            "started_at": submitted + 5.0, "ended_at": submitted + 5.0 + (i * 37) % 7200,
            "exit_code": 0 if state == "COMPLETED" else 1,
@@ -177,12 +201,18 @@ def proc_status_mib(pid: int, key: str) -> float:
     return float("nan")
 
 
-def measure_server_start(state_dir: Path, timeout_s: float) -> dict[str, Any]:
-    """Spawn `gpuyard server` on the state dir; seconds until /healthz answers, and RSS then."""
+def measure_server_start(state_dir: Path, timeout_s: float,
+                         py_spy: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """Spawn `gpuyard server` on the state dir; seconds until /healthz answers, and RSS then.
+    `py_spy`: run it under `py-spy record` (raw collapsed stacks written there; the server is
+    stopped right after /healthz answers, so the samples are the start's)."""
     script = Path(sys.executable).parent / "gpuyard"
     port = free_port()
     argv = [str(script), "server", "--port", str(port), "--state-dir", str(state_dir),
             "--gpus", "4", "--cpus", "2"]  # fmt: skip
+    if py_spy is not None:
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        argv = [spy, "record", "--format", "raw", "-r", "200", "-o", str(py_spy), "--", *argv]
     log_path = state_dir.parent / "server.log"
     with open(log_path, "wb") as log:
         began = time.perf_counter()
@@ -198,6 +228,13 @@ def measure_server_start(state_dir: Path, timeout_s: float) -> dict[str, Any]:
                         "rss_mib": proc_status_mib(proc.pid, "VmRSS")}  # fmt: skip
             time.sleep(0.02)
         start_s = time.perf_counter() - began
+        if py_spy is not None:  # stop the server (py-spy's child): py-spy writes and exits
+            import psutil
+
+            for child in psutil.Process(proc.pid).children():
+                child.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+            return {"start_s": round(start_s, 3), "profile": top_frames(py_spy)}
         time.sleep(1.0)  # let the first ticks and samples run, then read memory
         return {"start_s": round(start_s, 3), "rss_mib": proc_status_mib(proc.pid, "VmRSS"),
                 "peak_rss_mib": proc_status_mib(proc.pid, "VmHWM")}  # fmt: skip
@@ -208,6 +245,22 @@ def measure_server_start(state_dir: Path, timeout_s: float) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def top_frames(raw: Path, n: int = 25) -> list[tuple[str, float]]:
+    """The functions the start spent its samples in, cumulative (a frame counted once per
+    stack), as shares of all samples: py-spy's raw output is `frame;frame;... count` lines."""
+    total = 0
+    counts: dict[str, int] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        total += int(count)
+        for frame in set(stack.split(";")):
+            counts[frame] = counts.get(frame, 0) + int(count)
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+    return [(frame, round(100 * c / max(total, 1), 1)) for frame, c in ranked]
 
 
 def _healthy(port: int) -> bool:
@@ -284,15 +337,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "bench": "history", "jobs": args.jobs, "keep_finished": KEEP_FINISHED,
     }  # fmt: skip
     try:
-        if count_jobs(db) != args.jobs:
+        if count_jobs(db) != args.jobs + args.pending:
             if db.exists():
                 raise SystemExit(f"{db} exists with other jobs; remove it or pick another --db")
-            result["build_s"] = round(build_database(db, args.jobs), 1)
+            result["build_s"] = round(build_database(db, args.jobs, pending=args.pending), 1)
+        result["pending"] = args.pending
         result["db_mib"] = round(db.stat().st_size / 2**20, 1)
         result["load_active"] = measure_load(db, str(KEEP_FINISHED))
         if args.baseline:
             result["load_all_baseline"] = measure_load(db, "all")
         result["server"] = measure_server_start(db.parent, args.server_timeout)
+        if args.py_spy:
+            raw = db.parent.parent / "start.pyspy.txt"
+            result["server_profiled"] = measure_server_start(db.parent, args.server_timeout, raw)
+        if args.server_only:
+            return result
         # The same server on an empty state dir: what a start costs without any history.
         empty = Path(tempfile.mkdtemp(prefix="gpuyard-hist-empty-"))
         try:
@@ -322,6 +381,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also time upgrading a database of the previous release")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=200, help="runs of each page query")
     parser.add_argument("--server-timeout", type=float, default=300.0)
+    parser.add_argument("--pending", type=int, default=0,
+                        help="PENDING jobs after the finished ones (issue 27: 10000)")
+    parser.add_argument("--py-spy", action="store_true",
+                        help="also profile one start with py-spy (where its time goes)")
+    parser.add_argument("--server-only", action="store_true",
+                        help="the server's start only: no empty baseline, pages, migration")
     args = parser.parse_args(argv)
     result = run(args)
     print(json.dumps(with_machine(result)) if args.json else json.dumps(result, indent=2))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
@@ -163,6 +163,46 @@ def job_to_row(job: Job, spec_json: str | None = None) -> dict[str, Any]:
         value = getattr(job.spec, name)
         row[name] = value if enc is None else enc(value)
     return row
+
+
+def rows_to_jobs(keys: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Job]:
+    """Jobs from a query's rows, read by position: what `row_to_job` does per row, with the
+    columns looked up once per query (a server's start decodes 20,000 rows; by name, each
+    row's mapping cost ~40% more)."""
+    index = {name: i for i, name in enumerate(keys)}
+    spec_at = index["spec"]
+    spec_columns = [index[name] for name in SPEC_COLUMNS]
+    plan = [(name, index.get(name), dec, name in _JOB_JSON_COLUMNS) for name, dec in _JOB_FROM_ROW]
+    loads, decode_spec = json.loads, _SPEC_FROM_JSON
+    # Decoded values are immutable (frozen specs, tuples), so equal texts share one: an array's
+    # tasks one spec, most jobs' `gpus`, `attempts`, `steps` a few values. Per query: bounded.
+    specs: dict[tuple[Any, ...], JobSpec] = {}
+    texts: dict[tuple[str, str], Any] = {}
+    out: list[Job] = []
+    for row in rows:
+        spec_key = (row[spec_at], *[row[i] for i in spec_columns])
+        spec = specs.get(spec_key)
+        if spec is None:
+            data = loads(row[spec_at])
+            data.update(zip(SPEC_COLUMNS, spec_key[1:], strict=True))
+            spec = specs[spec_key] = decode_spec(data)
+        values: dict[str, Any] = {"spec": spec}
+        for name, i, dec, is_json in plan:
+            if i is None:  # a column newer than this row's schema: never, after migrations
+                values[name] = _JOB_DEFAULTS[name]()
+            elif is_json:
+                raw = row[i]
+                try:
+                    values[name] = texts[name, raw]
+                except KeyError:
+                    value = loads(raw)
+                    value = texts[name, raw] = value if dec is None else dec(value)
+                    values[name] = value
+            else:
+                raw = row[i]
+                values[name] = raw if dec is None else dec(raw)
+        out.append(Job(**values))
+    return out
 
 
 def row_to_job(row: Any) -> Job:

@@ -26,7 +26,7 @@ from gpuyard.adapters.disk_full import translate_disk_full
 from gpuyard.adapters.store.accounts_sql import SqlAccounts
 from gpuyard.adapters.store.advisory_lock import AdvisoryLock
 from gpuyard.adapters.store.bundle import every_port
-from gpuyard.adapters.store.codec import job_to_row, row_to_job, spec_to_json
+from gpuyard.adapters.store.codec import job_to_row, rows_to_jobs, spec_to_json
 from gpuyard.adapters.store.events_sql import SqlEvents
 from gpuyard.adapters.store.filelock import ExclusiveFileLock
 from gpuyard.adapters.store.gpu_history_sql import SqlGpuHistory
@@ -214,10 +214,10 @@ class SqlJobStore(
                 if few is not None:
                     query = query.where(jobs.c.id.in_(few))
             if states is None:
-                return [row_to_job(r) for r in conn.execute(query)]
+                return _decoded(conn.execute(query))
             found: list[Job] = []
             for state in sorted({JobState(s).value for s in states}):
-                found += [row_to_job(r) for r in conn.execute(query.where(jobs.c.state == state))]
+                found += _decoded(conn.execute(query.where(jobs.c.state == state)))
         return sorted(found, key=lambda j: j.id, reverse=True)[:limit]
 
     def load_drains(self) -> dict[str, Drain]:
@@ -271,7 +271,7 @@ class SqlJobStore(
 
     def _select(self, query: Select[Any]) -> list[Job]:
         with self._engine.connect() as conn:
-            return [row_to_job(row) for row in conn.execute(query)]
+            return _decoded(conn.execute(query))
 
     def _commit_batch(self, batch: Sequence[_Batch]) -> None:
         """One transaction for the whole batch, on the writer thread's own connection (on
@@ -484,3 +484,8 @@ def _migrate(engine: Engine) -> None:
     with engine.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
+
+
+def _decoded(result: Any) -> list[Job]:
+    """A query's jobs, decoded by position (`rows_to_jobs`: the columns looked up once)."""
+    return rows_to_jobs(list(result.keys()), result)
