@@ -85,10 +85,17 @@ def test_full_state_disk_refuses_submits_keeps_reads_and_recovers_by_itself(
         go.touch()  # the running job ends while nothing can be recorded
         wait_for(lambda: f"recording job(s) {running} failed" in server.log.read_text())
         assert _state(server, running)["state"] == "RUNNING"  # its end waits for the disk
+        # The log says what landed, not what was meant (issue 22): the end waits, then lands.
+        said = wait_for(lambda: [ln for ln in server.log.read_text().splitlines()
+                                 if f"job {running} COMPLETED" in ln])  # fmt: skip
+        assert said[0].endswith("not recorded yet: its write is retried"), said
 
         filler.unlink()
         ended = wait_for(lambda: (j := _state(server, running))["state"] != "RUNNING" and j)
         assert (ended["state"], ended["exit_code"]) == ("COMPLETED", 0)
+        landed = f"{running} COMPLETED"
+        wait_for(lambda: any("after retrying" in ln and landed in ln
+                             for ln in server.log.read_text().splitlines()))  # fmt: skip
         later = wait_for(lambda: (j := _state(server, queued))["state"] == "COMPLETED" and j)
         assert later["exit_code"] == 0
         cancelled = _state(server, doomed)

@@ -275,8 +275,11 @@ class Controller:
 
         ended = self.journal.change(job_id, end, ended_at)
         if ended is not None and ended.state is not JobState.RUNNING:
-            log.info("job %s %s%s", job_id, ended.state.value,
-                     "" if ended.reason == REASON_NONE else f" ({ended.reason})")  # fmt: skip
+            # What landed, not what was meant: an end whose write failed is said to wait.
+            waits = self.journal.is_unwritten(job_id)
+            log.info("job %s %s%s%s", job_id, ended.state.value,
+                     "" if ended.reason == REASON_NONE else f" ({ended.reason})",
+                     "; not recorded yet: its write is retried" if waits else "")  # fmt: skip
 
     def _ended(
         self, job: Job, status: ExitStatus, reason: str | None, tail: str, ended_at: float

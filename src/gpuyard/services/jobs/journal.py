@@ -158,14 +158,24 @@ class Journal:
     def unwritten_count(self) -> int:
         return len(self._unwritten)
 
+    def is_unwritten(self, job_id: int) -> bool:
+        """Whether the job's latest change waits for its write to be retried (what a log line
+        says of it must not be that it happened)."""
+        return job_id in self._unwritten
+
     def retry_unwritten(self) -> int:
         """Write the changes whose write failed; returns how many are still waiting."""
         if not self._unwritten:
             return 0
         with self.transaction() as tx:
             waiting = list(self._unwritten.values())
+            landed = []
             for job, at in waiting:  # one by one: one bad row must not hold back the others
-                self._commit(tx, [job], at, retry=True, quiet=True)
+                landed += self._commit(tx, [job], at, retry=True, quiet=True)
+            if landed:
+                log.info("recorded job(s) %s after retrying: %s",
+                         ",".join(str(j.id) for j in landed),
+                         ", ".join(f"{j.id} {j.state.value}" for j in landed))  # fmt: skip
             return len(self._unwritten)
 
     # -- the protocol ---------------------------------------------------------------------
