@@ -207,6 +207,7 @@ class RayConnection:
             token_kw: dict[str, Any] = {"token": token}
         else:
             token_kw = {"token_path": Path(token)}
+        _reachable(address)
         _take_process_slot()
         try:
             _use_token(**token_kw)
@@ -311,6 +312,32 @@ def _use_token(token: str | None = None, token_path: Path | None = None) -> None
         os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
     raylet.Config.initialize("")  # RayConfig read RAY_AUTH_MODE when ray was imported
     raylet.AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail at once, in one line, when nothing listens at the GCS address: `ray.init` would
+    retry for ever (and hold the server's start, deaf to SIGTERM, inside Ray's C++ client)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{address!r} is not a GCS address: give host:port (e.g. head:6379)")
+    hosts = [host.strip("[]")]
+    if hosts[0] in ("127.0.0.1", "localhost", "::1"):  # Ray may use this machine's own IP
+        import ray.util
+
+        hosts.append(ray.util.get_node_ip_address())
+    why = ""
+    for where in hosts:
+        try:
+            socket.create_connection((where, int(port)), timeout=timeout_s).close()
+            return
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+    raise ConnectionError(
+        f"nothing answers at {address} ({why}): is the cluster's head running there "
+        "(`ray start --head`), and is this its GCS port (6379 unless --port was given)?"
+    )
 
 
 @contextmanager
