@@ -104,6 +104,26 @@ class PostgresServer:
             self._pg("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w", check=False)
         self._remove()
 
+    def stop_keeping_data(self) -> None:
+        """`pg_ctl stop -m fast` as an operator's restart does: sessions ended, data kept,
+        the port given up until `start_again()`."""
+        self._pg("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w")
+
+    def start_again(self) -> None:
+        """Start the stopped cluster on the port it had (so its URLs stay true)."""
+        assert self.root is not None
+        done = self._pg("pg_ctl", "start", "-D", str(self.data), "-l",
+                        str(self.root / "server.log"), "-w", "-t", "60", "-o",
+                        self._options(), check=False)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"PostgreSQL did not start again: {done.stdout}{done.stderr}")
+
+    def _options(self) -> str:
+        assert self.root is not None
+        return (f"-c listen_addresses=127.0.0.1 -c port={self.port}"
+                f" -c unix_socket_directories={self.root}"
+                " -c fsync=on -c synchronous_commit=on -c max_connections=200")  # fmt: skip
+
     def _start_on_a_free_port(self) -> None:
         """Start on a free port; another process may take the port between its pick and the
         server's bind, so a failed start is retried on a new one."""
@@ -111,9 +131,7 @@ class PostgresServer:
         log = self.root / "server.log"
         for _ in range(5):
             self.port = free_port()
-            options = (f"-c listen_addresses=127.0.0.1 -c port={self.port}"
-                       f" -c unix_socket_directories={self.root}"
-                       " -c fsync=on -c synchronous_commit=on -c max_connections=200")  # fmt: skip
+            options = self._options()
             done = self._pg("pg_ctl", "start", "-D", str(self.data), "-l", str(log), "-w",
                             "-t", "60", "-o", options, check=False)  # fmt: skip
             if done.returncode == 0:
