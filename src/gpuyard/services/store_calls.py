@@ -1,0 +1,91 @@
+"""Store calls on the request path: off the event loop, each with a deadline, in a small pool.
+
+A stalled database (PostgreSQL stopped, a hung disk under SQLite) does not fail a call: it never
+returns. Made on the event loop, one such call froze every request, `/healthz` too, for as long
+as the stall lasted (20 s measured, issue 22). Here a request's store call runs in one of a few
+threads of its own and is awaited for `DB_REQUEST_DEADLINE_S`; past it the request is answered
+503 with Retry-After (`DatabaseStalled`) and the call is left to finish in its thread (a thread
+cannot be interrupted; a call still queued when its request gives up is dropped). The pool is
+bounded: past `workers + queue` calls in flight a request is refused at once rather than
+queueing threads behind a database that is not answering. What the server holds in memory and
+in files (the book, logs) never comes here, so it keeps answering.
+
+Worked example: PostgreSQL is SIGSTOPped; `GET /jobs?all=true` hands its page query to a worker,
+waits 2 s and answers 503 "the database is not answering; try again in 5 s" while the worker
+stays blocked; `GET /jobs/41` (a running job, in the book) answers in a millisecond meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+from gpuyard.domain.errors import DatabaseStalled
+
+DB_REQUEST_DEADLINE_S = 2.0  # how long a request waits for the database (the issue's target)
+RETRY_AFTER_S = 5  # what a refused request is told to wait
+_WORKERS = 4  # store calls of requests running at once (a healthy call takes milliseconds)
+_QUEUE = 32  # and waiting for a worker; past both, refused at once
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def stalled_message(what: str = "") -> str:
+    """The one line a refused request answers; `what` adds what it means for this request."""
+    line = f"the database is not answering; try again in {RETRY_AFTER_S} s"
+    return f"{line} ({what})" if what else line
+
+
+class StoreCalls:
+    """`await run(fn, *args)`: `fn(*args)` in a worker, within the deadline, else
+    DatabaseStalled. `within(awaitable)`: the same deadline for a write already under way
+    (a submit's group commit), which its own code keeps going once the request gives up."""
+
+    def __init__(
+        self,
+        deadline_s: float = DB_REQUEST_DEADLINE_S,
+        workers: int = _WORKERS,
+        queue: int = _QUEUE,
+    ) -> None:
+        self.deadline_s = deadline_s
+        self._limit = workers + queue
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gpuyard-store-call")
+        self._lock = threading.Lock()  # leaf: a counter
+        self._in_flight = 0
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        with self._lock:
+            if self._in_flight >= self._limit:
+                raise DatabaseStalled(stalled_message(), retry_after_s=RETRY_AFTER_S)
+            self._in_flight += 1
+        try:
+            call: Future[T] = self._pool.submit(fn, *args, **kwargs)
+        except BaseException:
+            self._done(None)
+            raise
+        call.add_done_callback(self._done)
+        try:
+            # A timeout cancels the call if no worker has taken it yet; a running one goes on.
+            return await asyncio.wait_for(asyncio.wrap_future(call), self.deadline_s)
+        except TimeoutError:
+            raise DatabaseStalled(stalled_message(), retry_after_s=RETRY_AFTER_S) from None
+
+    async def within(self, write: Awaitable[T], what: str) -> T:
+        """`write` awaited up to the deadline; `what`: what the refusal means for the caller
+        (the write itself must be shielded by its owner: it is cancelled here)."""
+        try:
+            return await asyncio.wait_for(write, self.deadline_s)
+        except TimeoutError:
+            raise DatabaseStalled(stalled_message(what), retry_after_s=RETRY_AFTER_S) from None
+
+    def close(self) -> None:
+        """Stop taking calls; a call stuck in a stalled database is not waited for."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _done(self, _: object) -> None:
+        with self._lock:
+            self._in_flight -= 1
