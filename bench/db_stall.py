@@ -84,7 +84,7 @@ def _needs_database(
             answer = request(port, token, "POST", "/api/v1/jobs", timeout_s=120, headers=key,
                              body={"command": ["true"], "workdir": "/tmp"})  # fmt: skip
         else:
-            path = "/api/v1/jobs?all=true" if kind == "history" else "/api/v1/jobs/999999"
+            path = "/api/v1/jobs?all=true&limit=200" if kind == "history" else "/api/v1/jobs/999999"
             answer = request(port, token, "GET", path, timeout_s=120)
         out.append((answer.status, answer.seconds))
 

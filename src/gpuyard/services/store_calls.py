@@ -58,6 +58,13 @@ class StoreCalls:
         self._in_flight = 0
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.run_long(1.0, fn, *args, **kwargs)
+
+    async def run_long(
+        self, times: float, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """`run` with `times` the deadline: a call whose healthy answer may take longer (a
+        page of 10,000 jobs)."""
         with self._lock:
             if self._in_flight >= self._limit:
                 raise DatabaseStalled(stalled_message(), retry_after_s=RETRY_AFTER_S)
@@ -70,15 +77,16 @@ class StoreCalls:
         call.add_done_callback(self._done)
         try:
             # A timeout cancels the call if no worker has taken it yet; a running one goes on.
-            return await asyncio.wait_for(asyncio.wrap_future(call), self.deadline_s)
+            return await asyncio.wait_for(asyncio.wrap_future(call), self.deadline_s * times)
         except TimeoutError:
             raise DatabaseStalled(stalled_message(), retry_after_s=RETRY_AFTER_S) from None
 
-    async def within(self, write: Awaitable[T], what: str) -> T:
-        """`write` awaited up to the deadline; `what`: what the refusal means for the caller
+    async def within(self, write: Awaitable[T], what: str, *, times: float = 1.0) -> T:
+        """`write` awaited up to `times` the deadline (a large write may take longer than a
+        stalled database may hold a request); `what`: what the refusal means for the caller
         (the write itself must be shielded by its owner: it is cancelled here)."""
         try:
-            return await asyncio.wait_for(write, self.deadline_s)
+            return await asyncio.wait_for(write, self.deadline_s * times)
         except TimeoutError:
             raise DatabaseStalled(stalled_message(what), retry_after_s=RETRY_AFTER_S) from None
 

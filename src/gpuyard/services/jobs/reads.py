@@ -25,6 +25,7 @@ from gpuyard.services.jobs.files import open_job_file
 
 # Listing history: a page is at most this many jobs (the store pages through the rest).
 MAX_PAGE = 10_000
+_QUICK_PAGE = 1_000  # a history page up to this long answers within the request's deadline
 MAX_JOB_ID = 2**63 - 1  # the store's integers: a larger id in a request is no job's
 _TAIL_BLOCK = 1 << 16
 
@@ -163,8 +164,11 @@ class JobReads:
         only: it answers while the database is stalled), a page of history in the store's
         (within the request's deadline)."""
         if include_finished:
-            return await self._desk.store_calls.run(
-                self.list_jobs, actor, include_finished=True, **filters
+            # A long page (10,000 jobs: ~1 s of decoding on a loaded machine) may take longer.
+            limit = filters.get("limit") or MAX_PAGE
+            times = 1.0 if limit <= _QUICK_PAGE else 5.0
+            return await self._desk.store_calls.run_long(
+                times, self.list_jobs, actor, include_finished=True, **filters
             )
         return await asyncio.to_thread(self.list_jobs, actor, include_finished=False, **filters)
 

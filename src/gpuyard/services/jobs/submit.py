@@ -30,6 +30,10 @@ _UNACKNOWLEDGED = (
     "retry with the same Idempotency-Key answers that job instead of queueing another"
 )
 
+# An array's one write of up to 10,000 tasks took 0.4-2.0 s on a loaded 2-core machine
+# (docs/benchmarks.md, "Job arrays"): it may wait this many deadlines (10 s).
+_ARRAY_DEADLINES = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class DryRun:
@@ -109,14 +113,18 @@ class JobSubmits:
         self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal
     ) -> list[Job]:
         """`submit_array` for the event loop: the one write is awaited without a thread."""
-        return await self._deadline(self._submit_async(Submission(specs, actor, indices)))
+        return await self._deadline(
+            self._submit_async(Submission(specs, actor, indices)), times=_ARRAY_DEADLINES
+        )
 
     async def submit_array_once_async(
         self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal, key: str
     ) -> tuple[Job, bool]:
         """`submit_array_async` with an `Idempotency-Key`: the array's first task and whether
         an earlier request with this key made the array (a retry never makes a second one)."""
-        return await self._deadline(self._submit_once(Submission(specs, actor, indices), key))
+        return await self._deadline(
+            self._submit_once(Submission(specs, actor, indices), key), times=_ARRAY_DEADLINES
+        )
 
     # -- the dry run ----------------------------------------------------------------------
     def dry_run(self, spec: JobSpec, actor: Principal) -> DryRun:
@@ -146,11 +154,12 @@ class JobSubmits:
             return None  # refused by the admission's owner check in one line, at the submit
 
     # -- the one path -----------------------------------------------------------------------
-    async def _deadline(self, submit: Awaitable[T]) -> T:
-        """A submit on the event loop waits for the database up to the request's deadline,
-        then is refused (503, Retry-After): not acknowledged, though a write already handed to
-        the store goes on (shielded below) and its jobs are queued when it lands."""
-        return await self._desk.store_calls.within(submit, _UNACKNOWLEDGED)
+    async def _deadline(self, submit: Awaitable[T], times: float = 1.0) -> T:
+        """A submit on the event loop waits for the database up to the request's deadline
+        (`times` it: an array), then is refused (503, Retry-After): not acknowledged, though a
+        write already handed to the store goes on (shielded below) and its jobs are queued
+        when it lands."""
+        return await self._desk.store_calls.within(submit, _UNACKNOWLEDGED, times=times)
 
     def _with_default_mem(self, sub: Submission) -> Submission:
         """Each spec without --mem given the server's memory per CPU for its CPUs (at most
