@@ -27,8 +27,11 @@ from gpuyard.domain.errors import DatabaseStalled
 
 DB_REQUEST_DEADLINE_S = 2.0  # how long a request waits for the database (the target)
 RETRY_AFTER_S = 5  # what a refused request is told to wait
-_WORKERS = 4  # store calls of requests running at once (a healthy call takes milliseconds)
-_QUEUE = 32  # and waiting for a worker; past both, refused at once
+# Store calls of requests running at once, and waiting for a worker; past both, refused at
+# once. 4 and 32 refused keyed submits of a healthy loaded server (bench/mixed_load.py, 50
+# clients: their key lookups queued behind history pages); a stall holds at most 8 threads.
+_WORKERS = 8
+_QUEUE = 256
 
 P = ParamSpec("P")
 T = TypeVar("T")
