@@ -25,7 +25,8 @@ from gpuyard.services.jobs.files import open_job_file
 
 # Listing history: a page is at most this many jobs (the store pages through the rest).
 MAX_PAGE = 10_000
-_PAGE_DEADLINES = 5.0  # a history page may wait this many request deadlines (10 s)
+_QUICK_PAGE = 1_000  # a history page up to this long: one request deadline
+_LONG_PAGE_DEADLINES = 5.0  # a longer one waits this many (10 s)
 MAX_JOB_ID = 2**63 - 1  # the store's integers: a larger id in a request is no job's
 _TAIL_BLOCK = 1 << 16
 
@@ -164,10 +165,12 @@ class JobReads:
         only: it answers while the database is stalled), a page of history in the store's
         (within the request's deadline)."""
         if include_finished:
-            # A page is decoded rows (a 200-job page took 2.0 s at load 8, bench/mixed_load.py,
-            # 10,000 jobs more): it may take longer than a point read before it is refused.
+            # A long page is many decoded rows (10,000 jobs: ~1 s, more on a loaded machine):
+            # it waits longer before a silent store refuses it.
+            limit = filters.get("limit") or MAX_PAGE
+            times = 1.0 if limit <= _QUICK_PAGE else _LONG_PAGE_DEADLINES
             return await self._desk.store_calls.run_long(
-                _PAGE_DEADLINES, self.list_jobs, actor, include_finished=True, **filters
+                times, self.list_jobs, actor, include_finished=True, **filters
             )
         return await asyncio.to_thread(self.list_jobs, actor, include_finished=False, **filters)
 
