@@ -68,6 +68,9 @@ _SUPERVISOR_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 _TRANSIENT = (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM)
 _LAUNCH_TRIES = 4
 _LAUNCH_BACKOFF_S = 0.05
+# How often the watch loop looks for a stopped supervisor (SIGSTOP, a debugger's stop): one
+# stopped cannot reap its job, so the job would hold its GPUs past its processes' end.
+_STOPPED_CHECK_S = 2.0
 
 
 @dataclass
@@ -323,7 +326,11 @@ class LocalExecutor:
         os.write(self._wake_w, b"x")
 
     def _watch_loop(self) -> None:
+        checked_at = time.monotonic()
         while not self._closed:
+            if time.monotonic() - checked_at >= _STOPPED_CHECK_S:
+                checked_at = time.monotonic()
+                self._continue_stopped()
             for key, _ in self._selector.select(timeout=self._next_deadline_in()):
                 if key.data is None:
                     os.read(self._wake_r, 4096)
@@ -354,6 +361,24 @@ class LocalExecutor:
         deadlines = [w.deadline for w in self._watched.values() if w.deadline and not w.forced]
         now = time.monotonic()
         return max(0.0, min([1.0, *(d - now for d in deadlines)]))
+
+    def _continue_stopped(self) -> None:
+        """A supervisor found stopped whose job's processes are all gone is continued: stopped,
+        it cannot see its job end, so the job would hold its GPUs and its end go unrecorded.
+        One stopped while its job runs is left to the executor's deadlines (time limit, stop),
+        as before; the job's own processes are never touched here."""
+        for watched in list(self._watched.values()):
+            pid = watched.job.pid
+            if watched.forced is not None or pid is None:
+                continue
+            if _process_state(pid) not in ("T", "t") or _has_live_children(pid):
+                continue
+            log.warning("job %s: its supervisor (pid %s) was stopped after its job ended; "
+                        "continuing it", watched.job.id, pid)  # fmt: skip
+            try:
+                signal.pidfd_send_signal(watched.pidfd, signal.SIGCONT)
+            except OSError:
+                pass
 
     def _enforce_deadlines(self) -> None:
         """A supervisor past its deadline cannot act (stopped, stuck): kill it; its job's
@@ -552,6 +577,36 @@ def running(pid: int) -> bool:
         return False
     except psutil.Error:
         return True  # there, but not ours to look at
+
+
+def _has_live_children(pid: int) -> bool:
+    """Whether any process under `pid` (the supervisor is its job's subreaper) is not a
+    zombie: the job still runs."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return True  # unreadable: assume it runs (a deadline still ends it)
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.Error:
+            return True
+    return False
+
+
+def _process_state(pid: int) -> str:
+    """The kernel's one-letter state of `pid` (R, S, D, T stopped, t traced, Z...); "" when it
+    is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    after = stat.rfind(b")")  # the command name may hold spaces and parentheses
+    return stat[after + 2 : after + 3].decode() if after > 0 else ""
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
