@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from gpuyard.domain.errors import DatabaseStalled
 
@@ -122,7 +122,7 @@ class StoreCalls:
         """Stop taking calls; a call stuck in a stalled database is not waited for."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _done(self, call: Future[object] | None) -> None:
+    def _done(self, call: Future[Any] | None) -> None:
         with self._lock:
             self._in_flight -= 1
             if call is not None and not call.cancelled():
