@@ -4,6 +4,9 @@ After every batch of events at one instant the policy's `schedule` runs, exactly
 server's controller calls it after a submit, an exit or a policy wake-up, and at no other
 time: passes follow the events, so live and simulated decisions are the same. A preempted job
 pays the restart penalty (default 60 s, Tiresias' measurement) before it makes progress again.
+A job with a time limit (`TraceJob.time_limit_s`, see `time_limits.py`) whose run would last
+longer is killed at the limit, as the live server ends a run (TIMEOUT: its dependants see that
+state); each run has the whole limit, the restart penalty inside it.
 
 Before each pass the replay drives the live server's gate (`scheduling/gate.py`, the same
 `GatePipeline`). With `quotas`, a job over its user's or team's limit leaves the policy (as
@@ -45,6 +48,7 @@ class JobOutcome:
     first_started_at: float
     finished_at: float
     preemptions: int
+    timed_out: bool = False  # killed at its time limit (TIMEOUT), not finished
 
 
 @dataclass(slots=True)
@@ -67,6 +71,7 @@ class _Run:
     penalty_s: float = 0.0  # restart penalty of the current run
     version: int = 0
     finished_at: float | None = None
+    ends_at_limit: bool = False  # the current run will be killed at the job's time limit
 
 
 class Replay:
@@ -135,6 +140,10 @@ class Replay:
         run.penalty_s = self.penalty_s if job.restarts else 0.0
         run.version += 1
         finish = self.now + run.penalty_s + (run.trace.duration_s - run.done_s)
+        limit = run.trace.time_limit_s  # the job's own limit (not one given `exact` for backfill)
+        if limit is not None and finish > self.now + limit:
+            finish = self.now + limit  # the live server ends a run at its limit: TIMEOUT
+        run.ends_at_limit = finish < self.now + run.penalty_s + run.trace.duration_s - run.done_s
         self._push(finish, _FINISH, run, run.version)
 
     def preempt(self, job: SchedJob) -> None:
@@ -226,8 +235,11 @@ class Replay:
             return Named(job_id, JobState.CANCELLED, None, self._cancelled[job_id])
         if run.finished_at is not None:
             state = JobState.COMPLETED if run.trace.exit_code == 0 else JobState.FAILED
+            code: int | None = run.trace.exit_code
+            if run.ends_at_limit:
+                state, code = JobState.TIMEOUT, None
             began = run.job.first_started_at
-            return Named(job_id, state, run.trace.exit_code, began)
+            return Named(job_id, state, code, began)
         started = run.job.first_started_at
         return Named(job_id, JobState.PENDING if started is None else JobState.RUNNING, None,
                      started)  # fmt: skip
@@ -237,10 +249,13 @@ class Replay:
         self._account()
         apply_finish(self.policy, job, self.cluster, self.now)
         del self._queue.jobs[job.id]
-        run.done_s = run.trace.duration_s
         run.finished_at = self.now
         gate = self._gate
         gate.run_ended(job.id, self.now)
+        if run.ends_at_limit:  # killed at its limit, its work unfinished: TIMEOUT, as live
+            gate.ended(job.id, JobState.TIMEOUT, None, self.now)
+            return
+        run.done_s = run.trace.duration_s
         state = JobState.FAILED if run.trace.exit_code != 0 else JobState.COMPLETED
         gate.ended(job.id, state, run.trace.exit_code, self.now)
 
@@ -270,6 +285,7 @@ class Replay:
                     job.first_started_at,
                     run.finished_at,
                     job.restarts,
+                    run.ends_at_limit,
                 )
             )
         start, end = self._window
