@@ -13,7 +13,7 @@ from tests.simulation.test_replay import gpuyard, write_trace
 _H = 3600.0
 
 
-def test_a_padded_limit_is_the_same_every_time_and_a_round_bucket_above_the_duration():
+def test_a_padded_limit_is_the_same_every_time_and_a_round_bucket_above_the_duration() -> None:
     durations = [30.0, 1800.0, 3 * _H, 11 * _H, 40 * _H, 100 * _H]
     limits = [padded_limit_s(job_id, d) for job_id in range(200) for d in durations]
     again = [padded_limit_s(job_id, d) for job_id in range(200) for d in durations]
@@ -28,11 +28,11 @@ def test_a_padded_limit_is_the_same_every_time_and_a_round_bucket_above_the_dura
     assert {padded_limit_s(job_id, 1800.0) / _H for job_id in range(50)} == {1, 4}
 
 
-def test_a_job_longer_than_a_week_gets_a_week():
+def test_a_job_longer_than_a_week_gets_a_week() -> None:
     assert padded_limit_s(1, 200 * _H) == 168 * _H
 
 
-def test_padded_limits_kill_a_job_at_its_limit_and_none_does_not(tmp_path: Path):
+def test_padded_limits_kill_a_job_at_its_limit_and_none_does_not(tmp_path: Path) -> None:
     # job 0 needs 200 h: under padded limits it gets a week and is killed there
     path = write_trace(tmp_path / "t.csv", [f"0,a,0,1,{200 * _H:.0f}", "1,b,0,1,600"])
     out = gpuyard("simulate", "--trace", str(path), "--gpus", "8", "--policy", "fifo",
@@ -49,7 +49,7 @@ def test_padded_limits_kill_a_job_at_its_limit_and_none_does_not(tmp_path: Path)
     assert "fifo (padded limits, 1 timeouts)" in table.stdout
 
 
-def test_the_trace_column_is_used_by_default_and_kills_a_job_past_it(tmp_path: Path):
+def test_the_trace_column_is_used_by_default_and_kills_a_job_past_it(tmp_path: Path) -> None:
     header = "job_id,user,submit_time_s,num_gpus,duration_s,time_limit_s\n"
     path = write_trace(tmp_path / "t.csv", ["0,a,0,1,7200,3600", "1,a,0,1,600,"], header=header)
     (by_default,) = simulate(path, 8, policies=["fifo"])
@@ -59,7 +59,7 @@ def test_the_trace_column_is_used_by_default_and_kills_a_job_past_it(tmp_path: P
     assert ignored.timeouts == 0 and ignored.time_limits == "none"
 
 
-def test_a_timed_out_job_fails_its_afterok_dependant(tmp_path: Path):
+def test_a_timed_out_job_fails_its_afterok_dependant(tmp_path: Path) -> None:
     header = "job_id,user,submit_time_s,num_gpus,duration_s,time_limit_s,dependency\n"
     rows = ["10,a,0,1,7200,3600,", "11,a,1,1,60,,afterok:10"]
     path = write_trace(tmp_path / "t.csv", rows, header=header)
@@ -67,7 +67,7 @@ def test_a_timed_out_job_fails_its_afterok_dependant(tmp_path: Path):
     assert report.jobs == 1 and report.timeouts == 1  # job 1 never runs: its dependency failed
 
 
-def test_an_unknown_mode_is_one_clear_line(tmp_path: Path):
+def test_an_unknown_mode_is_one_clear_line(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "t.csv", ["0,a,0,1,60"])
     out = gpuyard("simulate", "--trace", str(path), "--gpus", "8", "--time-limits", "exact")
     assert out.returncode != 0
