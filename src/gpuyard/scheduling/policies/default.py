@@ -80,18 +80,15 @@ Parameters, and why:
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Sequence
 
-from gpuyard.scheduling.duration_prediction import DurationPredictor
 from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
 
-_FALLBACK_S = 3600.0
-_MAX_HALVINGS = 40  # a key halved 40 times is ahead of every fresh one: no further timers  # before anything finished: an hour, a neutral guess
+_FALLBACK_S = 3600.0  # before anything finished: an hour, a neutral guess
 
 
 class _History:
@@ -174,7 +171,6 @@ class DefaultPolicy(RankedPolicy):
         restart_backoff: float = 2.0,
         starve_factor: float = 2.0,
         starve_min_s: float = 3600.0,
-        aging: float | None = None,
     ) -> None:
         super().__init__()
         self._history_len = history
@@ -199,10 +195,6 @@ class DefaultPolicy(RankedPolicy):
         self._unfinished: dict[object, dict[int, SchedJob]] = {}
         self._censored_at: tuple[float, dict[object, list[float]]] = (-1.0, {})
         self._shares = Shares()
-        # Jobs that may not be preempted: ranked by GPUs x predicted run (see the module)
-        self._aging = aging
-        self._age_level: dict[int, int] = {}  # pending: times its queue key was halved
-        self._durations = DurationPredictor()
 
     def set_shares(self, shares: Shares) -> None:
         """New fair-share weights (jobs queued from now on are ranked by them)."""
@@ -282,11 +274,9 @@ class DefaultPolicy(RankedPolicy):
         self._pending.remove(job)
         self._pending_removed(job)
         self._starved.discard(job.id)
-        self._age_level.pop(job.id, None)
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
         self._running[job.id] = job
         self._victims_at = None
-        self._durations.started(job.id, job.user, job.gpus, job.time_limit_s, now)
         if job.gpus > 0:
             for key in ((job.user, job.gpus), job.user):
                 self._unfinished.setdefault(key, {})[job.id] = job
@@ -296,7 +286,6 @@ class DefaultPolicy(RankedPolicy):
 
     def preempted(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
-        self._durations.stopped(job.id, now)
         self._victims_at = None
         self._enqueue(job, now)
 
@@ -307,7 +296,6 @@ class DefaultPolicy(RankedPolicy):
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)
         self._forget_unfinished(job)
-        self._durations.finished(job.id, now)
         if job.gpus == 0:
             return  # no GPU service to learn from: it would read as a zero-length run
         ran_s = job.attained(now) / job.gpus
@@ -324,9 +312,7 @@ class DefaultPolicy(RankedPolicy):
         self._starved.discard(job.id)
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)  # voids its starvation timer
-        self._age_level.pop(job.id, None)
         self._forget_unfinished(job)
-        self._durations.forget(job.id)
 
     def _forget_unfinished(self, job: SchedJob) -> None:
         for key in ((job.user, job.gpus), job.user):
@@ -345,36 +331,14 @@ class DefaultPolicy(RankedPolicy):
         elif self._outlived(job, now):
             key = (2, job.submitted_at, 0.0)
         else:
-            key = (1, self._queue_work(job, work, now) / self._weight(job.user), job.submitted_at)
+            key = (1, work / self._weight(job.user), job.submitted_at)
         self._pending.add(job, key)
         self._pending_added(job)
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
-        if self._ages(job):  # the next halving of its key: after `aging` x its predicted run
-            if self._age_level.get(job.id, 0) < _MAX_HALVINGS:
-                wait = self._aging * self._predicted_s(job, now)
-                heapq.heappush(self._timers, (now + wait, job.id, token, job))
-        elif not starved:
+        if not starved:
             ran_s = job.attained(now) / max(job.gpus, 1)
             wait = max(self._starve_min_s, self._starve_factor * ran_s)
             heapq.heappush(self._timers, (now + wait, job.id, token, job))
-
-    def _predicted_s(self, job: SchedJob, now: float) -> float:
-        """The job's predicted remaining run time (its owner's history, at most its limit)."""
-        got = self._durations.predict(job.user, job.gpus, job.time_limit_s, now, job.id)
-        whole = got.expected_s if got is not None else _FALLBACK_S
-        return max(60.0, whole - job.attained(now) / max(job.gpus, 1))
-
-    def _queue_work(self, job: SchedJob, work: float, now: float) -> float:
-        """The GPU-seconds a pending job is queued by: its Gittins estimate, or for a job
-        that may not be preempted (with `aging`), GPUs x its predicted run."""
-        if not self._ages(job):
-            return work
-        level = self._age_level.get(job.id, 0)
-        return math.ldexp(max(job.gpus, 1) * self._predicted_s(job, now), -level)
-
-    def _ages(self, job: SchedJob) -> bool:
-        """Whether the job is queued by relative aging rather than the starvation guard."""
-        return self._aging is not None and not job.preemptible
 
     # -- ranking ----------------------------------------------------------------------------
     def _pending_order(self, now: float) -> list[SchedJob]:
@@ -413,10 +377,7 @@ class DefaultPolicy(RankedPolicy):
                 continue
             self._pending.remove(job)
             self._pending_removed(job)
-            if self._ages(job):
-                self._age_level[job_id] = self._age_level.get(job_id, 0) + 1
-            else:
-                self._starved.add(job_id)
+            self._starved.add(job_id)
             self._enqueue(job, now)
 
     def next_decision_at(self, now: float) -> float | None:
