@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.policies import make_policy
+from gpuyard.simulation.engine import Replay
 from gpuyard.simulation.replay import simulate
 from gpuyard.simulation.time_limits import LIMIT_BUCKETS_H, padded_limit_s, padding_factor
+from gpuyard.simulation.trace import load_trace
 from tests.simulation.test_replay import gpuyard, write_trace
 
 _H = 3600.0
@@ -73,3 +77,14 @@ def test_an_unknown_mode_is_one_clear_line(tmp_path: Path) -> None:
     assert out.returncode != 0
     assert "--time-limits must be one of none, trace, padded" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_replay_predicts_each_job_as_show_would(tmp_path: Path) -> None:
+    header = "job_id,user,submit_time_s,num_gpus,duration_s,time_limit_s\n"
+    rows = [f"{n},a,{4000 * n},1,3600," for n in range(1, 5)] + ["5,a,20000,1,1000,1800"]
+    trace = load_trace(write_trace(tmp_path / "t.csv", rows, header=header))
+    replay = Replay(trace, make_policy("fifo"), ClusterState.uniform(8, 8))
+    jobs = {j.id: j for j in replay.run().jobs}
+    assert [jobs[n].predicted_s for n in (1, 2, 3)] == [None, None, None]  # under 3 runs yet
+    assert jobs[4].predicted_s == 3600  # its user's last 3 runs of 1 GPU took an hour
+    assert jobs[5].predicted_s == 1800  # ... but at most its limit

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from gpuyard.domain.dependency import Ref, parse_dependency
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.duration_prediction import DurationPredictor
 from gpuyard.scheduling.gate import GatePipeline, PolicyQueue
 from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
 from gpuyard.scheduling.quotas import QuotaRules
@@ -49,6 +50,7 @@ class JobOutcome:
     finished_at: float
     preemptions: int
     timed_out: bool = False  # killed at its time limit (TIMEOUT), not finished
+    predicted_s: float | None = None  # its expected run time when it arrived (what `show` says)
 
 
 @dataclass(slots=True)
@@ -72,6 +74,7 @@ class _Run:
     version: int = 0
     finished_at: float | None = None
     ends_at_limit: bool = False  # the current run will be killed at the job's time limit
+    predicted_s: float | None = None
 
 
 class Replay:
@@ -126,6 +129,9 @@ class Replay:
             if t.array_job_id is not None:
                 self._arrays.setdefault(t.array_job_id, []).append(t.id)
         self._cancelled: dict[int, float] = {}
+        # What `show` would say of each job when it arrives: the live scheduler's predictor,
+        # fed the same steps (starts, preemptions, ends).
+        self.durations = DurationPredictor()
 
     def _push(self, at: float, kind: int, run: _Run | None, version: int = 0) -> None:
         self._seq += 1
@@ -136,6 +142,7 @@ class Replay:
         run = self._runs[job.id]
         self._account()
         apply_start(self.policy, job, self.cluster, placement, self.now)
+        self.durations.started(job.id, job.user, job.gpus, run.trace.time_limit_s, self.now)
         self._gate.began(job.id, self.now)
         run.penalty_s = self.penalty_s if job.restarts else 0.0
         run.version += 1
@@ -150,6 +157,7 @@ class Replay:
         run = self._runs[job.id]
         self._account()
         held = apply_preempt(self.policy, job, self.cluster, self.now)
+        self.durations.stopped(job.id, self.now)
         run.done_s += max(0.0, held - run.penalty_s)
         run.version += 1  # its completion event is void now
 
@@ -214,6 +222,8 @@ class Replay:
     def _arrive(self, run: _Run) -> bool:
         """A trace job arrives; True if the policy heard of it (the gate did not park it)."""
         job = run.job
+        said = self.durations.predict(job.user, job.gpus, run.trace.time_limit_s, self.now)
+        run.predicted_s = said.expected_s if said is not None else None
         parked = self._gate.submitted(job.id, self.now, flow=self._gated.get(job.id))
         self._queue.enter(job, self.now, parked)
         return not parked
@@ -248,6 +258,7 @@ class Replay:
         job = run.job
         self._account()
         apply_finish(self.policy, job, self.cluster, self.now)
+        self.durations.finished(job.id, self.now)
         del self._queue.jobs[job.id]
         run.finished_at = self.now
         gate = self._gate
@@ -286,6 +297,7 @@ class Replay:
                     run.finished_at,
                     job.restarts,
                     run.ends_at_limit,
+                    run.predicted_s,
                 )
             )
         start, end = self._window
