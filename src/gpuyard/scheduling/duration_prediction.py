@@ -24,8 +24,9 @@ any) is the only bound and is said so.
 
 Pure and fed by events (`started`, `stopped`, `finished`), as a policy is: the live scheduler
 feeds it the same steps as its policy (`services/scheduler/policy_steps.py`). Reads may run on
-another thread than the feed without a lock: every change replaces an immutable tuple or a new
-dict instead of mutating what a reader may be iterating.
+another thread than the feed without a lock: a history is an immutable tuple, replaced at each
+run, and a reader copies the running jobs in one C-level step (`list(d.items())`, which the
+GIL makes atomic) rather than iterating a dict the feed may change.
 """
 
 from __future__ import annotations
@@ -111,14 +112,14 @@ class DurationPredictor:
         self._runs: dict[Hashable, tuple[float, ...]] = {}  # oldest first
         self._jobs: dict[int, _Job] = {}
         self._ran_s: dict[int, float] = {}  # run time of earlier runs (preempted, requeued)
-        # Current runs per (user, GPUs): job id -> when that run began (a new dict each change)
+        # Current runs per (user, GPUs): job id -> when that run began
         self._running: dict[tuple[str, int], dict[int, float]] = {}
 
     # -- events -------------------------------------------------------------------------------
     def started(self, job_id: int, user: str, gpus: int, limit_s: float | None, at: float) -> None:
         job = self._jobs[job_id] = _Job(user, gpus, limit_s)
         key = (job.user, job.gpus)
-        self._running[key] = {**self._running.get(key, {}), job_id: at}
+        self._running.setdefault(key, {})[job_id] = at
 
     def stopped(self, job_id: int, at: float) -> None:
         """A run ended without the job ending (preempted, requeued): its time is kept."""
@@ -147,12 +148,8 @@ class DurationPredictor:
         if job is None:
             return None
         key = (job.user, job.gpus)
-        runs = self._running.get(key, {})
-        if job_id not in runs:
-            return None
-        began = runs[job_id]
-        self._running[key] = {i: t for i, t in runs.items() if i != job_id}
-        return began
+        runs = self._running.get(key)
+        return runs.pop(job_id, None) if runs is not None else None
 
     # -- the prediction -----------------------------------------------------------------------
     def predict(
@@ -175,9 +172,9 @@ class DurationPredictor:
             ordered, 0.75
         )
         running_s = None
-        siblings = self._running.get((user, gpus), {})
-        longest = max((now - t + self._ran_s.get(i, 0.0) for i, t in siblings.items()
-                       if i != job_id), default=0.0)  # fmt: skip
+        siblings = list(self._running.get((user, gpus), {}).items())  # one atomic copy
+        longest = max((now - t + self._ran_s.get(i, 0.0) for i, t in siblings if i != job_id),
+                      default=0.0)  # fmt: skip
         if longest > expected:  # a sibling still running longer: the history is optimistic
             expected = running_s = longest
             high = max(high, longest)
