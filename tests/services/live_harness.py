@@ -83,12 +83,15 @@ class SimulatedProcesses:
         self.clock = clock
         self.on_exit: Callable[[int, ExitStatus], None] | None = None
         self.runs: dict[int, float] = {}  # job id -> start of the current run
+        self.limit_s: dict[int, float] = {}  # job id -> its time limit: a run ends there
         self.envs: dict[int, list[dict[str, str]]] = {}
         self.stops: list[int] = []
         self.removed: list[int] = []  # job folders `clean` removed
 
     def launch(self, job: Job, plan: LaunchPlan) -> Launched:
         self.runs[job.id] = self.clock()
+        if job.spec.time_limit_s:
+            self.limit_s[job.id] = float(job.spec.time_limit_s)
         self.envs.setdefault(job.id, []).append(dict(plan.env))
         return Launched(pid=100_000 + job.id, started_at=self.clock())
 
@@ -99,16 +102,24 @@ class SimulatedProcesses:
         assert self.on_exit is not None
         self.on_exit(job.id, ExitStatus(exit_code=None, signal=15, ended_at=now))
 
+    def _run_s(self, job_id: int) -> float:
+        """How long the current run lasts: the work left, or the time limit (as the real
+        supervisor kills a run at its limit)."""
+        return min(self.work_s[job_id], self.limit_s.get(job_id, math.inf))
+
     def next_end(self) -> float:
-        return min((t + self.work_s[i] for i, t in self.runs.items()), default=math.inf)
+        return min((t + self._run_s(i) for i, t in self.runs.items()), default=math.inf)
 
     def end_due(self) -> None:
         now = self.clock()
         for job_id, started in sorted(self.runs.items()):
-            if started + self.work_s[job_id] <= now:
+            if started + self._run_s(job_id) <= now:
                 del self.runs[job_id]
                 assert self.on_exit is not None
-                self.on_exit(job_id, ExitStatus(exit_code=0, ended_at=now))
+                if self.work_s[job_id] > self.limit_s.get(job_id, math.inf):
+                    self.on_exit(job_id, ExitStatus(None, signal=9, timed_out=True, ended_at=now))
+                else:
+                    self.on_exit(job_id, ExitStatus(exit_code=0, ended_at=now))
 
     def watch(self, job: Job) -> None:
         pass

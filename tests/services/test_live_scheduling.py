@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,31 +33,70 @@ def contended_trace(seed: int, jobs: int = 60) -> list[TraceJob]:
     return trace
 
 
-def simulated_events(trace: list[TraceJob], policy: str, gpus: int) -> list[tuple[str, float, int]]:
+def limited_trace(seed: int) -> list[TraceJob]:
+    """`contended_trace` with every third job's limit half its duration: killed there."""
+    return [replace(t, time_limit_s=float(int(t.duration_s) // 2 or 1)) if t.id % 3 == 0 else t
+            for t in contended_trace(seed)]  # fmt: skip
+
+
+def simulated_events(
+    trace: list[TraceJob], policy: str, gpus: int, timed_out: set[int] | None = None
+) -> list[tuple[str, float, int]]:
     recorder = Recording(make_policy(policy))
     cluster = ClusterState([NodeSpec("node0", gpus)])
-    Replay(trace, recorder, cluster, restart_penalty_s=0.0).run()  # type: ignore[arg-type]
+    result = Replay(trace, recorder, cluster, restart_penalty_s=0.0).run()  # type: ignore[arg-type]
+    if timed_out is not None:
+        timed_out.update(j.id for j in result.jobs if j.timed_out)
     return recorder.events
 
 
 def live_events(
-    tmp_path: Path, trace: list[TraceJob], policy: str, gpus: int
-) -> list[tuple[str, float, int]]:
+    tmp_path: Path, trace: list[TraceJob], policy: str, gpus: int,
+    timed_out: set[int] | None = None,
+) -> list[tuple[str, float, int]]:  # fmt: skip
+    """The policy's events on the live path; `timed_out` gets the jobs that ended TIMEOUT."""
     recorder = Recording(make_policy(policy, for_server=True))
     rig = LiveRig(tmp_path, recorder, gpus)  # type: ignore[arg-type]
 
     def submit(arrivals: list[TraceJob]) -> None:
         t = arrivals.pop(0)
-        job = rig.submit(t.duration_s, user=t.user, gpus=t.gpus, time_limit_s=int(t.duration_s),
+        limit = int(t.time_limit_s) if t.time_limit_s else None
+        job = rig.submit(t.duration_s, user=t.user, gpus=t.gpus, time_limit_s=limit,
                          preemptible=t.preemptible)  # fmt: skip
         assert job.id == t.id
 
     try:
         rig.replay(trace, submit)
-        assert all(j.state is JobState.COMPLETED for j in rig.book.jobs(include_finished=True))
+        states = {j.id: j.state for j in rig.book.jobs(include_finished=True)}
+        assert set(states.values()) <= {JobState.COMPLETED, JobState.TIMEOUT}
+        if timed_out is not None:
+            timed_out.update(i for i, state in states.items() if state is JobState.TIMEOUT)
         return recorder.events
     finally:
         rig.close()
+
+
+_DIVERGES = pytest.mark.xfail(
+    strict=True,
+    reason="known, not found yet (issue 25): with runs killed at their limits `default` picks "
+    "other victims live than simulated on some traces (seeds 2, 3, 7), from identical events "
+    "before; every other policy agrees, preemptions included (las)",
+)
+
+
+@pytest.mark.parametrize(
+    "policy", [p if p != "default" else pytest.param(p, marks=_DIVERGES) for p in LIVE_POLICIES]
+)
+def test_jobs_killed_at_their_limits_make_the_same_decisions_live_and_simulated(
+    tmp_path: Path, policy: str
+) -> None:
+    trace = limited_trace(seed=7)
+    simulated_timeouts: set[int] = set()
+    live_timeouts: set[int] = set()
+    simulated = simulated_events(trace, policy, 8, simulated_timeouts)
+    live = live_events(tmp_path, trace, policy, 8, live_timeouts)
+    assert live == simulated
+    assert live_timeouts == simulated_timeouts and len(live_timeouts) >= 5
 
 
 @pytest.mark.parametrize("policy", LIVE_POLICIES)

@@ -53,7 +53,7 @@ HOUR = 3600.0
 PENALTY_S = 60.0
 REPORT_FIELDS = {"policy", "jobs", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s",
                  "avg_queue_s", "p99_queue_s", "avg_slowdown", "makespan_s", "utilization",
-                 "preemptions", "fairness", "time_limits", "preemptible"}  # fmt: skip
+                 "preemptions", "fairness", "time_limits", "preemptible", "timeouts"}  # fmt: skip
 HEADER = "job_id,user,submit_time_s,num_gpus,duration_s\n"
 
 

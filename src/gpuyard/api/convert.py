@@ -27,6 +27,7 @@ from gpuyard.domain.signals import SIGTERM, parse_signal
 from gpuyard.domain.spec_rules import SpecDraft, decide_spec
 from gpuyard.domain.states import JobState
 from gpuyard.domain.units import parse_duration_s, parse_size_mib
+from gpuyard.scheduling.duration_prediction import Prediction
 from gpuyard.schemas.v1 import (
     AttemptOut,
     DryRunOut,
@@ -234,7 +235,15 @@ def dry_run_to_wire(answer: DryRun) -> DryRunOut:
         estimate_assumes="preemption" if answer.assumes_preemption else None,
         waits_for=answer.waits_for,
         after_jobs=list(answer.after_jobs),
+        **expected_run_fields(answer.expected_run),
     )
+
+
+def expected_run_fields(expected: Prediction | None) -> dict[str, Any]:
+    """`expected_run_s` and `expected_run` of a prediction (both None: nothing known)."""
+    if expected is None:
+        return {"expected_run_s": None, "expected_run": None}
+    return {"expected_run_s": round(expected.expected_s, 3), "expected_run": expected.describe()}
 
 
 def gpu_to_wire(

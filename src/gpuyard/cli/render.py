@@ -173,8 +173,16 @@ def _attempt_row(a: dict[str, Any]) -> list[str]:
 
 
 def dry_run_answer(answer: dict[str, Any]) -> str:
-    """One line for `submit --dry-run`, naming what it would wait for (the server's
-    `waits_for`: the resource that binds now) and the ends its estimate counts on."""
+    """`submit --dry-run`'s answer: when it would start, then, when the server knows, how long
+    it would run ("once started: expected 40 min ..., from your last 5 runs of this size")."""
+    start = _dry_run_start(answer)
+    expected = answer.get("expected_run")
+    return f"{start}\nonce started: {expected}" if expected else start
+
+
+def _dry_run_start(answer: dict[str, Any]) -> str:
+    """One line naming what it would wait for (the server's `waits_for`: the resource that
+    binds now) and the ends its estimate counts on."""
     seconds, binds = answer["starts_in_s"], answer.get("waits_for")
     waits = (f"it waits for {binds}" if binds
              else "it fits now, but jobs queued ahead of it go first")  # fmt: skip
@@ -246,6 +254,7 @@ def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -
         ("CPUs", job["cpus"]),
         ("Mem", format_size_mib(job["mem_mib"])),
         ("TimeLimit", format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED"),
+        *_expected_run(job),
         ("Node", job["node"] or "-"),  # "" until its first start
         ("SubmitTime", _zoned(job["submitted_at"])),
         ("StartTime", _zoned(job["started_at"])),
@@ -428,6 +437,12 @@ def _peak_memory(total: int, stats: dict[str, Any], job: dict[str, Any]) -> str:
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _expected_run(job: dict[str, Any]) -> list[tuple[str, str]]:
+    """How long a pending or running job is expected to run (its owner's history), if known."""
+    said = job.get("expected_run")
+    return [("ExpectedRun", said)] if said else []
 
 
 def _estimate(job: dict[str, Any]) -> str:

@@ -39,12 +39,21 @@ def simulate_cmd(
             "(QOSMaxGpuPerUser) replayed [no limit]",
         ),
     ] = None,
+    time_limits: Annotated[
+        str | None,
+        typer.Option(
+            metavar="none|trace|padded",
+            help="jobs' time limits: none; the trace's time_limit_s; or padded (duration x 1-3 "
+            "by job id, rounded up to 1/4/12/24/72/168 h); a job past its limit is killed "
+            "[trace if the trace has limits, else none]",
+        ),
+    ] = None,
 ) -> None:
     """Replay a job trace in simulated time under scheduling policies and compare them."""
     from gpuyard.cli.simulating import run_simulation
 
     run_simulation(trace, gpus, gpus_per_node, policy, compare, restart_penalty, json_out,
-                   preemptible_fraction, max_gpus_per_user)  # fmt: skip
+                   preemptible_fraction, max_gpus_per_user, time_limits)  # fmt: skip
 
 
 def register(app: typer.Typer, admin: typer.Typer) -> None:

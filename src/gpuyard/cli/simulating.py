@@ -33,12 +33,13 @@ def run_simulation(
     json_out: bool,
     preemptible_fraction: float | None = None,
     max_gpus_per_user: int | None = None,
+    time_limits: str | None = None,
 ) -> None:
     """Replay, then print a table (or JSON Lines with `json_out`) on stdout."""
     names = policy_list(policy, compare)
     with progress_bar() as progress:
         reports = simulate(Path(trace), gpus, gpus_per_node, names, restart_penalty_s, progress,
-                           preemptible_fraction, max_gpus_per_user)  # fmt: skip
+                           preemptible_fraction, max_gpus_per_user, time_limits)  # fmt: skip
     if json_out:
         sys.stdout.write(json_lines(reports))
     else:
@@ -65,6 +66,10 @@ def _label(r: PolicyReport) -> str:
     notes = ["oracle"] if r.policy in ORACLES else []
     if r.time_limits == "exact" and r.policy not in ORACLES:
         notes.append("exact limits")
+    if r.time_limits == "padded":
+        notes.append(f"padded limits, {r.timeouts:,} timeouts" if r.timeouts else "padded limits")
+    elif r.timeouts:
+        notes.append(f"{r.timeouts:,} timeouts")
     if r.preemptible < 1.0:
         notes.append(f"{100 * r.preemptible:.0f}% preemptible")
     return f"{r.policy} ({', '.join(notes)})" if notes else r.policy

@@ -292,6 +292,16 @@ class JobOut(BaseModel):
     estimated_start_at: str | None = Field(
         description="pending jobs: projected start if running jobs use their whole time limit"
     )
+    expected_run_s: float | None = Field(
+        None,
+        description="GET /jobs/{id} of a pending or running job: how long it is expected to "
+        "run in all, from its owner's recent runs like it, at most its time limit; null: no "
+        "history and no limit",
+    )
+    expected_run: str | None = Field(
+        None, description='expected_run_s in words, e.g. "expected 40 min (35-50 min), from '
+        'your last 5 runs of this size"',
+    )
     estimate_assumes: Literal["preemption"] | None = Field(
         None,
         description='"preemption": estimated_start_at holds only if the policy preempts a '
@@ -449,6 +459,10 @@ class DryRunOut(BaseModel):
     after_jobs: list[int] = Field(
         [], description="the jobs whose ends at their time limits let it start at start_at"
     )
+    expected_run_s: float | None = Field(
+        None, description="how long it is expected to run (as JobOut's); null: nothing known"
+    )
+    expected_run: str | None = Field(None, description="expected_run_s in words")
 
 
 class GpuProcessOut(BaseModel):

@@ -4,6 +4,9 @@ After every batch of events at one instant the policy's `schedule` runs, exactly
 server's controller calls it after a submit, an exit or a policy wake-up, and at no other
 time: passes follow the events, so live and simulated decisions are the same. A preempted job
 pays the restart penalty (default 60 s, Tiresias' measurement) before it makes progress again.
+A job with a time limit (`TraceJob.time_limit_s`, see `time_limits.py`) whose run would last
+longer is killed at the limit, as the live server ends a run (TIMEOUT: its dependants see that
+state); each run has the whole limit, the restart penalty inside it.
 
 Before each pass the replay drives the live server's gate (`scheduling/gate.py`, the same
 `GatePipeline`). With `quotas`, a job over its user's or team's limit leaves the policy (as
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from gpuyard.domain.dependency import Ref, parse_dependency
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.duration_prediction import DurationPredictor
 from gpuyard.scheduling.gate import GatePipeline, PolicyQueue
 from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
 from gpuyard.scheduling.quotas import QuotaRules
@@ -45,6 +49,8 @@ class JobOutcome:
     first_started_at: float
     finished_at: float
     preemptions: int
+    timed_out: bool = False  # killed at its time limit (TIMEOUT), not finished
+    predicted_s: float | None = None  # its expected run time when it arrived (what `show` says)
 
 
 @dataclass(slots=True)
@@ -67,6 +73,8 @@ class _Run:
     penalty_s: float = 0.0  # restart penalty of the current run
     version: int = 0
     finished_at: float | None = None
+    ends_at_limit: bool = False  # the current run will be killed at the job's time limit
+    predicted_s: float | None = None
 
 
 class Replay:
@@ -121,6 +129,9 @@ class Replay:
             if t.array_job_id is not None:
                 self._arrays.setdefault(t.array_job_id, []).append(t.id)
         self._cancelled: dict[int, float] = {}
+        # What `show` would say of each job when it arrives: the live scheduler's predictor,
+        # fed the same steps (starts, preemptions, ends).
+        self.durations = DurationPredictor()
 
     def _push(self, at: float, kind: int, run: _Run | None, version: int = 0) -> None:
         self._seq += 1
@@ -131,16 +142,22 @@ class Replay:
         run = self._runs[job.id]
         self._account()
         apply_start(self.policy, job, self.cluster, placement, self.now)
+        self.durations.started(job.id, job.user, job.gpus, run.trace.time_limit_s, self.now)
         self._gate.began(job.id, self.now)
         run.penalty_s = self.penalty_s if job.restarts else 0.0
         run.version += 1
         finish = self.now + run.penalty_s + (run.trace.duration_s - run.done_s)
+        limit = run.trace.time_limit_s  # the job's own limit (not one given `exact` for backfill)
+        if limit is not None and finish > self.now + limit:
+            finish = self.now + limit  # the live server ends a run at its limit: TIMEOUT
+        run.ends_at_limit = finish < self.now + run.penalty_s + run.trace.duration_s - run.done_s
         self._push(finish, _FINISH, run, run.version)
 
     def preempt(self, job: SchedJob) -> None:
         run = self._runs[job.id]
         self._account()
         held = apply_preempt(self.policy, job, self.cluster, self.now)
+        self.durations.stopped(job.id, self.now)
         run.done_s += max(0.0, held - run.penalty_s)
         run.version += 1  # its completion event is void now
 
@@ -205,6 +222,8 @@ class Replay:
     def _arrive(self, run: _Run) -> bool:
         """A trace job arrives; True if the policy heard of it (the gate did not park it)."""
         job = run.job
+        said = self.durations.predict(job.user, job.gpus, run.trace.time_limit_s, self.now)
+        run.predicted_s = said.expected_s if said is not None else None
         parked = self._gate.submitted(job.id, self.now, flow=self._gated.get(job.id))
         self._queue.enter(job, self.now, parked)
         return not parked
@@ -226,8 +245,11 @@ class Replay:
             return Named(job_id, JobState.CANCELLED, None, self._cancelled[job_id])
         if run.finished_at is not None:
             state = JobState.COMPLETED if run.trace.exit_code == 0 else JobState.FAILED
+            code: int | None = run.trace.exit_code
+            if run.ends_at_limit:
+                state, code = JobState.TIMEOUT, None
             began = run.job.first_started_at
-            return Named(job_id, state, run.trace.exit_code, began)
+            return Named(job_id, state, code, began)
         started = run.job.first_started_at
         return Named(job_id, JobState.PENDING if started is None else JobState.RUNNING, None,
                      started)  # fmt: skip
@@ -236,11 +258,15 @@ class Replay:
         job = run.job
         self._account()
         apply_finish(self.policy, job, self.cluster, self.now)
+        self.durations.finished(job.id, self.now)
         del self._queue.jobs[job.id]
-        run.done_s = run.trace.duration_s
         run.finished_at = self.now
         gate = self._gate
         gate.run_ended(job.id, self.now)
+        if run.ends_at_limit:  # killed at its limit, its work unfinished: TIMEOUT, as live
+            gate.ended(job.id, JobState.TIMEOUT, None, self.now)
+            return
+        run.done_s = run.trace.duration_s
         state = JobState.FAILED if run.trace.exit_code != 0 else JobState.COMPLETED
         gate.ended(job.id, state, run.trace.exit_code, self.now)
 
@@ -270,6 +296,8 @@ class Replay:
                     job.first_started_at,
                     run.finished_at,
                     job.restarts,
+                    run.ends_at_limit,
+                    run.predicted_s,
                 )
             )
         start, end = self._window

@@ -41,13 +41,15 @@ class PolicyReport:
     utilization: float
     preemptions: int
     fairness: float
-    # "trace": limits as the trace gives them (or none); "exact": none in the trace, so each
-    # job's limit was its true duration (users who estimate perfectly), for policies that
-    # need estimates (backfill), as in the published EASY-backfill replays.
+    # "trace": limits as the trace gives them; "none": no limits; "padded": the padded-limit
+    # model (`time_limits.py`); "exact": no limits, so each job's limit was its true duration
+    # (users who estimate perfectly), for policies that need estimates (backfill), as in the
+    # published EASY-backfill replays.
     time_limits: str = "trace"
     # The share of the jobs a policy could preempt (1.0: all, as in the published traces;
     # `--preemptible-fraction` lowers it to model a server where preemption is opt-in).
     preemptible: float = 1.0
+    timeouts: int = 0  # jobs killed at their time limit (their JCT ends there)
 
     def to_json(self) -> dict[str, str | int | float]:
         return asdict(self)
@@ -101,4 +103,5 @@ def report(policy: str, result: ReplayResult) -> PolicyReport:
         utilization=result.busy_gpu_s_in_window / capacity_gpu_s if capacity_gpu_s > 0 else 0.0,
         preemptions=sum(j.preemptions for j in jobs),
         fairness=jain_index([math.fsum(s) / len(s) for s in by_user.values()]),
+        timeouts=sum(j.timed_out for j in jobs),
     )

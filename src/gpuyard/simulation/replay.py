@@ -19,6 +19,7 @@ from gpuyard.scheduling.policies import ORACLES, make_policy, policy_names
 from gpuyard.scheduling.quotas import Limits, QuotaRules
 from gpuyard.simulation.engine import Replay
 from gpuyard.simulation.metrics import PolicyReport, report
+from gpuyard.simulation.time_limits import default_mode, with_time_limits
 from gpuyard.simulation.trace import TraceJob, load_trace, with_preemptible_fraction
 
 # progress(policy, finished_jobs, total_jobs): at 0, every 1,000 finished jobs, and at the end.
@@ -39,16 +40,21 @@ def simulate(
     progress: Progress | None = None,
     preemptible_fraction: float | None = None,
     max_gpus_per_user: int | None = None,
+    time_limits: str | None = None,
 ) -> list[PolicyReport]:
     """Replay the trace under each policy (default: `default_policy()`), in the given order.
     `preemptible_fraction`: only about this share of the jobs may be preempted (None: every
     job the trace does not mark `no_preempt`). `max_gpus_per_user`: every user of the trace
-    may hold at most this many GPUs at once (the live quota gate, QOSMaxGpuPerUser)."""
+    may hold at most this many GPUs at once (the live quota gate, QOSMaxGpuPerUser).
+    `time_limits`: none, trace or padded (`time_limits.py`; None: trace if the trace has any,
+    else none); a job past its limit is killed there."""
     names = list(policies) if policies is not None else [default_policy()]
     _check_request(gpus, gpus_per_node, names, restart_penalty_s)
     trace = load_trace(Path(trace_path))
     if preemptible_fraction is not None:
         trace = with_preemptible_fraction(trace, preemptible_fraction)
+    limits_mode = time_limits if time_limits is not None else default_mode(trace)
+    trace = with_time_limits(trace, limits_mode)
     _check_trace(trace, ClusterState.uniform(gpus, gpus_per_node), gpus, gpus_per_node)
     quotas = None
     if max_gpus_per_user is not None:
@@ -76,7 +82,7 @@ def simulate(
         reports.append(
             replace(
                 report(name, result),
-                time_limits="exact" if exact else "trace",
+                time_limits="exact" if exact else limits_mode,
                 preemptible=sum(t.preemptible for t in trace) / len(trace),
             )
         )

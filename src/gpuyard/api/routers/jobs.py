@@ -12,7 +12,13 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
 
-from gpuyard.api.convert import dry_run_to_wire, job_to_wire, spec_from_wire, wire_reason
+from gpuyard.api.convert import (
+    dry_run_to_wire,
+    expected_run_fields,
+    job_to_wire,
+    spec_from_wire,
+    wire_reason,
+)
 from gpuyard.api.deps import Actor, Reads, Server, Submits, Verbs
 from gpuyard.api.openapi_doc import EVENT_STREAM, LOG_ANSWER
 from gpuyard.api.submit_route import (
@@ -221,7 +227,13 @@ def cancel_jobs(body: CancelManyIn, server: Server, actor: Actor) -> CancelManyO
 @router.get("/{job_id}", response_model=JobOut)
 async def get_job(job_id: int, server: Server, actor: Actor) -> Response:
     job = await server.reads.get_async(job_id, actor)
-    return _json(_out(server, job, await _estimates(server.scheduler, [job])).model_dump_json())
+    out = _out(server, job, await _estimates(server.scheduler, [job]))
+    if job.state in (JobState.PENDING, JobState.RUNNING):
+        expected = server.scheduler.expected_run(
+            job.owner, job.spec.gpus, job.spec.time_limit_s, job.id
+        )
+        out = out.model_copy(update=expected_run_fields(expected))
+    return _json(out.model_dump_json())
 
 
 @router.post("/{job_id}/cancel")

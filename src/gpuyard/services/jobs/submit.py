@@ -16,6 +16,7 @@ from gpuyard.domain.errors import GpuyardError, InvalidRequest
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.states import JobState
+from gpuyard.scheduling.duration_prediction import Prediction
 from gpuyard.services.jobs.admission import Admission, Submission
 from gpuyard.services.jobs.desk import JobDesk
 from gpuyard.services.jobs.insert_batch import InsertBatcher
@@ -50,6 +51,7 @@ class DryRun:
     # limits let it start at `start_at`.
     waits_for: str | None = None
     after_jobs: tuple[int, ...] = ()
+    expected_run: Prediction | None = None  # how long it would run (its owner's history)
 
 
 class JobSubmits:
@@ -135,11 +137,13 @@ class JobSubmits:
         probe_id = desk.book.peek_next_id()
         projection, waits_for = desk.scheduler.dry_run(spec, actor.user, probe_id)
         start = projection.starts[probe_id]
+        expected = desk.scheduler.expected_run(actor.user, spec.gpus, spec.time_limit_s)
         later_than = None if start is not None or projection.complete else projection.reached_at
         return DryRun(
             now=desk.clock(), start_at=start, not_before=later_than,
             assumes_preemption=projection.estimates.assumes_preemption(probe_id),
             waits_for=waits_for, after_jobs=projection.freed_by.get(probe_id, ()),
+            expected_run=expected,
         )  # fmt: skip
 
     def owner_home(self, actor: Principal) -> str | None:

@@ -41,6 +41,7 @@ from gpuyard.domain.job import (
 from gpuyard.domain.retry import hold_reason
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
+from gpuyard.scheduling.duration_prediction import Prediction
 from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.gate import GatePipeline
 from gpuyard.scheduling.policy import Policy
@@ -391,7 +392,8 @@ class LiveScheduler:
         if not job.running:
             return self._forget(job_id, at)
         self._assigned.pop(job_id, None)
-        self._feed.finish(job_id, at)
+        # A cancelled run says nothing of how long such jobs take: not learned from.
+        self._feed.finish(job_id, at, learn=record.state is not JobState.CANCELLED)
         return True
 
     def _on_update(self, record: Job, at: float) -> bool:
@@ -428,6 +430,13 @@ class LiveScheduler:
             self.estimator.record(Batch(self._view.generation, ops))
 
     # -- estimates ----------------------------------------------------------------------------
+    def expected_run(
+        self, owner: str, gpus: int, time_limit_s: float | None, job_id: int | None = None
+    ) -> Prediction | None:
+        """How long a job of `owner` with `gpus` and `time_limit_s` is expected to run
+        (`scheduling/duration_prediction.py`, fed by the policy's steps); lock-free."""
+        return self._feed.durations.predict(owner, gpus, time_limit_s, self._clock(), job_id)
+
     def estimated_starts(self, wanted: Collection[int] = ()) -> dict[int, float | None]:
         """Projected start of every pending job (None: not within the projection); see
         `estimates.py`. Never takes the scheduler's lock."""

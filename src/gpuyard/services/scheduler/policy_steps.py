@@ -16,6 +16,7 @@ from typing import cast
 
 from gpuyard.domain.job import Job
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
+from gpuyard.scheduling.duration_prediction import DurationPredictor
 from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.gate import PolicyQueue
 from gpuyard.scheduling.policy import (
@@ -60,6 +61,12 @@ class PolicyFeed(PolicyQueue):
         super().__init__(policy)
         self.cluster = cluster
         self.ops: list[Op] | None = [] if record else None
+        # Run times the policy's steps show, for `show` and `--dry-run`'s expected duration
+        # (pure; read without the scheduler's lock, see its module).
+        self.durations = DurationPredictor()
+
+    def _started(self, job: SchedJob, at: float) -> None:
+        self.durations.started(job.id, job.user, job.gpus, job.time_limit_s, at)
 
     def _moved(self, name: str, job_id: int, at: float) -> None:
         self._op(name, job_id, at)
@@ -105,11 +112,18 @@ class PolicyFeed(PolicyQueue):
             end_run(job, self.cluster, at)
             self.policy.preempted(job, at)
         self.policy.cancel(job, at)
+        self.durations.forget(job_id)
         return True
 
-    def finish(self, job_id: int, at: float) -> None:
-        self._op("finish", job_id, at)
+    def finish(self, job_id: int, at: float, learn: bool = True) -> None:
+        """A run ended for good; `learn`: its run time joins the expected-duration history
+        (not a cancelled one's; the policy learns from every run, as the simulator's)."""
+        self._op("finish", job_id, at, learn)
         apply_finish(self.policy, self.jobs.pop(job_id), self.cluster, at)
+        if learn:
+            self.durations.finished(job_id, at)
+        else:
+            self.durations.forget(job_id)
 
     def requeue(self, job_id: int, at: float) -> None:
         """A run the policy started ended without the policy preempting it (its start was
@@ -118,6 +132,7 @@ class PolicyFeed(PolicyQueue):
         job = self.jobs[job_id]
         end_run(job, self.cluster, at)
         self.policy.preempted(job, at)
+        self.durations.stopped(job_id, at)
 
     def set_shares(self, shares: Shares) -> None:
         """New fair-share weights for a policy that uses them (`fairshare`, `default`)."""
@@ -154,6 +169,7 @@ class PolicyFeed(PolicyQueue):
     ) -> None:
         """A job still running after a restart, back on its GPUs (may raise ValueError)."""
         apply_start(self.policy, self.jobs[job_id], self.cluster, placement, at, slots)
+        self._started(self.jobs[job_id], at)
         self._op("restore_run", job_id, placement, slots, at)
 
     def restore_past_run(self, job_id: int, at: float) -> None:
@@ -162,11 +178,13 @@ class PolicyFeed(PolicyQueue):
         job = self.jobs[job_id]
         job.run_started_at = at
         self.policy.started(job, at)
+        self._started(job, at)
 
     def restore_preemption(self, job_id: int, at: float) -> None:
         """It was being preempted when the server stopped: it still is."""
         self._op("restore_preemption", job_id, at)
         apply_preempt(self.policy, self.jobs[job_id], self.cluster, at)
+        self.durations.stopped(job_id, at)
 
 
 class _FeedContext:
@@ -180,8 +198,10 @@ class _FeedContext:
 
     def start(self, job: SchedJob, placement: Placement) -> None:
         apply_start(self._feed.policy, job, self.cluster, placement, self.now)
+        self._feed._started(job, self.now)
         self.decided.append(Decision(True, job.id, placement))
 
     def preempt(self, job: SchedJob) -> None:
         apply_preempt(self._feed.policy, job, self.cluster, self.now)
+        self._feed.durations.stopped(job.id, self.now)
         self.decided.append(Decision(False, job.id, ()))

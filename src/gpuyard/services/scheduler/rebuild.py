@@ -74,7 +74,8 @@ def replay_past(
         if kind == 0:
             feed.submit(record, at, pipeline.kept_out(record.id))
         elif kind == 2:
-            feed.finish(record.id, at)  # placement () for a finished run: frees nothing
+            # placement () for a finished run: frees nothing
+            feed.finish(record.id, at, learn=record.state is not JobState.CANCELLED)
         elif record.state is not JobState.RUNNING:
             feed.restore_past_run(record.id, at)
         elif _restore_running(record, at, feed, binding, clock):
