@@ -29,7 +29,7 @@ from gpuyard._connection import ServerUnreachable as ServerUnreachable
 from gpuyard._connection import find_token as find_token
 from gpuyard._connection import login_token_path as login_token_path
 from gpuyard._connection import split_url as split_url
-from gpuyard.domain.errors import GpuyardError, NotFound, Unavailable
+from gpuyard.domain.errors import Conflict, GpuyardError, NotFound, Unavailable
 from gpuyard.sdk.records import Job as Job
 from gpuyard.sdk.records import JobFailed as JobFailed
 from gpuyard.sdk.records import WaitTimeout as WaitTimeout
@@ -195,7 +195,16 @@ class Client:
             from urllib.parse import urlencode
 
             path += "?" + urlencode({"signal": str(signal)})
-        return job_of(self._json("POST", path))
+        resent: list[bool] = []
+        try:
+            return job_of(self._call("POST", path, on_wait=self._noting_resend(resent)))
+        except Conflict:
+            if not resent:
+                raise
+            job = self.job(job_id)  # the try whose answer was lost may have cancelled it
+            if job["state"] != "CANCELLED":
+                raise
+            return job
 
     def cancel_many(
         self, job_ids: list[int], signal: str | int | None = None, *, whole_arrays: bool = False
@@ -205,8 +214,37 @@ class Client:
         body: dict[str, Any] = {"ids": job_ids, "whole_arrays": whole_arrays}
         if signal is not None:
             body["signal"] = str(signal)
-        result: dict[str, Any] = self._json("POST", "/api/v1/jobs/cancel", body)
+        resent: list[bool] = []
+        result: dict[str, Any] = self._call("POST", "/api/v1/jobs/cancel", body,
+                                            on_wait=self._noting_resend(resent))  # fmt: skip
+        if resent and result["refused"]:
+            self._cancelled_by_a_lost_try(result)
         return result
+
+    def _noting_resend(self, resent: list[bool]) -> Callable[[GpuyardError, float], None]:
+        """An `on_wait` that notes (in `resent`) a try that may have reached the server."""
+
+        def on_wait(error: GpuyardError, window: float) -> None:
+            if getattr(error, "maybe_sent", False):
+                resent.append(True)
+            self._say_waiting(error, window)
+
+        return on_wait
+
+    def _cancelled_by_a_lost_try(self, result: dict[str, Any]) -> None:
+        """A cancel sent again after its answer was lost finds the jobs the lost try cancelled
+        "already ended": those that are CANCELLED now are counted as cancelled, not refused."""
+        refused = []
+        for item in result["refused"]:
+            if item.get("code") == Conflict.code:
+                try:
+                    if self.job(int(item["id"]))["state"] == "CANCELLED":
+                        result["cancelled"].append(item["id"])
+                        continue
+                except NotFound:
+                    pass
+            refused.append(item)
+        result["refused"] = refused
 
     def array(self, array_id: int) -> list[Job]:
         """A job array's tasks (jobs), by task index; the array's id is its first task's."""

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from gpuyard.client import Client
+from tests.e2e.flaky_proxy import DroppingProxy
 from tests.e2e.server import GPUYARD, ServerProcess, free_port, wait_ended
 
 # A restart on a loaded 2-core machine can take longer than the default 30 s: the window is
@@ -120,3 +121,30 @@ def test_the_retry_window_is_read_from_its_old_name_too(tmp_path: Path) -> None:
     assert notice.endswith("trying again for up to 1 s")
     assert error == (f"gpuyard: cannot reach gpuyard server at {url} (tried for 1 s): is "
                      "`gpuyard server` running?")  # fmt: skip
+
+
+def test_a_cancel_whose_answer_was_lost_is_sent_again_and_says_no_refusal(
+    tmp_path: Path,
+) -> None:
+    """The first cancel lands and its answer is lost (a proxy closes the connection): sent
+    again, it finds the 100 jobs "already ended"; they are CANCELLED, so that is no refusal."""
+    server = ServerProcess(tmp_path / "state", "--gpus", "4", "--kill-grace", "1")
+    with DroppingProxy(server.port, request=b"POST /api/v1/jobs/cancel ") as proxy:
+        server.args += ["--public-name", f"127.0.0.1:{proxy.port}"]  # the client's Host
+        server.start()
+        try:
+            client = server.client()
+            blocker = client.submit(["sleep", "300"], gpus=4)
+            pending = [client.submit(["true"], gpus=1)["id"] for _ in range(100)]
+            env = {**server.cli_env(), **RETRY_ENV, "GPUYARD_URL": proxy.url}
+            done = subprocess.run([GPUYARD, "cancel", *map(str, pending)], capture_output=True,
+                                  text=True, env=env, timeout=120)  # fmt: skip
+            assert (proxy.submits, proxy.dropped) == (2, 1)  # the lost answer, and the resend
+            assert done.returncode == 0, done.stderr
+            assert done.stderr.count("\n") == 1 and "trying again" in done.stderr
+            states = {job["id"]: job["state"] for job in client.jobs(all=True, limit=500)}
+            assert [states[job_id] for job_id in pending] == ["CANCELLED"] * 100
+            client.cancel(blocker["id"])
+        finally:
+            server.stop()
+            server.kill_jobs()
