@@ -131,7 +131,10 @@ def test_logs_follow_goes_on_across_a_server_restart(server: ServerProcess):
     lost = follower.stderr.readline()
     assert lost == b"gpuyard: the server went away; following again once it is back\n"
     server.start(timeout_s=120)
-    out, err = follower.communicate(timeout=120)
+    # Not `communicate`: it reads the pipes themselves, losing what `readline` had buffered
+    # (line 2 when it came in the same read as line 1).
+    out, err = follower.stdout.read(), follower.stderr.read()
+    follower.wait(timeout=120)
     assert follower.returncode == 0, err
     assert (first + out).decode() == "".join(f"line {i}\n" for i in range(1, 51))
     assert err == b""
