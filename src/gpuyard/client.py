@@ -195,16 +195,7 @@ class Client:
             from urllib.parse import urlencode
 
             path += "?" + urlencode({"signal": str(signal)})
-        resent: list[bool] = []
-        try:
-            return job_of(self._call("POST", path, on_wait=self._noting_resend(resent)))
-        except Conflict:
-            if not resent:
-                raise
-            job = self.job(job_id)  # the try whose answer was lost may have cancelled it
-            if job["state"] != "CANCELLED":
-                raise
-            return job
+        return self._verb(path, job_id, lambda job: job["state"] == "CANCELLED")
 
     def cancel_many(
         self, job_ids: list[int], signal: str | int | None = None, *, whole_arrays: bool = False
@@ -259,11 +250,29 @@ class Client:
         return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/hold"))
 
     def release(self, job_id: int) -> Job:
-        return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/release"))
+        """Let a held job back in the queue."""
+        path = f"/api/v1/jobs/{job_id}/release"
+        return self._verb(path, job_id, lambda j: j["state"] == "PENDING" and not j.get("held"))
 
     def requeue(self, job_id: int) -> Job:
         """Stop a running job and put it back in the queue."""
-        return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/requeue"))
+        return self._verb(f"/api/v1/jobs/{job_id}/requeue", job_id,
+                          lambda job: job["state"] == "PENDING")  # fmt: skip
+
+    def _verb(self, path: str, job_id: int, landed: Callable[[Job], bool]) -> Job:
+        """A verb on one job; sent again after its answer was lost, the server may refuse it
+        (409: already cancelled, not held, pending) because the lost try did it: the job is
+        read, and if `landed` says it shows the verb done, that is the answer."""
+        resent: list[bool] = []
+        try:
+            return job_of(self._call("POST", path, on_wait=self._noting_resend(resent)))
+        except Conflict:
+            if not resent:
+                raise
+            job = self.job(job_id)
+            if not landed(job):
+                raise
+            return job
 
     def restart(self, job_id: int) -> Job:
         """Run a finished job again: the new job (its `restart_of` is `job_id`)."""

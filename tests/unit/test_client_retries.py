@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gpuyard.client import Client, ServerUnreachable
-from gpuyard.domain.errors import InvalidRequest, NotFound, QuotaExceeded, Unavailable
+from gpuyard.domain.errors import Conflict, InvalidRequest, NotFound, QuotaExceeded, Unavailable
 
 # One scripted answer: (status, headers, error code); None: the connection is closed without
 # an answer once the request has arrived.
@@ -121,3 +121,20 @@ def test_a_create_that_may_have_arrived_is_not_sent_again() -> None:
     with scripted(None) as (server, client, said), pytest.raises(ServerUnreachable):
         client.create_token()
     assert len(server.requests) == 1 and said == []
+
+
+def test_a_release_refused_after_its_lost_answer_is_what_the_lost_try_did() -> None:
+    """The first release's answer is lost; sent again, the server says "not held" (the lost
+    try released it): the job, pending and not held, is the answer, not that refusal."""
+    with scripted(None, (409, {}, "conflict")) as (server, client, _said):
+        assert client.release(7).id == 7
+    assert [(m, p) for _, m, p in server.requests] == [
+        ("POST", "/api/v1/jobs/7/release"), ("POST", "/api/v1/jobs/7/release"),
+        ("GET", "/api/v1/jobs/7"),
+    ]  # fmt: skip
+
+
+def test_a_release_refused_at_once_is_the_refusal() -> None:
+    with scripted((409, {}, "conflict")) as (server, client, _), pytest.raises(Conflict):
+        client.release(7)
+    assert len(server.requests) == 1
