@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpuyard.client import Client
 from tests.e2e.flaky_proxy import DroppingProxy
-from tests.e2e.server import GPUYARD, ServerProcess, free_port, wait_ended
+from tests.e2e.server import GPUYARD, ServerProcess, free_port, wait_ended, wait_for
 
 # A restart on a loaded 2-core machine can take longer than the default 30 s: the window is
 # widened so that the test checks the riding through, not the machine's speed.
@@ -148,3 +148,26 @@ def test_a_cancel_whose_answer_was_lost_is_sent_again_and_says_no_refusal(
         finally:
             server.stop()
             server.kill_jobs()
+
+
+def test_wait_gives_the_end_of_a_job_that_ended_while_the_server_was_down(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    go, ended = tmp_path / "go", tmp_path / "ended"
+    script = f"until [ -e {go} ]; do sleep 0.05; done; touch {ended}; exit 3"
+    job_id = server.client().submit(["bash", "-c", script], workdir=str(tmp_path))["id"]
+    wait_for(lambda: server.client().job(job_id).state == "RUNNING", timeout_s=120)
+    waiter = _started(server, "wait", str(job_id))
+    _stop(server)
+    with waiter:
+        assert waiter.stderr is not None
+        said = waiter.stderr.readline()  # waiting for the server
+        go.touch()  # the job ends while no server runs
+        wait_for(ended.exists, timeout_s=120)
+        server.start()
+        out, err = _rest(waiter)
+    assert said.rstrip("\n") == WAITING.format(port=server.port)
+    assert waiter.returncode == 1 and out == ""
+    assert err.startswith(f"gpuyard: job {job_id} FAILED") and err.count("\n") == 1, err
+    job = server.client().job(job_id)
+    assert (job.state, job.exit_code) == ("FAILED", 3)
