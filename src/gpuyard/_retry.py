@@ -13,7 +13,7 @@ then failed at once, and a 112-job cancel did nothing. What is retried, and why 
   (its wait honoured, at most `MAX_RETRY_AFTER_S` at a time). A 503 or 429 without it (this
   server keeps no limits; a quota) and every other 4xx is an answer, never retried.
 
-For at most `window_s()` seconds after the first failure (`GPUYARD_RETRY_S`, or the older
+For at most `window_s()` seconds after the first failure (`GPUYARD_CLIENT_RETRY_S`, or the older
 `GPUYARD_SUBMIT_RETRY_S`; 30 s; 0: no retry), pausing 0.1, 0.2, 0.4 ... at most 2 s, each
 pause shortened at random by up to a half so that clients that lost one server do not all
 come back at once. Standard library only, no `typing`: it is on the CLI's start path.
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     T = TypeVar("T")
 
 WINDOW_S = 30.0
-WINDOW_ENV = "GPUYARD_RETRY_S"
+WINDOW_ENV = "GPUYARD_CLIENT_RETRY_S"
 OLD_WINDOW_ENV = "GPUYARD_SUBMIT_RETRY_S"  # its name before every call was retried
 FIRST_PAUSE_S = 0.1
 MAX_PAUSE_S = 2.0
@@ -49,7 +49,7 @@ _IDEMPOTENT_POST_ENDS = (
 
 
 def window_s() -> float:
-    """How long a failing call is retried: GPUYARD_RETRY_S, else GPUYARD_SUBMIT_RETRY_S, else
+    """How long a failing call is retried: GPUYARD_CLIENT_RETRY_S, else GPUYARD_SUBMIT_RETRY_S, else
     30 s (one not a number: the default)."""
     for name in (WINDOW_ENV, OLD_WINDOW_ENV):
         text = os.environ.get(name)

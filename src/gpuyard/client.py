@@ -59,7 +59,7 @@ else:
 _RECONNECT_POLL_S = 0.5
 # How long a call that fails in a way safe to retry is tried again (`gpuyard._retry`: every
 # read, the idempotent verbs, a submit with its Idempotency-Key, which the server answers
-# with the job the first try made: never a second job); GPUYARD_RETRY_S, formerly
+# with the job the first try made: never a second job); GPUYARD_CLIENT_RETRY_S, formerly
 # GPUYARD_SUBMIT_RETRY_S (both still read); 0: no retry.
 RETRY_S = SUBMIT_RETRY_S = _retry.WINDOW_S
 
@@ -79,7 +79,7 @@ class Client:
     ):
         """`retry_s` (`submit_retry_s`, its older name): how long a call safe to retry is
         tried again while the server does not answer or asks to wait (`gpuyard._retry`; None:
-        GPUYARD_RETRY_S, else 30 s). `on_waiting(line)`: told once per outage that the client
+        GPUYARD_CLIENT_RETRY_S, else 30 s). `on_waiting(line)`: told once per outage that the client
         waits (None: the line goes to stderr)."""
         # Which server, with which token, and its proof first (`gpuyard._connection`).
         self._connection = Connection(url, token, timeout_s)

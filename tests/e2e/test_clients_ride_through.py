@@ -15,7 +15,7 @@ from tests.e2e.server import GPUYARD, ServerProcess, free_port, wait_ended, wait
 
 # A restart on a loaded 2-core machine can take longer than the default 30 s: the window is
 # widened so that the test checks the riding through, not the machine's speed.
-RETRY_ENV = {"GPUYARD_RETRY_S": "240"}
+RETRY_ENV = {"GPUYARD_CLIENT_RETRY_S": "240"}
 WAITING = "gpuyard: the server at http://127.0.0.1:{port} is not answering (restarting?); " \
           "trying again for up to 240 s"  # fmt: skip
 
@@ -109,7 +109,7 @@ def test_an_sdk_read_during_a_restart_returns_after_it(server: ServerProcess) ->
 
 def test_the_retry_window_is_read_from_its_old_name_too(tmp_path: Path) -> None:
     """GPUYARD_SUBMIT_RETRY_S, the window's name when only submits were retried, still works
-    when GPUYARD_RETRY_S is not set (a setting in a user's shell keeps its meaning)."""
+    when GPUYARD_CLIENT_RETRY_S is not set (a setting in a user's shell keeps its meaning)."""
     url = f"http://127.0.0.1:{free_port()}"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUYARD_SOCKET": "off",
            "GPUYARD_URL": url, "GPUYARD_TOKEN": "gpy_x",

@@ -321,7 +321,7 @@ def test_the_cli_that_looks_for_the_socket_finds_it_again_after_a_restart(
     """A restart removes the socket and makes it again: a command typed meanwhile, which found
     no socket (and nobody on the TCP URL), waits and is answered on the new socket."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
-    env.update(HOME=str(place), GPUYARD_SOCKET=str(_sock(server)), GPUYARD_RETRY_S="240",
+    env.update(HOME=str(place), GPUYARD_SOCKET=str(_sock(server)), GPUYARD_CLIENT_RETRY_S="240",
                GPUYARD_STATE_DIR=str(server.state_dir))  # fmt: skip
     job_id = server.client().submit(["sleep", "30"], workdir="/tmp")["id"]
     assert server.proc is not None
