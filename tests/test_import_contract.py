@@ -14,7 +14,7 @@ fails, naming the module and the import. (Third-party imports: tests/test_layeri
 
 Inside services, rooms (ROOMS), each importing only the rooms before it and the top plumbing:
 
-    ports, stores, metrics, ticker              top plumbing: imports no room
+    ports, stores, metrics, ticker, store_calls top plumbing: imports no room
       <- launch <- scheduler <- access <- jobs <- machine <- workflows
       <- server                                 ServerFacade: every room
 
@@ -100,6 +100,7 @@ TOP_PLUMBING: dict[str, str] = {
     "stores": "the stores a server is built with: one Protocol per durable record, and the bundle",
     "metrics": "the queue's counters",
     "ticker": "a periodic thread",
+    "store_calls": "the request path's store calls: off the event loop, with a deadline",
 }
 FACADE = "server"  # ServerFacade: what the API serves, over every room
 

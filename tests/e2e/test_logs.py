@@ -110,9 +110,12 @@ def test_a_log_that_is_gone_or_not_a_file_is_one_line_and_a_4xx(server: ServerPr
 
 def test_logs_follow_goes_on_across_a_server_restart(server: ServerProcess):
     job_id = _submit(server, "for i in $(seq 1 50); do echo line $i; sleep 0.25; done")
+    # Unbuffered: `readline` then takes exactly one line from the pipe. Buffered, a second
+    # line that arrived with the first would sit in the reader's buffer, which `communicate`
+    # (reading the pipe itself) never sees: the test lost "line 2" when they came together.
     follower = subprocess.Popen(
         [GPUYARD, "logs", "-f", str(job_id)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=server.cli_env(),
+        env=server.cli_env(), bufsize=0,
     )  # fmt: skip
     assert follower.stdout is not None
     assert follower.stderr is not None
@@ -131,10 +134,7 @@ def test_logs_follow_goes_on_across_a_server_restart(server: ServerProcess):
     lost = follower.stderr.readline()
     assert lost == b"gpuyard: the server went away; following again once it is back\n"
     server.start(timeout_s=120)
-    # Not `communicate`: it reads the pipes themselves, losing what `readline` had buffered
-    # (line 2 when it came in the same read as line 1).
-    out, err = follower.stdout.read(), follower.stderr.read()
-    follower.wait(timeout=120)
+    out, err = follower.communicate(timeout=120)
     assert follower.returncode == 0, err
     assert (first + out).decode() == "".join(f"line {i}\n" for i in range(1, 51))
     assert err == b""

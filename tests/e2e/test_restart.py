@@ -8,15 +8,19 @@ from pathlib import Path
 from tests.e2e.server import ServerProcess, wait_ended, wait_for
 
 
-def _job(tag: str, seconds: float, code: int, runs: Path) -> list[str]:
-    return ["sh", "-c", f'echo {tag} >> "{runs}"; sleep {seconds}; exit {code}']
+def _job(tag: str, seconds: float, code: int, runs: Path, until: Path | None = None) -> list[str]:
+    """Records its run, then sleeps `seconds` (or, with `until`, waits for that file: a job
+    that must outlive the server's restart on a loaded machine), then exits `code`."""
+    wait = f'while [ ! -e "{until}" ]; do sleep 0.05; done' if until else f"sleep {seconds}"
+    return ["sh", "-c", f'echo {tag} >> "{runs}"; {wait}; exit {code}']
 
 
 def test_jobs_survive_kill_9_of_the_server(server: ServerProcess, tmp_path: Path):
     runs = tmp_path / "runs"
     client = server.client()
     short = server.cli("submit", "--gpus", "2", "--", *_job("short", 0.5, 3, runs)).stdout.strip()
-    long = server.cli("submit", "--gpus", "2", "--", *_job("long", 4, 0, runs)).stdout.strip()
+    go = tmp_path / "go"  # `long` runs until the test has seen it re-adopted
+    long = server.cli("submit", "--gpus", "2", "--", *_job("long", 0, 0, runs, go)).stdout.strip()
     queued = server.cli("submit", "--gpus", "4", "--", *_job("queued", 0, 0, runs)).stdout.strip()
     wait_for(lambda: runs.exists() and len(runs.read_text().split()) == 2)
     assert client.job(int(queued))["state"] == "PENDING"
@@ -34,6 +38,7 @@ def test_jobs_survive_kill_9_of_the_server(server: ServerProcess, tmp_path: Path
     assert held["state"] == "RUNNING" and held["gpus"] == gpus_before[long]
     assert {g["index"]: g["job"] for g in client.gpus()}[held["gpus"][0]] == int(long)
 
+    go.touch()
     assert server.cli("wait", long, queued).returncode == 0
     assert client.job(int(long))["exit_code"] == 0
     assert sorted(runs.read_text().split()) == ["long", "queued", "short"], "a job ran twice"

@@ -41,8 +41,8 @@ def test_a_stopped_supervisor_whose_job_ends_is_continued_and_frees_the_gpu(
         assert "finished" in server.cli("logs", first).stdout
         later = wait_ended(api, nxt)  # the GPU went to the next job
         assert later["state"] == "COMPLETED"
-        assert f"job {first}: its supervisor (pid {pid}) was stopped; continuing it" in \
-            server.log.read_text()
+        said = f"job {first}: its supervisor (pid {pid}) was stopped after its job ended"
+        assert said in server.log.read_text()
     finally:
         try:
             os.kill(pid, signal.SIGCONT)

@@ -150,3 +150,30 @@ def test_limits_and_past_gpu_hours_survive_a_restart(tmp_path: Path) -> None:
         assert again.reads.reason(again.job(waiting.id)) == "QOSMaxGpuHoursPerUser"
     finally:
         again.close()
+
+
+
+def test_a_submitters_team_is_noted_without_waiting_for_a_stalled_database(
+    rig: LiveRig, tmp_path: Path
+) -> None:
+    """A submit notes its user's team on the event loop (`note_team`): it must not wait for a
+    database that does not answer (issue 22): the rules are rebuilt from the entries kept."""
+    import sqlite3
+    import threading
+
+    limits = _limits(rig)
+    limits.set_limits(ADMIN, "team", "vision", max_gpus=2)
+    # Every transaction of the store begins IMMEDIATE: with another connection holding the
+    # write lock, each store call waits (up to its busy timeout), as on a stalled disk.
+    blocker = sqlite3.connect(tmp_path / "gpuyard.db", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        noted = threading.Thread(target=limits.note_team, args=("dave", "vision"))
+        noted.start()
+        noted.join(timeout=2.0)
+        assert not noted.is_alive(), "noting a team waited for the database"
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    rules = rig.scheduler.quota_rules
+    assert rules.team_of.get("dave") == "vision" and rules.limited("dave")  # the team's limit

@@ -14,6 +14,7 @@ from starlette.routing import Match
 
 from gpuyard.domain.errors import (
     Conflict,
+    DatabaseStalled,
     Forbidden,
     GpuyardError,
     InvalidRequest,
@@ -59,6 +60,14 @@ def status_of(exc: GpuyardError) -> int:
     return 400
 
 
+def headers_of(exc: GpuyardError) -> dict[str, str] | None:
+    """The headers an error answers with besides its body: when to try again, for a
+    database that did not answer within the request's deadline."""
+    if isinstance(exc, DatabaseStalled):
+        return {"Retry-After": str(exc.retry_after_s)}
+    return None
+
+
 def error_response(
     status: int,
     code: str,
@@ -83,7 +92,7 @@ def error_body(code: str, message: str, field: str | None = None) -> dict[str, A
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GpuyardError)
     async def _domain(_: Request, exc: GpuyardError) -> JSONResponse:
-        return error_response(status_of(exc), exc.code, exc.message, exc.field)
+        return error_response(status_of(exc), exc.code, exc.message, exc.field, headers_of(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

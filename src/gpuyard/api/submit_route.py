@@ -29,7 +29,13 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpuyard.api.convert import job_to_wire, spec_from_wire
-from gpuyard.api.errors import BAD_BODY, describe_invalid, error_response, status_of
+from gpuyard.api.errors import (
+    BAD_BODY,
+    describe_invalid,
+    error_response,
+    headers_of,
+    status_of,
+)
 from gpuyard.domain.arrays import parse_array
 from gpuyard.domain.errors import GpuyardError, Unauthorized
 from gpuyard.domain.job import JobSpec
@@ -165,9 +171,9 @@ class SubmitFastPath:
             answer, replayed = await self._submit(scope, receive)
             crash_point("submit_reply")
         except GpuyardError as exc:
-            await error_response(status_of(exc), exc.code, exc.message, exc.field)(
-                scope, receive, send
-            )
+            await error_response(
+                status_of(exc), exc.code, exc.message, exc.field, headers_of(exc)
+            )(scope, receive, send)
             return
         except _BadBody:
             await error_response(400, "invalid_request", BAD_BODY)(scope, receive, send)

@@ -66,6 +66,15 @@ class Unavailable(GpuyardError):
     code = "unavailable"
 
 
+class DatabaseStalled(Unavailable):
+    """The database did not answer within the request's deadline (HTTP 503 with Retry-After:
+    `retry_after_s`); the call was left to finish in its own thread."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class StateDiskFull(GpuyardError):
     """The disk holding the server's state (its database, job folders) has no room left, so
     nothing of the request was saved (HTTP 507). The server keeps serving reads and takes

@@ -363,16 +363,18 @@ class LocalExecutor:
         return max(0.0, min([1.0, *(d - now for d in deadlines)]))
 
     def _continue_stopped(self) -> None:
-        """A supervisor found stopped is continued: it has nothing to wait for but its job, and
-        stopped it cannot see its job end (the job's GPUs stay held, its end is not recorded).
-        The job's own processes are left as they are (a user may have stopped those)."""
+        """A supervisor found stopped whose job's processes are all gone is continued: stopped,
+        it cannot see its job end, so the job would hold its GPUs and its end go unrecorded.
+        One stopped while its job runs is left to the executor's deadlines (time limit, stop),
+        as before; the job's own processes are never touched here."""
         for watched in list(self._watched.values()):
-            if watched.forced is not None or watched.job.pid is None:
+            pid = watched.job.pid
+            if watched.forced is not None or pid is None:
                 continue
-            if _process_state(watched.job.pid) not in ("T", "t"):
+            if _process_state(pid) not in ("T", "t") or _has_live_children(pid):
                 continue
-            log.warning("job %s: its supervisor (pid %s) was stopped; continuing it",
-                        watched.job.id, watched.job.pid)  # fmt: skip
+            log.warning("job %s: its supervisor (pid %s) was stopped after its job ended; "
+                        "continuing it", watched.job.id, pid)  # fmt: skip
             try:
                 signal.pidfd_send_signal(watched.pidfd, signal.SIGCONT)
             except OSError:
@@ -575,6 +577,24 @@ def running(pid: int) -> bool:
         return False
     except psutil.Error:
         return True  # there, but not ours to look at
+
+
+def _has_live_children(pid: int) -> bool:
+    """Whether any process under `pid` (the supervisor is its job's subreaper) is not a
+    zombie: the job still runs."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return True  # unreadable: assume it runs (a deadline still ends it)
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.Error:
+            return True
+    return False
 
 
 def _process_state(pid: int) -> str:

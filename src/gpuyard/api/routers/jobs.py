@@ -140,9 +140,9 @@ async def list_jobs(
     user: Annotated[str | None, Query(max_length=256, description="only this owner")] = None,
     name: Annotated[str | None, Query(max_length=1024, description="only this name")] = None,
 ) -> Response:
-    jobs = await asyncio.to_thread(
-        server.reads.list_jobs, actor, include_finished=all, limit=limit, before_id=before_id,
-        since=since, states=state, owner=user, name=name,
+    jobs = await server.reads.list_jobs_async(
+        actor, include_finished=all, limit=limit, before_id=before_id, since=since,
+        states=state, owner=user, name=name,
     )  # fmt: skip
     estimates = await _estimates(server.scheduler, jobs)
     # Off the event loop: 10,000 jobs are ~150 ms of Python (their reasons read the last pass's
@@ -220,7 +220,7 @@ def cancel_jobs(body: CancelManyIn, server: Server, actor: Actor) -> CancelManyO
 
 @router.get("/{job_id}", response_model=JobOut)
 async def get_job(job_id: int, server: Server, actor: Actor) -> Response:
-    job = server.reads.get(job_id, actor)
+    job = await server.reads.get_async(job_id, actor)
     return _json(_out(server, job, await _estimates(server.scheduler, [job])).model_dump_json())
 
 
@@ -255,7 +255,8 @@ async def job_log(
 ) -> Response:
     """The job's output, streamed: from `offset`, or its last `tail` lines; `X-Log-Start` is
     where the body starts, `X-Log-Offset` (not following) where to ask for the rest."""
-    log = await asyncio.to_thread(reads.open_log, job_id, actor, offset, tail)
+    job = await reads.get_async(job_id, actor)  # from memory while the database is stalled
+    log = await asyncio.to_thread(reads.open_job_log, job, offset, tail)
     headers = {"X-Log-Start": str(log.start), "X-Job-State": log.state.value}
     if not follow:
         headers["X-Log-Offset"] = str(log.end)
@@ -283,7 +284,8 @@ async def _follow(
     reads: JobReads, actor: Principal, job_id: int, offset: int
 ) -> AsyncIterator[bytes]:
     while True:
-        chunk = await asyncio.to_thread(reads.read_log, job_id, actor, offset, _LOG_CHUNK)
+        job = await reads.get_async(job_id, actor)
+        chunk = await asyncio.to_thread(reads.read_job_log, job, offset, _LOG_CHUNK)
         offset = chunk.next_offset
         if chunk.data:
             yield chunk.data

@@ -16,7 +16,9 @@ router = APIRouter(tags=["system"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
+    """On the event loop, not in the thread pool: its threads may all be waiting on a stalled
+    database, and liveness must still answer."""
     return {"status": "ok"}
 
 

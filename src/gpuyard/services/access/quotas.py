@@ -58,7 +58,11 @@ class LimitService:
         self._clock = clock
         self.half_life_s = half_life_s
         self._lock = threading.Lock()  # one change at a time (held over one write)
+        # Leaf: one publish at a time, never held over a store call (a submit on the event
+        # loop takes it: a stalled database must not stall the loop).
+        self._publish_lock = threading.Lock()
         self._team_of: dict[str, str] = {}
+        self._entries: list[AccountLimits] = []  # what was published last
 
     def load(self) -> None:
         """Read the entries and teams from the store and give the scheduler its rules."""
@@ -67,6 +71,12 @@ class LimitService:
             self._publish(self._store.load_limits())
 
     def _publish(self, entries: list[AccountLimits]) -> None:
+        with self._publish_lock:
+            self._entries = entries
+            self._publish_locked()
+
+    def _publish_locked(self) -> None:
+        entries = self._entries
         users: dict[str, Limits] = {}
         teams: dict[str, Limits] = {}
         user_shares: dict[str, float] = {}
@@ -85,9 +95,11 @@ class LimitService:
         """A submitter's team (from their account): counted in it from now on."""
         if team is None or self._team_of.get(user) == team:
             return
-        with self._lock:
+        # The entries published last, not the store's: every change of them comes through
+        # this service, and a submit must not wait for the database (issue 22).
+        with self._publish_lock:
             self._team_of[user] = team
-            self._publish(self._store.load_limits())
+            self._publish_locked()
 
     # -- admin ----------------------------------------------------------------------------
     def set_limits(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuyard.services.jobs.book import JobBook
 from gpuyard.services.jobs.journal import Journal
@@ -14,6 +14,7 @@ from gpuyard.services.jobs.stops import StopRequests
 from gpuyard.services.ports import JobStore
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.services.scheduler.live import LiveScheduler
+from gpuyard.services.store_calls import StoreCalls
 
 
 def _keep_files(job_id: int) -> None:
@@ -23,7 +24,8 @@ def _keep_files(job_id: int) -> None:
 @dataclass(frozen=True, slots=True)
 class JobDesk:
     """The parts the job use cases share. `wake`: the controller's next pass is due (a change
-    for the scheduler); `log_path`/`remove_files`: the executor's job folder."""
+    for the scheduler); `log_path`/`remove_files`: the executor's job folder; `store_calls`:
+    where the event loop's store reads run, with their deadline (`services/store_calls.py`)."""
 
     journal: Journal
     store: JobStore
@@ -34,6 +36,7 @@ class JobDesk:
     wake: Callable[[], None]
     clock: Callable[[], float] = time.time
     remove_files: Callable[[int], None] = _keep_files
+    store_calls: StoreCalls = field(default_factory=StoreCalls)
 
     @property
     def book(self) -> JobBook:

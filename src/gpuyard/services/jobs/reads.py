@@ -9,10 +9,11 @@ see (`shows_details`). The routes only convert what these answer.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from gpuyard.domain.errors import Conflict, NotFound
 from gpuyard.domain.job import Job
@@ -24,6 +25,8 @@ from gpuyard.services.jobs.files import open_job_file
 
 # Listing history: a page is at most this many jobs (the store pages through the rest).
 MAX_PAGE = 10_000
+_QUICK_PAGE = 1_000  # a history page up to this long: one request deadline
+_LONG_PAGE_DEADLINES = 5.0  # a longer one waits this many (10 s)
 MAX_JOB_ID = 2**63 - 1  # the store's integers: a larger id in a request is no job's
 _TAIL_BLOCK = 1 << 16
 
@@ -84,6 +87,20 @@ class JobReads:
         job = desk.book.get(job_id) or (
             desk.store.get_job(job_id) if 0 < job_id <= MAX_JOB_ID else None
         )
+        return self._visible(job_id, job, actor)
+
+    async def get_async(self, job_id: int, actor: Principal) -> Job:
+        """`get` for the event loop: a job the book keeps (live or recently finished) from
+        memory, even while the database is stalled; an older one from the store off the loop,
+        within the request's deadline (`services/store_calls.py`: DatabaseStalled past it)."""
+        desk = self._desk
+        job = desk.book.get(job_id)
+        if job is None and 0 < job_id <= MAX_JOB_ID:
+            job = await desk.store_calls.run(desk.store.get_job, job_id)
+        return self._visible(job_id, job, actor)
+
+    @staticmethod
+    def _visible(job_id: int, job: Job | None, actor: Principal) -> Job:
         missing = (
             f"job {job_id} not found, or not yours to see (its details are its owner's and the "
             "admins'): `gpuyard queue --all` lists every job"
@@ -141,6 +158,22 @@ class JobReads:
         # that name (the filter would tell what it runs).
         return [job for job in jobs if job.spec.name == name]
 
+    async def list_jobs_async(
+        self, actor: Principal, *, include_finished: bool, **filters: Any
+    ) -> list[Job]:
+        """`list_jobs` for the event loop, off it: the live queue in a plain thread (memory
+        only: it answers while the database is stalled), a page of history in the store's
+        (within the request's deadline)."""
+        if include_finished:
+            # A long page is many decoded rows (10,000 jobs: ~1 s, more on a loaded machine):
+            # it waits longer before a silent store refuses it.
+            limit = filters.get("limit") or MAX_PAGE
+            times = 1.0 if limit <= _QUICK_PAGE else _LONG_PAGE_DEADLINES
+            return await self._desk.store_calls.run_long(
+                times, self.list_jobs, actor, include_finished=True, **filters
+            )
+        return await asyncio.to_thread(self.list_jobs, actor, include_finished=False, **filters)
+
     def _listed(
         self,
         include_finished: bool,
@@ -190,7 +223,11 @@ class JobReads:
         self, job_id: int, actor: Principal, offset: int = 0, limit: int | None = None
     ) -> LogChunk:
         """Part of a job's output, from `offset` (past the end: nothing, not an error)."""
-        with self.open_log(job_id, actor, offset) as log:
+        return self.read_job_log(self.get(job_id, actor), offset, limit)
+
+    def read_job_log(self, job: Job, offset: int = 0, limit: int | None = None) -> LogChunk:
+        """`read_log` of a job already found as the actor may see it."""
+        with self.open_job_log(job, offset) as log:
             data = log.read(limit if limit is not None else log.end - log.start)
             return LogChunk(data, log.start, log.start + len(data), log.state)
 
@@ -201,7 +238,12 @@ class JobReads:
         `tail`, from its last `tail` lines, up to its size now. A job that never ran has an
         empty log; an ended job's log deleted, or replaced by something that is not a file, is
         an error that says so."""
-        job = self.get(job_id, actor)
+        return self.open_job_log(self.get(job_id, actor), offset, tail)
+
+    def open_job_log(self, job: Job, offset: int = 0, tail: int | None = None) -> LogReader:
+        """`open_log` of a job already found as the actor may see it (`get_async`: found in
+        memory while the database is stalled)."""
+        job_id = job.id
         path = self.log_path(job_id)
         try:
             f = open_job_file(path)  # never through a link the job planted; LogReader owns it

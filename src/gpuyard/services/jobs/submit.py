@@ -8,8 +8,9 @@ system off the loop; the others block until the write lands.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from gpuyard.domain.errors import GpuyardError, InvalidRequest
 from gpuyard.domain.job import Job, JobSpec
@@ -22,6 +23,16 @@ from gpuyard.services.jobs.reads import JobReads
 from gpuyard.services.jobs.submit_keys import KEY_FIELD, SubmitKeys
 from gpuyard.services.launch.run_as import RunAsPolicy
 from gpuyard.services.launch.service_port import ServicePorts
+
+T = TypeVar("T")
+_UNACKNOWLEDGED = (
+    "this submit is not acknowledged; if its write lands meanwhile the job is queued, and a "
+    "retry with the same Idempotency-Key answers that job instead of queueing another"
+)
+
+# An array's one write of up to 10,000 tasks took 0.4-2.0 s on a loaded 2-core machine
+# (docs/benchmarks.md, "Job arrays"): it may wait this many deadlines (10 s).
+_ARRAY_DEADLINES = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +74,8 @@ class JobSubmits:
         self._identities = identities
         self.preemptible_default = preemptible_default
         self._inserts = InsertBatcher(desk.store)  # the event loop's submits, one write per turn
-        self._keys = SubmitKeys(desk.book, desk.store)  # submits with an Idempotency-Key
+        # Submits with an Idempotency-Key.
+        self._keys = SubmitKeys(desk.book, desk.store, desk.store_calls)
         self._ports = ServicePorts(desk.book)  # `serve --port auto`: chosen at submit
 
     # -- one job --------------------------------------------------------------------------
@@ -75,7 +87,7 @@ class JobSubmits:
     async def submit_async(self, spec: JobSpec, actor: Principal) -> Job:
         """`submit` for the event loop: waits for the group commit without holding a thread;
         the file system is looked at off the loop (a stalled mount must not stall the API)."""
-        return (await self._submit_async(Submission((spec,), actor)))[0]
+        return (await self._deadline(self._submit_async(Submission((spec,), actor))))[0]
 
     async def submit_once_async(
         self, spec: JobSpec, actor: Principal, idempotency_key: str
@@ -84,7 +96,7 @@ class JobSubmits:
         whether an earlier request with this key made it (a replay: nothing new is queued,
         and the refusals of a new submit, a quota reached since or a workdir removed, do not
         apply). InvalidRequest if the key was used for another submission."""
-        return await self._submit_once(Submission((spec,), actor), idempotency_key)
+        return await self._deadline(self._submit_once(Submission((spec,), actor), idempotency_key))
 
     # -- arrays ---------------------------------------------------------------------------
     def submit_array(
@@ -101,14 +113,18 @@ class JobSubmits:
         self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal
     ) -> list[Job]:
         """`submit_array` for the event loop: the one write is awaited without a thread."""
-        return await self._submit_async(Submission(specs, actor, indices))
+        return await self._deadline(
+            self._submit_async(Submission(specs, actor, indices)), times=_ARRAY_DEADLINES
+        )
 
     async def submit_array_once_async(
         self, specs: Sequence[JobSpec], indices: Sequence[int], actor: Principal, key: str
     ) -> tuple[Job, bool]:
         """`submit_array_async` with an `Idempotency-Key`: the array's first task and whether
         an earlier request with this key made the array (a retry never makes a second one)."""
-        return await self._submit_once(Submission(specs, actor, indices), key)
+        return await self._deadline(
+            self._submit_once(Submission(specs, actor, indices), key), times=_ARRAY_DEADLINES
+        )
 
     # -- the dry run ----------------------------------------------------------------------
     def dry_run(self, spec: JobSpec, actor: Principal) -> DryRun:
@@ -138,6 +154,13 @@ class JobSubmits:
             return None  # refused by the admission's owner check in one line, at the submit
 
     # -- the one path -----------------------------------------------------------------------
+    async def _deadline(self, submit: Awaitable[T], times: float = 1.0) -> T:
+        """A submit on the event loop waits for the database up to the request's deadline
+        (`times` it: an array), then is refused (503, Retry-After): not acknowledged, though a
+        write already handed to the store goes on (shielded below) and its jobs are queued
+        when it lands."""
+        return await self._desk.store_calls.within(submit, _UNACKNOWLEDGED, times=times)
+
     def _with_default_mem(self, sub: Submission) -> Submission:
         """Each spec without --mem given the server's memory per CPU for its CPUs (at most
         what the largest machine has, per machine), as Slurm applies DefMemPerCPU at submit:
@@ -183,12 +206,14 @@ class JobSubmits:
         sub = self._with_default_mem(sub)  # a retry's spec compared as the first was kept
         user = sub.actor.user
         while True:
-            found = self._keys.claim(user, key, sub.specs[0])
+            found = await self._keys.claim(user, key, sub.specs[0])
             if found is None:
                 break
             if isinstance(found, Job):
                 return self._same_shape(found, sub), True
-            made = await asyncio.wrap_future(found)
+            # Shielded: a request given up (its deadline) must not cancel the claim's future,
+            # which the submit holding the key settles.
+            made = await asyncio.shield(asyncio.wrap_future(found))
             if made is not None:
                 return self._same_shape(made, sub), True
             # The submit holding the key wrote nothing (refused, or its write failed): claim

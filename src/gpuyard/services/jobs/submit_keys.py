@@ -4,10 +4,12 @@ A client that lost the answer to a submit (the connection dropped, the server re
 the same request again with the same key, and is answered the job that key made instead of a
 second one. Where that job is looked for, in order: a submit with the key still in flight (not
 yet durable: the later request waits for it and answers its job), the book (pending, running
-and recently finished jobs), the store (a finished job the book no longer keeps). The lookups
-and the claim of a new key are one critical section under `SubmitKeys` own lock, so of two
-requests with one key exactly one inserts; a claim is settled only once its job is in the book
-(found there from then on) or certainly not written (the waiters then claim again).
+and recently finished jobs), the store (a finished job the book no longer keeps). The store's
+lookup runs off the event loop, outside `SubmitKeys` own lock, within the request's deadline
+(a stalled database: 503, nothing claimed); then the memory lookups and the claim of a new key
+are one critical section under that lock, so of two requests with one key exactly one
+inserts; a claim is settled only once its job is in the book (found there from then on) or
+certainly not written (the waiters then claim again).
 
 A key is the owner's: another user's key never matches. The same key with another request (a
 different job spec) is refused in one line rather than answered with a job that is not the one
@@ -30,6 +32,7 @@ from gpuyard.domain.errors import GpuyardError, InvalidRequest, Unavailable
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.services.jobs.book import JobBook
 from gpuyard.services.ports import JobStore
+from gpuyard.services.store_calls import StoreCalls
 
 KEY_FIELD = "Idempotency-Key"
 
@@ -46,31 +49,51 @@ class _Claim:
 class SubmitKeys:
     """The claims of submits with an `Idempotency-Key` and the lookups of keys already used."""
 
-    def __init__(self, book: JobBook, store: JobStore) -> None:
+    def __init__(self, book: JobBook, store: JobStore, store_calls: StoreCalls) -> None:
         self._book = book
         self._store = store
-        # Leaf lock (LOCKING): held for two dict lookups and, for a key the book does not
-        # know, one indexed store read; taken on the event loop.
+        self._store_calls = store_calls
+        # Leaf lock (LOCKING): held for dict lookups only, on the event loop; the store's
+        # lookup of a key the book does not know runs outside it, off the loop.
         self._lock = threading.Lock()
         self._claims: dict[tuple[str, str], _Claim] = {}
 
-    def claim(self, owner: str, key: str, spec: JobSpec) -> Job | Future[Job | None] | None:
+    async def claim(self, owner: str, key: str, spec: JobSpec) -> Job | Future[Job | None] | None:
         """The job this owner's key made (a replay), the future of the submit with it still in
         flight, or None: the key is new and now the caller's, who must `settle` it.
-        InvalidRequest if the key was used for another submission."""
-        with self._lock:
-            claim = self._claims.get((owner, key))
-            if claim is not None:
-                _check_same(claim.spec, spec, None)
-                return claim.done
-            job = self._book.by_idempotency_key(owner, key)
-            if job is None:
-                job = self._stored(owner, key)
-            if job is not None:
-                _check_same(job.spec, spec, job.id)
-                return job
+        InvalidRequest if the key was used for another submission; DatabaseStalled if the
+        store did not answer within the request's deadline (nothing claimed)."""
+        found = self._known(owner, key, spec)
+        if found is not None:
+            return found
+        # Off the event loop (a stalled database must not freeze the API), outside the lock.
+        stored = await self._store_calls.run(self._stored, owner, key)
+        with self._lock:  # meanwhile another request may have claimed it, or its job landed
+            found = self._known_locked(owner, key, spec)
+            if found is not None:
+                return found
+            if stored is not None:
+                _check_same(stored.spec, spec, stored.id)
+                return stored
             self._claims[(owner, key)] = _Claim(spec, Future())
             return None
+
+    def _known(self, owner: str, key: str, spec: JobSpec) -> Job | Future[Job | None] | None:
+        with self._lock:
+            return self._known_locked(owner, key, spec)
+
+    def _known_locked(
+        self, owner: str, key: str, spec: JobSpec
+    ) -> Job | Future[Job | None] | None:
+        """A claim in flight or the book's job for the key (the caller holds the lock)."""
+        claim = self._claims.get((owner, key))
+        if claim is not None:
+            _check_same(claim.spec, spec, None)
+            return claim.done
+        job = self._book.by_idempotency_key(owner, key)
+        if job is not None:
+            _check_same(job.spec, spec, job.id)
+        return job
 
     def _stored(self, owner: str, key: str) -> Job | None:
         try:
