@@ -9,9 +9,11 @@ then failed at once, and a 112-job cancel did nothing. What is retried, and why 
   read, cancel, hold, release, requeue, update, PUT and DELETE, a submit with an
   Idempotency-Key); a call that creates something (an unkeyed POST) only when the request
   certainly never left (nobody listening), never after it may have reached the server;
-- a 503 or 429 that carries Retry-After: the server did nothing and says when to come back
-  (its wait honoured, at most `MAX_RETRY_AFTER_S` at a time). A 503 or 429 without it (this
-  server keeps no limits; a quota) and every other 4xx is an answer, never retried.
+- a 503 or 429 that carries Retry-After, when the call may be sent twice: the server says when
+  to come back (its wait honoured, at most `MAX_RETRY_AFTER_S` at a time). Not for a create
+  without a key: a stalled database's 503 leaves its write to land later (`DatabaseStalled`),
+  so a second sending could make a second one. A 503 or 429 without Retry-After (this server
+  keeps no limits; a quota) and every other 4xx is an answer, never retried.
 
 For at most `window_s()` seconds after the first failure (`GPUYARD_CLIENT_RETRY_S`, or the older
 `GPUYARD_SUBMIT_RETRY_S`; 30 s; 0: no retry), pausing 0.1, 0.2, 0.4 ... at most 2 s, each
@@ -103,7 +105,7 @@ def with_retries(
                 if sent and not resend:
                     raise
                 maybe_sent = maybe_sent or sent
-            elif server_wait is None:
+            elif server_wait is None or not resend:
                 raise
             now = time.monotonic()
             if give_up_at is None:

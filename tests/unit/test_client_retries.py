@@ -138,3 +138,12 @@ def test_a_release_refused_at_once_is_the_refusal() -> None:
     with scripted((409, {}, "conflict")) as (server, client, _), pytest.raises(Conflict):
         client.release(7)
     assert len(server.requests) == 1
+
+
+def test_a_create_answered_503_retry_after_is_not_sent_again() -> None:
+    """A stalled database's 503 leaves the write to land later: an unkeyed create sent again
+    could make a second token, so the 503 is the answer."""
+    answer = (503, {"Retry-After": "1"}, "unavailable")
+    with scripted(answer) as (server, client, said), pytest.raises(Unavailable):
+        client.create_token()
+    assert len(server.requests) == 1 and said == []
