@@ -47,12 +47,13 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
             "gpuyard.settings"),
     "cli": ("gpuyard.domain", "gpuyard.client", "gpuyard._http", "gpuyard.settings",
             "gpuyard.locations", "gpuyard.doctor"),
-    "client": ("gpuyard.domain", "gpuyard._http", "gpuyard._connection", "gpuyard.locations",
-               "gpuyard.sdk"),
+    "client": ("gpuyard.domain", "gpuyard._http", "gpuyard._connection", "gpuyard._retry",
+               "gpuyard.locations", "gpuyard.sdk"),
     # The SDK's typed records and function jobs; JobOut only in `Job.to_schema()` (lazily).
     "sdk": ("gpuyard.domain", "gpuyard.schemas"),
     "_connection": ("gpuyard.domain", "gpuyard._http", "gpuyard.locations"),
     "_http": (),
+    "_retry": ("gpuyard.domain",),  # when a call is sent again: one policy, CLI and SDK
     "locations": (),
     "settings": ("gpuyard.locations",),
     "gpuyard": ("gpuyard._progress",),  # __init__: `__version__`, `progress` (the job's SDK)

@@ -59,8 +59,12 @@ class Connection:
             assert given is not None
             self._socket = "/" + given[5:].lstrip("/")
             given = None
-        elif given is None:
-            self._socket = _existing_socket(socket_path())
+        # Where a socket is looked for again before each request while none answers (a
+        # restarting server removes its socket, then makes it again): None, one was named.
+        self._socket_search: str | None = None
+        if not self._socket_only and given is None:
+            self._socket_search = socket_path()
+            self._socket = _existing_socket(self._socket_search)
         self._tcp_url = (given or DEFAULT_URL).rstrip("/")
         self.url = f"unix:{self._socket}" if self._socket else self._tcp_url
         self._https, self._host, self._port = split_url(self._tcp_url)
@@ -78,6 +82,10 @@ class Connection:
         """The request, over the socket if there is one, else with the token once the server
         proved itself; a 4xx or 5xx raised as the server's error (`timeout_s` -1: the
         client's own)."""
+        if self._socket is None and self._socket_search is not None:
+            self._socket = _existing_socket(self._socket_search)
+            if self._socket is not None:
+                self.url = f"unix:{self._socket}"
         if self._socket is not None:
             resp = self._over_socket(self._socket, method, path, headers, payload, timeout_s)
             if resp is not None:
@@ -271,10 +279,23 @@ def error_from(resp: HttpResponse) -> GpuyardError:
 
 
 def error_from_body(resp: HttpResponse, raw: bytes) -> GpuyardError:
+    """The error, with `retry_after_s` set when a 503 or 429 says when to send it again
+    (`gpuyard._retry` waits that long and sends it again)."""
     try:
         err = json.loads(raw)["error"]
         cls = ERRORS_BY_CODE.get(err["code"], GpuyardError)
-        return cls(err["message"], field=err.get("field"))
+        error = cls(err["message"], field=err.get("field"))
     except (ValueError, KeyError, TypeError):
         text = raw.decode(errors="replace").strip()[:200]
-        return GpuyardError(f"server answered HTTP {resp.status}: {text or resp.reason}")
+        error = GpuyardError(f"server answered HTTP {resp.status}: {text or resp.reason}")
+    if resp.status in (429, 503):
+        error.retry_after_s = _retry_after(resp.headers.get("retry-after", ""))
+    return error
+
+
+def _retry_after(value: str) -> float | None:
+    """Retry-After in seconds (its HTTP-date form, which gpuyard never sends: None)."""
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None

@@ -22,13 +22,14 @@ import os
 import time
 
 # `X as X`: the SDK's names made with the connection, imported by its users from here.
+from gpuyard import _retry
 from gpuyard._connection import Connection
 from gpuyard._connection import ServerNotVerified as ServerNotVerified
 from gpuyard._connection import ServerUnreachable as ServerUnreachable
 from gpuyard._connection import find_token as find_token
 from gpuyard._connection import login_token_path as login_token_path
 from gpuyard._connection import split_url as split_url
-from gpuyard.domain.errors import NotFound, Unavailable
+from gpuyard.domain.errors import Conflict, GpuyardError, NotFound, Unavailable
 from gpuyard.sdk.records import Job as Job
 from gpuyard.sdk.records import JobFailed as JobFailed
 from gpuyard.sdk.records import WaitTimeout as WaitTimeout
@@ -56,14 +57,11 @@ else:
 
 # While a followed server is down (a restart), it is asked again this often.
 _RECONNECT_POLL_S = 0.5
-# A submit that cannot reach the server, or loses its answer, is sent again with the same
-# Idempotency-Key (the server answers the job the first try made: never a second job) for
-# this long after the first failure (`GPUYARD_SUBMIT_RETRY_S`; 0: no retry), waiting 0.1 s,
-# 0.2 s, 0.4 s... at most 2 s between tries, each wait shortened at random by up to a half
-# so that clients that lost one server do not all come back at once.
-SUBMIT_RETRY_S = 30.0
-_RETRY_FIRST_S = 0.1
-_RETRY_MAX_S = 2.0
+# How long a call that fails in a way safe to retry is tried again (`gpuyard._retry`: every
+# read, the idempotent verbs, a submit with its Idempotency-Key, which the server answers
+# with the job the first try made: never a second job); GPUYARD_CLIENT_RETRY_S, formerly
+# GPUYARD_SUBMIT_RETRY_S (both still read); 0: no retry.
+RETRY_S = SUBMIT_RETRY_S = _retry.WINDOW_S
 
 
 class Client:
@@ -75,13 +73,26 @@ class Client:
         token: str | None = None,
         timeout_s: float = 30,
         *,
+        retry_s: float | None = None,
         submit_retry_s: float | None = None,
+        on_waiting: Callable[[str], object] | None = None,
     ):
+        """`retry_s` (`submit_retry_s`, its older name): how long a call safe to retry is
+        tried again while the server does not answer or asks to wait (`gpuyard._retry`; None:
+        GPUYARD_CLIENT_RETRY_S, else 30 s). `on_waiting(line)`: told once per outage that the client
+        waits (None: the line goes to stderr)."""
         # Which server, with which token, and its proof first (`gpuyard._connection`).
         self._connection = Connection(url, token, timeout_s)
-        if submit_retry_s is None:
-            submit_retry_s = _env_seconds("GPUYARD_SUBMIT_RETRY_S", SUBMIT_RETRY_S)
-        self.submit_retry_s = submit_retry_s
+        if retry_s is None:
+            retry_s = submit_retry_s
+        self.retry_s = _retry.window_s() if retry_s is None else max(0.0, retry_s)
+        self._on_waiting = on_waiting or _say_on_stderr
+        self._waiting = False  # the waiting line was said, and no call has succeeded since
+
+    @property
+    def submit_retry_s(self) -> float:
+        """`retry_s`'s name from when only submits were retried."""
+        return self.retry_s
 
     @property
     def url(self) -> str:
@@ -111,36 +122,26 @@ class Client:
         Without `workdir` the job runs in this process's working directory, as with the CLI.
         Sent with an `Idempotency-Key` (`idempotency_key`, else a fresh uuid4) and sent again
         with it on a connection error (refused, reset, dropped before the answer, timed out)
-        for `submit_retry_s` (30 s) after the first, so a flaky network never makes two jobs;
-        an answer the server gave (a 4xx: refused) is never retried. `on_retry`: called
-        before each retry's wait with the error. Raises ServerUnreachable once the time is
-        up.
+        or a 503/429 with Retry-After for `retry_s` (30 s) after the first, so a flaky network
+        or a restarting server never makes two jobs; an answer the server gave (a 4xx:
+        refused) is never retried. `on_retry`: called before each retry's wait with the
+        error. Raises ServerUnreachable once the time is up.
         """
         body = _submission(command, fields)
         headers = {"Idempotency-Key": idempotency_key or new_idempotency_key()}
-        give_up_at: float | None = None
-        wait_s = _RETRY_FIRST_S
-        maybe_sent = False
-        while True:
-            try:
-                return job_of(self._json("POST", "/api/v1/jobs", body, headers))
-            except ServerUnreachable as exc:
-                maybe_sent = maybe_sent or exc.maybe_sent
-                now = time.monotonic()
-                if give_up_at is None:
-                    give_up_at = now + self.submit_retry_s
-                pause_s = wait_s * (0.5 + os.urandom(1)[0] / 510)
-                if now + pause_s > give_up_at:
-                    raise self._gave_up(exc, maybe_sent) from None
-                if on_retry is not None:
-                    on_retry(exc)
-                time.sleep(pause_s)
-                wait_s = min(wait_s * 2, _RETRY_MAX_S)
 
-    def _gave_up(self, last: ServerUnreachable, maybe_sent: bool) -> ServerUnreachable:
-        if self.submit_retry_s <= 0:
-            return last
-        tried = f"tried for {self.submit_retry_s:g} s"
+        def waiting(error: GpuyardError, window: float) -> None:
+            if on_retry is not None and isinstance(error, ServerUnreachable):
+                on_retry(error)
+            self._say_waiting(error, window, " (the same job, never a second one)")
+
+        return job_of(self._call("POST", "/api/v1/jobs", body, headers, on_wait=waiting,
+                                 gave_up=self._gave_up))  # fmt: skip
+
+    def _gave_up(self, last: GpuyardError, maybe_sent: bool) -> GpuyardError:
+        if not isinstance(last, ServerUnreachable):
+            return last  # the server's own "not now", as it said it
+        tried = f"tried for {self.retry_s:g} s"
         if maybe_sent:
             return ServerUnreachable(
                 f"lost the gpuyard server at {self.url} during a submit and it did not answer "
@@ -194,7 +195,7 @@ class Client:
             from urllib.parse import urlencode
 
             path += "?" + urlencode({"signal": str(signal)})
-        return job_of(self._json("POST", path))
+        return self._verb(path, job_id, lambda job: job["state"] == "CANCELLED")
 
     def cancel_many(
         self, job_ids: list[int], signal: str | int | None = None, *, whole_arrays: bool = False
@@ -204,8 +205,37 @@ class Client:
         body: dict[str, Any] = {"ids": job_ids, "whole_arrays": whole_arrays}
         if signal is not None:
             body["signal"] = str(signal)
-        result: dict[str, Any] = self._json("POST", "/api/v1/jobs/cancel", body)
+        resent: list[bool] = []
+        result: dict[str, Any] = self._call("POST", "/api/v1/jobs/cancel", body,
+                                            on_wait=self._noting_resend(resent))  # fmt: skip
+        if resent and result["refused"]:
+            self._cancelled_by_a_lost_try(result)
         return result
+
+    def _noting_resend(self, resent: list[bool]) -> Callable[[GpuyardError, float], None]:
+        """An `on_wait` that notes (in `resent`) a try that may have reached the server."""
+
+        def on_wait(error: GpuyardError, window: float) -> None:
+            if getattr(error, "maybe_sent", False):
+                resent.append(True)
+            self._say_waiting(error, window)
+
+        return on_wait
+
+    def _cancelled_by_a_lost_try(self, result: dict[str, Any]) -> None:
+        """A cancel sent again after its answer was lost finds the jobs the lost try cancelled
+        "already ended": those that are CANCELLED now are counted as cancelled, not refused."""
+        refused = []
+        for item in result["refused"]:
+            if item.get("code") == Conflict.code:
+                try:
+                    if self.job(int(item["id"]))["state"] == "CANCELLED":
+                        result["cancelled"].append(item["id"])
+                        continue
+                except NotFound:
+                    pass
+            refused.append(item)
+        result["refused"] = refused
 
     def array(self, array_id: int) -> list[Job]:
         """A job array's tasks (jobs), by task index; the array's id is its first task's."""
@@ -220,11 +250,29 @@ class Client:
         return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/hold"))
 
     def release(self, job_id: int) -> Job:
-        return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/release"))
+        """Let a held job back in the queue."""
+        path = f"/api/v1/jobs/{job_id}/release"
+        return self._verb(path, job_id, lambda j: j["state"] == "PENDING" and not j.get("held"))
 
     def requeue(self, job_id: int) -> Job:
         """Stop a running job and put it back in the queue."""
-        return job_of(self._json("POST", f"/api/v1/jobs/{job_id}/requeue"))
+        return self._verb(f"/api/v1/jobs/{job_id}/requeue", job_id,
+                          lambda job: job["state"] == "PENDING")  # fmt: skip
+
+    def _verb(self, path: str, job_id: int, landed: Callable[[Job], bool]) -> Job:
+        """A verb on one job; sent again after its answer was lost, the server may refuse it
+        (409: already cancelled, not held, pending) because the lost try did it: the job is
+        read, and if `landed` says it shows the verb done, that is the answer."""
+        resent: list[bool] = []
+        try:
+            return job_of(self._call("POST", path, on_wait=self._noting_resend(resent)))
+        except Conflict:
+            if not resent:
+                raise
+            job = self.job(job_id)
+            if not landed(job):
+                raise
+            return job
 
     def restart(self, job_id: int) -> Job:
         """Run a finished job again: the new job (its `restart_of` is `job_id`)."""
@@ -389,12 +437,8 @@ class Client:
     def node_doctor(self, name: str) -> JobDict:
         """`gpuyard doctor --node NAME` (admins): `{"node", "facts"}`, the machine's doctor
         facts gathered there (`gpuyard.doctor.wire.facts_from_json` reads them)."""
-        resp = self._request("GET", f"/api/v1/nodes/{_query_value(name)}/doctor",
-                             timeout_s=_DOCTOR_TIMEOUT_S)  # fmt: skip
-        try:
-            result: JobDict = json.loads(resp.read())
-        except OSError:
-            raise self._lost(submit=False) from None
+        path = f"/api/v1/nodes/{_query_value(name)}/doctor"
+        result: JobDict = self._call("GET", path, timeout_s=_DOCTOR_TIMEOUT_S)
         return result
 
     def drain(self, gpu_index: int, reason: str = "", now: bool = False) -> JobDict:
@@ -497,7 +541,7 @@ class Client:
         while True:
             try:
                 resp = self._request("GET", _log_path(job_id, offset, tail, follow=True),
-                                     timeout_s=None)  # fmt: skip
+                                     timeout_s=None, retry=False)  # fmt: skip
                 offset, tail, lost_since = int(resp.headers.get("x-log-start", offset)), None, None
                 for chunk in resp.chunks():
                     offset += len(chunk)
@@ -620,11 +664,34 @@ class Client:
     def _json(
         self, method: str, path: str, body: Any = None, extra: dict[str, str] | None = None
     ) -> Any:
-        resp = self._request(method, path, body, extra=extra)
-        try:
-            return json.loads(resp.read())
-        except OSError:
-            raise self._lost(submit=method == "POST" and path == "/api/v1/jobs") from None
+        """The answer's JSON, the call sent again while that is safe (`gpuyard._retry`)."""
+        return self._call(method, path, body, extra)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        extra: dict[str, str] | None = None,
+        *,
+        timeout_s: float | None = -1.0,
+        on_wait: Callable[[GpuyardError, float], object] | None = None,
+        gave_up: Callable[[GpuyardError, bool], GpuyardError] | None = None,
+    ) -> Any:
+        """One request and its whole answer read, as one attempt: an answer lost mid-body is
+        retried as a connection error would be."""
+        headers, payload = _headers_and_payload(body, extra)
+
+        def attempt() -> Any:
+            resp = self._connection.send(method, path, dict(headers), payload, timeout_s)
+            try:
+                raw = resp.read()
+            except OSError:
+                lost = self._lost(submit=method == "POST" and path == "/api/v1/jobs")
+                raise lost from None
+            return json.loads(raw)
+
+        return self._retrying(attempt, method, path, headers, on_wait, gave_up)
 
     def _request(
         self,
@@ -633,13 +700,76 @@ class Client:
         body: Any = None,
         timeout_s: float | None = -1.0,
         extra: dict[str, str] | None = None,
+        *,
+        retry: bool = True,
     ) -> HttpResponse:
-        headers = {"Accept": "application/json", **(extra or {})}
-        payload = None
-        if body is not None:
-            payload = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        return self._connection.send(method, path, headers, payload, timeout_s)
+        """The response before its body is read (a stream); its sending retried while that is
+        safe, unless `retry` is False (a follower reconnects on its own)."""
+        headers, payload = _headers_and_payload(body, extra)
+
+        def attempt() -> HttpResponse:
+            return self._connection.send(method, path, dict(headers), payload, timeout_s)
+
+        if not retry:
+            return attempt()
+        return self._retrying(attempt, method, path, headers)
+
+    def _retrying(
+        self,
+        attempt: Callable[[], R],
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        on_wait: Callable[[GpuyardError, float], object] | None = None,
+        gave_up: Callable[[GpuyardError, bool], GpuyardError] | None = None,
+    ) -> R:
+        try:
+            return _retry.with_retries(
+                attempt, resend=_retry.may_resend(method, path, headers), window=self.retry_s,
+                on_wait=on_wait or self._say_waiting, gave_up=gave_up or self._gave_up_waiting,
+            )  # fmt: skip
+        finally:
+            self._waiting = False  # answered, or given up: a later outage is said again
+
+    def _say_waiting(self, error: GpuyardError, window: float, what: str = "") -> None:
+        """The one line, once per outage, that this client waits (not a silent hang)."""
+        if self._waiting:
+            return
+        self._waiting = True
+        if isinstance(error, ServerUnreachable):
+            why = f"the server at {self.url} is not answering (restarting?)"
+        else:
+            why = f"the server at {self.url} asks to wait ({error.message})"
+        self._on_waiting(f"gpuyard: {why}; trying again for up to {window:g} s{what}")
+
+    def _gave_up_waiting(self, last: GpuyardError, maybe_sent: bool) -> GpuyardError:
+        """What a call other than a submit raises once its retries are spent."""
+        if not isinstance(last, ServerUnreachable):
+            return last
+        error = ServerUnreachable(
+            f"cannot reach gpuyard server at {self.url} (tried for {self.retry_s:g} s): is "
+            "`gpuyard server` running?"
+        )
+        error.maybe_sent = maybe_sent
+        return error
+
+
+def _headers_and_payload(
+    body: Any, extra: dict[str, str] | None
+) -> tuple[dict[str, str], bytes | None]:
+    headers = {"Accept": "application/json", **(extra or {})}
+    payload = None
+    if body is not None:
+        payload = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    return headers, payload
+
+
+def _say_on_stderr(line: str) -> None:
+    import sys
+
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def new_idempotency_key() -> str:
@@ -665,14 +795,6 @@ def _query_value(text: str) -> str:
     """Percent-encoded for a query string, without `urllib.parse` (~3 ms on the CLI's path)."""
     safe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~,"
     return "".join(c if c in safe else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
-
-
-def _env_seconds(name: str, default: float) -> float:
-    """A number of seconds from the environment; the default when unset or not a number."""
-    try:
-        return max(0.0, float(os.environ.get(name) or default))
-    except ValueError:
-        return default
 
 
 def _log_path(job_id: int, offset: int, tail: int | None, *, follow: bool) -> str:

@@ -25,8 +25,10 @@ _SUBMIT = b"POST /api/v1/jobs "
 
 
 class DroppingProxy:
-    def __init__(self, upstream_port: int, drops: int = 1) -> None:
+    def __init__(self, upstream_port: int, drops: int = 1, request: bytes = _SUBMIT) -> None:
+        """`request`: the start of the request line whose answers are lost (a submit's)."""
         self._upstream = ("127.0.0.1", upstream_port)
+        self._request = request
         self.drops = drops  # answers still to lose
         self._lock = threading.Lock()
         self.submits = 0  # submit requests that passed through
@@ -81,7 +83,7 @@ class DroppingProxy:
         try:
             while data := client.recv(1 << 16):
                 seen = (seen + data)[-4096:]
-                if _SUBMIT in seen:
+                if self._request in seen:
                     seen = b""
                     with self._lock:
                         self.submits += 1

@@ -11,6 +11,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -312,3 +313,28 @@ def test_one_users_streams_leave_the_others_able_to_submit_list_and_cancel(
             os.waitpid(holder, 0)
         srv.stop()
         srv.kill_jobs()
+
+
+def test_the_cli_that_looks_for_the_socket_finds_it_again_after_a_restart(
+    server: ServerProcess, place: Path
+) -> None:
+    """A restart removes the socket and makes it again: a command typed meanwhile, which found
+    no socket (and nobody on the TCP URL), waits and is answered on the new socket."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUYARD_")}
+    env.update(HOME=str(place), GPUYARD_SOCKET=str(_sock(server)), GPUYARD_CLIENT_RETRY_S="240",
+               GPUYARD_STATE_DIR=str(server.state_dir))  # fmt: skip
+    job_id = server.client().submit(["sleep", "30"], workdir="/tmp")["id"]
+    assert server.proc is not None
+    server.proc.terminate()
+    server.proc.wait(timeout=120)
+    argv = [str(Path(sys.executable).parent / "gpuyard"), "queue", "--json"]
+    with subprocess.Popen(argv, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as cli:  # fmt: skip
+        assert cli.stdout is not None and cli.stderr is not None
+        said = cli.stderr.readline()
+        server.start()
+        out, err = cli.stdout.read(), cli.stderr.read()
+        cli.wait(timeout=300)
+    assert "is not answering (restarting?); trying again for up to 240 s" in said
+    assert cli.returncode == 0 and err == "", said + err
+    assert [job["id"] for job in json.loads(out)] == [job_id]

@@ -14,7 +14,7 @@ from gpuyard.cli.session import client
 # `typing` and `dataclasses` only for the type checker: they would cost this path ~12 ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from typing import Any
 
     from gpuyard.cli.job_refs import Resolved
@@ -125,7 +125,7 @@ def submit(opts: SubmitOptions) -> int:
             sys.stdout.write(dry_run_answer(answer) + "\n")
         return 0
     session = client()
-    job = session.submit(argv, on_retry=_say_retrying(session), **fields)
+    job = session.submit(argv, **fields)
     if opts.json:  # the record as `show --json` prints it (an array's: its first task's)
         print_json(job)
     else:  # an array's id (its first task's, %A) alone: what `wait`, `cancel` and `show` take
@@ -162,22 +162,6 @@ def _wait_exit_code(session: Client, job: JobDict) -> int:
         else:
             codes.append(code if isinstance(code, int) and code > 0 else 1)
     return max(codes)
-
-
-def _say_retrying(session: Client) -> Callable[[object], None]:
-    """Says once, on stderr, that the submit is being tried again (the same Idempotency-Key:
-    never a second job), so a wait for a restarting server is not a silent hang."""
-    said: list[bool] = []
-
-    def say(_error: object) -> None:
-        if not said:
-            said.append(True)
-            sys.stderr.write(
-                f"gpuyard: no answer from the server at {session.url}; trying again for up "
-                f"to {session.submit_retry_s:g} s (the same job, never a second one)\n"
-            )
-
-    return say
 
 
 def usage_problem(opts: SubmitOptions) -> str | None:

@@ -7,6 +7,9 @@ class GpuyardError(Exception):
     """Base of every error a user may see; `code` is stable, `message` is for the person."""
 
     code = "error"
+    # On the client: the seconds a 503 or 429 said to wait before sending it again
+    # (Retry-After), which `gpuyard._retry` honours; None: an answer, not to be retried.
+    retry_after_s: float | None = None
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
