@@ -46,9 +46,11 @@ def _dirs(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _env(out: Path, job_id: str) -> dict[str, str]:
-    """The variables the script printed; the job's id is JOB, a GPU list its length."""
+    """The variables the script printed; `job_id` in the dependency is JOB, a GPU list its
+    length."""
     env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
-    env = {k: re.sub(rf"\b{job_id}\b", "JOB", v) for k, v in env.items()}
+    if "SLURM_JOB_DEPENDENCY" in env:
+        env["SLURM_JOB_DEPENDENCY"] = re.sub(rf"\b{job_id}\b", "JOB", env["SLURM_JOB_DEPENDENCY"])
     if env.get("CUDA_VISIBLE_DEVICES", "unset") not in ("unset", ""):
         env["CUDA_VISIBLE_DEVICES"] = f"{len(env['CUDA_VISIBLE_DEVICES'].split(','))} GPUs"
     return env
