@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,48 @@ def test_real_slurm_is_the_one_answering(slurm: RealSlurm) -> None:
     version = subprocess.run(["sinfo", "--version"], capture_output=True, text=True,
                              env=slurm.env, check=False)  # fmt: skip
     assert version.stdout.startswith("slurm"), version
+
+
+_WARNED = (
+    "#!/bin/bash\n"
+    "srun {python} -c '\n"
+    "import signal, sys\n"
+    'signal.signal(signal.SIGUSR1, lambda *_: (print("step got USR1", flush=True), '
+    "sys.exit(0)))\n"
+    "signal.pause()\n"
+    "'\n"
+    'echo "shell carried on"\n'
+)
+
+
+def test_signal_without_b_reaches_the_step_and_spares_the_batch_shell_as_slurm_does(
+    slurm: RealSlurm, gpuyard: ServerProcess, tmp_path: Path
+) -> None:
+    """`--time=1 --signal=USR1@59`: the warning is due 1 s in (Slurm sends it at its next
+    time-limit check, within about 30 s); the srun step's Python gets it, the `#!/bin/bash`
+    batch shell around it carries on and the job completes before its limit."""
+    on_slurm, on_gpuyard = _dirs(tmp_path)
+    for side in (on_slurm, on_gpuyard):
+        (side / "warned.sh").write_text(_WARNED.format(python=sys.executable))
+    args = ("--time=1", "--signal=USR1@59", "-o", "out.txt", "warned.sh")
+    slurm_id = slurm.sbatch(*args, cwd=on_slurm)
+    gpuyard_id, code = _gpuyard_sbatch(gpuyard, on_gpuyard, *args)
+    assert slurm.wait_ended(slurm_id, timeout_s=120) == "COMPLETED"
+    slurm_lines = (on_slurm / "out.txt").read_text().splitlines()
+    assert slurm_lines == ["step got USR1", "shell carried on"]
+    assert (on_gpuyard / "out.txt").read_text().splitlines() == slurm_lines
+    assert code == 0 and gpuyard.client().job(int(gpuyard_id))["state"] == "COMPLETED"
+
+
+def test_a_warning_not_before_the_limit_is_refused_in_one_line_unlike_slurm(
+    gpuyard: ServerProcess, tmp_path: Path
+) -> None:
+    """The documented difference (docs/cli.md, "Checked against Slurm"): Slurm takes
+    `--time=1 --signal=USR1@60` and signals at once; gpuyard refuses it at submit, in the
+    option's own words, and queues nothing."""
+    refused = gpuyard.cli("sbatch", "--time=1", "--signal=USR1@60", "--wrap", "true",
+                          cwd=tmp_path, check=False)  # fmt: skip
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        "gpuyard: --signal SIG@60 (warn_before_s): 60 s before the time limit (60 s) is its "
+        "start; give a shorter @SECONDS or a longer --time"]  # fmt: skip
