@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test check bench clean postgres cc chromium bytecode
+.PHONY: run test check bench clean postgres cc chromium slurm bytecode
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,7 @@ run: $(STAMP_RUN) bytecode
 	@PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/demo.sh
 
 ## test: install the test needs (Ray, PostgreSQL's server included) and run the whole suite
-test: $(STAMP_TEST) postgres cc chromium bytecode
+test: $(STAMP_TEST) postgres cc chromium slurm bytecode
 	$(BIN)/python -m pytest
 
 # The store contract suite runs over PostgreSQL too, on a throw-away server the tests start
@@ -83,6 +83,18 @@ chromium:
 	  echo "installing Debian's chromium for the dashboard's browser tests"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	fi
+
+# tests/slurm_side run the same scripts on a throw-away Slurm (bench/slurm/setup.sh starts it
+# on its own ports and folder) and on gpuyard: Debian's slurm-wlm, installed here when missing
+# (as root, as CI is; without root those tests skip, and fail under CI=1). Its own services
+# only start with an /etc/slurm/slurm.conf, which it does not get.
+slurm:
+	@if ! PATH="$$PATH:/usr/sbin:/sbin" command -v slurmctld >/dev/null; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "no Slurm: apt-get install slurm-wlm, as root"; exit 0; fi; \
+	  echo "installing Debian's slurm-wlm for the side-by-side tests against Slurm"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends slurm-wlm >/dev/null; \
 	fi
 
 ## check: lint and type-check src/

@@ -18,6 +18,10 @@
 #   GPUYARD_SLURMCTLD_PORT  (default 16817; Slurm's default is 6817)
 #   GPUYARD_SLURMD_PORT     (default 16818; Slurm's default is 6818)
 #   GPUYARD_SLURM_WAIT_S    seconds to wait for the node to become idle (60)
+#   GPUYARD_SLURM_EXTRA_CONF  slurm.conf lines (newline-separated KEY=VALUE) that replace
+#                           this file's line of the same KEY or are added: the side-by-side
+#                           tests (tests/slurm_side) schedule at once and keep job records;
+#                           the bench leaves it unset (Slurm's defaults)
 set -euo pipefail
 
 DIR="${1:-/tmp/gpuyard-slurm}"
@@ -115,6 +119,14 @@ ReturnToService=2
 NodeName=$NODE NodeAddr=127.0.0.1 $NODE_HW Gres=gpu:$NGPUS State=UNKNOWN
 PartitionName=gpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
+if [ -n "${GPUYARD_SLURM_EXTRA_CONF:-}" ]; then
+    while IFS= read -r line; do
+        [ -n "$line" ] || continue
+        key="${line%%=*}"
+        sed -i -e "/^${key}=/d" "$tmp"
+        printf '%s\n' "$line" >>"$tmp"
+    done <<<"$GPUYARD_SLURM_EXTRA_CONF"
+fi
 mv -f "$tmp" "$CONF"
 
 tmp="$(mktemp "$DIR/.gres.conf.XXXXXX")"

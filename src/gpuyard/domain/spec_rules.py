@@ -149,8 +149,9 @@ def check_warning(draft: SpecDraft) -> None:
         )
     if draft.warn_before_s >= draft.time_limit_s:
         raise InvalidRequest(
-            f"warn_before_s {draft.warn_before_s} is not shorter than the time limit "
-            f"({draft.time_limit_s} s): the warning would come at the start",
+            f"--signal SIG@{draft.warn_before_s} (warn_before_s): {draft.warn_before_s} s "
+            f"before the time limit ({draft.time_limit_s} s) is its start; give a shorter "
+            "@SECONDS or a longer --time",
             field="warn_before_s",
         )
 
