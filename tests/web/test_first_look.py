@@ -88,8 +88,10 @@ def test_the_queue_fits_a_narrow_window_and_shows_a_running_jobs_progress(
         row = page.locator(f"#job-row-{job_id}")
         expect(row.locator(".c-progress")).to_have_text("50%")
         for cell in (".c-job", ".c-name", ".c-state", ".c-gpus", ".c-progress"):
-            box = row.locator(cell).bounding_box()
-            assert box is not None and box["x"] + box["width"] <= 420, cell  # on screen
+            # The live queue redraws its rows: a cell read in the middle of a redraw has no
+            # box for that instant (seen once on a loaded machine), so wait for one.
+            box = wait_for(lambda c=cell: row.locator(c).bounding_box())
+            assert box["x"] + box["width"] <= 420, cell  # on screen
     finally:
         with dashboard.client("alice") as client:
             client.cancel(job_id)
