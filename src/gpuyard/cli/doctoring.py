@@ -73,7 +73,9 @@ def server_facts() -> ServerFacts:
     from gpuyard.client import Client
 
     try:
-        client = Client(timeout_s=_SERVER_TIMEOUT_S)
+        # No retries: a server is optional here, and a doctor run with none must not wait
+        # out the client's 30 s of riding through a restart.
+        client = Client(timeout_s=_SERVER_TIMEOUT_S, retry_s=0)
     except GpuyardError as exc:
         return ServerFacts(os.environ.get("GPUYARD_URL", "?"), False, error=exc.message)
     try:
