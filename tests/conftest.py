@@ -29,10 +29,10 @@ def _missing(why: str) -> NoReturn:
     missing(why, "the PostgreSQL tests", "`make test` installs it")
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A throw-away PostgreSQL server on loopback; `create_database(name)` gives a URL.
-    Without Debian's postgresql (or psycopg) installed: skipped, except under CI: failed."""
+def _started_postgres() -> Iterator[PostgresServer]:
+    """A throw-away PostgreSQL server on loopback, stopped after; `create_database(name)`
+    gives a URL. Without Debian's postgresql (or psycopg) installed: skipped, except under
+    CI: failed."""
     if importlib.util.find_spec("psycopg") is None:
         _missing("psycopg is not installed (pip install -e '.[test]')")
     from tests.postgres_server import PostgresServer, find_bin_dir
@@ -43,8 +43,23 @@ def postgres_server() -> Iterator[PostgresServer]:
                  " apt-get install postgresql")  # fmt: skip
     server = PostgresServer(bin_dir)
     server.start()
-    yield server
-    server.stop()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """The tests' shared PostgreSQL server (`_started_postgres`)."""
+    yield from _started_postgres()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for one test alone, which it may stop, restart or SIGSTOP without
+    touching the shared one."""
+    yield from _started_postgres()
 
 
 def _no_browser(why: str) -> NoReturn:

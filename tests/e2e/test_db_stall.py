@@ -10,7 +10,6 @@ other test's database."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,26 +18,13 @@ import pytest
 
 from tests.e2e.db_stall import Answer, request, stalled
 from tests.e2e.server import ServerProcess, wait_ended, wait_for
-from tests.postgres_server import PostgresServer, find_bin_dir
+from tests.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.e2e
 
 # Generous: a loaded 2-core machine must pass; the figures are bench/db_stall.py's.
 READ_BOUND_S = 2.0
 REFUSAL_BOUND_S = 6.0  # the request deadline (2 s) and the machine's slack
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[PostgresServer]:
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL's server is not installed (apt-get install postgresql)")
-    server = PostgresServer(bin_dir)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _refused_as_stalled(answer: Answer, what: str) -> None:

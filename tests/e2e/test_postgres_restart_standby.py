@@ -7,7 +7,6 @@ one the other tests share."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,6 @@ from tests.e2e.server import ServerProcess, wait_ended, wait_for
 from tests.e2e.test_postgres_takeover import _launch, _serves
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[object]:
-    """A PostgreSQL server for this test alone (it is restarted)."""
-    from tests.postgres_server import PostgresServer, find_bin_dir
-
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL's server is not installed")
-    server = PostgresServer(bin_dir)
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_a_standby_waits_through_a_database_restart_then_takes_over(
