@@ -208,14 +208,4 @@ def rows_to_jobs(keys: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Job
 def row_to_job(row: Any) -> Job:
     """A Job from a row: a SQLAlchemy Row, or a mapping of column names (`job_to_row`'s)."""
     mapping: Mapping[str, Any] = row._mapping if hasattr(row, "_mapping") else row
-    spec = spec_from_json(mapping["spec"], {name: mapping[name] for name in SPEC_COLUMNS})
-    values: dict[str, Any] = {"spec": spec}
-    for name, dec in _JOB_FROM_ROW:
-        if name not in mapping:  # a column newer than this row's schema: never, after migrations
-            values[name] = _JOB_DEFAULTS[name]()
-            continue
-        raw = mapping[name]
-        if name in _JOB_JSON_COLUMNS:
-            raw = json.loads(raw)
-        values[name] = raw if dec is None else dec(raw)
-    return Job(**values)
+    return rows_to_jobs(list(mapping.keys()), [tuple(mapping.values())])[0]

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine, or_, select
 
-from gpuyard.adapters.store.codec import row_to_job
+from gpuyard.adapters.store.codec import rows_to_jobs
 from gpuyard.adapters.store.tables import job_gpu_stats, jobs
 from gpuyard.domain.job import Job
 
@@ -29,8 +29,11 @@ class SqlUsage:
         if owner is not None:
             query = query.where(jobs.c.owner == owner)
         with self._engine.connect() as conn:
-            rows = list(conn.execute(query))
+            result = conn.execute(query)
+            keys = list(result.keys())
+            rows = list(result)
+        stats = [r.gpu_stats for r in rows]
         return [
-            (row_to_job(r), json.loads(r.gpu_stats) if r.gpu_stats is not None else None)
-            for r in rows
+            (job, json.loads(text) if text is not None else None)
+            for job, text in zip(rows_to_jobs(keys, rows), stats, strict=True)
         ]
