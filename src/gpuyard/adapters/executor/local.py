@@ -371,7 +371,7 @@ class LocalExecutor:
             pid = watched.job.pid
             if watched.forced is not None or pid is None:
                 continue
-            if _process_state(pid) not in ("T", "t") or _has_live_children(pid):
+            if not _stopped_after_its_job(pid):
                 continue
             log.warning("job %s: its supervisor (pid %s) was stopped after its job ended; "
                         "continuing it", watched.job.id, pid)  # fmt: skip
@@ -579,34 +579,25 @@ def running(pid: int) -> bool:
         return True  # there, but not ours to look at
 
 
-def _has_live_children(pid: int) -> bool:
-    """Whether any process under `pid` (the supervisor is its job's subreaper) is not a
-    zombie: the job still runs."""
+def _stopped_after_its_job(pid: int) -> bool:
+    """Whether supervisor `pid` is stopped (SIGSTOP, a debugger) while no process under it
+    (it is its job's subreaper) is alive: its job ended and it cannot see it."""
     try:
-        children = psutil.Process(pid).children(recursive=True)
+        proc = psutil.Process(pid)
+        if proc.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            return False
+        children = proc.children(recursive=True)
     except psutil.Error:
-        return True  # unreadable: assume it runs (a deadline still ends it)
+        return False  # gone, or unreadable: its pidfd, or a deadline, ends it
     for child in children:
         try:
             if child.status() != psutil.STATUS_ZOMBIE:
-                return True
+                return False
         except psutil.NoSuchProcess:
             continue
         except psutil.Error:
-            return True
-    return False
-
-
-def _process_state(pid: int) -> str:
-    """The kernel's one-letter state of `pid` (R, S, D, T stopped, t traced, Z...); "" when it
-    is gone or unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return ""
-    after = stat.rfind(b")")  # the command name may hold spaces and parentheses
-    return stat[after + 2 : after + 3].decode() if after > 0 else ""
+            return False
+    return True
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
