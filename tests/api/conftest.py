@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -8,8 +7,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuyard.bootstrap import build_app
-from gpuyard.domain.errors import GpuyardError
 from gpuyard.settings import Settings
+from tests.api.served import cancel_unfinished
 
 
 @pytest.fixture
@@ -22,8 +21,4 @@ def api(tmp_path: Path) -> Iterator[TestClient]:
         client.headers["Authorization"] = f"Bearer {settings.token_path.read_text().strip()}"
         client.workdir = str(tmp_path)  # type: ignore[attr-defined]
         yield client
-        admin = server.auth.principal
-        for job in server.reads.list_jobs(admin, include_finished=False):
-            with contextlib.suppress(GpuyardError):  # it may end meanwhile
-                # While the server runs: no job outlives a test.
-                server.verbs.cancel(job.id, admin)
+        cancel_unfinished(server)

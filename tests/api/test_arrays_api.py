@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from gpuyard.bootstrap import build_app
 from gpuyard.services.server import ServerFacade
 from gpuyard.settings import Settings
+from tests.api.served import cancel_unfinished
 from tests.api.test_api import wait_state
 from tests.api.test_limits_api import _add_user
 from tests.api.test_tokens_accounts import Rig
@@ -34,9 +35,7 @@ def served(tmp_path: Path) -> Iterator[tuple[ServerFacade, TestClient]]:
         client.headers["Authorization"] = f"Bearer {settings.token_path.read_text().strip()}"
         client.workdir = str(tmp_path)  # type: ignore[attr-defined]
         yield server, client
-        admin = server.auth.principal
-        for job in server.reads.list_jobs(admin, include_finished=False):
-            server.verbs.cancel(job.id, admin)
+        cancel_unfinished(server)
 
 
 @pytest.fixture

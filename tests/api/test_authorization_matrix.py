@@ -33,11 +33,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpuyard.api.front_door import PEER
 from gpuyard.bootstrap import METRICS_TOKEN_FILE, build_app
-from gpuyard.domain.errors import GpuyardError
 from gpuyard.domain.principal import Principal
 from gpuyard.services.access.rules import WHO
 from gpuyard.services.server import ServerFacade
 from gpuyard.settings import Settings
+from tests.api.served import cancel_unfinished
 
 OWNER, OTHER, VICTIM = "nobody", "daemon", "gyvictim"  # Unix users every Linux has (root runs
 # a job as its owner's Unix user); the victim is only disabled and enabled again.
@@ -305,10 +305,7 @@ def rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     wrapped = ClientPerRequest(app)
     with TestClient(wrapped, base_url=settings.url) as client:
         yield Rig(server, wrapped, client, settings, machines=2 if request.param == "ray" else 1)
-        admin = server.auth.principal
-        for job in server.reads.list_jobs(admin, include_finished=False):
-            with contextlib.suppress(GpuyardError):  # it may end meanwhile
-                server.verbs.cancel(job.id, admin)
+        cancel_unfinished(server)
 
 
 def _routes(rig: Rig) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from gpuyard.bootstrap import build_app
 from gpuyard.settings import Settings
+from tests.api.served import cancel_unfinished
 
 
 def _client(tmp_path: Path, *, cgroups: bool) -> Iterator[TestClient]:
@@ -19,9 +20,7 @@ def _client(tmp_path: Path, *, cgroups: bool) -> Iterator[TestClient]:
     with TestClient(app, base_url=settings.url) as client:
         client.headers["Authorization"] = f"Bearer {settings.token_path.read_text().strip()}"
         yield client
-        admin = server.auth.principal
-        for job in server.reads.list_jobs(admin, include_finished=False):
-            server.verbs.cancel(job.id, admin)
+        cancel_unfinished(server)
 
 
 @pytest.fixture

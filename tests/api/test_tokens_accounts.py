@@ -20,6 +20,7 @@ from gpuyard.domain.principal import Principal, Scope
 from gpuyard.services.access.accounts import AccountService
 from gpuyard.services.server import ServerFacade
 from gpuyard.settings import Settings
+from tests.api.served import cancel_unfinished
 
 _BASE = "http://127.0.0.1:8765"  # the Host the server answers to (DNS rebinding check)
 
@@ -65,9 +66,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         client.headers["Authorization"] = f"Bearer {settings.token_path.read_text().strip()}"
         rig = Rig(server, client, "/tmp")  # any user may enter it (submits are checked as theirs)
         yield rig
-        admin = server.auth.principal
-        for job in server.reads.list_jobs(admin, include_finished=False):
-            server.verbs.cancel(job.id, admin)
+        cancel_unfinished(server)
 
 
 def _add_user(rig: Rig, name: str, **fields: object) -> Any:
