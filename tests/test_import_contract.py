@@ -14,7 +14,7 @@ fails, naming the module and the import. (Third-party imports: tests/test_layeri
 
 Inside services, rooms (ROOMS), each importing only the rooms before it and the top plumbing:
 
-    ports, stores, metrics, ticker, store_calls top plumbing: imports no room
+    ports, stores, metrics, ticker, store_calls, store_hold top plumbing: imports no room
       <- launch <- scheduler <- access <- jobs <- machine <- workflows
       <- server                                 ServerFacade: every room
 
@@ -101,6 +101,7 @@ TOP_PLUMBING: dict[str, str] = {
     "metrics": "the queue's counters",
     "ticker": "a periodic thread",
     "store_calls": "the request path's store calls: off the event loop, with a deadline",
+    "store_hold": "whether the server may write its database, and taking it back",
 }
 FACADE = "server"  # ServerFacade: what the API serves, over every room
 

@@ -14,7 +14,6 @@ from starlette.routing import Match
 
 from gpuyard.domain.errors import (
     Conflict,
-    DatabaseStalled,
     Forbidden,
     GpuyardError,
     InvalidRequest,
@@ -61,10 +60,11 @@ def status_of(exc: GpuyardError) -> int:
 
 
 def headers_of(exc: GpuyardError) -> dict[str, str] | None:
-    """The headers an error answers with besides its body: when to try again, for a
-    database that did not answer within the request's deadline."""
-    if isinstance(exc, DatabaseStalled):
-        return {"Retry-After": str(exc.retry_after_s)}
+    """The headers an error answers with besides its body: when to try again, for an error
+    that names it (a database that did not answer within the request's deadline, writes
+    paused while the server takes its database back)."""
+    if exc.retry_after_s is not None:
+        return {"Retry-After": str(round(exc.retry_after_s))}
     return None
 
 

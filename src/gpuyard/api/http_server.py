@@ -25,6 +25,7 @@ import os
 import resource
 import socket
 import struct
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -176,8 +177,13 @@ def serve(
     max_connections: int,
     reserved_connections: int = 0,
     max_connections_per_peer: int = 0,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Serve `app` on bound, listening sockets (TCP, and the Unix one) until SIGINT/SIGTERM."""
+    """Serve `app` on bound, listening sockets (TCP, and the Unix one) until SIGINT/SIGTERM,
+    or until `stop` is set (the server is built again on its database: `bootstrap/serving.py`).
+    Uvicorn closes the sockets it is given when it stops: it gets duplicates, so the sockets
+    stay bound and listening for the next app, and a client that connects meanwhile waits in
+    the backlog instead of being refused."""
     raise_fd_limit()
     protocol = protocol_for(
         header_timeout_s, max_connections, reserved_connections, max_connections_per_peer
@@ -189,4 +195,16 @@ def serve(
         # a stopping server waiting for ever.
         timeout_graceful_shutdown=5,
     )  # fmt: skip
-    uvicorn.Server(config).run(sockets=list(socks))
+    http = uvicorn.Server(config)
+    if stop is not None:
+
+        def stop_when_told() -> None:
+            stop.wait()
+            http.should_exit = True
+
+        threading.Thread(target=stop_when_told, name="gpuyard-http-stop", daemon=True).start()
+    try:
+        http.run(sockets=[sock.dup() for sock in socks])
+    finally:
+        if stop is not None:
+            stop.set()  # the waiting thread ends with the run

@@ -43,6 +43,7 @@ from gpuyard.services.machine.telemetry import GpuMonitor
 from gpuyard.services.ports import Executor, ExitCallback
 from gpuyard.services.scheduler.inventory import Inventory
 from gpuyard.services.server import Background, ServerFacade, ServerInfo
+from gpuyard.services.store_hold import HoldOutcome, StoreHold
 from gpuyard.services.workflows.sweeps import SweepService
 from gpuyard.settings import Settings
 
@@ -65,16 +66,22 @@ from gpuyard.bootstrap.state_dir import (
     ensure_token,
     writable_state_dir,
 )
-from gpuyard.bootstrap.store import open_store
+from gpuyard.bootstrap.store import open_store, retake_store
 
 
 def build_server(
-    settings: Settings, job_umask: int | None = None, store: SqlJobStore | None = None
+    settings: Settings,
+    job_umask: int | None = None,
+    store: SqlJobStore | None = None,
+    on_hold: Callable[[HoldOutcome], None] | None = None,
 ) -> ServerFacade:
     """The whole server for `settings`: store (locked: one server per database), backend,
     core, telemetry, the API's token. `job_umask`: the umask the server had before it closed
     its own (`serve`), given to the jobs that run as the server's user. `store`: one already
-    opened for it (`open_store`: a standby's, which waited for the lock); closed with it."""
+    opened for it (`open_store`: a standby's, which waited for the lock); closed with it.
+    `on_hold`: told when the server lost its hold on the database and took it back (a new
+    store, to build the server again on) or found it another server's (`serve` does either);
+    without it a lost hold is only said (`/healthz`)."""
     state = settings.state_dir
     if store is None:
         writable_state_dir(state)
@@ -140,7 +147,14 @@ def build_server(
             close()
         store.close()
         raise
-    background: list[Background] = [core.monitor] if core.monitor is not None else []
+    hold = StoreHold(
+        store.hold_problem,
+        (lambda: retake_store(settings)) if on_hold is not None else None,
+        on_hold,
+    )
+    background: list[Background] = [hold]
+    if core.monitor is not None:
+        background.append(core.monitor)
     if core.progress is not None:
         background.append(core.progress)
     if core.health is not None:
@@ -186,7 +200,7 @@ def build_server(
         core.feed, core.metrics, ServerInfo(owner, settings.policy, settings.backend, confinement),
         events=core.events, submits=core.submits, reads=core.reads, verbs=core.verbs,
         gpus=core.gpus, drains=core.drains, scheduler=core.scheduler, limits=core.limits,
-        health=core.health, tick_s=settings.tick_s, background=background,
+        health=core.health, tick_s=settings.tick_s, background=background, hold=hold,
         closers=[core.executor.close, core.scheduler.close, *closers,
                  accounts.flush_last_used, store.close],
         accounts=accounts, progress=core.progress, sweeps=sweeps,
@@ -253,12 +267,15 @@ def job_cgroups(jobs_dir: Path, settings: Settings, inventory: Inventory) -> Job
 
 
 def build_app(
-    settings: Settings, job_umask: int | None = None, store: SqlJobStore | None = None
+    settings: Settings,
+    job_umask: int | None = None,
+    store: SqlJobStore | None = None,
+    on_hold: Callable[[HoldOutcome], None] | None = None,
 ) -> tuple[ServerFacade, FastAPI]:
     """The server and the HTTP API over it: the only place that calls `create_app`."""
     from gpuyard.api.app import create_app
 
-    server = build_server(settings, job_umask, store)
+    server = build_server(settings, job_umask, store, on_hold)
     return server, create_app(server)
 
 

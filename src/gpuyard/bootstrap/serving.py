@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import stat
+import threading
 from pathlib import Path
 
 from gpuyard.adapters.store.sql import SqlJobStore
@@ -18,6 +19,7 @@ from gpuyard.bootstrap.store import database_of, describe_database, open_store
 from gpuyard.domain.errors import Unavailable
 from gpuyard.locations import is_loopback
 from gpuyard.scheduling.policies import make_policy
+from gpuyard.services.store_hold import Fenced, HoldOutcome
 from gpuyard.settings import Settings
 
 
@@ -52,8 +54,9 @@ def serve(settings: Settings) -> None:
         raise
     socks = [sock] if local is None else [sock, local]
     inode = os.lstat(path).st_ino if local is not None and path is not None else None
+    handover = _Handover()
     try:
-        server, app = build_app(settings, job_umask, store)
+        server, app = build_app(settings, job_umask, store, handover.put)
     except BaseException:
         for each in socks:
             each.close()
@@ -81,15 +84,53 @@ def serve(settings: Settings) -> None:
     # worst link 84-102 ms with it scanned, 14-24 ms frozen). Refcounting still frees it.
     gc.freeze()
     try:
-        serve_http(
-            app, socks, header_timeout_s=settings.header_timeout_s,
-            max_connections=settings.max_connections,
-            reserved_connections=settings.reserved_connections,
-            max_connections_per_peer=settings.max_connections_per_user,
-        )  # fmt: skip
+        while True:
+            serve_http(
+                app, socks, header_timeout_s=settings.header_timeout_s,
+                max_connections=settings.max_connections,
+                reserved_connections=settings.reserved_connections,
+                max_connections_per_peer=settings.max_connections_per_user,
+                stop=handover.stop,
+            )  # fmt: skip
+            # The app closed its server on the way out (its lifespan). A signal: done. A lost
+            # hold on the database: taken back, the server is built again on the new store and
+            # reloads from it as a restart does, on the same sockets; held by another: exit.
+            outcome = handover.take()
+            if outcome is None:
+                return
+            if isinstance(outcome, Fenced):
+                raise Unavailable(outcome.message)
+            assert isinstance(outcome.store, SqlJobStore)
+            server, app = build_app(settings, job_umask, outcome.store, handover.put)
+            print(
+                f"gpuyard server took its database back after {outcome.lost_for_s:.1f} s"
+                f" and reloaded it: serving again on {settings.url}",
+                flush=True,
+            )
+            gc.freeze()
     finally:
         if inode is not None and path is not None:
             _unlink_own_socket(path, inode)
+
+
+class _Handover:
+    """What the store's hold watch hands the serving loop (`StoreHold`): the outcome, and the
+    event that stops the current app's HTTP server so that the loop acts on it."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._outcome: HoldOutcome | None = None
+
+    def put(self, outcome: HoldOutcome) -> None:
+        self._outcome = outcome
+        self.stop.set()
+
+    def take(self) -> HoldOutcome | None:
+        """The outcome handed over (None: the HTTP server stopped for a signal), and a new
+        event for the next app."""
+        outcome, self._outcome = self._outcome, None
+        self.stop = threading.Event()
+        return outcome
 
 
 def _local_line(settings: Settings, local: socket.socket | None) -> list[str]:

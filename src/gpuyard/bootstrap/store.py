@@ -87,6 +87,16 @@ def open_store(settings: Settings, say: Callable[[str], object] | None = None) -
         return store
 
 
+def retake_store(settings: Settings) -> SqlJobStore | None:
+    """The database taken back after the server lost its hold on it (`StoreHold`): a new
+    store, locked; None while the database cannot be reached yet (down, shutting down,
+    starting up); Unavailable, naming the holder, when another server took it meanwhile."""
+    try:
+        return SqlJobStore(database_of(settings), exclusive=True)
+    except DBAPIError:
+        return None
+
+
 def _unusable(exc: DBAPIError, url: str) -> str:
     return (
         f"cannot use the database {describe_database(url)}: {_db_reason(exc, url)}; "

@@ -75,6 +75,21 @@ class DatabaseStalled(Unavailable):
         self.retry_after_s = retry_after_s
 
 
+# How long a client told WritesPaused waits before it sends again: a server takes its database
+# back within a second or two of the database's return.
+WRITES_PAUSED_RETRY_S = 2
+
+
+class WritesPaused(Unavailable):
+    """The server cannot write its database now (on PostgreSQL: its session, and the lock that
+    makes it the one server, ended with a restart or a network cut) and is taking it back
+    (HTTP 503 with Retry-After: `retry_after_s`); nothing of the request was saved."""
+
+    def __init__(self, message: str, *, retry_after_s: int = WRITES_PAUSED_RETRY_S) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class StateDiskFull(GpuyardError):
     """The disk holding the server's state (its database, job folders) has no room left, so
     nothing of the request was saved (HTTP 507). The server keeps serving reads and takes

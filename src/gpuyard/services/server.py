@@ -25,6 +25,7 @@ from gpuyard.services.machine.gpu_stream import GpuSampler
 from gpuyard.services.machine.gpus import GpuDesk
 from gpuyard.services.metrics import QueueMetrics
 from gpuyard.services.scheduler.live import LiveScheduler
+from gpuyard.services.store_hold import StoreHold
 from gpuyard.services.workflows.notify import NotifyService
 from gpuyard.services.workflows.progress import ProgressService
 from gpuyard.services.workflows.sweeps import SweepService
@@ -95,6 +96,9 @@ class ServerFacade:
     web_sessions: WebSessions = field(default_factory=WebSessions)
     # The GPU stream's one sampler, for every open dashboard.
     gpu_sampler: GpuSampler = field(default_factory=GpuSampler)
+    # Whether the server may write its database now (`/healthz`; None: not watched, e.g. a
+    # test rig's), and its taking the database back (services/store_hold.py).
+    hold: StoreHold | None = None
 
     def start(self) -> None:
         self.controller.recover()

@@ -9,8 +9,10 @@ servers may share one PostgreSQL server, each with its own database.
 The same session is the fence: the store commits its job writes on it (`connection`). Should
 the session end while the server lives (a network cut, `pg_terminate_backend`), a standby may
 take over; the old server's next write then fails on the dead session instead of landing
-beside the new server's, and every later one is refused (`lost`): never taken again, since
-another server may have driven the database meanwhile.
+beside the new server's, and every later one is refused (`lost`, `WritesPaused`). This lock is
+never taken again, since another server may have driven the database meanwhile: the server
+takes a new store with a new lock when it is free and reloads from it as a restart does, or
+exits when another server holds it (`services/store_hold.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from gpuyard.domain.errors import Unavailable
+from gpuyard.domain.errors import WRITES_PAUSED_RETRY_S, Unavailable, WritesPaused
 
 # The lock's key, the same for every gpuyard server: the bytes of "gpuyard" (a bigint). In
 # pg_locks it shows as locktype 'advisory', classid = key >> 32, objid = key & 0xffffffff.
@@ -67,7 +69,7 @@ class AdvisoryLock:
         """The lock's session (autocommit: open a transaction on it); Unavailable once it
         has ended."""
         if self._lost or self._conn is None:
-            raise Unavailable(self._lost_message())
+            raise WritesPaused(self.lost_message())
         return self._conn
 
     def check_alive(self) -> None:
@@ -76,13 +78,13 @@ class AdvisoryLock:
         raw = self._conn.connection.dbapi_connection if self._conn is not None else None
         if raw is None or raw.closed or getattr(raw, "broken", False):
             self._lost = True
-            raise Unavailable(self._lost_message())
+            raise WritesPaused(self.lost_message())
 
     def acquire(self) -> None:
         """Take the lock, or raise Unavailable naming the database and the session that
         holds it (to find its server) if another has it."""
         if self._lost:
-            raise Unavailable(self._lost_message())
+            raise WritesPaused(self.lost_message())
         if self._conn is not None:
             return
         # Autocommit: the session holds the lock, not a transaction (an idle transaction
@@ -118,12 +120,14 @@ class AdvisoryLock:
             conn.invalidate()
             conn.close()
 
-    def _lost_message(self) -> str:
+    def lost_message(self) -> str:
+        """One line: why nothing is written, what the server does about it, when to retry."""
         url = self._engine.url
         return (
             f"this gpuyard server lost its hold on PostgreSQL database {url.database} (its"
-            " database session ended): another server may drive it now, so this one writes"
-            " nothing more; stop it, and start it again (with --standby to wait for the other)"
+            " database session ended: a restart or a network cut), so it writes nothing until"
+            " it has taken the database back (it exits if another server holds it now); try"
+            f" again in {WRITES_PAUSED_RETRY_S} s"
         )
 
     def _refusal(self, conn: Connection) -> str:

@@ -131,6 +131,11 @@ class SqlJobStore(
                 row = cursor.fetchone()
             finally:
                 cursor.close()
+        except BaseException:
+            # Its session may be gone (a database restart): never back to the pool, whose
+            # rollback of it would log a traceback; the next call gets a fresh connection.
+            raw.invalidate()
+            raise
         finally:
             raw.close()  # back to the pool (rolled back: nothing is left open)
         return None if row is None else self.get_job(int(row[0]))
@@ -268,6 +273,23 @@ class SqlJobStore(
         self._engine.dispose()
         if self._lock is not None:
             self._lock.release()
+
+    def hold_problem(self, within_s: float = 3.0) -> str | None:
+        """Why this server may not write its database now (one line), or None. On PostgreSQL
+        the lock's session is asked (an empty transaction, on the writer's thread: the one
+        that uses that session); its end (a database restart, `pg_terminate_backend`, a
+        network cut seen) loses the lock. No answer within `within_s` is a stall, not a loss
+        (None: the request path's deadline answers for a stall). SQLite's lock is a file
+        lock, which nothing but the process's end takes away."""
+        lock = self._lock
+        if not isinstance(lock, AdvisoryLock) or not (lock.held or lock.lost):
+            return None
+        if not lock.lost:
+            try:
+                self._writer.submit_future(([], [])).result(timeout=within_s)
+            except Exception:  # lost (said below), stalled, or closed: nothing to add
+                pass
+        return lock.lost_message() if lock.lost else None
 
     def _select(self, query: Select[Any]) -> list[Job]:
         with self._engine.connect() as conn:

@@ -9,6 +9,7 @@ from gpuyard.api.deps import Actor, Server
 from gpuyard.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gpuyard.api.metrics import render_metrics
 from gpuyard.api.openapi_doc import PROMETHEUS_TEXT
+from gpuyard.domain.errors import WritesPaused
 from gpuyard.schemas.v1 import ServerInfoOut
 from gpuyard.services.access.rules import require_scraper
 
@@ -16,9 +17,13 @@ router = APIRouter(tags=["system"])
 
 
 @router.get("/healthz")
-async def healthz() -> dict[str, str]:
+async def healthz(server: Server) -> dict[str, str]:
     """On the event loop, not in the thread pool: its threads may all be waiting on a stalled
-    database, and liveness must still answer."""
+    database, and liveness must still answer. A server that lost its hold on its database
+    says so (503 with Retry-After, one line why) until it has taken it back."""
+    problem = server.hold.problem if server.hold is not None else None
+    if problem is not None:
+        raise WritesPaused(problem)
     return {"status": "ok"}
 
 

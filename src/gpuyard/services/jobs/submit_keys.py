@@ -28,7 +28,12 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from gpuyard.domain.errors import GpuyardError, InvalidRequest, Unavailable
+from gpuyard.domain.errors import (
+    WRITES_PAUSED_RETRY_S,
+    DatabaseStalled,
+    GpuyardError,
+    InvalidRequest,
+)
 from gpuyard.domain.job import Job, JobSpec
 from gpuyard.services.jobs.book import JobBook
 from gpuyard.services.ports import JobStore
@@ -82,9 +87,7 @@ class SubmitKeys:
         with self._lock:
             return self._known_locked(owner, key, spec)
 
-    def _known_locked(
-        self, owner: str, key: str, spec: JobSpec
-    ) -> Job | Future[Job | None] | None:
+    def _known_locked(self, owner: str, key: str, spec: JobSpec) -> Job | Future[Job | None] | None:
         """A claim in flight or the book's job for the key (the caller holds the lock)."""
         claim = self._claims.get((owner, key))
         if claim is not None:
@@ -101,9 +104,12 @@ class SubmitKeys:
         except GpuyardError:
             raise
         except Exception as exc:  # the database did not answer: no answer is safe to guess
-            raise Unavailable(
+            # Retry-After: a keyed submit is safe to send again, and the CLI and SDK send it
+            # again only when told when (a database restarting answers this for a few seconds).
+            raise DatabaseStalled(
                 f"the server could not look up this {KEY_FIELD} (its database did not answer: "
-                f"{type(exc).__name__}); nothing was queued, send the same request again"
+                f"{type(exc).__name__}); nothing was queued, send the same request again",
+                retry_after_s=WRITES_PAUSED_RETRY_S,
             ) from exc
 
     def settle(self, owner: str, key: str, job: Job | None) -> None:
