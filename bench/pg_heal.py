@@ -14,6 +14,7 @@ Needs Debian's postgresql (the tests' `tests/postgres_server.py` runs it) and ps
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -61,7 +62,7 @@ def main() -> None:
             wait_for(lambda: len(load.acknowledged) >= before + 100, 60)
             load.stop()
             times = sorted(load.acknowledged_at)
-            gap_s = max(b - a for a, b in zip(times, times[1:], strict=False))
+            gap_s = max(b - a for a, b in itertools.pairwise(times))
             in_db = {int(row[0]) for row in rows(db, "SELECT id FROM jobs")}
             acked = load.acknowledged
             result = {

@@ -262,7 +262,8 @@ def test_the_lock_goes_with_its_session_and_fences_its_old_holder(db: str) -> No
     # session and drops the lock with it, so a standby can take over.
     assert query(db, "SELECT pg_terminate_backend(%s)", holder) == [(True,)]
     # The old holder, still running, writes nothing more: not before the standby takes over,
-    # nor after (it never takes the lock back: the database may have moved on meanwhile).
+    # nor after (this store never takes the lock back: the database may have moved on
+    # meanwhile; a server opens a new store instead, services/store_hold.py).
     for job_id in (2, 3):  # the write that finds the session dead, and the next
         with pytest.raises(Unavailable) as refused:
             first.write([pending_job(job_id)], [])

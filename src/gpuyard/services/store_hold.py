@@ -34,7 +34,7 @@ log = logging.getLogger("gpuyard.server")
 
 CHECK_S = 1.0  # how often the hold is asked for while it is held
 RETAKE_FIRST_S = 0.5  # the first pause between tries to take the database back
-RETAKE_BACKOFF_CAP_S = 5.0  # ... doubling up to this
+RETAKE_BACKOFF_CAP_S = 2.0  # ... doubling up to this (a try is one connection: cheap)
 SAY_EVERY_S = 60.0  # "still trying", once a minute
 
 
