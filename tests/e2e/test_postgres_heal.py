@@ -8,6 +8,8 @@ PostgreSQL server of its own, never the one the other tests share."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import urllib.error
@@ -20,6 +22,7 @@ import pytest
 from gpuyard.adapters.store.advisory_lock import LOCK_KEY
 from gpuyard.client import Client
 from tests.e2e.server import ServerProcess, pid_alive, wait_ended, wait_for
+from tests.e2e.test_postgres_takeover import _launch
 
 pytestmark = pytest.mark.e2e
 
@@ -180,3 +183,64 @@ def test_a_server_whose_database_another_took_meanwhile_exits_at_once_in_one_lin
         (tmp_path / "job.go").touch()
         server.stop()
         server.kill_jobs()
+
+
+def test_a_standby_that_wins_the_database_in_a_restart_waits_for_the_port_and_serves_on(
+    own_postgres, tmp_path: Path
+):
+    # The primary is frozen (SIGSTOP) through the restart, so the standby on the same port
+    # and state dir takes the free lock first; the primary, continued, finds the database
+    # another's and exits; the standby binds the port it let go and re-adopts its job. The
+    # clients, pointed at that one port, see one server throughout: nothing refused or lost.
+    pg = own_postgres
+    db = pg.create_database("handover")  # type: ignore[attr-defined]
+    state = tmp_path / "state"
+    options = ("--gpus", "2", "--cpus", "8", "--kill-grace", "1", "--db", db)
+    active = ServerProcess(state, *options).start()
+    standby = ServerProcess(state, *options, "--standby")
+    standby.port = active.port  # a second unit with the same flags
+    load: Submitters | None = None
+    assert active.proc is not None
+    try:
+        kept = _waiting_job(active, tmp_path, "kept", 0)
+        wait_for((tmp_path / "kept.runs").exists)
+        _launch(standby)
+        wait_for(lambda: "waiting for it to stop" in standby.log.read_text())
+        load = Submitters(active, 4)
+        wait_for(lambda: len(load.acknowledged) >= 20)
+
+        os.kill(active.proc.pid, signal.SIGSTOP)
+        try:
+            pg.stop_keeping_data()  # type: ignore[attr-defined]
+            pg.start_again()  # type: ignore[attr-defined]
+            wait_for(lambda: "is still the old server's" in standby.log.read_text(), 60)
+        finally:
+            os.kill(active.proc.pid, signal.SIGCONT)
+        wait_for(lambda: active.proc is not None and active.proc.poll() is not None, 30)
+        assert active.proc.returncode != 0
+        old_log = active.log.read_text()
+        assert "another gpuyard server already uses PostgreSQL database handover" in old_log
+        wait_for(lambda: health(standby)[0] == 200, 60)
+        before = len(load.acknowledged)
+        wait_for(lambda: len(load.acknowledged) >= before + 20)
+        load.stop()
+
+        assert load.failed == [], load.failed[:3]
+        for log in (old_log, standby.log.read_text()):
+            assert "Traceback" not in log, log[-3000:]
+        client = standby.client()
+        assert client.job(kept)["state"] == "RUNNING"
+        assert (tmp_path / "kept.runs").read_text().split() == ["run"], "launched twice"
+        ids = {int(row[0]) for row in rows(db, "SELECT id FROM jobs")}
+        assert ids == {kept, *load.acknowledged} and len(ids) == len(load.acknowledged) + 1
+        (tmp_path / "kept.go").touch()
+        assert wait_ended(client, kept, 30)["state"] == "COMPLETED"
+    finally:
+        if load is not None:
+            load.stop()
+        if active.proc is not None and active.proc.poll() is None:
+            os.kill(active.proc.pid, signal.SIGCONT)
+        (tmp_path / "kept.go").touch()
+        for server in (active, standby):
+            server.stop()
+        active.kill_jobs()

@@ -31,9 +31,31 @@ def _escaped(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+class BrokenPooledConnection(logging.Filter):
+    """SQLAlchemy's pool logs an ERROR with a traceback when it cannot roll back a connection
+    handed back to it, which is every pooled connection whose session a PostgreSQL restart
+    ended: the pool drops it and the next checkout makes a new one, so nothing is wrong but
+    the log. Told as one warning line, its driver's reason kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.exc_info
+            and record.name.startswith("sqlalchemy.pool")
+            and record.getMessage().startswith("Exception during reset")
+        ):
+            error = record.exc_info[1]
+            reason = " ".join(str(error).split()) or type(error).__name__
+            record.msg = "a pooled database connection was broken (%s); dropped, a new one is made"
+            record.args = (reason,)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def configure_logging(stream: TextIO) -> None:
     """The server's log: INFO and up, one line per record (`OneLineFormatter`), to `stream`."""
     handler = logging.StreamHandler(stream)
     handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(BrokenPooledConnection())  # on the handler: its records are a child's
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     logging.getLogger("alembic").setLevel(logging.WARNING)

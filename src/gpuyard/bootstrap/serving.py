@@ -3,12 +3,14 @@ until a signal, close."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import os
 import socket
 import stat
 import threading
+import time
 from pathlib import Path
 
 from gpuyard.adapters.store.sql import SqlJobStore
@@ -21,6 +23,11 @@ from gpuyard.locations import is_loopback
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.store_hold import Fenced, HoldOutcome
 from gpuyard.settings import Settings
+
+# How long a standby that took the database waits for the old server to let go of the port
+# and the socket (it exits within a few seconds of losing its session), and how often it asks.
+STANDBY_BIND_WAIT_S = 30.0
+BIND_RETRY_S = 0.2
 
 
 def serve(settings: Settings) -> None:
@@ -39,14 +46,14 @@ def serve(settings: Settings) -> None:
         writable_state_dir(settings.state_dir)
         store = open_store(settings)
     try:
-        sock = _bind(settings.host, settings.port)
+        sock = _bind(settings.host, settings.port, STANDBY_BIND_WAIT_S if settings.standby else 0)
     except BaseException:
         if store is not None:
             store.close()
         raise
     path = settings.socket_path
     try:
-        local = bind_unix(path, explicit=settings.socket is not None) if path else None
+        local = _bind_local(settings, path) if path else None
     except BaseException:
         sock.close()
         if store is not None:
@@ -208,17 +215,55 @@ def _remote_warning(settings: Settings) -> list[str]:
     ]
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, wait_s: float = 0) -> socket.socket:
+    """The TCP socket, bound. A port in use is one line at once; a standby that holds the
+    database waits up to `wait_s` for it: the server it replaces may still be on its way
+    out on this machine (it lost its database session and exits once it sees the database
+    is this one's: `services/store_hold.py`)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE and time.monotonic() < deadline:
+                if not said:
+                    print(
+                        f"standby: {host}:{port} is still the old server's; waiting up to"
+                        f" {wait_s:g} s for it to exit",
+                        flush=True,
+                    )
+                    said = True
+                time.sleep(BIND_RETRY_S)
+                continue
+            raise Unavailable(
+                f"cannot listen on {host}:{port} ({exc.strerror}); is another server running? "
+                "pick another --port"
+            ) from None
+        sock.set_inheritable(False)
+        return sock
+
+
+def _bind_local(settings: Settings, path: str) -> socket.socket | None:
+    """The Unix socket; a standby waits (as for its port) while the old server still
+    listens on it, so that local users reach the new server, not nobody."""
+    deadline = time.monotonic() + (STANDBY_BIND_WAIT_S if settings.standby else 0)
+    while settings.standby and time.monotonic() < deadline and _listened_on(path):
+        time.sleep(BIND_RETRY_S)
+    return bind_unix(path, explicit=settings.socket is not None)
+
+
+def _listened_on(path: str) -> bool:
+    """Whether a server answers on the Unix socket at `path`."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise Unavailable(
-            f"cannot listen on {host}:{port} ({exc.strerror}); is another server running? "
-            "pick another --port"
-        ) from None
-    sock.set_inheritable(False)
-    return sock
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
