@@ -39,8 +39,12 @@ run: $(STAMP_RUN) bytecode
 	@PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/demo.sh
 
 ## test: install the test needs (Ray, PostgreSQL's server included) and run the whole suite
+# Two workers (pytest-xdist): most tests wait on real processes, so two at a time fill a 2-core
+# machine; the Ray and Slurm tests run one at a time on one worker (tests/conftest.py).
+# TEST_WORKERS=0: one process, in order.
+TEST_WORKERS ?= 2
 test: $(STAMP_TEST) postgres cc chromium slurm bytecode
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 # The store contract suite runs over PostgreSQL too, on a throw-away server the tests start
 # themselves (tests/postgres_server.py): Debian's server binaries, installed here when missing

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NoReturn
 
@@ -23,6 +24,25 @@ if TYPE_CHECKING:
 # by, a real server's local users. Every process the tests start inherits this; a test that
 # wants a socket names its own (`--socket` or GPUYARD_SOCKET under its tmp_path).
 os.environ.setdefault("GPUYARD_SOCKET", "off")
+
+
+# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): most tests wait
+# on real processes, so two at a time fill a 2-core machine's idle time. What must not run
+# beside its own kind runs on one worker, in turn: the Ray clusters (each several processes and
+# GBs; some tests look for Ray's orphans machine-wide) and the throw-away Slurm (one per worker
+# otherwise: its session fixture).
+_ONE_AT_A_TIME = {
+    "ray": re.compile(r"tests/raycluster/|\[ray\]|\[ray-|-ray\]|-ray-"),  # [ray]: the backend
+    "slurm": re.compile(r"tests/slurm_side/"),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for group, pattern in _ONE_AT_A_TIME.items():
+            if pattern.search(item.nodeid):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 def _missing(why: str) -> NoReturn:
