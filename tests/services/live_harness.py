@@ -111,15 +111,19 @@ class SimulatedProcesses:
         return min((t + self._run_s(i) for i, t in self.runs.items()), default=math.inf)
 
     def end_due(self) -> None:
+        """End the runs due by now: by end time, ties in the order they were launched (`runs`
+        keeps launch order), as the simulator's event queue orders ends scheduled at their
+        starts. By job id instead, two runs ending at one instant reached the policy in the
+        other order than simulated (its history then kept other runs)."""
         now = self.clock()
-        for job_id, started in sorted(self.runs.items()):
-            if started + self._run_s(job_id) <= now:
-                del self.runs[job_id]
-                assert self.on_exit is not None
-                if self.work_s[job_id] > self.limit_s.get(job_id, math.inf):
-                    self.on_exit(job_id, ExitStatus(None, signal=9, timed_out=True, ended_at=now))
-                else:
-                    self.on_exit(job_id, ExitStatus(exit_code=0, ended_at=now))
+        ends = [(t + self._run_s(i), n, i) for n, (i, t) in enumerate(self.runs.items())]
+        for _, _, job_id in sorted(end for end in ends if end[0] <= now):
+            del self.runs[job_id]
+            assert self.on_exit is not None
+            if self.work_s[job_id] > self.limit_s.get(job_id, math.inf):
+                self.on_exit(job_id, ExitStatus(None, signal=9, timed_out=True, ended_at=now))
+            else:
+                self.on_exit(job_id, ExitStatus(exit_code=0, ended_at=now))
 
     def watch(self, job: Job) -> None:
         pass

@@ -181,8 +181,11 @@ class Replay:
                         progress(finished)
                 elif kind == _FINISH:
                     continue  # the end of a run that was preempted: nothing happened
-                elif self._gates and self.now != self._next_wake:
-                    continue  # a wake-up the policy no longer asks for (the live pass's rule)
+                elif self.now != self._next_wake:
+                    # A wake-up the policy no longer asks for: the live server keeps only the
+                    # last one asked for, so no pass here (a pass is not free of consequence:
+                    # `default` caches estimates as of the pass that computed them).
+                    continue
                 happened = True
             if not happened and not self._gated:
                 continue
@@ -192,11 +195,10 @@ class Replay:
             also = self._gate.next_at(self.now)
             if also is not None and (wake is None or also < wake):
                 wake = also
-            if wake is not None and wake > self.now and wake != self._next_wake:
+            if wake is None or wake > self.now:  # the live pass replaces its wake-up so
+                if wake is not None and wake != self._next_wake:
+                    self._push(wake, _WAKE, None)
                 self._next_wake = wake
-                self._push(wake, _WAKE, None)
-            elif wake is None and self._gates:
-                self._next_wake = None
         self._account()
         return self._result()
 
