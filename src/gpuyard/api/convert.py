@@ -137,9 +137,29 @@ def job_to_wire(
     estimate_assumes: Literal["preemption"] | None = None,
     service_health: HealthState | None = None,
 ) -> JobOut:
+    return JobOut.model_construct(  # our own values: no need to validate them again
+        **job_fields(job, reason, log_path, estimated_start, gpu_stats, idle_since,
+                     estimate_assumes, service_health)
+    )  # fmt: skip
+
+
+def job_fields(
+    job: Job,
+    reason: str,
+    log_path: str,
+    estimated_start: float | None = None,
+    gpu_stats: JobGpuStats | None = None,
+    idle_since: float | None = None,
+    estimate_assumes: Literal["preemption"] | None = None,
+    service_health: HealthState | None = None,
+    *,
+    plain: bool = False,
+) -> dict[str, Any]:
+    """JobOut's fields of `job`; `plain`: its nested records as dicts too (a job list encoded
+    without building models: `api/wire_json.py`), else as their models."""
     end = job.ended_at if job.ended_at is not None else time.time()
     running_s = end - job.started_at if job.started_at is not None else 0.0
-    return JobOut.model_construct(  # our own values: no need to validate them again
+    return dict(
         **spec_to_wire_fields(job.spec),
         id=job.id,
         owner=job.owner,
@@ -162,67 +182,85 @@ def job_to_wire(
         array_task_id=job.array_task_id,
         max_rss_kib=job.max_rss_kib,
         cpu_time_s=job.cpu_time_s,
-        steps=[step_to_wire(step) for step in job.steps],
+        steps=[step_fields(step) if plain else step_to_wire(step) for step in job.steps],
         attained_gpu_s=round(job.attained_gpu_s + len(job.gpus) * running_s, 3),
         estimated_start_at=_iso(estimated_start),
         estimate_assumes=estimate_assumes,
-        attempts=[attempt_to_wire(a) for a in job.attempts],
+        attempts=[attempt_fields(a) if plain else attempt_to_wire(a) for a in job.attempts],
         not_before=_iso(job.not_before) if job.state is JobState.PENDING else None,
         idle_since=_iso(idle_since),
-        gpu_stats=None if gpu_stats is None else gpu_stats_to_wire(gpu_stats),
+        gpu_stats=None if gpu_stats is None
+        else gpu_stats_fields(gpu_stats) if plain else gpu_stats_to_wire(gpu_stats),
         service_url=service_url(job),
-        service_health=None if service_health is None else health_to_wire(service_health),
-    )
+        service_health=None if service_health is None
+        else health_fields(service_health) if plain else health_to_wire(service_health),
+    )  # fmt: skip
 
 
 def health_to_wire(health: HealthState) -> ServiceHealthOut:
-    return ServiceHealthOut.model_construct(
-        state=health.state,
-        since=_iso(health.since),
-        checked_at=_iso(health.checked_at),
-        last_error=health.last_error,
-        failures=health.failures,
-    )
+    return ServiceHealthOut.model_construct(**health_fields(health))
+
+
+def health_fields(health: HealthState) -> dict[str, Any]:
+    return {
+        "state": health.state,
+        "since": _iso(health.since),
+        "checked_at": _iso(health.checked_at),
+        "last_error": health.last_error,
+        "failures": health.failures,
+    }
 
 
 def attempt_to_wire(attempt: Attempt) -> AttemptOut:
-    return AttemptOut.model_construct(
-        number=attempt.number,
-        started_at=_iso(attempt.started_at),
-        ended_at=_iso(attempt.ended_at),
-        state=attempt.state.value,
-        exit_code=attempt.exit_code,
-        reason=wire_reason(attempt.reason),
-        node=attempt.node,
-        gpus=list(attempt.gpus),
-    )
+    return AttemptOut.model_construct(**attempt_fields(attempt))
+
+
+def attempt_fields(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "number": attempt.number,
+        "started_at": _iso(attempt.started_at),
+        "ended_at": _iso(attempt.ended_at),
+        "state": attempt.state.value,
+        "exit_code": attempt.exit_code,
+        "reason": wire_reason(attempt.reason),
+        "node": attempt.node,
+        "gpus": list(attempt.gpus),
+    }
 
 
 def step_to_wire(step: JobStep) -> StepOut:
-    return StepOut.model_construct(
-        number=step.number,
-        name=step.name,
-        ntasks=step.ntasks,
-        started_at=_iso(step.started_at) or "",
-        ended_at=_iso(step.ended_at),
-        exit_code=step.exit_code,
-        signal=step.signal,
-    )
+    return StepOut.model_construct(**step_fields(step))
+
+
+def step_fields(step: JobStep) -> dict[str, Any]:
+    return {
+        "number": step.number,
+        "name": step.name,
+        "ntasks": step.ntasks,
+        "started_at": _iso(step.started_at) or "",
+        "ended_at": _iso(step.ended_at),
+        "exit_code": step.exit_code,
+        "signal": step.signal,
+    }
 
 
 def gpu_stats_to_wire(stats: JobGpuStats) -> JobGpuStatsOut:
+    return JobGpuStatsOut(**gpu_stats_fields(stats))
+
+
+def gpu_stats_fields(stats: JobGpuStats) -> dict[str, Any]:
     mean = stats.util_mean_pct
-    return JobGpuStatsOut(
-        util_mean_pct=None if mean is None else round(mean, 1),
-        util_peak_pct=stats.util_peak_pct,
-        memory_peak_mib=stats.memory_peak_mib,
-        memory_peak_per_gpu_mib=stats.memory_peak_per_gpu_mib,
-        gpu_hours=round(stats.gpu_s / 3600, 6),
-        sampled_s=round(stats.sampled_s, 3),
-        samples=stats.samples,
-        energy_j=None if stats.energy_j is None else round(stats.energy_j, 3),
-        energy_integrated=stats.energy_integrated,
-    )
+    return {
+        "util_mean_pct": None if mean is None else round(mean, 1),
+        "util_peak_pct": stats.util_peak_pct,
+        "memory_peak_mib": stats.memory_peak_mib,
+        "memory_peak_per_gpu_mib": stats.memory_peak_per_gpu_mib,
+        "gpu_hours": round(stats.gpu_s / 3600, 6),
+        "sampled_s": round(stats.sampled_s, 3),
+        "samples": stats.samples,
+        "energy_j": None if stats.energy_j is None else round(stats.energy_j, 3),
+        "energy_integrated": stats.energy_integrated,
+    }
 
 
 def dry_run_to_wire(answer: DryRun) -> DryRunOut:

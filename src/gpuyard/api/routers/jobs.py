@@ -6,16 +6,15 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import TypeAdapter
 
 from gpuyard.api.convert import (
     dry_run_to_wire,
     expected_run_fields,
-    job_to_wire,
+    job_fields,
     spec_from_wire,
     wire_reason,
 )
@@ -28,6 +27,7 @@ from gpuyard.api.submit_route import (
     idempotency_key_of,
     submit,
 )
+from gpuyard.api.wire_json import WireList
 from gpuyard.domain.job import Job
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.signals import parse_signal
@@ -54,30 +54,38 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 _LOG_CHUNK = 1 << 16
 _STREAM_CHUNK = 1 << 20
 _FOLLOW_POLL_S = 0.2
-_JOB_LIST = TypeAdapter(list[JobOut])
+_JOB_LIST = WireList(JobOut)  # the same bytes as TypeAdapter(list[JobOut]), without models
 
 
 def _out(server: ServerFacade, job: Job, estimates: StartEstimates | None) -> JobOut:
+    return JobOut.model_construct(**_details(server, job, estimates, plain=False))
+
+
+def _details(
+    server: ServerFacade, job: Job, estimates: StartEstimates | None, *, plain: bool
+) -> dict[str, Any]:
+    """JobOut's fields of a job the actor may see in full: log, GPU stats, health."""
     start = estimates.starts.get(job.id) if estimates else None
     reads, gpus, health = server.reads, server.gpus, server.health
-    return job_to_wire(
+    return job_fields(
         job, reads.reason(job), reads.log_path(job.id), start, gpus.job_stats(job.id),
         gpus.idle_since(job),
         estimate_assumes="preemption" if estimates and estimates.assumes_preemption(job.id)
         else None,
-        service_health=health.of(job) if health else None,
+        service_health=health.of(job) if health else None, plain=plain,
     )  # fmt: skip
 
 
 def _listed(
     server: ServerFacade, actor: Principal, job: Job, estimates: StartEstimates | None
-) -> JobOut:
-    """A listed job (already as the actor may see it, `JobReads.list_jobs`), with its log,
-    GPU stats and health only where `shows_details` says they are the actor's to see."""
+) -> dict[str, Any]:
+    """A listed job's fields (already as the actor may see it, `JobReads.list_jobs`), its
+    records as dicts (`_JOB_LIST`), with its log, GPU stats and health only where
+    `shows_details` says they are the actor's to see."""
     if server.reads.shows_details(actor, job):
-        return _out(server, job, estimates)
+        return _details(server, job, estimates, plain=True)
     start = estimates.starts.get(job.id) if estimates else None
-    return job_to_wire(job, reason_code(server.reads.reason(job)), "", start)
+    return job_fields(job, reason_code(server.reads.reason(job)), "", start, plain=True)
 
 
 async def _estimates(scheduler: LiveScheduler, jobs: list[Job]) -> StartEstimates | None:
@@ -214,9 +222,7 @@ def cancel_jobs(body: CancelManyIn, server: Server, actor: Actor) -> CancelManyO
     """Cancel many jobs in one request: each as `POST /jobs/{id}/cancel` would, the pending
     ones in one durable write per 1,000; a job refused (not found, ended) is listed with why."""
     stop_signal = None if body.signal is None else parse_signal(body.signal, field="signal")
-    done = server.verbs.cancel_many(
-        body.ids, actor, stop_signal, whole_arrays=body.whole_arrays
-    )
+    done = server.verbs.cancel_many(body.ids, actor, stop_signal, whole_arrays=body.whole_arrays)
     refused = [CancelRefusedOut(id=i, code=exc.code, message=exc.message)
                for i, exc in done.refused.items()]  # fmt: skip
     return CancelManyOut(
