@@ -13,6 +13,7 @@ import subprocess
 import termios
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -137,7 +138,7 @@ def test_ctrl_c_interrupts_the_sessions_command_not_the_session(server, terminal
     term.type("echo ready-$((2+2))\n")
     term.expect("ready-4")  # the session runs (what it prints, not the echo of what was typed)
     term.type("sleep 100\n")
-    server_side = wait_for(lambda: _sleeping(job_id))
+    server_side = wait_for(lambda: _sleeping(job_id, server.state_dir))
     term.type("\x03")  # a byte through the pty: its line discipline sends the SIGINT
     wait_for(lambda: not server_side.is_running() or server_side.status() == "zombie")
     term.type("echo after-$?-$((1+1))\n")
@@ -146,15 +147,19 @@ def test_ctrl_c_interrupts_the_sessions_command_not_the_session(server, terminal
     assert term.exit_code() == 0
 
 
-def _sleeping(job_id: int):  # type: ignore[no-untyped-def]
-    """The session's `sleep 100`, once it runs (found by the job id in its environment)."""
+def _sleeping(job_id: int, state_dir: Path):  # type: ignore[no-untyped-def]
+    """The session's `sleep 100`, once it runs (found by the job id in its environment, and
+    its checkpoint folder in this server's state dir: another test's server, beside this
+    one, may run a job of the same id)."""
     import psutil
 
     for proc in psutil.process_iter(["cmdline"]):
         if proc.info["cmdline"] != ["sleep", "100"]:
             continue
         try:
-            if proc.environ().get("GPUYARD_JOB_ID") == str(job_id):
+            env = proc.environ()
+            ours = env.get("GPUYARD_CHECKPOINT_DIR", "").startswith(str(state_dir))
+            if env.get("GPUYARD_JOB_ID") == str(job_id) and ours:
                 return proc
         except psutil.Error:
             continue

@@ -1,9 +1,12 @@
 """Real Unix users for the multi-user tests: made with `useradd` (root only), removed after.
 
-Names carry the test process's pid, so parallel runs on one machine never share a user."""
+Names carry the test process's pid and a count of the sets it made, so parallel runs on one
+machine (two pytest-xdist workers) never share a user, nor do two sets alive at once in one
+process (the dashboard's session-wide pair and a module's)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -27,12 +30,15 @@ def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True)
 
 
+_MADE = itertools.count()
+
+
 @contextmanager
 def unix_users() -> Iterator[UnixUsers]:
     """Skips unless root with useradd; always removes what it made."""
     if os.geteuid() != 0 or shutil.which("useradd") is None:
         pytest.skip("real Unix users need root and useradd")
-    tag = os.getpid() % 100_000
+    tag = f"{os.getpid() % 100_000}x{next(_MADE)}"
     users = UnixUsers(f"gyalice{tag}", f"gybob{tag}", f"gyteam{tag}")
     made: list[tuple[str, ...]] = []
     try:
