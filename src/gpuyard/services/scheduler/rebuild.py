@@ -72,7 +72,10 @@ def replay_past(
     stopping: set[int] = set()
     for at, kind, _, record in events:
         if kind == 0:
-            feed.submit(record, at, pipeline.kept_out(record.id))
+            # Every job but a pending one starts later in the replay, with no pass between:
+            # its rank at submit is never read (a policy may leave it out).
+            to_start = record.state is not JobState.PENDING
+            feed.submit(record, at, pipeline.kept_out(record.id), to_start)
         elif kind == 2:
             # placement () for a finished run: frees nothing
             feed.finish(record.id, at, learn=record.state is not JobState.CANCELLED)
