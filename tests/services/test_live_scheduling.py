@@ -536,6 +536,10 @@ def test_a_new_job_goes_to_a_cool_gpu_before_a_hot_one(tmp_path: Path) -> None:
         rig.close()
 
 
+# One pass after a restart: (seconds after it, jobs started and their GPUs, jobs preempted).
+_Pass = tuple[float, list[tuple[int, tuple[int, ...]]], list[int]]
+
+
 def _stored_world(seed: int) -> list[Job]:
     """What a stopped server left in its store: finished runs of three users that overlapped
     (censored runs at every instant of the replay), two preemptible jobs still running on
@@ -579,7 +583,7 @@ def test_a_restart_replays_the_past_into_the_policy_as_a_full_replay_does(
     now = max(j.ended_at or j.submitted_at for j in jobs) + 10.0
     gpus = tuple(Gpu(i, f"GPU-{i}", "declared", None, False) for i in range(4))
 
-    def restarted() -> tuple[list[int], list[tuple[object, ...]]]:
+    def restarted() -> tuple[list[int], list[_Pass]]:
         inventory = Inventory(gpus, NodeCapacity("node0", cpus=64, mem_mib=10**6), "declared")
         clock = [now]
         live = LiveScheduler(make_policy("default", for_server=True), inventory,
@@ -587,7 +591,7 @@ def test_a_restart_replays_the_past_into_the_policy_as_a_full_replay_does(
         try:
             live.rebuild(jobs)
             order = [j.id for j in live.policy.pending(now)]
-            passes = []
+            passes: list[_Pass] = []
             for later in (0.0, 300.0, 4_000.0):
                 clock[0] = now + later
                 decided = live.decide()
