@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from operator import itemgetter
 
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import Job
@@ -43,7 +44,7 @@ def past_events(jobs: list[Job], pipeline: GatePipeline) -> list[PastEvent]:
             events += _life(job, (job.submitted_at,))
         elif job.state is JobState.RUNNING:
             events += _life(job, (job.submitted_at, job.started_at))
-    events.sort(key=lambda e: e[:3])
+    events.sort(key=itemgetter(0, 1, 2))  # (time, kind, id): never the record
     return events
 
 
