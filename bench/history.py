@@ -234,17 +234,50 @@ def measure_server_start(state_dir: Path, timeout_s: float,
             for child in psutil.Process(proc.pid).children():
                 child.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
-            return {"start_s": round(start_s, 3), "profile": top_frames(py_spy)}
+            return {"start_s": round(start_s, 3), "phases": start_phases(py_spy),
+                    "profile": top_frames(py_spy)}  # fmt: skip
         time.sleep(1.0)  # let the first ticks and samples run, then read memory
         return {"start_s": round(start_s, 3), "rss_mib": proc_status_mib(proc.pid, "VmRSS"),
                 "peak_rss_mib": proc_status_mib(proc.pid, "VmHWM")}  # fmt: skip
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # py-spy and its server may be gone
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# What the start's main thread does, by the first frame of these a sample's stack holds (the
+# most specific first): the store's load (SQLite's rows, the specs' JSON, the rest of decoding
+# them), the scheduler's rebuild (the policy's replay, the events and the gate), the book,
+# importing modules, the HTTP server's start.
+PHASES = (
+    ("load: rows from SQLite", "CursorFetchStrategy"),
+    ("load: specs' JSON", "JSONDecoder"),
+    ("load: decoding", "SqlJobStore.load_active"),
+    ("rebuild: policy replay", "replay_past"),
+    ("rebuild: events, gate", "LiveScheduler.rebuild"),
+    ("book", "JobBook.__init__"),
+    ("imports", "_find_and_load"),
+    ("HTTP server start", "http_server.py"),
+)
+
+
+def start_phases(raw: Path) -> dict[str, float]:
+    """Shares (%) of the main thread's samples in each of PHASES, the rest as "other"."""
+    counts: dict[str, int] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit() or "Thread._bootstrap" in stack:  # another thread's sample
+            continue
+        phase = next((name for name, frame in PHASES if frame in stack), "other")
+        counts[phase] = counts.get(phase, 0) + int(count)
+    total = max(sum(counts.values()), 1)
+    return {
+        name: round(100 * c / total, 1) for name, c in sorted(counts.items(), key=lambda kv: -kv[1])
+    }
 
 
 def top_frames(raw: Path, n: int = 25) -> list[tuple[str, float]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -364,3 +366,27 @@ def test_steps_come_with_0017_and_go_with_its_downgrade(db_path: Path) -> None:
         assert again.get_job(8).steps == ()  # type: ignore[union-attr]
     finally:
         again.close()
+
+
+def test_the_head_revision_is_the_newest_migration_alembic_knows() -> None:
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(sql_module.__file__).parent / "migrations"))
+    assert sql_module.head_revision() == ScriptDirectory.from_config(config).get_current_head()
+    assert sql_module.head_revision() == HEAD
+
+
+def test_a_database_at_the_head_opens_without_loading_alembic(db_path: Path) -> None:
+    """A server's every start on its up-to-date database: no migration to run, none read."""
+    SqlJobStore(sqlite_url(db_path)).close()  # a new database: migrated to the head
+    opened = (
+        "import sys\n"
+        "from gpuyard.adapters.store.sql import SqlJobStore, sqlite_url\n"
+        f"SqlJobStore(sqlite_url({str(db_path)!r})).close()\n"
+        "print('alembic' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", opened], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert out.stdout.strip() == "False"
+    assert schema(db_path)["version"] == HEAD

@@ -534,3 +534,74 @@ def test_a_new_job_goes_to_a_cool_gpu_before_a_hot_one(tmp_path: Path) -> None:
         assert rig.job(second.id).gpus == (2, 0)  # the hot one only when nothing else is free
     finally:
         rig.close()
+
+
+# One pass after a restart: (seconds after it, jobs started and their GPUs, jobs preempted).
+_Pass = tuple[float, list[tuple[int, tuple[int, ...]]], list[int]]
+
+
+def _stored_world(seed: int) -> list[Job]:
+    """What a stopped server left in its store: finished runs of three users that overlapped
+    (censored runs at every instant of the replay), two preemptible jobs still running on
+    GPUs 0 and 1, and pending jobs of every user."""
+    rng = random.Random(seed)
+    jobs, t = [], 0.0
+    for job_id in range(1, 81):
+        t += rng.choice([5.0, 60.0, 300.0])
+        run = rng.choice([30.0, 200.0, 900.0, 4_000.0, 20_000.0])
+        spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=rng.choice([1, 1, 2, 4]),
+                       preemptible=True)  # fmt: skip
+        jobs.append(Job(id=job_id, spec=spec, owner=rng.choice("abc"), submitted_at=t,
+                        state=rng.choice([JobState.COMPLETED, JobState.FAILED]),
+                        started_at=t + 1.0, ended_at=t + 1.0 + run))  # fmt: skip
+    end = max(j.ended_at or 0.0 for j in jobs)
+    for job_id, gpu in ((81, 0), (82, 1)):
+        spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=1, preemptible=True)
+        jobs.append(Job(id=job_id, spec=spec, owner="a", submitted_at=end - 9_000.0,
+                        state=JobState.RUNNING, started_at=end - 8_000.0, gpus=(gpu,)))  # fmt: skip
+    for job_id in range(83, 95):
+        spec = JobSpec(argv=("x",), name="x", workdir="/", gpus=rng.choice([1, 2, 4]),
+                       preemptible=True)  # fmt: skip
+        jobs.append(Job(id=job_id, spec=spec, owner=rng.choice("abc"), state=JobState.PENDING,
+                        submitted_at=end - rng.choice([5_000.0, 100.0, 3.0])))  # fmt: skip
+    return jobs
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_restart_replays_the_past_into_the_policy_as_a_full_replay_does(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart's replay leaves unranked the jobs that start later in it (`submit_to_start`):
+    the restarted server orders its queue and decides its first passes, preemptions included,
+    exactly as when every replayed submit is ranked."""
+    from gpuyard.domain.job import Gpu, NodeCapacity
+    from gpuyard.scheduling.policies.default import DefaultPolicy
+    from gpuyard.services.scheduler.inventory import Inventory
+    from gpuyard.services.scheduler.live import LiveScheduler
+
+    jobs = _stored_world(seed)
+    now = max(j.ended_at or j.submitted_at for j in jobs) + 10.0
+    gpus = tuple(Gpu(i, f"GPU-{i}", "declared", None, False) for i in range(4))
+
+    def restarted() -> tuple[list[int], list[_Pass]]:
+        inventory = Inventory(gpus, NodeCapacity("node0", cpus=64, mem_mib=10**6), "declared")
+        clock = [now]
+        live = LiveScheduler(make_policy("default", for_server=True), inventory,
+                             lambda: clock[0], estimates_in_process=True)  # fmt: skip
+        try:
+            live.rebuild(jobs)
+            order = [j.id for j in live.policy.pending(now)]
+            passes: list[_Pass] = []
+            for later in (0.0, 300.0, 4_000.0):
+                clock[0] = now + later
+                decided = live.decide()
+                passes.append((later, [(x.job_id, x.gpus) for x in decided.launches],
+                               decided.preempt))  # fmt: skip
+            return order, passes
+        finally:
+            live.close()
+
+    unranked = restarted()
+    monkeypatch.delattr(DefaultPolicy, "submit_to_start")
+    assert restarted() == unranked
+    assert unranked[0] and any(p[1] or p[2] for p in unranked[1])  # the passes decided something

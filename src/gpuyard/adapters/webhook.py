@@ -27,7 +27,14 @@ class HttpPoster:
     def __init__(self, policy: UrlPolicy, timeout_s: float = TIMEOUT_S) -> None:
         self.policy = policy
         self.timeout_s = timeout_s
-        self._tls = ssl.create_default_context()
+        # Made at the first HTTPS post: loading the system's certificates cost every start
+        # ~35 ms, for a server that may never post to an https URL.
+        self._tls: ssl.SSLContext | None = None
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
 
     def post(self, url: str, headers: Mapping[str, str], body: bytes) -> PostResult:
         refused = self.policy.refuses_name(url)
@@ -48,8 +55,9 @@ class HttpPoster:
                 return PostResult(None, f"refused: {why}", final=True)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         last = "no address"
+        context = self._tls_context() if tls else None
         for address in addresses:
-            conn = _connection(address, host, port, tls, self._tls, self.timeout_s)
+            conn = _connection(address, host, port, context, self.timeout_s)
             try:
                 conn.request("POST", path, body=body, headers={"Host": parts.netloc.rpartition(
                     "@")[2], "Content-Length": str(len(body)), **headers})  # fmt: skip
@@ -70,10 +78,11 @@ class HttpPoster:
 
 
 def _connection(
-    address: str, host: str, port: int, tls: bool, context: ssl.SSLContext, timeout_s: float
+    address: str, host: str, port: int, context: ssl.SSLContext | None, timeout_s: float
 ) -> http.client.HTTPConnection:
-    """A connection to `address` that speaks to `host` (its Host header, its certificate)."""
-    if not tls:
+    """A connection to `address` that speaks to `host` (its Host header, its certificate);
+    `context`: HTTPS with it, None: plain HTTP."""
+    if context is None:
         conn = http.client.HTTPConnection(address, port, timeout=timeout_s)
         return conn
     return _PinnedHttps(address, host, port, context, timeout_s)

@@ -17,6 +17,7 @@ import json
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
+from operator import itemgetter
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from gpuyard.domain.job import Job, JobSpec
@@ -109,17 +110,49 @@ def _constant(value: Any) -> Callable[[], Any]:
 def _dataclass_decoder(cls: type) -> Convert:
     fields = _converters(cls, decoder)
     defaults = _defaults(cls)
+    every = _getter([name for name, _ in fields])
+    converted = [(i, dec) for i, (_, dec) in enumerate(fields) if dec is not None]
+    positional = _positional(cls)
 
     def decode(data: Mapping[str, Any]) -> Any:
-        values = {}
-        for name, dec in fields:
-            if name in data:
-                values[name] = data[name] if dec is None else dec(data[name])
-            elif name in defaults:  # a row from before the field existed
-                values[name] = defaults[name]()
-        return cls(**values)
+        try:
+            values = list(every(data)) if positional else None  # every field in order: one C call
+        except KeyError:
+            values = None
+        if values is None:
+            return _decode_by_name(cls, fields, defaults, data)
+        for i, dec in converted:  # only those whose JSON form is not the value (5 of a spec's 50)
+            values[i] = dec(values[i])
+        return cls(*values)
 
     return decode
+
+
+def _decode_by_name(
+    cls: type, fields: list[tuple[str, Convert | None]], defaults: dict[str, Callable[[], Any]],
+    data: Mapping[str, Any],
+) -> Any:  # fmt: skip
+    """`decode`'s slow path: a row from before a field existed (it takes its default)."""
+    values = {}
+    for name, dec in fields:
+        if name in data:
+            values[name] = data[name] if dec is None else dec(data[name])
+        elif name in defaults:
+            values[name] = defaults[name]()
+    return cls(**values)
+
+
+def _getter(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """The items at `keys`, as a tuple (`itemgetter` of one key gives the item itself)."""
+    if len(keys) == 1:
+        only = keys[0]
+        return lambda data: (data[only],)
+    return itemgetter(*keys)
+
+
+def _positional(cls: type) -> bool:
+    """Whether the class takes every field by position, in order (no init=False, kw_only)."""
+    return all(f.init and not f.kw_only for f in dataclasses.fields(cls))
 
 
 _SPEC_TO_JSON = _converters(JobSpec, encoder, skip=SPEC_COLUMNS)
@@ -134,6 +167,8 @@ _JOB_JSON_COLUMNS = frozenset(
 _JOB_TO_ROW = _converters(Job, encoder, skip=("spec",))
 _JOB_FROM_ROW = _converters(Job, decoder, skip=("spec",))
 _JOB_DEFAULTS = _defaults(Job)
+_JOB_POSITIONAL = _positional(Job)
+_JOB_SPEC_AT = [f.name for f in dataclasses.fields(Job)].index("spec")
 
 
 def spec_to_json(spec: JobSpec) -> str:
@@ -167,7 +202,7 @@ def job_to_row(job: Job, spec_json: str | None = None) -> dict[str, Any]:
 
 def rows_to_jobs(keys: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Job]:
     """Jobs from a query's rows, read by position: what `row_to_job` does per row, with the
-    columns looked up once per query (a server's start decodes 20,000 rows; by name, each
+    columns looked up once per query (a server's start decodes 30,000 rows; by name, each
     row's mapping cost ~40% more)."""
     index = {name: i for i, name in enumerate(keys)}
     spec_at = index["spec"]
@@ -179,6 +214,13 @@ def rows_to_jobs(keys: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Job
     specs: dict[tuple[Any, ...], JobSpec] = {}
     texts: dict[tuple[str, str], Any] = {}
     out: list[Job] = []
+    # Every column there (always, after migrations): each row's Job fields taken in field
+    # order in one C call and given by position (~25% less than by name, field by field).
+    by_position = _JOB_POSITIONAL and all(i is not None for _, i, _, _ in plan)
+    take = _getter([i for _, i, _, _ in plan]) if by_position else None
+    at = [k + (k >= _JOB_SPEC_AT) for k in range(len(plan))]  # each field's place, spec in
+    convert = [(at[k], d) for k, (_, _, d, is_json) in enumerate(plan) if d and not is_json]
+    as_json = [(at[k], name, d) for k, (name, _, d, is_json) in enumerate(plan) if is_json]
     for row in rows:
         spec_key = (row[spec_at], *[row[i] for i in spec_columns])
         spec = specs.get(spec_key)
@@ -186,6 +228,22 @@ def rows_to_jobs(keys: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Job
             data = loads(row[spec_at])
             data.update(zip(SPEC_COLUMNS, spec_key[1:], strict=True))
             spec = specs[spec_key] = decode_spec(data)
+        if take is not None:
+            fields = list(take(row))
+            fields.insert(_JOB_SPEC_AT, spec)
+            for k, to_value in convert:
+                fields[k] = to_value(fields[k])
+            for k, column, from_json in as_json:
+                raw = fields[k]
+                try:
+                    fields[k] = texts[column, raw]
+                except KeyError:
+                    value = loads(raw)
+                    fields[k] = texts[column, raw] = (
+                        value if from_json is None else from_json(value)
+                    )
+            out.append(Job(*fields))
+            continue
         values: dict[str, Any] = {"spec": spec}
         for name, i, dec, is_json in plan:
             if i is None:  # a column newer than this row's schema: never, after migrations

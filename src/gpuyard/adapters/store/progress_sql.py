@@ -4,13 +4,13 @@ never a row per report)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuyard.adapters.store.tables import job_progress
 from gpuyard.domain.progress_series import ProgressPoint
@@ -26,7 +26,8 @@ class SqlProgress:
     ) -> None:
         if not points and not replace:
             return
-        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
+        # The dialect's module on first use: PostgreSQL's costs a SQLite server's start ~45 ms.
+        dialect = importlib.import_module(f"sqlalchemy.dialects.{self._engine.dialect.name}")
         rows = [_row(job_id, point) for job_id, point in points]
         with self._engine.begin() as conn:
             if replace:

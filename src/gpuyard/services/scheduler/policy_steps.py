@@ -95,9 +95,10 @@ class PolicyFeed(PolicyQueue):
         return True
 
     # -- events -----------------------------------------------------------------------------
-    def submit(self, record: Job, at: float, parked: bool = False) -> None:
-        self._op("submit", record, at, parked)
-        self.enter(sched_job(record), at, parked)
+    def submit(self, record: Job, at: float, parked: bool = False, to_start: bool = False) -> None:
+        """`to_start`: it starts before the next pass (see `PolicyQueue.enter`)."""
+        self._op("submit", record, at, parked, to_start)
+        self.enter(sched_job(record), at, parked, to_start)
 
     def forget(self, job_id: int, at: float) -> bool:
         """Take a job out of the policy's view without a run to learn from (cancelled while

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from operator import itemgetter
 
 from gpuyard.domain.errors import Unavailable
 from gpuyard.domain.job import Job
@@ -43,7 +44,7 @@ def past_events(jobs: list[Job], pipeline: GatePipeline) -> list[PastEvent]:
             events += _life(job, (job.submitted_at,))
         elif job.state is JobState.RUNNING:
             events += _life(job, (job.submitted_at, job.started_at))
-    events.sort(key=lambda e: e[:3])
+    events.sort(key=itemgetter(0, 1, 2))  # (time, kind, id): never the record
     return events
 
 
@@ -72,7 +73,10 @@ def replay_past(
     stopping: set[int] = set()
     for at, kind, _, record in events:
         if kind == 0:
-            feed.submit(record, at, pipeline.kept_out(record.id))
+            # Every job but a pending one starts later in the replay, with no pass between:
+            # its rank at submit is never read (a policy may leave it out).
+            to_start = record.state is not JobState.PENDING
+            feed.submit(record, at, pipeline.kept_out(record.id), to_start)
         elif kind == 2:
             # placement () for a finished run: frees nothing
             feed.finish(record.id, at, learn=record.state is not JobState.CANCELLED)
