@@ -44,7 +44,14 @@ def serve(settings: Settings) -> None:
         # A standby binds only once it holds the database: the server it replaces may be
         # on this machine, on the same port and socket, until it dies.
         writable_state_dir(settings.state_dir)
-        store = open_store(settings)
+        # It may wait for days, each try's error a little cyclic garbage (an exception and
+        # its frames): collected as usual meanwhile (`run_server` turned the collector off
+        # for the start).
+        gc.enable()
+        try:
+            store = open_store(settings)
+        finally:
+            gc.disable()
     try:
         sock = _bind(settings.host, settings.port, STANDBY_BIND_WAIT_S if settings.standby else 0)
     except BaseException:
