@@ -136,7 +136,9 @@ def job_to_wire(
     idle_since: float | None = None,
     estimate_assumes: Literal["preemption"] | None = None,
     service_health: HealthState | None = None,
+    rank: tuple[int, int] | None = None,
 ) -> JobOut:
+    """`rank`: a pending job's (place, among) in the policy's order (`LiveScheduler.ranks`)."""
     end = job.ended_at if job.ended_at is not None else time.time()
     running_s = end - job.started_at if job.started_at is not None else 0.0
     return JobOut.model_construct(  # our own values: no need to validate them again
@@ -172,6 +174,8 @@ def job_to_wire(
         gpu_stats=None if gpu_stats is None else gpu_stats_to_wire(gpu_stats),
         service_url=service_url(job),
         service_health=None if service_health is None else health_to_wire(service_health),
+        rank=None if rank is None else rank[0],
+        rank_among=None if rank is None else rank[1],
     )
 
 

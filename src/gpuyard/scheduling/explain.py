@@ -62,6 +62,16 @@ class RankFactors:
         """The whole explanation in one line."""
         return f"{self.place()} ({self.policy}: {self.order}); {self.reasons()}"
 
+    def fields(self) -> dict[str, int | str | None]:
+        """JobOut's `rank`, `rank_among`, `rank_order`, `rank_factors`: what `gpuyard show`
+        prints, and `simulate --explain` from the same fields."""
+        return {
+            "rank": self.rank,
+            "rank_among": self.among if self.rank is not None else None,
+            "rank_order": f"{self.policy}: {self.order}",
+            "rank_factors": self.reasons(),
+        }
+
 
 def explain(
     policy: Policy,

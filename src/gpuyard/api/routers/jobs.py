@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -57,7 +57,12 @@ _FOLLOW_POLL_S = 0.2
 _JOB_LIST = TypeAdapter(list[JobOut])
 
 
-def _out(server: ServerFacade, job: Job, estimates: StartEstimates | None) -> JobOut:
+def _out(
+    server: ServerFacade,
+    job: Job,
+    estimates: StartEstimates | None,
+    ranks: Mapping[int, tuple[int, int]] | None = None,
+) -> JobOut:
     start = estimates.starts.get(job.id) if estimates else None
     reads, gpus, health = server.reads, server.gpus, server.health
     return job_to_wire(
@@ -66,18 +71,29 @@ def _out(server: ServerFacade, job: Job, estimates: StartEstimates | None) -> Jo
         estimate_assumes="preemption" if estimates and estimates.assumes_preemption(job.id)
         else None,
         service_health=health.of(job) if health else None,
+        rank=_rank(job, ranks),
     )  # fmt: skip
 
 
+def _rank(job: Job, ranks: Mapping[int, tuple[int, int]] | None) -> tuple[int, int] | None:
+    return ranks.get(job.id) if ranks and job.state is JobState.PENDING else None
+
+
 def _listed(
-    server: ServerFacade, actor: Principal, job: Job, estimates: StartEstimates | None
+    server: ServerFacade,
+    actor: Principal,
+    job: Job,
+    estimates: StartEstimates | None,
+    ranks: Mapping[int, tuple[int, int]] | None = None,
 ) -> JobOut:
     """A listed job (already as the actor may see it, `JobReads.list_jobs`), with its log,
-    GPU stats and health only where `shows_details` says they are the actor's to see."""
+    GPU stats and health only where `shows_details` says they are the actor's to see; a
+    pending job's rank in the policy's order for everyone (the queue's order is public)."""
     if server.reads.shows_details(actor, job):
-        return _out(server, job, estimates)
+        return _out(server, job, estimates, ranks)
     start = estimates.starts.get(job.id) if estimates else None
-    return job_to_wire(job, reason_code(server.reads.reason(job)), "", start)
+    reason = reason_code(server.reads.reason(job))
+    return job_to_wire(job, reason, "", start, rank=_rank(job, ranks))
 
 
 async def _estimates(scheduler: LiveScheduler, jobs: list[Job]) -> StartEstimates | None:
@@ -151,11 +167,15 @@ async def list_jobs(
         states=state, owner=user, name=name,
     )  # fmt: skip
     estimates = await _estimates(server.scheduler, jobs)
-    # Off the event loop: 10,000 jobs are ~150 ms of Python (their reasons read the last pass's
-    # snapshot, no lock), during which submits would wait.
-    body = await asyncio.to_thread(
-        lambda: _JOB_LIST.dump_json([_listed(server, actor, job, estimates) for job in jobs])
-    )
+
+    # Off the event loop: 10,000 jobs are ~150 ms of Python (their reasons and ranks read the
+    # last pass's snapshot, no lock), during which submits would wait.
+    def listed() -> bytes:
+        pending = any(job.state is JobState.PENDING for job in jobs)
+        ranks = server.scheduler.ranks() if pending else None
+        return _JOB_LIST.dump_json([_listed(server, actor, job, estimates, ranks) for job in jobs])
+
+    body = await asyncio.to_thread(listed)
     headers = {}
     if all and jobs and len(jobs) == min(limit or MAX_PAGE, MAX_PAGE):
         headers["X-Next-Before-Id"] = str(jobs[0].id)  # the cursor of the next (older) page
@@ -214,9 +234,7 @@ def cancel_jobs(body: CancelManyIn, server: Server, actor: Actor) -> CancelManyO
     """Cancel many jobs in one request: each as `POST /jobs/{id}/cancel` would, the pending
     ones in one durable write per 1,000; a job refused (not found, ended) is listed with why."""
     stop_signal = None if body.signal is None else parse_signal(body.signal, field="signal")
-    done = server.verbs.cancel_many(
-        body.ids, actor, stop_signal, whole_arrays=body.whole_arrays
-    )
+    done = server.verbs.cancel_many(body.ids, actor, stop_signal, whole_arrays=body.whole_arrays)
     refused = [CancelRefusedOut(id=i, code=exc.code, message=exc.message)
                for i, exc in done.refused.items()]  # fmt: skip
     return CancelManyOut(
@@ -233,6 +251,11 @@ async def get_job(job_id: int, server: Server, actor: Actor) -> Response:
             job.owner, job.spec.gpus, job.spec.time_limit_s, job.id
         )
         out = out.model_copy(update=expected_run_fields(expected))
+    if job.state is JobState.PENDING:  # why it ranks where it does: under the scheduler's
+        # lock, so from a thread (a pass may hold it)
+        why = await asyncio.to_thread(server.scheduler.explain, job.id)
+        if why is not None:
+            out = out.model_copy(update=why.fields())
     return _json(out.model_dump_json())
 
 
