@@ -7,13 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tests.unit.policy_context import RecordingContext
 
 from gpuyard.scheduling.cluster import ClusterState
 from gpuyard.scheduling.explain import RankFactors, explain
 from gpuyard.scheduling.policies import make_policy, policy_names
 from gpuyard.scheduling.policy import Policy, SchedJob
 from gpuyard.simulation.replay import simulate
-from tests.unit.policy_context import RecordingContext
 
 HOUR = 3600.0
 
@@ -64,7 +64,9 @@ def test_default_puts_a_small_new_job_before_a_big_old_one_until_age_says_otherw
     )
     assert _factor(big_why, "share weight") == "1"
     # The big job has waited longer; age does not rank it first yet, and says when it will.
-    assert _factor(big_why, "age") == "waited 20 min, goes first in 40 min (after 60 min of waiting)"
+    assert _factor(big_why, "age") == (
+        "waited 20 min, goes first in 40 min (after 60 min of waiting)"
+    )
     assert big_why.describe().startswith("rank 2 of 2 (default: least expected remaining")
 
     ctx.now += HOUR  # past the big job's hour: starved, it goes first (relative aging)
