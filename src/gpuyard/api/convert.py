@@ -136,10 +136,12 @@ def job_to_wire(
     idle_since: float | None = None,
     estimate_assumes: Literal["preemption"] | None = None,
     service_health: HealthState | None = None,
+    rank: tuple[int, int] | None = None,
 ) -> JobOut:
+    """`rank`: a pending job's (place, among) in the policy's order (`LiveScheduler.ranks`)."""
     return JobOut.model_construct(  # our own values: no need to validate them again
         **job_fields(job, reason, log_path, estimated_start, gpu_stats, idle_since,
-                     estimate_assumes, service_health)
+                     estimate_assumes, service_health, rank)
     )  # fmt: skip
 
 
@@ -152,11 +154,13 @@ def job_fields(
     idle_since: float | None = None,
     estimate_assumes: Literal["preemption"] | None = None,
     service_health: HealthState | None = None,
+    rank: tuple[int, int] | None = None,
     *,
     plain: bool = False,
 ) -> dict[str, Any]:
-    """JobOut's fields of `job`; `plain`: its nested records as dicts too (a job list encoded
-    without building models: `api/wire_json.py`), else as their models."""
+    """JobOut's fields of `job` (`rank`: see `job_to_wire`); `plain`: its nested records as
+    dicts too (a job list encoded without building models: `api/wire_json.py`), else as their
+    models."""
     end = job.ended_at if job.ended_at is not None else time.time()
     running_s = end - job.started_at if job.started_at is not None else 0.0
     return dict(
@@ -194,6 +198,8 @@ def job_fields(
         service_url=service_url(job),
         service_health=None if service_health is None
         else health_fields(service_health) if plain else health_to_wire(service_health),
+        rank=None if rank is None else rank[0],
+        rank_among=None if rank is None else rank[1],
     )  # fmt: skip
 
 

@@ -41,6 +41,8 @@ def queue_rows(jobs: Sequence[dict[str, Any]]) -> str:
     for job in jobs:
         pending = job["state"] == "PENDING"
         where = f"({job['reason'] or 'None'})" if pending else gpu_list(job["gpus"])
+        if pending and job.get("rank"):  # its place in the policy's order: `(Priority) 3/12`
+            where = f"{where} {job['rank']}/{job['rank_among']}"
         if job["state"] not in ("PENDING", "RUNNING") and job["reason"] not in (None, "None"):
             where = f"{gpu_list(job['gpus'])} ({job['reason']})"
         if job.get("idle_since"):
@@ -255,6 +257,7 @@ def job_record(job: dict[str, Any], charts: Sequence[tuple[str, object]] = ()) -
         ("Mem", format_size_mib(job["mem_mib"])),
         ("TimeLimit", format_duration(job["time_limit_s"]) if job["time_limit_s"] else "UNLIMITED"),
         *_expected_run(job),
+        *rank_fields(job),
         ("Node", job["node"] or "-"),  # "" until its first start
         ("SubmitTime", _zoned(job["submitted_at"])),
         ("StartTime", _zoned(job["started_at"])),
@@ -443,6 +446,15 @@ def _expected_run(job: dict[str, Any]) -> list[tuple[str, str]]:
     """How long a pending or running job is expected to run (its owner's history), if known."""
     said = job.get("expected_run")
     return [("ExpectedRun", said)] if said else []
+
+
+def rank_fields(job: dict[str, Any]) -> list[tuple[str, str]]:
+    """A pending job's place in the policy's order and the factors of its key (sprio-style):
+    `show`'s Rank and RankFactors, which `simulate --explain` prints too."""
+    if not job.get("rank_order"):
+        return []
+    place = f"{job['rank']} of {job['rank_among']}" if job.get("rank") else "not ranked"
+    return [("Rank", f"{place} ({job['rank_order']})"), ("RankFactors", job["rank_factors"])]
 
 
 def _estimate(job: dict[str, Any]) -> str:

@@ -48,12 +48,20 @@ def simulate_cmd(
             "[trace if the trace has limits, else none]",
         ),
     ] = None,
+    explain: Annotated[
+        int | None,
+        typer.Option(
+            metavar="JOB",
+            help="after the table: where trace job JOB ranked among the pending jobs when it "
+            "started, and the factors of the policy's key, in gpuyard show's words",
+        ),
+    ] = None,
 ) -> None:
     """Replay a job trace in simulated time under scheduling policies and compare them."""
     from gpuyard.cli.simulating import run_simulation
 
     run_simulation(trace, gpus, gpus_per_node, policy, compare, restart_penalty, json_out,
-                   preemptible_fraction, max_gpus_per_user, time_limits)  # fmt: skip
+                   preemptible_fraction, max_gpus_per_user, time_limits, explain)  # fmt: skip
 
 
 def register(app: typer.Typer, admin: typer.Typer) -> None:

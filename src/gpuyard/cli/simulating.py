@@ -15,6 +15,7 @@ from pathlib import Path
 from gpuyard.cli.render import table
 from gpuyard.domain.errors import InvalidRequest
 from gpuyard.scheduling.policies import ORACLES
+from gpuyard.simulation.engine import Explained
 from gpuyard.simulation.metrics import PolicyReport
 from gpuyard.simulation.replay import Progress, default_policy, simulate
 
@@ -34,16 +35,38 @@ def run_simulation(
     preemptible_fraction: float | None = None,
     max_gpus_per_user: int | None = None,
     time_limits: str | None = None,
+    explain: int | None = None,
 ) -> None:
-    """Replay, then print a table (or JSON Lines with `json_out`) on stdout."""
+    """Replay, then print a table (or JSON Lines with `json_out`) on stdout; with `explain`,
+    that job's rank and factors under each policy after the table."""
     names = policy_list(policy, compare)
     with progress_bar() as progress:
         reports = simulate(Path(trace), gpus, gpus_per_node, names, restart_penalty_s, progress,
-                           preemptible_fraction, max_gpus_per_user, time_limits)  # fmt: skip
+                           preemptible_fraction, max_gpus_per_user, time_limits,
+                           explain)  # fmt: skip
     if json_out:
         sys.stdout.write(json_lines(reports))
     else:
         sys.stdout.write(report_table(reports) + "\n")
+        for r in reports:
+            if r.explained is not None:
+                sys.stdout.write("\n" + explained_text(r.policy, r.explained) + "\n")
+
+
+def explained_text(policy: str, said: Explained) -> str:
+    """`--explain JOB` under one policy, in `gpuyard show`'s fields (Rank, RankFactors,
+    ExpectedRun) and words: where it ranked and why when it started."""
+    from gpuyard.cli.render import rank_fields
+
+    when = "when it started" if said.started else "at the end (it never started)"
+    head = f"job {said.job_id} under {policy}, {when} at {said.at:,.0f} s:"
+    if said.rank is None:
+        return f"{head} not in the policy's queue (the gate kept it out)"
+    fields = rank_fields(dict(said.rank.fields()))
+    if said.expected_run:
+        fields.append(("ExpectedRun", said.expected_run))
+    width = max(len(k) for k, _ in fields)
+    return "\n".join([head, *(f"  {k.rjust(width)}: {v}" for k, v in fields)])
 
 
 def policy_list(policy: str | None, compare: str | None) -> list[str]:

@@ -141,7 +141,11 @@ class Context(Protocol):
 
 class Policy(Protocol):
     """A scheduling policy. `schedule` may be called at any time; it must be cheap when nothing
-    can change (most calls), because the simulator calls it after every event."""
+    can change (most calls), because the simulator calls it after every event.
+
+    Optional: `explain(job, now, cluster) -> RankFactors`, the factors of a pending job's key
+    in words (`scheduling/explain.py`, read-only); without it a job is explained by priority
+    and submit time."""
 
     name: str
     preemptive: bool

@@ -307,6 +307,23 @@ class JobOut(BaseModel):
         description='"preemption": estimated_start_at holds only if the policy preempts a '
         "running job for it (or for a job ahead of it); null: only that running jobs end",
     )
+    rank: int | None = Field(
+        None,
+        description="pending jobs the scheduling policy holds: place in its order as of the "
+        "last pass, 1 = next to start; null: not pending, or held back before the policy",
+    )
+    rank_among: int | None = Field(None, description="how many pending jobs the policy orders")
+    rank_order: str | None = Field(
+        None,
+        description='GET /jobs/{id}: the policy and what its order sorts by, e.g. "default: '
+        'least expected remaining GPU-time first, divided by the share weight"',
+    )
+    rank_factors: str | None = Field(
+        None,
+        description="GET /jobs/{id}: the factors of the job's key in words, sprio-style "
+        '(e.g. "GPUs 4, expected run left 30 min per GPU (...), share weight 1, age waited '
+        '10 min, ...")',
+    )
     stop_signal: int = Field(
         15, description="signal its processes get when it is stopped (then SIGKILL)"
     )

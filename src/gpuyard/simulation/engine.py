@@ -28,6 +28,7 @@ from gpuyard.domain.dependency import Ref, parse_dependency
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, Placement
 from gpuyard.scheduling.duration_prediction import DurationPredictor
+from gpuyard.scheduling.explain import RankFactors, explain
 from gpuyard.scheduling.gate import GatePipeline, PolicyQueue
 from gpuyard.scheduling.policy import Policy, SchedJob, apply_finish, apply_preempt, apply_start
 from gpuyard.scheduling.quotas import QuotaRules
@@ -53,6 +54,18 @@ class JobOutcome:
     predicted_s: float | None = None  # its expected run time when it arrived (what `show` says)
 
 
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """`simulate --explain JOB`: where the job ranked, and why, at the instant it first started
+    (or at the end, if it never did), in the words `gpuyard show` uses."""
+
+    job_id: int
+    at: float  # simulated seconds
+    started: bool
+    rank: RankFactors | None  # None: the policy never had it (its dependency never held)
+    expected_run: str | None  # what `show` said of it when it arrived (ExpectedRun)
+
+
 @dataclass(slots=True)
 class ReplayResult:
     jobs: list[JobOutcome]
@@ -61,6 +74,7 @@ class ReplayResult:
     window_s: float
     restart_penalty_s: float
     cancelled: list[int] = field(default_factory=list)  # never ran: dependency never satisfied
+    explained: Explained | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -90,10 +104,12 @@ class Replay:
         expose_durations: bool = False,
         exact_time_limits: bool = False,
         quotas: QuotaRules | None = None,
+        explain: int | None = None,
     ) -> None:
         """`expose_durations` lets oracle policies read true durations; `exact_time_limits`
         gives jobs without a time limit one equal to their duration (users who estimate
-        perfectly: the reference setting for backfill on traces that carry no limits)."""
+        perfectly: the reference setting for backfill on traces that carry no limits);
+        `explain`: a job id whose rank and factors to record when it first starts."""
         self.policy = policy
         self.cluster = cluster
         self.penalty_s = restart_penalty_s
@@ -132,6 +148,9 @@ class Replay:
         # What `show` would say of each job when it arrives: the live scheduler's predictor,
         # fed the same steps (starts, preemptions, ends).
         self.durations = DurationPredictor()
+        self._explain_id = explain
+        self._explained: Explained | None = None
+        self._said: dict[int, str] = {}  # the explained job's ExpectedRun when it arrived
 
     def _push(self, at: float, kind: int, run: _Run | None, version: int = 0) -> None:
         self._seq += 1
@@ -141,6 +160,8 @@ class Replay:
     def start(self, job: SchedJob, placement: Placement) -> None:
         run = self._runs[job.id]
         self._account()
+        if job.id == self._explain_id and self._explained is None:
+            self._explain_now(job, started=True)  # before the start: it is still pending
         apply_start(self.policy, job, self.cluster, placement, self.now)
         self.durations.started(job.id, job.user, job.gpus, run.trace.time_limit_s, self.now)
         self._gate.began(job.id, self.now)
@@ -200,7 +221,20 @@ class Replay:
                     self._push(wake, _WAKE, None)
                 self._next_wake = wake
         self._account()
+        explain_id = self._explain_id
+        if explain_id in self._runs and self._explained is None:
+            self._explain_now(self._runs[explain_id].job, started=False)
         return self._result()
+
+    def _explain_now(self, job: SchedJob, started: bool) -> None:
+        """Record the job's rank and factors now (`scheduling/explain.py`: read-only, so the
+        replay decides exactly as without it)."""
+        pending = job.id in self._queue.jobs and not job.running and (
+            job.id not in self._cancelled
+        )  # fmt: skip
+        rank = explain(self.policy, job, self.now, self.cluster) if pending else None
+        said = self._said.get(job.id)
+        self._explained = Explained(job.id, self.now, started, rank, said)
 
     def _pass(self, happened: bool) -> bool:
         """The live pass: the gate's stages, then the policy, only if the policy was told
@@ -226,6 +260,8 @@ class Replay:
         job = run.job
         said = self.durations.predict(job.user, job.gpus, run.trace.time_limit_s, self.now)
         run.predicted_s = said.expected_s if said is not None else None
+        if job.id == self._explain_id and said is not None:
+            self._said[job.id] = said.describe()
         parked = self._gate.submitted(job.id, self.now, flow=self._gated.get(job.id))
         self._queue.enter(job, self.now, parked)
         return not parked
@@ -305,7 +341,7 @@ class Replay:
         start, end = self._window
         return ReplayResult(
             outcomes, self.cluster.total_gpus, self._busy_in_window, end - start, self.penalty_s,
-            sorted(self._cancelled),
+            sorted(self._cancelled), self._explained,
         )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from gpuyard.simulation.engine import ReplayResult
+from gpuyard.simulation.engine import Explained, ReplayResult
 
 # Bounded slowdown's floor on the duration: a 1-second job that waits a minute is not "60x
 # slower" in any sense a user feels (Feitelson's bounded slowdown). 60 s, not the 10 s common in
@@ -50,9 +50,15 @@ class PolicyReport:
     # `--preemptible-fraction` lowers it to model a server where preemption is opt-in).
     preemptible: float = 1.0
     timeouts: int = 0  # jobs killed at their time limit (their JCT ends there)
+    explained: Explained | None = None  # `--explain JOB`: its rank and factors
 
-    def to_json(self) -> dict[str, str | int | float]:
-        return asdict(self)
+    def to_json(self) -> dict[str, object]:
+        out = asdict(self)
+        if self.explained is None:
+            del out["explained"]  # the figures' JSON stays as it was without --explain
+        elif self.explained.rank is not None:
+            out["explained"]["text"] = self.explained.rank.describe()
+        return out
 
 
 def percentile(sorted_values: Sequence[float], pct: float) -> float:

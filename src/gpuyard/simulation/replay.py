@@ -41,13 +41,15 @@ def simulate(
     preemptible_fraction: float | None = None,
     max_gpus_per_user: int | None = None,
     time_limits: str | None = None,
+    explain: int | None = None,
 ) -> list[PolicyReport]:
     """Replay the trace under each policy (default: `default_policy()`), in the given order.
     `preemptible_fraction`: only about this share of the jobs may be preempted (None: every
     job the trace does not mark `no_preempt`). `max_gpus_per_user`: every user of the trace
     may hold at most this many GPUs at once (the live quota gate, QOSMaxGpuPerUser).
     `time_limits`: none, trace or padded (`time_limits.py`; None: trace if the trace has any,
-    else none); a job past its limit is killed there."""
+    else none); a job past its limit is killed there. `explain`: a trace job id whose rank and
+    factors each report carries (`PolicyReport.explained`), at its first start."""
     names = list(policies) if policies is not None else [default_policy()]
     _check_request(gpus, gpus_per_node, names, restart_penalty_s)
     trace = load_trace(Path(trace_path))
@@ -56,6 +58,9 @@ def simulate(
     limits_mode = time_limits if time_limits is not None else default_mode(trace)
     trace = with_time_limits(trace, limits_mode)
     _check_trace(trace, ClusterState.uniform(gpus, gpus_per_node), gpus, gpus_per_node)
+    if explain is not None and all(t.id != explain for t in trace):
+        raise InvalidRequest(f"--explain {explain}: the trace has no job {explain}",
+                             field="explain")  # fmt: skip
     quotas = None
     if max_gpus_per_user is not None:
         quotas = _per_user_quota(trace, max_gpus_per_user)
@@ -72,6 +77,7 @@ def simulate(
             expose_durations=name in ORACLES,
             exact_time_limits=exact,
             quotas=quotas,
+            explain=explain,
         )
         if progress is None:
             result = replay.run()
@@ -84,6 +90,7 @@ def simulate(
                 report(name, result),
                 time_limits="exact" if exact else limits_mode,
                 preemptible=sum(t.preemptible for t in trace) / len(trace),
+                explained=result.explained,
             )
         )
     return reports

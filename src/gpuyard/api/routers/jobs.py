@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -57,12 +57,22 @@ _FOLLOW_POLL_S = 0.2
 _JOB_LIST = WireList(JobOut)  # the same bytes as TypeAdapter(list[JobOut]), without models
 
 
-def _out(server: ServerFacade, job: Job, estimates: StartEstimates | None) -> JobOut:
-    return JobOut.model_construct(**_details(server, job, estimates, plain=False))
+def _out(
+    server: ServerFacade,
+    job: Job,
+    estimates: StartEstimates | None,
+    ranks: Mapping[int, tuple[int, int]] | None = None,
+) -> JobOut:
+    return JobOut.model_construct(**_details(server, job, estimates, ranks, plain=False))
 
 
 def _details(
-    server: ServerFacade, job: Job, estimates: StartEstimates | None, *, plain: bool
+    server: ServerFacade,
+    job: Job,
+    estimates: StartEstimates | None,
+    ranks: Mapping[int, tuple[int, int]] | None,
+    *,
+    plain: bool,
 ) -> dict[str, Any]:
     """JobOut's fields of a job the actor may see in full: log, GPU stats, health."""
     start = estimates.starts.get(job.id) if estimates else None
@@ -72,20 +82,31 @@ def _details(
         gpus.idle_since(job),
         estimate_assumes="preemption" if estimates and estimates.assumes_preemption(job.id)
         else None,
-        service_health=health.of(job) if health else None, plain=plain,
+        service_health=health.of(job) if health else None,
+        rank=_rank(job, ranks), plain=plain,
     )  # fmt: skip
 
 
+def _rank(job: Job, ranks: Mapping[int, tuple[int, int]] | None) -> tuple[int, int] | None:
+    return ranks.get(job.id) if ranks and job.state is JobState.PENDING else None
+
+
 def _listed(
-    server: ServerFacade, actor: Principal, job: Job, estimates: StartEstimates | None
+    server: ServerFacade,
+    actor: Principal,
+    job: Job,
+    estimates: StartEstimates | None,
+    ranks: Mapping[int, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """A listed job's fields (already as the actor may see it, `JobReads.list_jobs`), its
     records as dicts (`_JOB_LIST`), with its log, GPU stats and health only where
-    `shows_details` says they are the actor's to see."""
+    `shows_details` says they are the actor's to see; a pending job's rank in the policy's
+    order for everyone (the queue's order is public)."""
     if server.reads.shows_details(actor, job):
-        return _details(server, job, estimates, plain=True)
+        return _details(server, job, estimates, ranks, plain=True)
     start = estimates.starts.get(job.id) if estimates else None
-    return job_fields(job, reason_code(server.reads.reason(job)), "", start, plain=True)
+    reason = reason_code(server.reads.reason(job))
+    return job_fields(job, reason, "", start, rank=_rank(job, ranks), plain=True)
 
 
 async def _estimates(scheduler: LiveScheduler, jobs: list[Job]) -> StartEstimates | None:
@@ -159,11 +180,15 @@ async def list_jobs(
         states=state, owner=user, name=name,
     )  # fmt: skip
     estimates = await _estimates(server.scheduler, jobs)
-    # Off the event loop: 10,000 jobs are ~150 ms of Python (their reasons read the last pass's
-    # snapshot, no lock), during which submits would wait.
-    body = await asyncio.to_thread(
-        lambda: _JOB_LIST.dump_json([_listed(server, actor, job, estimates) for job in jobs])
-    )
+
+    # Off the event loop: 10,000 jobs are ~150 ms of Python (their reasons and ranks read the
+    # last pass's snapshot, no lock), during which submits would wait.
+    def listed() -> bytes:
+        pending = any(job.state is JobState.PENDING for job in jobs)
+        ranks = server.scheduler.ranks() if pending else None
+        return _JOB_LIST.dump_json([_listed(server, actor, job, estimates, ranks) for job in jobs])
+
+    body = await asyncio.to_thread(listed)
     headers = {}
     if all and jobs and len(jobs) == min(limit or MAX_PAGE, MAX_PAGE):
         headers["X-Next-Before-Id"] = str(jobs[0].id)  # the cursor of the next (older) page
@@ -239,6 +264,11 @@ async def get_job(job_id: int, server: Server, actor: Actor) -> Response:
             job.owner, job.spec.gpus, job.spec.time_limit_s, job.id
         )
         out = out.model_copy(update=expected_run_fields(expected))
+    if job.state is JobState.PENDING:  # why it ranks where it does: under the scheduler's
+        # lock, so from a thread (a pass may hold it)
+        why = await asyncio.to_thread(server.scheduler.explain, job.id)
+        if why is not None:
+            out = out.model_copy(update=why.fields())
     return _json(out.model_dump_json())
 
 

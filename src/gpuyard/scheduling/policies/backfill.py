@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from gpuyard.scheduling.cluster import ClusterState, Placement
+from gpuyard.scheduling.explain import Factor, RankFactors, age, priority, span
 from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
 from gpuyard.scheduling.policy import Context, SchedJob, place_job, whole_gpus
 
@@ -139,3 +140,33 @@ class BackfillPolicy:
             return False
         free_at_shadow[:] = trial
         return True
+
+    # -- explanations (read-only: `scheduling/explain.py`) -------------------------------------
+    def explain(self, job: SchedJob, now: float, cluster: ClusterState) -> RankFactors:
+        """Submit order, and the head's reservation: the head is promised the GPUs running jobs
+        free by their time limits; a job behind it starts early only if it leaves them."""
+        order = (
+            "priority, then submit time; a job behind the head starts early only if it "
+            "does not delay the head's reservation"
+        )
+        factors = [*priority(job), age(job, now)]
+        head = self._queue.first()
+        if head is not None and job in self._queue:
+            shadow, _ = self._reservation(head, cluster)
+            when = "none: a running job has no time limit" if shadow == math.inf else (
+                f"in {span(shadow - now)} (when running jobs reach their time limits)"
+            )  # fmt: skip
+            if head.id == job.id:
+                factors.append(Factor("head's reservation", f"its own, {when}"))
+            else:
+                factors.append(Factor(f"head (job {head.id}) reserved", when))
+                ends = self._end(job, now)
+                fits = shadow < math.inf and ends <= shadow
+                factors.append(Factor("its time limit", (
+                    f"{span(job.time_limit_s or 0)}: ends before the reservation, so it may "
+                    "start on any free GPUs" if fits else
+                    ("none" if not job.time_limit_s else span(job.time_limit_s))
+                    + ": it would outlast the reservation, so it may start only on GPUs the "
+                    "head does not need"
+                )))  # fmt: skip
+        return RankFactors(self.name, order, tuple(factors))

@@ -84,6 +84,8 @@ from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Sequence
 
+from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.explain import Factor, RankFactors, age, gpu_time, priority, span
 from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
@@ -399,3 +401,59 @@ class DefaultPolicy(RankedPolicy):
         if guards and self._pending_sizes and (wake is None or guards[0][0] < wake):
             wake = guards[0][0]
         return wake
+
+    # -- explanations (read-only: `scheduling/explain.py`) -------------------------------------
+    def explain(self, job: SchedJob, now: float, cluster: ClusterState) -> RankFactors:
+        """The factors of a pending job's key as they were when it was queued: its tier
+        (starved, predicted, outlived its history), its GPUs times the expected run left on
+        each, divided by its user's share weight, and its age against the starvation rule.
+        Reads only: no cache of the policy is filled or moved."""
+        order = "least expected remaining GPU-time first, divided by the share weight"
+        if job not in self._pending:
+            return RankFactors(self.name, order, priority(job))
+        tier = self._pending.key(job)[0]
+        gpus = max(job.gpus, 1)
+        work = self._rank.get(job.id, 0.0)
+        weight = self._weight(job.user)
+        factors = [*priority(job), Factor("GPUs", str(job.gpus))]
+        ran_s = job.attained_gpu_s / gpus
+        if tier == 2:
+            factors.append(Factor("expected run left", f"unknown: it has run {span(ran_s)}, "
+                                  f"longer than any run in its history (waits first come "
+                                  f"first served behind the jobs with a prediction)"))  # fmt: skip
+        else:
+            factors.append(
+                Factor(
+                    "expected run left", f"{span(work / gpus)} per GPU ({self._history_words(job)})"
+                )
+            )
+            factors.append(Factor("GPU-time left", gpu_time(work)))
+        factors.append(Factor("share weight", f"{weight:g}"))
+        if ran_s > 0:
+            factors.append(Factor("ran before", f"{span(ran_s)} (preempted or requeued)"))
+        factors.append(age(job, now, self._starve_words(job, now, tier)))
+        return RankFactors(self.name, order, tuple(factors))
+
+    def _history_words(self, job: SchedJob) -> str:
+        key, sample = self._sample(job)
+        if key is None and not self._global.sorted:
+            return f"no finished runs yet: {span(_FALLBACK_S)} assumed"
+        runs = len(sample)
+        whose = "everyone's" if key is None else "the user's"
+        size = " of this size" if isinstance(key, tuple) else ""
+        return f"from {whose} last {runs} runs{size}"
+
+    def _starve_words(self, job: SchedJob, now: float, tier: int) -> str:
+        """Relative aging: a job that waited `starve_factor` times what it has run (at least
+        `starve_min_s`) goes ahead of every job not starved."""
+        if tier == 0:
+            return "starved: ahead of every job that is not"
+        token = self._token.get(job.id)
+        due = min((at for at, job_id, tok, _ in list(self._timers)
+                   if job_id == job.id and tok == token), default=None)  # fmt: skip
+        if due is None:
+            return "goes first once starved"
+        rule = max(self._starve_min_s, self._starve_factor * job.attained_gpu_s / max(job.gpus, 1))
+        if due <= now:
+            return "starved: goes first at the next pass"
+        return f"goes first in {span(due - now)} (after {span(rule)} of waiting)"

@@ -15,6 +15,8 @@ of 1/users. With every share equal and no teams (a trace's users) nothing change
 
 from __future__ import annotations
 
+from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.explain import Factor, RankFactors, priority, span
 from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policies.ranked import RequestSizes, SortedJobs
 from gpuyard.scheduling.policy import Context, SchedJob, place_job, whole_gpus
@@ -142,3 +144,36 @@ class FairsharePolicy:
             placement = place_job(cluster, job)
             if placement is not None:
                 ctx.start(job, placement)
+
+    # -- explanations (read-only: `scheduling/explain.py`) -------------------------------------
+    def explain(self, job: SchedJob, now: float, cluster: ClusterState) -> RankFactors:
+        """sprio's columns: the score the order holds (from the last recalculation) and its
+        fair-share, age and size parts, each factor times its weight, as of now. Reads only:
+        usage is not decayed, no cached share is set."""
+        order = (f"highest multifactor score first: fair-share x {self._w_fs:g} + age x "
+                 f"{self._w_age:g} + size x {self._w_size:g}, recalculated every "
+                 f"{span(self._recalc_s)}")  # fmt: skip
+        if job not in self._pending:
+            return RankFactors(self.name, order, priority(job))
+        usage = dict(self._usage)
+        total = sum(usage.values()) or 1.0
+        if self._shares.uniform:
+            share = 1.0 / max(len(usage), 1)
+        else:
+            share = self._shares.normalised(usage).get(job.user, 0.0)
+        used = usage.get(job.user, 0.0) / total
+        fairshare = 2.0 ** (-used / share) if share > 0 else 0.0
+        age = min((now - job.submitted_at) / self._max_age_s, 1.0)
+        size = 1.0 - min(job.gpus / self._total_gpus, 1.0)
+        score = -self._pending.key(job)[1]
+        factors = (
+            *priority(job),
+            Factor("score", f"{score:,.0f}"),
+            Factor("fair-share", f"{fairshare:.3f} (usage {used:.0%} of all, share {share:.0%})"
+                   f" = {self._w_fs * fairshare:,.0f}"),
+            Factor("age", f"{age:.3f} (waited {span(now - job.submitted_at)} of "
+                   f"{span(self._max_age_s)}) = {self._w_age * age:,.0f}"),
+            Factor("size", f"{size:.3f} ({job.gpus} of {self._total_gpus} GPUs) = "
+                   f"{self._w_size * size:,.0f}"),
+        )  # fmt: skip
+        return RankFactors(self.name, order, factors)

@@ -7,6 +7,8 @@ with a higher `--priority` goes ahead of every job of lower priority.
 
 from __future__ import annotations
 
+from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.explain import RankFactors, plain
 from gpuyard.scheduling.policies.ranked import SortedJobs
 from gpuyard.scheduling.policy import Context, SchedJob, place_job
 
@@ -49,3 +51,8 @@ class FifoPolicy:
 
     def next_decision_at(self, now: float) -> float | None:
         return None
+
+    def explain(self, job: SchedJob, now: float, cluster: ClusterState) -> RankFactors:
+        """Submit time is the whole key (after priority): the head waits for room, the rest
+        wait behind it even when they would fit."""
+        return plain(self.name, job, now, "priority, then submit time; nothing passes the head")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 
+from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.explain import Factor, RankFactors, age, gpu_time, priority, span
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
 
@@ -132,3 +134,21 @@ class LasPolicy(RankedPolicy):
 
     def _queue_for(self, job: SchedJob, now: float) -> int:
         return bisect_right(self._limits, job.attained(now) - self._base[job.id])
+
+    # -- explanations (read-only: `scheduling/explain.py`) -------------------------------------
+    def explain(self, job: SchedJob, now: float, cluster: ClusterState) -> RankFactors:
+        """The attained service and the queue it puts the job in; a job in a later queue is
+        promoted to the first when it has waited twice what it has run."""
+        limits = ", ".join(gpu_time(limit) for limit in self._limits)
+        order = f"least attained service first: by queue (limits {limits}), then submit time"
+        q = self._queue.get(job.id)
+        if q is None:
+            return RankFactors(self.name, order, priority(job))
+        attained = Factor("attained service", gpu_time(job.attained(now)))
+        token = self._token.get(job.id)
+        due = min((at for at, kind, job_id, tok, _ in list(self._timers)
+                   if kind == _PROMOTE and job_id == job.id and tok == token),
+                  default=None)  # fmt: skip
+        then = "" if due is None else f"back to queue 0 in {span(due - now)}"
+        queue = Factor("queue", f"{q + 1} of {len(self._limits) + 1}")
+        return RankFactors(self.name, order, (*priority(job), attained, queue, age(job, now, then)))

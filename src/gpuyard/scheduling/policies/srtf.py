@@ -7,6 +7,8 @@ Worked example: A (8 GPUs, 10 h left = 80 GPU-h) runs on a full cluster; B (1 GP
 
 from __future__ import annotations
 
+from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.explain import Factor, RankFactors, age, gpu_time, priority
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
 
@@ -67,3 +69,12 @@ class SrtfOraclePolicy(RankedPolicy):
 
     def next_decision_at(self, now: float) -> float | None:
         return None
+
+    def explain(self, job: SchedJob, now: float, cluster: ClusterState) -> RankFactors:
+        """The true remaining GPU-time is the key (an oracle's)."""
+        left = Factor("true GPU-time left", gpu_time(remaining_gpu_s(job, now)))
+        return RankFactors(
+            self.name,
+            "least true remaining GPU-time first",
+            (*priority(job), Factor("GPUs", str(job.gpus)), left, age(job, now)),
+        )

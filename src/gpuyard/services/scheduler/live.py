@@ -42,6 +42,7 @@ from gpuyard.domain.retry import hold_reason
 from gpuyard.domain.states import JobState
 from gpuyard.scheduling.cluster import ClusterState, NodeSpec, Placement
 from gpuyard.scheduling.duration_prediction import Prediction
+from gpuyard.scheduling.explain import RankFactors, explain
 from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.gate import GatePipeline
 from gpuyard.scheduling.policy import Policy
@@ -116,6 +117,7 @@ class LiveScheduler:
         self._unrecorded_stops: dict[int, None] = {}  # preempted, not yet recorded (ordered)
         self._wake_at: float | None = -math.inf  # the first pass runs whatever happened
         self._view = PassView()
+        self._ranks: tuple[PassView | None, Mapping[int, tuple[int, int]]] = (None, {})
         self._shares = self._shares_applied = Shares()
         # The gate's stages after the holds (`scheduling/gate.py`, pure: the simulator drives
         # it too): back-off, dependencies and array caps, quotas. A job they hold is parked out
@@ -272,14 +274,14 @@ class LiveScheduler:
         """Leave the pass's outcome for lock-free readers. The head is looked up once per pass:
         a reader's answer must not cost a walk over a deep queue."""
         view = self._view
-        head, memory = view.head, view.head_memory
+        head, memory, pending = view.head, view.head_memory, view.pending
         if refresh_head or head not in self._feed.jobs:
             pending = self.policy.pending(now)
             head = pending[0].id if pending else None
             memory = head_short(self.cluster, None if head is None else self._feed.jobs.get(head))
         self._view = PassView(
             generation, head, memory, frozenset(self._assigned), waiting_busy,
-            self.binding.shared_free(self.cluster),
+            self.binding.shared_free(self.cluster), pending,
         )  # fmt: skip
 
     def reason_for(self, job_id: int) -> str:
@@ -300,6 +302,31 @@ class LiveScheduler:
         if view.head == job_id and view.head_memory is not None:
             return f"{REASON_RESOURCES}: {view.head_memory.text()}"
         return REASON_RESOURCES
+
+    def ranks(self) -> Mapping[int, tuple[int, int]]:
+        """Pending job -> (its place in the policy's order, how many it orders), as of the last
+        pass (`queue`'s rank beside its reason). Lock-free: built from the pass's snapshot once
+        per pass, on the first ask (two readers racing build the same map twice)."""
+        view = self._view
+        cached = self._ranks
+        if cached[0] is not view:
+            among = len(view.pending)
+            cached = self._ranks = (view, {j.id: (i, among) for i, j in
+                                           enumerate(view.pending, 1)})  # fmt: skip
+        return cached[1]
+
+    def explain(self, job_id: int) -> RankFactors | None:
+        """Why a pending job ranks where it does (`scheduling/explain.py`, the words `simulate
+        --explain` uses): its rank as of the last pass, the factors of the policy's key now.
+        None: not in the policy's queue (held by the gate, or chosen and waiting for its
+        GPUs). Under the scheduler's lock (a policy's state is not safe to read during a pass),
+        so callers ask from a thread, not the event loop; it reads, it never changes a
+        decision."""
+        with self._lock:
+            job = self._feed.jobs.get(job_id)
+            if job is None or job.running:
+                return None
+            return explain(self.policy, job, self._clock(), self.cluster, self._view.pending)
 
     def shared_gpus(self) -> dict[int, int]:
         """Physical GPU -> free GPU memory (MiB) the scheduler may still give to shared jobs,

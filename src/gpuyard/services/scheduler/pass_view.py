@@ -8,7 +8,7 @@ for a pass. The GPU-memory shortfall text of the head of the queue is built only
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuyard.domain.units import format_size_mib
@@ -80,6 +80,9 @@ class PassView:
     assigned: frozenset[int] = frozenset()
     waiting_busy: Mapping[int, str] = field(default_factory=dict)
     shared_free: Mapping[int, int] = field(default_factory=dict)
+    # The policy's pending jobs in its order, as the pass that found `head` listed them (the
+    # list it built anyway: keeping it costs nothing); ranks are looked up only when asked.
+    pending: Sequence[SchedJob] = ()
 
 
 def head_short(cluster: ClusterState, job: SchedJob | None) -> MemoryShort | HostShort | None:
