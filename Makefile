@@ -44,7 +44,7 @@ run: $(STAMP_RUN) bytecode
 # TEST_WORKERS=0: one process, in order.
 TEST_WORKERS ?= 2
 test: $(STAMP_TEST) postgres cc chromium slurm bytecode
-	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 # The store contract suite runs over PostgreSQL too, on a throw-away server the tests start
 # themselves (tests/postgres_server.py): Debian's server binaries, installed here when missing

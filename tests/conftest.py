@@ -26,23 +26,35 @@ if TYPE_CHECKING:
 os.environ.setdefault("GPUYARD_SOCKET", "off")
 
 
-# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): most tests wait
-# on real processes, so two at a time fill a 2-core machine's idle time. What must not run
-# beside its own kind runs on one worker, in turn: the Ray clusters (each several processes and
-# GBs; some tests look for Ray's orphans machine-wide) and the throw-away Slurm (one per worker
-# otherwise: its session fixture).
+# `make test` runs the suite on two pytest-xdist workers: most tests wait on real processes, so
+# two at a time fill a 2-core machine's idle time. What must not run beside its own kind runs
+# on one worker, in turn: the Ray clusters (each several processes and GBs; some tests look
+# for Ray's orphans and raylets machine-wide) and the throw-away Slurm (its session fixture).
+# xdist's own `--dist loadgroup` groups nothing under pytest 9.2 (it renames `item._nodeid`,
+# which pytest no longer reads), so the grouping is this scheduler's: every other test is a
+# scope of its own, load-balanced.
 _ONE_AT_A_TIME = {
     "ray": re.compile(r"tests/raycluster/|\[ray\]|\[ray-|-ray\]|-ray-"),  # [ray]: the backend
     "slurm": re.compile(r"tests/slurm_side/"),
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        for group, pattern in _ONE_AT_A_TIME.items():
-            if pattern.search(item.nodeid):
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
+def one_at_a_time_group(nodeid: str) -> str | None:
+    """The group a test runs in, one at a time on one worker; None: any worker, any time."""
+    for group, pattern in _ONE_AT_A_TIME.items():
+        if pattern.search(nodeid):
+            return group
+    return None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneAtATime(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return one_at_a_time_group(nodeid) or nodeid
+
+    return OneAtATime(config, log)
 
 
 def _missing(why: str) -> NoReturn:
