@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, select
 
 import gpuyard.adapters.store.sql as sql_module
 from gpuyard.adapters.store import tables
@@ -179,6 +179,20 @@ def test_sqlite_is_in_wal_mode_with_full_sync(store: SqlJobStore, db_path: Path)
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
         assert (conn.exec_driver_sql("PRAGMA busy_timeout").scalar() or 0) >= 1000
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_a_read_under_way_never_holds_back_a_durable_write(store: SqlJobStore) -> None:
+    # A history page read while submits land: the read's transaction reads its snapshot (WAL)
+    # and takes no write lock, so the group commit's write is acknowledged at once. Begun
+    # IMMEDIATE as writes are, the read held the write lock until it ended, and every submit
+    # waited behind it (busy_timeout, then "database is locked").
+    store.write([pending_job(1)], [])
+    with store._reader.connect() as reading:
+        before = reading.execute(select(tables.jobs.c.id)).scalars().all()
+        store.write([pending_job(2)], [])  # acknowledged while the read is still open
+        still = reading.execute(select(tables.jobs.c.id)).scalars().all()
+    assert before == still == [1]  # one snapshot for the whole read
+    assert [job.id for job in store.load_jobs()] == [1, 2]
 
 
 def test_acknowledged_writes_are_visible_to_another_reader(

@@ -21,9 +21,10 @@ class SqlAccounts:
     """Implements AccountStore over `self._engine` (set by the store that inherits it)."""
 
     _engine: Engine
+    _reader: Engine  # the same engine, its transactions read-only (sql.py `_make_engine`)
 
     def load_teams(self) -> list[Team]:
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             rows = conn.execute(select(teams))
             return sorted((Team(r.name, r.created_at) for r in rows), key=_by_name)
 
@@ -35,7 +36,7 @@ class SqlAccounts:
             raise Conflict(f"team {team.name} already exists") from None
 
     def load_accounts(self) -> list[Account]:
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             rows = conn.execute(select(users))
             return sorted((_account(r) for r in rows), key=_by_name)
 
@@ -57,7 +58,7 @@ class SqlAccounts:
                 raise NotFound(f"user {account.name} not found")
 
     def load_tokens(self) -> list[ApiToken]:
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             rows = conn.execute(select(api_tokens).order_by(api_tokens.c.id))
             return [_token(r) for r in rows]
 

@@ -16,6 +16,7 @@ class SqlEvents:
     """Implements EventStore over `self._engine` (set by the store that inherits it)."""
 
     _engine: Engine
+    _reader: Engine  # the same engine, its transactions read-only (sql.py `_make_engine`)
 
     def save_events(self, events: Sequence[Event]) -> None:
         if not events:
@@ -26,7 +27,7 @@ class SqlEvents:
 
     def load_events(self, limit: int) -> list[Event]:
         query = select(table).order_by(table.c.id.desc()).limit(max(0, limit))
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             rows = list(conn.execute(query))
         return [
             Event(r.id, r.at, r.kind, r.message, r.job_id, r.owner, r.name, r.gpu)

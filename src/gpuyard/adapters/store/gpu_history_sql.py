@@ -17,6 +17,7 @@ class SqlGpuHistory:
     """Implements GpuHistoryStore over `self._engine` (set by the store that inherits it)."""
 
     _engine: Engine
+    _reader: Engine  # the same engine, its transactions read-only (sql.py `_make_engine`)
 
     def save_gpu_buckets(self, buckets: Sequence[GpuBucket]) -> None:
         if not buckets:
@@ -39,7 +40,7 @@ class SqlGpuHistory:
             .where(c.gpu_uuid == gpu_uuid, c.at >= since, c.at < until)
             .order_by(c.at, c.resolution_s)
         )
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             return [_bucket(r) for r in conn.execute(query)]
 
     def prune_gpu_buckets(self, before: float) -> int:

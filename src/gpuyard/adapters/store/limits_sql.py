@@ -16,9 +16,10 @@ class SqlLimits:
     """Implements LimitStore over `self._engine` (set by the store that inherits it)."""
 
     _engine: Engine
+    _reader: Engine  # the same engine, its transactions read-only (sql.py `_make_engine`)
 
     def load_limits(self) -> list[AccountLimits]:
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             rows = conn.execute(select(limits))
             # By (kind, name) in code point order, whatever the database's collation.
             return sorted((_entry(r) for r in rows), key=lambda e: (e.kind, e.name))

@@ -19,9 +19,10 @@ class SqlNotify:
     """Implements NotifyStore over `self._engine` (set by the store that inherits it)."""
 
     _engine: Engine
+    _reader: Engine  # the same engine, its transactions read-only (sql.py `_make_engine`)
 
     def load_notify_settings(self) -> list[NotifySettings]:
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             rows = conn.execute(select(notify_settings))
             return sorted((_settings(r) for r in rows), key=lambda e: (e.kind, e.name))
 
@@ -60,7 +61,7 @@ class SqlNotify:
         if owner is not None:
             query = query.where(deliveries.c.owner == owner)
         query = query.order_by(deliveries.c.created_at.desc(), deliveries.c.id.desc())
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             return [_delivery(r) for r in conn.execute(query.limit(max(0, limit)))]
 
     def load_pending_deliveries(self) -> list[Delivery]:
@@ -69,7 +70,7 @@ class SqlNotify:
             .where(deliveries.c.state == "pending")
             .order_by(deliveries.c.created_at, deliveries.c.id)
         )
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             return [_delivery(r) for r in conn.execute(query)]
 
     def prune_deliveries(self, before: float, keep_per_owner: int) -> int:

@@ -20,6 +20,7 @@ _CHUNK = 500  # rows per INSERT (SQLite's bound parameters)
 
 class SqlProgress:
     _engine: Engine
+    _reader: Engine  # the same engine, its transactions read-only (sql.py `_make_engine`)
 
     def save_progress(
         self, points: Sequence[tuple[int, ProgressPoint]], replace: Collection[int] = ()
@@ -53,7 +54,7 @@ class SqlProgress:
         query = (
             select(job_progress).where(job_progress.c.job_id == job_id).order_by(job_progress.c.at)
         )
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             rows = list(conn.execute(query))
         return [ProgressPoint(r.at, r.step, r.total, _metrics(r.metrics)) for r in rows]
 

@@ -16,6 +16,7 @@ from gpuyard.domain.sweep import SweepRecord
 
 class SqlSweeps:
     _engine: Engine
+    _reader: Engine  # the same engine, its transactions read-only (sql.py `_make_engine`)
 
     def save_sweep(self, record: SweepRecord) -> None:
         sweep = record.sweep
@@ -37,7 +38,7 @@ class SqlSweeps:
             raise Conflict(f"sweep {record.id} already exists") from None
 
     def load_sweeps(self) -> list[SweepRecord]:
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             rows = list(conn.execute(select(sweeps).order_by(sweeps.c.id)))
         return [
             SweepRecord(

@@ -15,6 +15,7 @@ from gpuyard.domain.job import Job
 
 class SqlUsage:
     _engine: Engine
+    _reader: Engine  # the same engine, its transactions read-only (sql.py `_make_engine`)
 
     def usage_jobs(
         self, since: float, owner: str | None = None
@@ -28,7 +29,7 @@ class SqlUsage:
         )
         if owner is not None:
             query = query.where(jobs.c.owner == owner)
-        with self._engine.connect() as conn:
+        with self._reader.connect() as conn:
             result = conn.execute(query)
             keys = list(result.keys())
             rows = list(result)
