@@ -29,7 +29,8 @@ os.environ.setdefault("GPUYARD_SOCKET", "off")
 # `TEST_WORKERS=2 make test` runs the suite on two pytest-xdist workers: most tests wait on
 # real processes, so two at a time fill a 2-core machine's idle time. What must not run beside
 # its own kind runs on one worker, in turn: the Ray clusters (each several processes and GBs;
-# some tests look for Ray's orphans and raylets machine-wide) and the throw-away Slurm (its session fixture).
+# some tests look for Ray's orphans and raylets machine-wide) and the throw-away Slurm (its
+# session fixture).
 # xdist's own `--dist loadgroup` groups nothing under pytest 9.2 (it renames `item._nodeid`,
 # which pytest no longer reads), so the grouping is this scheduler's: every other test is a
 # scope of its own, load-balanced.
