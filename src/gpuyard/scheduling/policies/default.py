@@ -345,9 +345,14 @@ class DefaultPolicy(RankedPolicy):
         self._pending_added(job)
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
         if not starved:
-            ran_s = job.attained(now) / max(job.gpus, 1)
-            wait = max(self._starve_min_s, self._starve_factor * ran_s)
+            wait = self._starve_after_s(job, now)
             heapq.heappush(self._timers, (now + wait, job.id, token, job))
+
+    def _starve_after_s(self, job: SchedJob, now: float) -> float:
+        """How long a job waits before it is starved: `starve_factor` times what it has run
+        per GPU, at least `starve_min_s`."""
+        ran_s = job.attained(now) / max(job.gpus, 1)
+        return max(self._starve_min_s, self._starve_factor * ran_s)
 
     # -- ranking ----------------------------------------------------------------------------
     def _pending_order(self, now: float) -> list[SchedJob]:
@@ -453,7 +458,7 @@ class DefaultPolicy(RankedPolicy):
                    if job_id == job.id and tok == token), default=None)  # fmt: skip
         if due is None:
             return "goes first once starved"
-        rule = max(self._starve_min_s, self._starve_factor * job.attained_gpu_s / max(job.gpus, 1))
+        rule = self._starve_after_s(job, now)
         if due <= now:
             return "starved: goes first at the next pass"
         return f"goes first in {span(due - now)} (after {span(rule)} of waiting)"
