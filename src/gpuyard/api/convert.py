@@ -127,22 +127,12 @@ def spec_to_wire_fields(spec: JobSpec) -> dict[str, Any]:
     return out
 
 
-def job_to_wire(
-    job: Job,
-    reason: str,
-    log_path: str,
-    estimated_start: float | None = None,
-    gpu_stats: JobGpuStats | None = None,
-    idle_since: float | None = None,
-    estimate_assumes: Literal["preemption"] | None = None,
-    service_health: HealthState | None = None,
-    rank: tuple[int, int] | None = None,
-) -> JobOut:
-    """`rank`: a pending job's (place, among) in the policy's order (`LiveScheduler.ranks`)."""
+def job_to_wire(job: Job, reason: str, log_path: str, **details: Any) -> JobOut:
+    """`job`'s JobOut; `details`: the rest of `job_fields`' arguments (estimated start, GPU
+    stats, rank...)."""
     return JobOut.model_construct(  # our own values: no need to validate them again
-        **job_fields(job, reason, log_path, estimated_start, gpu_stats, idle_since,
-                     estimate_assumes, service_health, rank)
-    )  # fmt: skip
+        **job_fields(job, reason, log_path, **details)
+    )
 
 
 def job_fields(
@@ -158,9 +148,9 @@ def job_fields(
     *,
     plain: bool = False,
 ) -> dict[str, Any]:
-    """JobOut's fields of `job` (`rank`: see `job_to_wire`); `plain`: its nested records as
-    dicts too (a job list encoded without building models: `api/wire_json.py`), else as their
-    models."""
+    """JobOut's fields of `job`. `rank`: a pending job's (place, among) in the policy's order
+    (`LiveScheduler.ranks`); `plain`: its nested records as dicts too (a job list encoded
+    without building models: `api/wire_json.py`), else as their models."""
     end = job.ended_at if job.ended_at is not None else time.time()
     running_s = end - job.started_at if job.started_at is not None else 0.0
     return dict(
