@@ -12,6 +12,7 @@ import stat
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuyard.adapters.store.sql import SqlJobStore
 from gpuyard.bootstrap.core import METRICS_TOKEN_FILE
@@ -23,6 +24,11 @@ from gpuyard.locations import is_loopback
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.services.store_hold import Fenced, HoldOutcome
 from gpuyard.settings import Settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from gpuyard.services.server import ServerFacade
 
 # How long a standby that took the database waits for the old server to let go of the port
 # and the socket (it exits within a few seconds of losing its session), and how often it asks.
@@ -69,15 +75,9 @@ def serve(settings: Settings) -> None:
     socks = [sock] if local is None else [sock, local]
     inode = os.lstat(path).st_ino if local is not None and path is not None else None
     handover = _Handover()
-    # The build makes long-lived objects only (the book's jobs, the policy's replayed
-    # history): the cyclic collector, run every 700 allocations, would scan them again and
-    # again for nothing (a third of the rebuild's time with 10,000 pending and 20,000 jobs of
-    # history: bench/history.py --pending 10000). Frozen below, then collected as usual.
-    gc.disable()
     try:
-        server, app = build_app(settings, job_umask, store, handover.put)
+        server, app = _build(settings, job_umask, store, handover)
     except BaseException:
-        gc.enable()
         for each in socks:
             each.close()
         if inode is not None and path is not None:
@@ -98,12 +98,6 @@ def serve(settings: Settings) -> None:
         *_remote_warning(settings),
     ):
         print(line, flush=True)
-    # What the start made (modules, the book's jobs, the policy's replayed history) lives as
-    # long as the server: moved out of the cyclic collector's reach, so that a full collection
-    # no longer scans it all inside a pass or a submit (bench/dependency_chain.py: the chain's
-    # worst link 84-102 ms with it scanned, 14-24 ms frozen). Refcounting still frees it.
-    gc.freeze()
-    gc.enable()
     try:
         while True:
             serve_http(
@@ -122,18 +116,35 @@ def serve(settings: Settings) -> None:
             if isinstance(outcome, Fenced):
                 raise Unavailable(outcome.message)
             assert isinstance(outcome.store, SqlJobStore)
-            gc.disable()  # as for the first build
-            server, app = build_app(settings, job_umask, outcome.store, handover.put)
+            server, app = _build(settings, job_umask, outcome.store, handover)
             print(
                 f"gpuyard server took its database back after {outcome.lost_for_s:.1f} s"
                 f" and reloaded it: serving again on {settings.url}",
                 flush=True,
             )
-            gc.freeze()
-            gc.enable()
     finally:
         if inode is not None and path is not None:
             _unlink_own_socket(path, inode)
+
+
+def _build(
+    settings: Settings, job_umask: int, store: SqlJobStore | None, handover: _Handover
+) -> tuple[ServerFacade, FastAPI]:
+    """The server and its app (at the start, and again on a database taken back). The build
+    makes long-lived objects only (the book's jobs, the policy's replayed history): the cyclic
+    collector, run every 700 allocations, would scan them again and again for nothing (a third
+    of the rebuild's time with 10,000 pending and 20,000 jobs of history: bench/history.py
+    --pending 10000), so it is off meanwhile. Then what the build made (modules, jobs,
+    history) is moved out of its reach, so that a full collection no longer scans it all
+    inside a pass or a submit (bench/dependency_chain.py: the chain's worst link 84-102 ms
+    with it scanned, 14-24 ms frozen); refcounting still frees it."""
+    gc.disable()
+    try:
+        built = build_app(settings, job_umask, store, handover.put)
+        gc.freeze()
+        return built
+    finally:
+        gc.enable()
 
 
 class _Handover:
@@ -182,10 +193,7 @@ def bind_unix(path: str, *, explicit: bool) -> socket.socket | None:
     if os.path.lexists(path):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise Unavailable(f"{path} exists and is not a socket: remove it, or pick --socket")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(path)
-        except (ConnectionRefusedError, FileNotFoundError):
+        if not _listened_on(path):
             os.unlink(path)  # stale: its server is gone
         else:
             if explicit:
@@ -196,8 +204,6 @@ def bind_unix(path: str, *, explicit: bool) -> socket.socket | None:
                 "another server listens on %s: local users reach that one", path
             )
             return None
-        finally:
-            probe.close()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(path)
@@ -274,11 +280,12 @@ def _bind_local(settings: Settings, path: str) -> socket.socket | None:
 
 
 def _listened_on(path: str) -> bool:
-    """Whether a server answers on the Unix socket at `path`."""
+    """Whether a server answers on the Unix socket at `path` (refused or gone: no; any other
+    error is raised, not taken for either)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(path)
-    except OSError:
+    except (ConnectionRefusedError, FileNotFoundError):
         return False
     finally:
         probe.close()
