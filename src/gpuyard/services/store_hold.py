@@ -22,7 +22,6 @@ Without a `retake` (a server not run by `gpuyard server`, e.g. a test's app) it 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,7 +73,6 @@ class StoreHold:
         self._retake = retake
         self._handover = handover
         self._clock = clock
-        self._lock = threading.Lock()
         self._problem: str | None = None
         self._lost_at = 0.0
         self._next_try = 0.0
@@ -100,42 +98,42 @@ class StoreHold:
         return CHECK_S if self._problem is None else min(self._pause_s, CHECK_S)
 
     def tick(self) -> None:
-        """One look: is the hold still there; if not, is it time to try to take it back."""
-        with self._lock:
-            if self._outcome is not None:
+        """One look: is the hold still there; if not, is it time to try to take it back. Called
+        by its one thread (the ticker's; a test's): its state has no other writer."""
+        if self._outcome is not None:
+            return
+        now = self._clock()
+        if self._problem is None:
+            problem = self._check()
+            if problem is None:
                 return
-            now = self._clock()
-            if self._problem is None:
-                problem = self._check()
-                if problem is None:
-                    return
-                self._problem = problem
-                self._lost_at = self._said_at = now
-                self._next_try = now
-                log.error("%s", problem)
-            if self._retake is None or now < self._next_try:
-                return
-            try:
-                store = self._retake()
-            except Unavailable as exc:
-                self._hand(Fenced(f"{exc.message}; this server stops: that server drives the jobs"))
-                return
-            if store is None:
-                self._next_try = now + self._pause_s
-                self._pause_s = min(self._pause_s * 2, RETAKE_BACKOFF_CAP_S)
-                if now - self._said_at >= SAY_EVERY_S:
-                    log.warning(
-                        "still cannot reach the database after %.0f s; trying again every %g s",
-                        now - self._lost_at, RETAKE_BACKOFF_CAP_S,
-                    )  # fmt: skip
-                    self._said_at = now
-                return
-            lost_for_s = now - self._lost_at
-            log.warning(
-                "took the database back after %.1f s without it; reloading from it as a restart"
-                " does", lost_for_s,
-            )  # fmt: skip
-            self._hand(Retaken(store, lost_for_s))
+            self._problem = problem
+            self._lost_at = self._said_at = now
+            self._next_try = now
+            log.error("%s", problem)
+        if self._retake is None or now < self._next_try:
+            return
+        try:
+            store = self._retake()
+        except Unavailable as exc:
+            self._hand(Fenced(f"{exc.message}; this server stops: that server drives the jobs"))
+            return
+        if store is None:
+            self._next_try = now + self._pause_s
+            self._pause_s = min(self._pause_s * 2, RETAKE_BACKOFF_CAP_S)
+            if now - self._said_at >= SAY_EVERY_S:
+                log.warning(
+                    "still cannot reach the database after %.0f s; trying again every %g s",
+                    now - self._lost_at, RETAKE_BACKOFF_CAP_S,
+                )  # fmt: skip
+                self._said_at = now
+            return
+        lost_for_s = now - self._lost_at
+        log.warning(
+            "took the database back after %.1f s without it; reloading from it as a restart"
+            " does", lost_for_s,
+        )  # fmt: skip
+        self._hand(Retaken(store, lost_for_s))
 
     def _hand(self, outcome: HoldOutcome) -> None:
         self._outcome = outcome
