@@ -4,7 +4,10 @@ retried until it lands, whatever kind of change it was (injected write failures)
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -202,3 +205,59 @@ def test_an_admin_cancelling_another_users_job_is_on_the_record(
         rig.verbs.cancel(again.id, Principal("root", role="admin"))
     audited = [r.getMessage() for r in caplog.records if r.name == "gpuyard.audit"]
     assert audited == [f"admin root cancelled job {again.id} of bob"]
+
+
+@pytest.mark.parametrize("per_request", [1, 2], ids=["cancel ID", "cancel ID ID"])
+def test_cancels_arriving_together_share_one_durable_write(rig: LiveRig, per_request: int) -> None:
+    """A cancel used to hold the journal across its own write, so N cancels took N write rounds
+    one after another (the convoy behind `bench/mixed_load.py`'s cancel p50 of 1.1 s)."""
+    rig.submit(100, gpus=1)  # holds the GPU: the others pend
+    waiting = [rig.submit(100, gpus=1) for _ in range(16)]
+    requests = [waiting[i : i + per_request] for i in range(0, len(waiting), per_request)]
+
+    def cancel(jobs: list[Job]) -> list[JobState]:
+        if per_request == 1:
+            return [rig.verbs.cancel(jobs[0].id, rig.actor).state]
+        done = rig.verbs.cancel_many([job.id for job in jobs], rig.actor)
+        return [rig.job(i).state for i in done.cancelled]
+
+    rig.settle()
+    real, writes = rig.store.write, []
+    first_write_may_go = threading.Event()
+
+    def write(inserts: Sequence[Job], updates: Sequence[Job]) -> None:
+        if not writes:  # the first cancel's write: let the other 15 queue behind it
+            assert first_write_may_go.wait(30)
+        writes.append([job.id for job in updates])
+        real(inserts, updates)
+
+    rig.store.write = write  # type: ignore[method-assign]
+    with ThreadPoolExecutor(len(requests)) as pool:
+        answers = [pool.submit(cancel, jobs) for jobs in requests]
+        deadline = time.monotonic() + 30
+        while rig.journal.queued_count() < len(requests) - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first_write_may_go.set()
+        states = [state for answer in answers for state in answer.result(30)]
+    assert states == [JobState.CANCELLED] * len(waiting)
+    assert len(writes) == 2  # the first request's, then all the others'
+    assert sorted(i for ids in writes for i in ids) == [job.id for job in waiting]
+    for job in waiting:  # durable and in the book
+        assert rig.store.get_job(job.id).state is JobState.CANCELLED  # type: ignore[union-attr]
+        assert rig.state(job.id) is JobState.CANCELLED
+    rig.advance(100)  # the running job ends: the scheduler heard every cancel, none starts
+    assert all(job.id not in rig.processes.runs for job in waiting)
+
+
+def test_a_change_that_raises_fails_only_its_own_caller(rig: LiveRig) -> None:
+    job = rig.submit(100, gpus=1)
+    other = rig.submit(100, gpus=1)
+    rig.settle()
+
+    def broken(current: Job) -> Job | None:
+        raise ValueError("bad update")
+
+    with pytest.raises(ValueError, match="bad update"):
+        rig.journal.change(job.id, broken, rig.now)
+    rig.verbs.cancel(other.id, rig.actor)
+    assert rig.state(other.id) is JobState.CANCELLED and rig.state(job.id) is JobState.RUNNING

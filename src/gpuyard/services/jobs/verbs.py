@@ -32,6 +32,7 @@ from gpuyard.domain.states import JobState
 from gpuyard.services.access.rules import owns, sees_everyone
 from gpuyard.services.jobs.admission import Admission
 from gpuyard.services.jobs.desk import JobDesk
+from gpuyard.services.jobs.journal import ROUND_JOBS, Update
 from gpuyard.services.jobs.reads import JobReads
 from gpuyard.services.jobs.submit import JobSubmits
 
@@ -40,8 +41,6 @@ audit = logging.getLogger("gpuyard.audit")
 
 REASON_REQUEUED = "Requeued by user"
 _MAX_GPUS, _MAX_PRIORITY = 1024, 1_000_000
-# An array's cancel: tasks cancelled per durable write (and per hold of the journal's lock).
-_CANCEL_CHUNK = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +83,7 @@ class JobVerbs:
                 f"job {job_id} already ended ({job.state.value}); there is nothing to cancel"
             )
         now = desk.clock()
-
-        def cancel_pending(current: Job) -> Job | None:
-            if current.state is not JobState.PENDING:
-                return None
-            return current.transition(JobState.CANCELLED, ended_at=now, reason="Cancelled by user")
-
-        current = desk.journal.change(job_id, cancel_pending, now) or job
+        current = desk.journal.change(job_id, _cancel_pending(now), now) or job
         if current.state is JobState.RUNNING:
             asked = desk.stops.request(job_id, JobState.CANCELLED, stop_signal=stop_signal)
             current = asked or current
@@ -153,22 +146,15 @@ class JobVerbs:
 
     def _cancel_all(self, job_ids: list[int], now: float, stop_signal: int | None) -> list[int]:
         """Cancel the pending jobs among `job_ids` and ask the running ones to stop; the ids
-        asked to stop. A write per chunk, the journal's lock released between them: a pass
-        (which takes it) never waits for all of a 10,000-task array. A job started meanwhile
-        is RUNNING by the time the stops look at it."""
+        asked to stop. A round of the journal's per chunk, its lock released between them: a
+        pass (which takes it) never waits for all of a 10,000-task array; cancels of other
+        requests share the rounds' writes. A job started meanwhile is RUNNING by the time the
+        stops look at it."""
         desk = self._desk
-        for at in range(0, len(job_ids), _CANCEL_CHUNK):
-            with desk.journal.transaction() as tx:
-                cancelled = []
-                for job_id in job_ids[at : at + _CANCEL_CHUNK]:
-                    current = tx.current(job_id)
-                    if current is not None and current.state is JobState.PENDING:
-                        cancelled.append(
-                            current.transition(
-                                JobState.CANCELLED, ended_at=now, reason="Cancelled by user"
-                            )
-                        )
-                tx.commit(cancelled, now)
+        cancel_pending = _cancel_pending(now)
+        for at in range(0, len(job_ids), ROUND_JOBS):
+            chunk = job_ids[at : at + ROUND_JOBS]
+            desk.journal.change_many(dict.fromkeys(chunk, cancel_pending), now)
         stopping = []
         for job_id in job_ids:
             current = desk.book.get(job_id)
@@ -320,3 +306,15 @@ def _checked_changes(
             f"--priority must be -{_MAX_PRIORITY} to {_MAX_PRIORITY}", field="priority"
         )
     return changes
+
+
+def _cancel_pending(now: float) -> Update:
+    """A cancel's change: a pending job ends CANCELLED now; any other is left as it is (a
+    running one is asked to stop instead)."""
+
+    def cancel(current: Job) -> Job | None:
+        if current.state is not JobState.PENDING:
+            return None
+        return current.transition(JobState.CANCELLED, ended_at=now, reason="Cancelled by user")
+
+    return cancel
