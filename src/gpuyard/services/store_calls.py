@@ -113,8 +113,9 @@ class StoreCalls:
         """`write` awaited up to `times` the deadline (a large write may take longer than a
         stalled database may hold a request); `what`: what the refusal means for the caller
         (the write itself must be shielded by its owner: it is cancelled here)."""
-        try:
-            return await asyncio.wait_for(write, self.deadline_s * times)
+        try:  # a timeout scope, not `wait_for`: no task of its own, two loop turns fewer
+            async with asyncio.timeout(self.deadline_s * times):
+                return await write
         except TimeoutError:
             raise DatabaseStalled(stalled_message(what), retry_after_s=RETRY_AFTER_S) from None
 

@@ -32,6 +32,11 @@ class InsertBatcher:
         self._batches: dict[asyncio.AbstractEventLoop, _Batch] = {}
 
     async def insert(self, job: Job) -> None:
+        await self.insert_future(job)
+
+    def insert_future(self, job: Job) -> asyncio.Future[None]:
+        """`insert` as a future of the running loop, done once `job` is durable (its own per
+        submit: a cancelled request cannot cancel its neighbours' write)."""
         loop = asyncio.get_running_loop()
         batch = self._batches.get(loop)
         if batch is None:
@@ -40,8 +45,7 @@ class InsertBatcher:
         waiter: asyncio.Future[None] = loop.create_future()
         batch.jobs.append(job)
         batch.waiters.append(waiter)
-        # Its own future per submit: a cancelled request cannot cancel its neighbours' write.
-        await waiter
+        return waiter
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self._batches.pop(loop)

@@ -194,17 +194,21 @@ class JobSubmits:
         for probe in self._admission.admit(sub, defer_dirs=True):
             await asyncio.to_thread(self._admission.check_launch, probe)
         jobs = self._new_jobs(sub, key=key)
-        # Shielded: a request cancelled (its client gone) while the write is under way still
-        # queues the jobs once they are on disk; else they would sit in the database
-        # unscheduled until the next restart loaded them.
-        return await asyncio.shield(self._write_and_queue(jobs, sub.indices is None))
-
-    async def _write_and_queue(self, jobs: list[Job], one: bool) -> list[Job]:
-        if one:  # single jobs share a group commit per loop turn
-            await self._inserts.insert(jobs[0])
+        if sub.indices is None:  # single jobs share a group commit per loop turn
+            written = self._inserts.insert_future(jobs[0])
         else:
-            await asyncio.wrap_future(self._desk.store.write_future(jobs, []))
-        return self._queue(jobs)
+            written = asyncio.wrap_future(self._desk.store.write_future(jobs, []))
+        # Queued by the write's own callback, before this request resumes, and even if it
+        # was cancelled (its client gone) while the write was under way: else the jobs would
+        # sit in the database unscheduled until the next restart loaded them. The shield is
+        # over the future (no task of its own, as a coroutine's shield would take).
+        written.add_done_callback(lambda done: self._queue_written(done, jobs))
+        await asyncio.shield(written)
+        return jobs
+
+    def _queue_written(self, written: asyncio.Future[None], jobs: list[Job]) -> None:
+        if not written.cancelled() and written.exception() is None:
+            self._queue(jobs)
 
     async def _submit_once(self, sub: Submission, key: str) -> tuple[Job, bool]:
         sub = self._with_default_mem(sub)  # a retry's spec compared as the first was kept
