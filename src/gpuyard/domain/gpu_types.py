@@ -81,9 +81,11 @@ def check_gpu_type(gpu_type: str, gpus_wanted: int, nodes: int, gpus: Sequence[G
     """Refuse (InvalidRequest, field gpu_type) a type no GPU of the server has, or one whose
     machines have too few GPUs of it for the job (`gpus_wanted` over `nodes` machines)."""
     per_node = -(-gpus_wanted // max(1, nodes))
-    if not normalize_type(gpu_type):
+    if not gpu_type or not normalize_type(gpu_type):
+        if per_node <= 1 or len({(g.vendor, g.name) for g in gpus}) <= 1:
+            return  # one type (or one GPU asked): nothing to refuse, no pools to build per submit
         largest = max((len(pool) for pool in pools(gpus).values()), default=0)
-        if gpus and per_node > largest and len({(g.vendor, g.name) for g in gpus}) > 1:
+        if per_node > largest:
             raise InvalidRequest(
                 f"the job asks for {per_node} GPUs on one machine, but a machine here has at "
                 f"most {largest} of one type ({describe_types(gpus)}); a job's GPUs are all of "
