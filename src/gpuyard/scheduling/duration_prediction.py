@@ -153,7 +153,13 @@ class DurationPredictor:
 
     # -- the prediction -----------------------------------------------------------------------
     def predict(
-        self, user: str, gpus: int, limit_s: float | None, now: float, job_id: int | None = None
+        self,
+        user: str,
+        gpus: int,
+        limit_s: float | None,
+        now: float,
+        job_id: int | None = None,
+        censored: bool = True,
     ) -> Prediction | None:
         """The expected whole run time of a job of `user` with `gpus` and `limit_s` (None: no
         history and no limit). `job_id`: the job itself, left out of its running siblings."""
@@ -172,7 +178,7 @@ class DurationPredictor:
             ordered, 0.75
         )
         running_s = None
-        siblings = list(self._running.get((user, gpus), {}).items())  # one atomic copy
+        siblings = list(self._running.get((user, gpus), {}).items()) if censored else []
         longest = max((now - t + self._ran_s.get(i, 0.0) for i, t in siblings if i != job_id),
                       default=0.0)  # fmt: skip
         if longest > expected:  # a sibling still running longer: the history is optimistic

@@ -80,17 +80,20 @@ Parameters, and why:
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Sequence
 
 from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.duration_prediction import DurationPredictor
 from gpuyard.scheduling.explain import Factor, RankFactors, age, gpu_time, priority, span
 from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
 
 _FALLBACK_S = 3600.0  # before anything finished: an hour, a neutral guess
+_MAX_HALVINGS = 40  # a key halved 40 times is ahead of every fresh one: no further timers
 
 
 class _History:
@@ -173,6 +176,16 @@ class DefaultPolicy(RankedPolicy):
         restart_backoff: float = 2.0,
         starve_factor: float = 2.0,
         starve_min_s: float = 3600.0,
+        aging: float | None = None,
+        aging_min_s: float = 60.0,
+        aging_max_s: float = math.inf,
+        pred_censored: bool = True,
+        reserve: bool = False,
+        reservations: int = 1,
+        backfill: str = "none",
+        fs_weight: float = 0.0,
+        fs_half_life_s: float = 7 * 86400.0,
+        fs_cap: float = 30.0,
     ) -> None:
         super().__init__()
         self._history_len = history
@@ -197,6 +210,27 @@ class DefaultPolicy(RankedPolicy):
         self._unfinished: dict[object, dict[int, SchedJob]] = {}
         self._censored_at: tuple[float, dict[object, list[float]]] = (-1.0, {})
         self._shares = Shares()
+        # Jobs that may not be preempted (with `aging`): ranked by GPUs x predicted run
+        self._aging = aging
+        self._aging_min_s = aging_min_s
+        self._aging_max_s = aging_max_s
+        self._pred_censored = pred_censored
+        self._age_level: dict[int, int] = {}
+        self._durations = DurationPredictor()
+        self._pred_end: dict[int, float] = {}  # running: expected end when it started
+        self._reserve_on = reserve
+        self._reservations = reservations
+        self._backfill = backfill
+        self._backfills = backfill != "none"
+        # fair-share factor: decayed GPU-seconds per user, and GPUs held now
+        self._fs_weight = fs_weight
+        self._fs_h = fs_half_life_s
+        self._fs_cap = fs_cap
+        self._use: dict[str, tuple[float, float]] = {}  # user -> (decayed GPU-s, at)
+        self._use_total = (0.0, 0.0)
+        self._held_gpus: dict[str, int] = {}
+        self._held_total = 0
+        self._active: dict[str, int] = {}  # user -> pending + running jobs
 
     def set_shares(self, shares: Shares) -> None:
         """New fair-share weights (jobs queued from now on are ranked by them)."""
@@ -270,6 +304,7 @@ class DefaultPolicy(RankedPolicy):
 
     # -- events -----------------------------------------------------------------------------
     def submit(self, job: SchedJob, now: float) -> None:
+        self._active[job.user] = self._active.get(job.user, 0) + 1
         self._enqueue(job, now)
 
     def submit_to_start(self, job: SchedJob, now: float) -> None:
@@ -277,6 +312,7 @@ class DefaultPolicy(RankedPolicy):
         that began later): its rank would never be read, so it is not estimated (that
         estimate, the censored runs sorted again at each replayed instant, was ~30% of a
         restart's rebuild of 20,000 finished jobs: bench/history.py --pending 10000)."""
+        self._active[job.user] = self._active.get(job.user, 0) + 1
         self._enqueue(job, now, ranked=False)
 
     def started(self, job: SchedJob, now: float) -> None:
@@ -286,6 +322,11 @@ class DefaultPolicy(RankedPolicy):
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
         self._running[job.id] = job
         self._victims_at = None
+        self._age_level.pop(job.id, None)
+        self._durations.started(job.id, job.user, job.gpus, job.time_limit_s, now)
+        if self._reserve_on:
+            self._pred_end[job.id] = now + self._predicted_s(job, now)
+        self._charge(job.user, job.gpus, now)
         if job.gpus > 0:
             for key in ((job.user, job.gpus), job.user):
                 self._unfinished.setdefault(key, {})[job.id] = job
@@ -295,6 +336,9 @@ class DefaultPolicy(RankedPolicy):
 
     def preempted(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
+        self._durations.stopped(job.id, now)
+        self._pred_end.pop(job.id, None)
+        self._charge(job.user, -job.gpus, now)
         self._victims_at = None
         self._enqueue(job, now)
 
@@ -305,6 +349,10 @@ class DefaultPolicy(RankedPolicy):
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)
         self._forget_unfinished(job)
+        self._durations.finished(job.id, now)
+        self._pred_end.pop(job.id, None)
+        self._charge(job.user, -job.gpus, now)
+        self._leave(job.user)
         if job.gpus == 0:
             return  # no GPU service to learn from: it would read as a zero-length run
         ran_s = job.attained(now) / job.gpus
@@ -321,7 +369,10 @@ class DefaultPolicy(RankedPolicy):
         self._starved.discard(job.id)
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)  # voids its starvation timer
+        self._age_level.pop(job.id, None)
         self._forget_unfinished(job)
+        self._durations.forget(job.id)
+        self._leave(job.user)
 
     def _forget_unfinished(self, job: SchedJob) -> None:
         for key in ((job.user, job.gpus), job.user):
@@ -335,8 +386,11 @@ class DefaultPolicy(RankedPolicy):
         starved = job.id in self._starved
         # Starved jobs first come first served; then the others by expected remaining GPU-time;
         # last, first come first served, those that outlived their history.
+        ages = self._ages(job)
         if starved:
             key: tuple[int, float, float] = (0, 0.0, job.submitted_at)
+        elif ages:
+            key = (1, self._aged_work(job, now) / self._weight(job.user), job.submitted_at)
         elif ranked and self._outlived(job, now):
             key = (2, job.submitted_at, 0.0)
         else:
@@ -344,9 +398,85 @@ class DefaultPolicy(RankedPolicy):
         self._pending.add(job, key)
         self._pending_added(job)
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
-        if not starved:
+        if ages:
+            if self._age_level.get(job.id, 0) < _MAX_HALVINGS:
+                wait = min(self._aging_max_s, self._aging * max(self._aging_min_s, self._predicted_s(job, now)))  # type: ignore[operator]
+                heapq.heappush(self._timers, (now + wait, job.id, token, job))
+        elif not starved:
             wait = self._starve_after_s(job, now)
             heapq.heappush(self._timers, (now + wait, job.id, token, job))
+
+    # -- non-preemptible jobs: GPUs x predicted run, relative aging, fair share -------------
+    def _ages(self, job: SchedJob) -> bool:
+        return self._aging is not None and not job.preemptible
+
+    def _predicted_s(self, job: SchedJob, now: float) -> float:
+        """The job's predicted remaining run (its owner's history, at most its limit)."""
+        got = self._durations.predict(job.user, job.gpus, job.time_limit_s, now, job.id,
+                                      censored=self._pred_censored)
+        whole = got.expected_s if got is not None else _FALLBACK_S
+        return max(60.0, whole - job.attained(now) / max(job.gpus, 1))
+
+    def _aged_work(self, job: SchedJob, now: float) -> float:
+        level = self._age_level.get(job.id, 0)
+        work = max(job.gpus, 1) * self._predicted_s(job, now) * self._fs_factor(job.user, now)
+        return math.ldexp(work, -level)
+
+    def _decayed(self, used: tuple[float, float], gpus: int, now: float) -> float:
+        value, at = used
+        if now <= at:
+            return value
+        keep = 0.5 ** ((now - at) / self._fs_h)
+        return value * keep + gpus * self._fs_h / math.log(2) * (1.0 - keep)
+
+    def _charge(self, user: str, gpus: int, now: float) -> None:
+        if not self._fs_weight:
+            return
+        held = self._held_gpus.get(user, 0)
+        self._use[user] = (self._decayed(self._use.get(user, (0.0, now)), held, now), now)
+        self._held_gpus[user] = held + gpus
+        self._use_total = (self._decayed(self._use_total, self._held_total, now), now)
+        self._held_total += gpus
+
+    def _leave(self, user: str) -> None:
+        left = self._active.get(user, 0) - 1
+        if left > 0:
+            self._active[user] = left
+        else:
+            self._active.pop(user, None)
+
+    def _fs_factor(self, user: str, now: float) -> float:
+        """2^(w x U/S): U the user's part of all decayed usage, S = 1 / active users."""
+        if not self._fs_weight:
+            return 1.0
+        total = self._decayed(self._use_total, self._held_total, now)
+        if total <= 0:
+            return 1.0
+        mine = self._decayed(self._use.get(user, (0.0, now)), self._held_gpus.get(user, 0), now)
+        return 2.0 ** min(self._fs_cap, self._fs_weight * mine / total * len(self._active))
+
+    # -- the reservation (RankedPolicy) -------------------------------------------------------
+    def _reserves_for(self, job: SchedJob, now: float) -> bool:
+        return self._reserve_on and not job.preemptible
+
+    def _backfill_end(self, job: SchedJob, now: float) -> float | None:
+        if self._backfill == "limit":
+            return now + job.time_limit_s if job.time_limit_s else None
+        if self._backfill == "predicted":
+            return now + self._predicted_s(job, now)
+        return None
+
+    def _running_jobs(self) -> list[SchedJob]:
+        return list(self._running.values())
+
+    def _expected_end(self, job: SchedJob, now: float) -> float:
+        end = self._pred_end.get(job.id, now)
+        if end > now:
+            return end
+        started = job.run_started_at if job.run_started_at is not None else now
+        if job.time_limit_s:
+            return started + job.time_limit_s
+        return now + (now - started)  # outlived its prediction: as long again
 
     def _starve_after_s(self, job: SchedJob, now: float) -> float:
         """How long a job waits before it is starved: `starve_factor` times what it has run
@@ -360,7 +490,8 @@ class DefaultPolicy(RankedPolicy):
 
     def _victims(self, now: float) -> list[SchedJob]:
         if self._victims_at is None or self._victims_at[0] != now:
-            ranked = sorted(self._running.values(), key=lambda j: -self.remaining_gpu_s(j, now))
+            ranked = sorted((j for j in self._running.values() if j.preemptible),
+                            key=lambda j: -self.remaining_gpu_s(j, now))  # fmt: skip
             self._victims_at = (now, ranked)
         return self._victims_at[1]
 
@@ -391,7 +522,10 @@ class DefaultPolicy(RankedPolicy):
                 continue
             self._pending.remove(job)
             self._pending_removed(job)
-            self._starved.add(job_id)
+            if self._ages(job):
+                self._age_level[job_id] = self._age_level.get(job_id, 0) + 1
+            else:
+                self._starved.add(job_id)
             self._enqueue(job, now)
 
     def next_decision_at(self, now: float) -> float | None:
