@@ -153,13 +153,7 @@ class DurationPredictor:
 
     # -- the prediction -----------------------------------------------------------------------
     def predict(
-        self,
-        user: str,
-        gpus: int,
-        limit_s: float | None,
-        now: float,
-        job_id: int | None = None,
-        censored: bool = True,
+        self, user: str, gpus: int, limit_s: float | None, now: float, job_id: int | None = None
     ) -> Prediction | None:
         """The expected whole run time of a job of `user` with `gpus` and `limit_s` (None: no
         history and no limit). `job_id`: the job itself, left out of its running siblings."""
@@ -178,7 +172,7 @@ class DurationPredictor:
             ordered, 0.75
         )
         running_s = None
-        siblings = list(self._running.get((user, gpus), {}).items()) if censored else []
+        siblings = list(self._running.get((user, gpus), {}).items())  # one atomic copy
         longest = max((now - t + self._ran_s.get(i, 0.0) for i, t in siblings if i != job_id),
                       default=0.0)  # fmt: skip
         if longest > expected:  # a sibling still running longer: the history is optimistic

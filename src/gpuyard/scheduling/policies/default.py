@@ -176,16 +176,8 @@ class DefaultPolicy(RankedPolicy):
         restart_backoff: float = 2.0,
         starve_factor: float = 2.0,
         starve_min_s: float = 3600.0,
-        aging: float | None = None,
-        aging_min_s: float = 60.0,
-        aging_max_s: float = math.inf,
-        pred_censored: bool = True,
-        reserve: bool = False,
-        reservations: int = 1,
-        backfill: str = "none",
-        fs_weight: float = 0.0,
-        fs_half_life_s: float = 7 * 86400.0,
-        fs_cap: float = 30.0,
+        halving_s: float | None = 4 * 3600.0,
+        reservations: int = 3,
     ) -> None:
         super().__init__()
         self._history_len = history
@@ -210,27 +202,13 @@ class DefaultPolicy(RankedPolicy):
         self._unfinished: dict[object, dict[int, SchedJob]] = {}
         self._censored_at: tuple[float, dict[object, list[float]]] = (-1.0, {})
         self._shares = Shares()
-        # Jobs that may not be preempted (with `aging`): ranked by GPUs x predicted run
-        self._aging = aging
-        self._aging_min_s = aging_min_s
-        self._aging_max_s = aging_max_s
-        self._pred_censored = pred_censored
-        self._age_level: dict[int, int] = {}
+        # Jobs that may not be preempted: GPUs x predicted run, halved every `halving_s` waited
+        self._halving_s = halving_s
+        self._halvings: dict[int, int] = {}  # pending: times its key was halved
         self._durations = DurationPredictor()
-        self._pred_end: dict[int, float] = {}  # running: expected end when it started
-        self._reserve_on = reserve
-        self._reservations = reservations
-        self._backfill = backfill
-        self._backfills = backfill != "none"
-        # fair-share factor: decayed GPU-seconds per user, and GPUs held now
-        self._fs_weight = fs_weight
-        self._fs_h = fs_half_life_s
-        self._fs_cap = fs_cap
-        self._use: dict[str, tuple[float, float]] = {}  # user -> (decayed GPU-s, at)
-        self._use_total = (0.0, 0.0)
-        self._held_gpus: dict[str, int] = {}
-        self._held_total = 0
-        self._active: dict[str, int] = {}  # user -> pending + running jobs
+        self._expected_end_at: dict[int, float] = {}  # running: predicted end when it started
+        self._reservations = reservations if halving_s is not None else 0
+        self._backfills = True  # a job that ends by its time limit may use a reserved node
 
     def set_shares(self, shares: Shares) -> None:
         """New fair-share weights (jobs queued from now on are ranked by them)."""
@@ -304,7 +282,6 @@ class DefaultPolicy(RankedPolicy):
 
     # -- events -----------------------------------------------------------------------------
     def submit(self, job: SchedJob, now: float) -> None:
-        self._active[job.user] = self._active.get(job.user, 0) + 1
         self._enqueue(job, now)
 
     def submit_to_start(self, job: SchedJob, now: float) -> None:
@@ -312,7 +289,6 @@ class DefaultPolicy(RankedPolicy):
         that began later): its rank would never be read, so it is not estimated (that
         estimate, the censored runs sorted again at each replayed instant, was ~30% of a
         restart's rebuild of 20,000 finished jobs: bench/history.py --pending 10000)."""
-        self._active[job.user] = self._active.get(job.user, 0) + 1
         self._enqueue(job, now, ranked=False)
 
     def started(self, job: SchedJob, now: float) -> None:
@@ -322,11 +298,10 @@ class DefaultPolicy(RankedPolicy):
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
         self._running[job.id] = job
         self._victims_at = None
-        self._age_level.pop(job.id, None)
+        self._halvings.pop(job.id, None)
         self._durations.started(job.id, job.user, job.gpus, job.time_limit_s, now)
-        if self._reserve_on:
-            self._pred_end[job.id] = now + self._predicted_s(job, now)
-        self._charge(job.user, job.gpus, now)
+        if self._reservations:
+            self._expected_end_at[job.id] = now + self._predicted_s(job, now)
         if job.gpus > 0:
             for key in ((job.user, job.gpus), job.user):
                 self._unfinished.setdefault(key, {})[job.id] = job
@@ -337,8 +312,7 @@ class DefaultPolicy(RankedPolicy):
     def preempted(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
         self._durations.stopped(job.id, now)
-        self._pred_end.pop(job.id, None)
-        self._charge(job.user, -job.gpus, now)
+        self._expected_end_at.pop(job.id, None)
         self._victims_at = None
         self._enqueue(job, now)
 
@@ -350,9 +324,7 @@ class DefaultPolicy(RankedPolicy):
         self._token.pop(job.id, None)
         self._forget_unfinished(job)
         self._durations.finished(job.id, now)
-        self._pred_end.pop(job.id, None)
-        self._charge(job.user, -job.gpus, now)
-        self._leave(job.user)
+        self._expected_end_at.pop(job.id, None)
         if job.gpus == 0:
             return  # no GPU service to learn from: it would read as a zero-length run
         ran_s = job.attained(now) / job.gpus
@@ -369,10 +341,9 @@ class DefaultPolicy(RankedPolicy):
         self._starved.discard(job.id)
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)  # voids its starvation timer
-        self._age_level.pop(job.id, None)
+        self._halvings.pop(job.id, None)
         self._forget_unfinished(job)
         self._durations.forget(job.id)
-        self._leave(job.user)
 
     def _forget_unfinished(self, job: SchedJob) -> None:
         for key in ((job.user, job.gpus), job.user):
@@ -386,7 +357,7 @@ class DefaultPolicy(RankedPolicy):
         starved = job.id in self._starved
         # Starved jobs first come first served; then the others by expected remaining GPU-time;
         # last, first come first served, those that outlived their history.
-        ages = self._ages(job)
+        ages = self._ages(job)  # may not be preempted: by GPUs x predicted run, halving
         if starved:
             key: tuple[int, float, float] = (0, 0.0, job.submitted_at)
         elif ages:
@@ -399,78 +370,45 @@ class DefaultPolicy(RankedPolicy):
         self._pending_added(job)
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
         if ages:
-            if self._age_level.get(job.id, 0) < _MAX_HALVINGS:
-                wait = min(self._aging_max_s, self._aging * max(self._aging_min_s, self._predicted_s(job, now)))  # type: ignore[operator]
-                heapq.heappush(self._timers, (now + wait, job.id, token, job))
+            if self._halvings.get(job.id, 0) < _MAX_HALVINGS:
+                heapq.heappush(self._timers, (now + self._halving_s, job.id, token, job))  # type: ignore[operator]
         elif not starved:
             wait = self._starve_after_s(job, now)
             heapq.heappush(self._timers, (now + wait, job.id, token, job))
 
-    # -- non-preemptible jobs: GPUs x predicted run, relative aging, fair share -------------
+    # -- jobs that may not be preempted: GPUs x predicted run, halved as they wait ----------
     def _ages(self, job: SchedJob) -> bool:
-        return self._aging is not None and not job.preemptible
+        """Whether the job is ranked by GPUs x predicted run with halvings (it may not be
+        preempted), rather than by the Gittins index with the starvation guard."""
+        return self._halving_s is not None and not job.preemptible
 
     def _predicted_s(self, job: SchedJob, now: float) -> float:
-        """The job's predicted remaining run (its owner's history, at most its limit)."""
-        got = self._durations.predict(job.user, job.gpus, job.time_limit_s, now, job.id,
-                                      censored=self._pred_censored)
+        """The job's predicted remaining run: its owner's history (`duration_prediction`,
+        what `show` says), at most its time limit; an hour with no history and no limit."""
+        got = self._durations.predict(job.user, job.gpus, job.time_limit_s, now, job.id)
         whole = got.expected_s if got is not None else _FALLBACK_S
         return max(60.0, whole - job.attained(now) / max(job.gpus, 1))
 
     def _aged_work(self, job: SchedJob, now: float) -> float:
-        level = self._age_level.get(job.id, 0)
-        work = max(job.gpus, 1) * self._predicted_s(job, now) * self._fs_factor(job.user, now)
-        return math.ldexp(work, -level)
-
-    def _decayed(self, used: tuple[float, float], gpus: int, now: float) -> float:
-        value, at = used
-        if now <= at:
-            return value
-        keep = 0.5 ** ((now - at) / self._fs_h)
-        return value * keep + gpus * self._fs_h / math.log(2) * (1.0 - keep)
-
-    def _charge(self, user: str, gpus: int, now: float) -> None:
-        if not self._fs_weight:
-            return
-        held = self._held_gpus.get(user, 0)
-        self._use[user] = (self._decayed(self._use.get(user, (0.0, now)), held, now), now)
-        self._held_gpus[user] = held + gpus
-        self._use_total = (self._decayed(self._use_total, self._held_total, now), now)
-        self._held_total += gpus
-
-    def _leave(self, user: str) -> None:
-        left = self._active.get(user, 0) - 1
-        if left > 0:
-            self._active[user] = left
-        else:
-            self._active.pop(user, None)
-
-    def _fs_factor(self, user: str, now: float) -> float:
-        """2^(w x U/S): U the user's part of all decayed usage, S = 1 / active users."""
-        if not self._fs_weight:
-            return 1.0
-        total = self._decayed(self._use_total, self._held_total, now)
-        if total <= 0:
-            return 1.0
-        mine = self._decayed(self._use.get(user, (0.0, now)), self._held_gpus.get(user, 0), now)
-        return 2.0 ** min(self._fs_cap, self._fs_weight * mine / total * len(self._active))
+        """GPUs x predicted run, halved once per `halving_s` the job has waited."""
+        work = max(job.gpus, 1) * self._predicted_s(job, now)
+        return math.ldexp(work, -self._halvings.get(job.id, 0))
 
     # -- the reservation (RankedPolicy) -------------------------------------------------------
     def _reserves_for(self, job: SchedJob, now: float) -> bool:
-        return self._reserve_on and not job.preemptible
+        """Jobs that may not be preempted: a preemptible one takes room by preempting."""
+        return not job.preemptible
 
     def _backfill_end(self, job: SchedJob, now: float) -> float | None:
-        if self._backfill == "limit":
-            return now + job.time_limit_s if job.time_limit_s else None
-        if self._backfill == "predicted":
-            return now + self._predicted_s(job, now)
-        return None
+        """Its time limit: a job surely ends by it (a prediction is only a guess)."""
+        return now + job.time_limit_s if job.time_limit_s else None
 
     def _running_jobs(self) -> list[SchedJob]:
         return list(self._running.values())
 
     def _expected_end(self, job: SchedJob, now: float) -> float:
-        end = self._pred_end.get(job.id, now)
+        """Its predicted end when it started; once past it, its limit, else as long again."""
+        end = self._expected_end_at.get(job.id, now)
         if end > now:
             return end
         started = job.run_started_at if job.run_started_at is not None else now
@@ -523,7 +461,7 @@ class DefaultPolicy(RankedPolicy):
             self._pending.remove(job)
             self._pending_removed(job)
             if self._ages(job):
-                self._age_level[job_id] = self._age_level.get(job_id, 0) + 1
+                self._halvings[job_id] = self._halvings.get(job_id, 0) + 1
             else:
                 self._starved.add(job_id)
             self._enqueue(job, now)

@@ -101,7 +101,7 @@ class RankedPolicy:
         self._pending_sizes = RequestSizes()
         self._priorities_seen = False  # a job with a non-zero priority was ever submitted
         self._held: frozenset[int] = frozenset()  # nodes reserved during a pass
-        self._reservations = 1  # how many blocked jobs get one, best first
+        self._reservations = 0  # how many blocked jobs get one, best first (subclasses)
         self._keep_s = 900.0  # a reservation is kept for its job this long before it is redone
         self._backfills = False  # whether `_backfill_end` may let a job use a reserved node
         self._shadow: dict[int, float] = {}  # reserved node -> when it is expected to be free
