@@ -205,6 +205,7 @@ class DefaultPolicy(RankedPolicy):
         # Jobs that may not be preempted: GPUs x predicted run, halved every `halving_s` waited
         self._halving_s = halving_s
         self._halvings: dict[int, int] = {}  # pending: times its key was halved
+        self._starving: list[tuple[float, int, int, SchedJob]] = []  # when, id, restarts, job
         self._durations = DurationPredictor()
         self._expected_end_at: dict[int, float] = {}  # running: predicted end when it started
         self._reservations = reservations if halving_s is not None else 0
@@ -283,6 +284,7 @@ class DefaultPolicy(RankedPolicy):
     # -- events -----------------------------------------------------------------------------
     def submit(self, job: SchedJob, now: float) -> None:
         self._enqueue(job, now)
+        self._await_starvation(job, now)
 
     def submit_to_start(self, job: SchedJob, now: float) -> None:
         """`submit` of a job that starts before the next pass (a restart's replay of a run
@@ -315,6 +317,7 @@ class DefaultPolicy(RankedPolicy):
         self._expected_end_at.pop(job.id, None)
         self._victims_at = None
         self._enqueue(job, now)
+        self._await_starvation(job, now)
 
     def finished(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
@@ -354,10 +357,10 @@ class DefaultPolicy(RankedPolicy):
     def _enqueue(self, job: SchedJob, now: float, ranked: bool = True) -> None:
         self._cache.pop(job.id, None)
         work = self._rank[job.id] = self._estimate_now(job, now)[0] if ranked else 0.0
-        starved = job.id in self._starved
+        ages = self._ages(job)  # may not be preempted: by GPUs x predicted run, halving
+        starved = job.id in self._starved and not ages
         # Starved jobs first come first served; then the others by expected remaining GPU-time;
         # last, first come first served, those that outlived their history.
-        ages = self._ages(job)  # may not be preempted: by GPUs x predicted run, halving
         if starved:
             key: tuple[int, float, float] = (0, 0.0, job.submitted_at)
         elif ages:
@@ -388,6 +391,13 @@ class DefaultPolicy(RankedPolicy):
         got = self._durations.predict(job.user, job.gpus, job.time_limit_s, now, job.id)
         whole = got.expected_s if got is not None else _FALLBACK_S
         return max(60.0, whole - job.attained(now) / max(job.gpus, 1))
+
+    def _await_starvation(self, job: SchedJob, now: float) -> None:
+        """A job ranked by halvings keeps the starvation guard's other half: once it waited
+        `_starve_after_s`, it may preempt any (preemptible) job that is not starved itself."""
+        if self._ages(job):
+            at = now + self._starve_after_s(job, now)
+            heapq.heappush(self._starving, (at, job.id, job.restarts, job))
 
     def _aged_work(self, job: SchedJob, now: float) -> float:
         """GPUs x predicted run, halved once per `halving_s` the job has waited."""
@@ -465,6 +475,11 @@ class DefaultPolicy(RankedPolicy):
             else:
                 self._starved.add(job_id)
             self._enqueue(job, now)
+        starving = self._starving
+        while starving and starving[0][0] <= now:
+            _, job_id, restarts, job = heapq.heappop(starving)
+            if job in self._pending and job.restarts == restarts:
+                self._starved.add(job_id)  # may preempt now; its place in the order stays
 
     def next_decision_at(self, now: float) -> float | None:
         """The next starvation promotion, or the end of a running job's protection while jobs
@@ -477,17 +492,26 @@ class DefaultPolicy(RankedPolicy):
         wake = timers[0][0] if timers else None
         if guards and self._pending_sizes and (wake is None or guards[0][0] < wake):
             wake = guards[0][0]
+        starving = self._starving
+        while starving and not (starving[0][3] in self._pending
+                                and starving[0][3].restarts == starving[0][2]):  # fmt: skip
+            heapq.heappop(starving)
+        if starving and self._victims(now) and (wake is None or starving[0][0] < wake):
+            wake = starving[0][0]  # only worth a pass while something could be preempted
         return wake
 
     # -- explanations (read-only: `scheduling/explain.py`) -------------------------------------
     def explain(self, job: SchedJob, now: float, cluster: ClusterState) -> RankFactors:
         """The factors of a pending job's key as they were when it was queued: its tier
         (starved, predicted, outlived its history), its GPUs times the expected run left on
-        each, divided by its user's share weight, and its age against the starvation rule.
-        Reads only: no cache of the policy is filled or moved."""
+        each, divided by its user's share weight, and its age against the starvation rule;
+        for a job that may not be preempted, its GPUs times its predicted run, halved per
+        `halving_s` waited. Reads only: no cache of the policy is filled or moved."""
         order = "least expected remaining GPU-time first, divided by the share weight"
         if job not in self._pending:
             return RankFactors(self.name, order, priority(job))
+        if self._ages(job):
+            return RankFactors(self.name, order, self._aged_factors(job, now))
         tier = self._pending.key(job)[0]
         gpus = max(job.gpus, 1)
         work = self._rank.get(job.id, 0.0)
@@ -510,6 +534,33 @@ class DefaultPolicy(RankedPolicy):
             factors.append(Factor("ran before", f"{span(ran_s)} (preempted or requeued)"))
         factors.append(age(job, now, self._starve_words(job, now, tier)))
         return RankFactors(self.name, order, tuple(factors))
+
+    def _aged_factors(self, job: SchedJob, now: float) -> tuple[Factor, ...]:
+        """A job that may not be preempted: GPUs, its predicted run (`show`'s ExpectedRun
+        words), the GPU-time its key holds, share weight, and the halvings of its wait."""
+        got = self._durations.predict(job.user, job.gpus, job.time_limit_s, now, job.id)
+        words = got.describe() if got is not None else (
+            f"no finished runs and no time limit: {span(_FALLBACK_S)} assumed")  # fmt: skip
+        halved = self._halvings.get(job.id, 0)
+        key = self._pending.key(job)[1]
+        factors = [*priority(job), Factor("GPUs", str(job.gpus)),
+                   Factor("predicted run", f"{span(self._predicted_s(job, now))} ({words})"),
+                   Factor("GPU-time", gpu_time(key * self._weight(job.user)) + (
+                       f" (halved {halved} times)" if halved else "")),
+                   Factor("share weight", f"{self._weight(job.user):g}")]  # fmt: skip
+        ran_s = job.attained_gpu_s / max(job.gpus, 1)
+        if ran_s > 0:
+            factors.append(Factor("ran before", f"{span(ran_s)} (preempted or requeued)"))
+        token = self._token.get(job.id)
+        due = min((at for at, job_id, tok, _ in list(self._timers)
+                   if job_id == job.id and tok == token), default=None)  # fmt: skip
+        then = f"its GPU-time halves every {span(self._halving_s or 0)} it waits"
+        if due is not None:
+            then += f", next in {span(due - now)}"
+        if job.id in self._starved:
+            then += "; starved: may preempt a preemptible job"
+        factors.append(age(job, now, then))
+        return tuple(factors)
 
     def _history_words(self, job: SchedJob) -> str:
         key, sample = self._sample(job)
