@@ -147,18 +147,29 @@ class RankedPolicy:
         # Fewest GPUs a plain job (no CPUs, memory, type) failed to find off the reserved
         # nodes in this pass: a larger one fails too (starts only take room away).
         held_failed = 1 << 30
+        # Shapes (GPUs, CPUs, memory, type, limit) that found no reserved node to use: the
+        # same shape fails too until more nodes are reserved or a preemption frees room.
+        backfill_failed: set[tuple[object, ...]] = set()
         try:
             for job in self.pending(now):
-                plain = not (job.cpus or job.mem_mib or job.gpu_mem_mib or job.gpu_type
-                             or job.nodes > 1)  # fmt: skip
-                if self._held and plain and job.gpus >= held_failed:
+                held = self._held
+                if not held:
+                    placement = place_job(cluster, job)
+                elif job.gpus >= held_failed:
                     placement = None
                 else:
-                    placement = place_job(cluster, job, excluding=self._held)
-                    if placement is None and self._held and plain:
+                    placement = place_job(cluster, job)
+                    if placement is not None and any(n in held for n, _ in placement):
+                        placement = place_job(cluster, job, excluding=held)
+                    if placement is None and not (job.cpus or job.mem_mib or job.gpu_mem_mib
+                                                  or job.gpu_type or job.nodes > 1):  # fmt: skip
                         held_failed = job.gpus
-                if placement is None and self._held and self._backfills:
-                    placement = self._before_reservation(job, cluster, now)
+                if placement is None and held and self._backfills:
+                    shape = (job.gpus, job.cpus, job.mem_mib, job.gpu_type, job.time_limit_s)
+                    if shape not in backfill_failed:
+                        placement = self._before_reservation(job, cluster, now)
+                        if placement is None:
+                            backfill_failed.add(shape)
                 if placement is not None:
                     ctx.start(job, placement)
                     continue
@@ -167,11 +178,13 @@ class RankedPolicy:
                 if job.gpus < failed_at:
                     if self._try_preempt_for(job, ctx):
                         held_failed = 1 << 30  # the victims may have freed more than it took
+                        backfill_failed.clear()
                         continue
                     failed_at = job.gpus
                 if reserving < self._reservations and self._reserves_for(job, now):
                     reserving += 1
                     self._held = self._held | self._reserve(job, cluster, now)
+                    backfill_failed.clear()
                 if cluster.free_gpus < smallest and failed_at <= smallest:
                     return
         finally:
