@@ -63,6 +63,10 @@ def test_a_flood_of_short_jobs_holds_another_users_job_a_bounded_time() -> None:
     out = replay(jobs, 1, 1)
     waited = out[9999].first_started_at - (start + 30.0)
     assert 32 * HOUR <= waited <= 37 * HOUR
+    before = replay(jobs, 1, 1, halving_s=None)[9999]
+    # Before: first come first served once starved, after an hour (a tighter bound, at the
+    # price of every short job behind it: the 1-minute jobs waiting 6 h above).
+    assert before.first_started_at - (start + 30.0) <= 1.1 * HOUR
 
 
 def test_only_a_job_that_ends_by_its_limit_before_the_reservation_uses_the_reserved_node() -> None:

@@ -9,6 +9,12 @@ Jobs on shared GPUs (`--gpu-mem`) are never chosen as victims (stopping one free
 only together with its neighbours); when one needs room, it asks for whole GPUs, as if it could
 join no shared GPU (it may then join one anyway).
 
+A subclass may give the best jobs that can neither start nor preempt a reservation
+(`_reserves_for`, `_reservations`): the node(s) where running jobs are expected to free room
+first; a job ranked below starts there only if it surely ends (`_backfill_end`, its time limit)
+before then, and is never placed there otherwise, nor are victims taken there for it. EASY
+backfilling's promise (the head is never delayed by a job behind it), with expected ends.
+
 A job's `priority` (`gpuyard submit --priority`) comes before the subclass's ranking: a pending
 job goes ahead of every job of lower priority and may preempt any of them; it never preempts a
 job of higher priority. With every priority equal (the traces) this changes nothing.
