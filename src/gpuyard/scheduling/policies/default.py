@@ -94,8 +94,8 @@ Parameters, and why:
   `starve_min_s`) it may take a preemptible job's GPUs, as before; only its place in the order
   follows the halvings. `None`: every job ranked by the Gittins index (the old rule).
 - `reservations` (3): the blocked jobs (that may not be preempted) that hold nodes for
-  themselves, best first. 1, 2, 3 gave avg JCT 11.59 / 11.49 / 11.45 h, p99 queueing 70.1 /
-  68.7 / 67.6 h, Jain 0.147 / 0.145 / 0.153 over the three sizes: each drains one node at a
+  themselves, best first. 1, 2, 3, 5 gave avg JCT 11.59 / 11.49 / 11.45 / 11.47 h, p99
+  queueing 70.1 / 68.7 / 67.6 / 69.5 h, Jain 0.147 / 0.145 / 0.153 / 0.145 over the sizes: each drains one node at a
   time, and the drained node then serves the short wide jobs behind it. A job uses a reserved
   node only if its time limit ends before the node is expected to be free (a job with no
   limit never: a prediction is too often wrong, median factor 7.9 on Philly); with padded
