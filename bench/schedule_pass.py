@@ -27,6 +27,11 @@ from gpuyard.scheduling.policies import make_policy, policy_names
 from gpuyard.scheduling.policy import Policy, SchedJob, begin_run, end_run
 
 SIZES = [1] * 80 + [2] * 3 + [4] * 6 + [8] * 9 + [16] * 2
+PREEMPTIBLE = [True]  # --not-preemptible: every job as submitted without --preemptible
+
+
+def new_job(*args: object, **kwargs: object) -> SchedJob:
+    return SchedJob(*args, preemptible=PREEMPTIBLE[0], **kwargs)  # type: ignore[arg-type]
 
 
 class Ctx:
@@ -57,13 +62,13 @@ def measure(name: str, pending: int, rounds: int, seed: int) -> dict[str, float]
         ids = iter(range(1, 10**9))
         ctx = Ctx(cluster, policy, now)
         while cluster.free_gpus:  # fill the cluster
-            job = SchedJob(next(ids), f"u{rng.randrange(100)}", 1, now, time_limit_s=86400.0)
+            job = new_job(next(ids), f"u{rng.randrange(100)}", 1, now, time_limit_s=86400.0)
             policy.submit(job, now)
             policy.schedule(ctx)
         now = 7200.0  # running jobs are 2 h old
         for _ in range(pending):
             gpus = rng.choice(SIZES)
-            job = SchedJob(next(ids), f"u{rng.randrange(100)}", gpus, now - rng.random() * 3600,
+            job = new_job(next(ids), f"u{rng.randrange(100)}", gpus, now - rng.random() * 3600,
                            time_limit_s=rng.choice([600.0, 3600.0, 86400.0]))  # fmt: skip
             policy.submit(job, now)
         first, finish, submit = time_passes(ctx, now, ids)
@@ -85,13 +90,13 @@ def measure_cpu_bound(name: str, pending: int, rounds: int, seed: int) -> dict[s
         ids = iter(range(1, 10**9))
         ctx = Ctx(cluster, policy, now)
         for _ in range(128):
-            job = SchedJob(next(ids), f"u{rng.randrange(100)}", 1, now, cpus=16,
+            job = new_job(next(ids), f"u{rng.randrange(100)}", 1, now, cpus=16,
                            time_limit_s=86400.0)  # fmt: skip
             policy.submit(job, now)
             policy.schedule(ctx)
         now = 7200.0
         for _ in range(pending):
-            job = SchedJob(next(ids), f"u{rng.randrange(100)}", rng.choice(SIZES[:89]),
+            job = new_job(next(ids), f"u{rng.randrange(100)}", rng.choice(SIZES[:89]),
                            now - rng.random() * 3600, cpus=rng.choice([1, 2, 4]),
                            time_limit_s=rng.choice([600.0, 3600.0, 86400.0]))  # fmt: skip
             policy.submit(job, now)
@@ -122,7 +127,7 @@ def time_passes(
     policy.schedule(ctx)
     finish = (time.perf_counter() - t0) * 1000
     now += 1.0
-    job = SchedJob(next(ids), "u0", 1, now, time_limit_s=600.0, gpu_type=gpu_type, cpus=cpus)
+    job = new_job(next(ids), "u0", 1, now, time_limit_s=600.0, gpu_type=gpu_type, cpus=cpus)
     policy.submit(job, now)
     ctx.now = now
     t0 = time.perf_counter()
@@ -147,6 +152,8 @@ def parse_args(doc: str | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--not-preemptible", action="store_true",
+                        help="no job opted in to preemption (the live default)")  # fmt: skip
     return parser.parse_args()
 
 
@@ -160,8 +167,10 @@ def emit(result: dict[str, object], as_json: bool) -> None:
 
 def main() -> None:
     args = parse_args(__doc__)
+    PREEMPTIBLE[0] = not args.not_preemptible
     result: dict[str, object] = {"benchmark": "schedule_pass", "pending": args.pending,
-                                 "gpus": 1024, "nodes": 128}  # fmt: skip
+                                 "gpus": 1024, "nodes": 128,
+                                 "preemptible": PREEMPTIBLE[0]}  # fmt: skip
     for name in policy_names(include_oracles=False):
         result.update(measure(name, args.pending, args.rounds, seed=1))
         result.update(measure_cpu_bound(name, args.pending, args.rounds, seed=1))

@@ -76,6 +76,27 @@ def live_events(
         rig.close()
 
 
+def mixed_trace(seed: int) -> list[TraceJob]:
+    """`contended_trace` with every other job not preemptible and every third without a
+    limit: `default` ranks those by predicted run with halvings and reserves room for them."""
+    return [replace(t, preemptible=t.id % 2 == 1,
+                    time_limit_s=None if t.id % 3 == 0 else t.time_limit_s)
+            for t in contended_trace(seed)]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [7, 18, 25])
+@pytest.mark.parametrize("policy", LIVE_POLICIES)
+def test_jobs_that_may_not_be_preempted_make_the_same_decisions_live_and_simulated(
+    tmp_path: Path, policy: str, seed: int
+) -> None:
+    """Issue 25: the predictor-ranked keys, their halvings, the reservations and the jobs that
+    use a reserved node by their limit, live as simulated."""
+    trace = mixed_trace(seed)
+    simulated = simulated_events(trace, policy, gpus=8)
+    live = live_events(tmp_path, trace, policy, gpus=8)
+    assert live == simulated
+
+
 @pytest.mark.parametrize("seed", [0, 2, 3, 7])
 @pytest.mark.parametrize("policy", LIVE_POLICIES)
 def test_jobs_killed_at_their_limits_make_the_same_decisions_live_and_simulated(

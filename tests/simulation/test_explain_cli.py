@@ -29,9 +29,10 @@ def test_explain_says_where_the_job_ranked_when_it_started_under_each_policy(
         "job 8 under default, when it started at 20,200 s:",
         "         Rank: 1 of 2 (default: least expected remaining GPU-time first, divided by "
         "the share weight)",
-        "  RankFactors: GPUs 1, expected run left 60 s per GPU (from the user's last 3 runs of "
-        "this size), GPU-time left 60 GPU-s, share weight 1, age waited 0 s, goes first in "
-        "60 min (after 60 min of waiting)",
+        # no job is preemptible: ranked by GPUs x predicted run, halved as it waits
+        "  RankFactors: GPUs 1, predicted run 60 s (expected 60 s, from your last 3 runs of "
+        "this size without a time limit), GPU-time 60 GPU-s, share weight 1, age waited 0 s, "
+        "its GPU-time halves every 4 h it waits, next in 4 h",
     ]
     assert by_policy["default"].splitlines()[3] == (
         "  ExpectedRun: expected 60 s, from your last 3 runs of this size without a time limit"

@@ -182,12 +182,17 @@ class ClusterState:
         only_nodes: tuple[int, ...] | None = None,
         nodes: int = 1,
         gpu_type: str = "",
+        excluding: frozenset[int] = frozenset(),
     ) -> Placement | None:
         """Where a job would go now, or None. Does not allocate. A job that asks for CPUs or
         memory is always given a node, even without GPUs, so they can be charged there. A job
         that asks for GPU memory goes on shared GPUs (`gpu_mem_mib` on each of `gpus`), on one
         of `only_nodes` if given. A job of `nodes` > 1 takes `gpus // nodes` on each of that
-        many distinct nodes (best fit on each). `gpu_type`: only on nodes of that type."""
+        many distinct nodes (best fit on each). `gpu_type`: only on nodes of that type.
+        `excluding`: never on these nodes (a reservation holds them for another job)."""
+        if excluding:
+            return self._place_excluding(gpus, cpus, mem_mib, gpu_mem_mib, only_nodes, nodes,
+                                         gpu_type, excluding)  # fmt: skip
         allowed = self.nodes_of_type(gpu_type)
         if allowed is not None and gpus == 0:
             allowed = None  # a job without GPUs: its type asks for nothing
@@ -225,6 +230,40 @@ class ClusterState:
             return None
         need = -(-gpus // self.node_gpus)
         whole = self._distinct_hosts(sorted(self._buckets[self.node_gpus]), allowed)
+        if len(whole) < need:
+            return None
+        return tuple((i, self.node_gpus) for i in whole[:need])
+
+    def _place_excluding(
+        self,
+        gpus: int,
+        cpus: int,
+        mem_mib: int,
+        gpu_mem_mib: int,
+        only_nodes: tuple[int, ...] | None,
+        nodes: int,
+        gpu_type: str,
+        excluding: frozenset[int],
+    ) -> Placement | None:
+        """`place` on the nodes not in `excluding`: the same best fit among the others (the
+        failure cache is not written: it holds for every node)."""
+        first = self.place(gpus, cpus, mem_mib, gpu_mem_mib, only_nodes, nodes, gpu_type)
+        if first is None or gpus == 0 or not any(node in excluding for node, _ in first):
+            return first  # (a job without GPUs takes none of the reserved ones)
+        if gpu_mem_mib or nodes > 1:  # rare shapes: no search of the other nodes
+            return None
+        allowed = self.nodes_of_type(gpu_type)
+        if gpus <= self.node_gpus:
+            for free in range(gpus, self.node_gpus + 1):
+                bucket = self._buckets[free] - excluding
+                if allowed is not None:
+                    bucket &= allowed
+                for node in sorted(bucket):
+                    if self.free_cpus[node] >= cpus and self.free_mem_mib[node] >= mem_mib:
+                        return ((node, gpus),)
+            return None
+        need = -(-gpus // self.node_gpus)
+        whole = self._distinct_hosts(sorted(self._buckets[self.node_gpus] - excluding), allowed)
         if len(whole) < need:
             return None
         return tuple((i, self.node_gpus) for i in whole[:need])

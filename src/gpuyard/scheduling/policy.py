@@ -53,12 +53,15 @@ class SchedJob:
 
 
 def place_job(
-    cluster: ClusterState, job: SchedJob, only_nodes: tuple[int, ...] | None = None
+    cluster: ClusterState,
+    job: SchedJob,
+    only_nodes: tuple[int, ...] | None = None,
+    excluding: frozenset[int] = frozenset(),
 ) -> Placement | None:
     """Where `job` would go now (see `ClusterState.place`), or None."""
     return cluster.place(
         job.gpus, job.cpus, job.mem_mib, job.gpu_mem_mib, only_nodes, nodes=job.nodes,
-        gpu_type=job.gpu_type,
+        gpu_type=job.gpu_type, excluding=excluding,
     )  # fmt: skip
 
 
