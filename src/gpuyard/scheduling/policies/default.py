@@ -97,9 +97,9 @@ Parameters, and why:
   themselves, best first. 1, 2, 3, 5 gave avg JCT 11.59 / 11.49 / 11.45 / 11.47 h, p99
   queueing 70.1 / 68.7 / 67.6 / 69.5 h, Jain 0.147 / 0.145 / 0.153 / 0.145 over the sizes:
   each drains one node at a time, and the drained node then serves the short wide jobs behind
-  it. A job uses a reserved
-  node only if its time limit ends before the node is expected to be free (a job with no
-  limit never: a prediction is too often wrong, median factor 7.9 on Philly); with padded
+  it. A job uses a reserved node only if its time limit ends before the node is expected to
+  be free (a job with no limit never: a prediction is too often wrong, median factor 7.9 on
+  Philly); with padded
   limits that took avg JCT @ 1,024 from 7.80 to 7.49 h and Jain from 0.099 to 0.118. A
   reservation is kept for its job 15 min before it is recomputed (one that moves at each
   pass drains nothing). A preemptible job gets none: it makes room by preempting.
