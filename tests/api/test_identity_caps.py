@@ -102,8 +102,15 @@ def test_wrong_tokens_from_one_client_never_lock_out_anothers_valid_token(box: B
         typo = alice.get("/api/v1/jobs", headers=_bearer(box.alice + "x"))
         assert typo.status_code == 401
     with httpx.Client(base_url=box.url, timeout=30) as bob:
-        again = bob.get("/api/v1/jobs", headers=_bearer(wrong))
-        assert again.status_code == 429 and int(again.headers["Retry-After"]) >= 1
+        # Still slowed. The bucket refills 2 a second while alice was answered (a loaded
+        # machine: a try or two pass again), but a 429 comes before a fresh key's 20th failure.
+        again = None
+        for _ in range(19):
+            again = bob.get("/api/v1/jobs", headers=_bearer(wrong))
+            if again.status_code != 401:
+                break
+        assert again is not None and again.status_code == 429
+        assert int(again.headers["Retry-After"]) >= 1
         assert "wrong API token" in again.json()["error"]["message"]
         assert bob.get("/api/v1/jobs", headers=_bearer(box.bob)).status_code == 200
 
