@@ -31,13 +31,14 @@ def test_show_says_where_a_pending_job_ranks_and_why(server: ServerProcess) -> N
     ), shown  # fmt: skip
     factors = re.search(r"^ *RankFactors: (.*)$", shown, re.MULTILINE)
     assert factors is not None, shown
+    # Neither may be preempted (the default): ranked by GPUs x predicted run, halving as it waits.
     assert factors.group(1).startswith(
-        "GPUs 1, expected run left 60 min per GPU (no finished runs yet: 60 min assumed), "
-        "GPU-time left 60 GPU-min, share weight 1, age waited "
+        "GPUs 1, predicted run 60 min (no finished runs and no time limit: 60 min assumed), "
+        "GPU-time 60 GPU-min, share weight 1, age waited "
     ), shown
-    assert factors.group(1).endswith("(after 60 min of waiting)")
+    assert ", its GPU-time halves every 4 h it waits, next in " in factors.group(1), shown
     other = server.cli("show", big).stdout
-    assert "Rank: 2 of 2 (default:" in other and "GPU-time left 2 GPU-h" in other
+    assert "Rank: 2 of 2 (default:" in other and "GPU-time 2 GPU-h" in other, other
 
     record = json.loads(server.cli("show", "--json", big).stdout)
     assert (record["rank"], record["rank_among"]) == (2, 2)
