@@ -23,13 +23,14 @@ One kind of change acts before it lands: `unwritten` observers hear a change kep
 at its first failed write), so that a cancel of the job that filled the disk is signalled at
 once and its record follows (the job's end is recorded, built on it, when there is room).
 
-Single-job changes (`change`: a cancel, a stop, an end, a pid record) share their durable write.
-The lock is held across the write, so changes made one by one went one group-commit round
-each: 50 clients cancelling waited in a convoy (cancel p50 1.1 s in `bench/mixed_load.py`).
-Now a change is queued, and whichever caller holds the lock next makes every queued change
-(each on its job's current version; at most one per job and one `retry` kind per round) in one
-write, runs their observers, and wakes their callers. Nothing else moves: changes are made
-under the lock, each durable before it is in the book, published in commit order.
+Changes made with `change` (a cancel, a stop, an end, a pid record) and `change_many` (`cancel
+ID ID ...`, `scancel -u`) share their durable write. The lock is held across the write, so
+changes made one by one went one group-commit round each: 50 clients cancelling waited in a
+convoy (cancel p50 1.1 s in `bench/mixed_load.py`). Now a change is queued, and whichever caller
+holds the lock next makes every queued change (each on its job's current version; one per job,
+up to `ROUND_JOBS`, one `retry` kind per round) in one write, runs their observers, and wakes
+their callers. Nothing else moves: changes are made under the lock, each durable before it is
+in the book, published in commit order.
 """
 
 from __future__ import annotations
