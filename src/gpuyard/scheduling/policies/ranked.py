@@ -159,16 +159,12 @@ class RankedPolicy:
         try:
             for job in self.pending(now):
                 held = self._held
-                if not held:
-                    placement = place_job(cluster, job)
-                elif job.gpus >= held_failed:
+                if held and job.gpus >= held_failed:
                     placement = None
-                else:
-                    placement = place_job(cluster, job)
-                    if placement is not None and any(n in held for n, _ in placement):
-                        placement = place_job(cluster, job, excluding=held)
-                    if placement is None and not (job.cpus or job.mem_mib or job.gpu_mem_mib
-                                                  or job.gpu_type or job.nodes > 1):  # fmt: skip
+                else:  # off the reserved nodes: `place` tries the plain placement first
+                    placement = place_job(cluster, job, excluding=held)
+                    if held and placement is None and not (job.cpus or job.mem_mib
+                            or job.gpu_mem_mib or job.gpu_type or job.nodes > 1):  # fmt: skip
                         held_failed = job.gpus
                 if placement is None and held and self._backfills:
                     shape = (job.gpus, job.cpus, job.mem_mib, job.gpu_type, job.time_limit_s)
