@@ -53,9 +53,11 @@ class _HoldTimer:
 
 
 def _project(scheduler: LiveScheduler) -> dict[int, float | None]:
-    """One projection now (the method's name differs before and after the estimator split)."""
+    """One projection now (the method's name differs before and after the estimator split, and
+    the estimator's answers a `StartEstimates` since preemption-dependent starts are marked)."""
     old = getattr(scheduler, "_project_estimates", None)
-    return old() if old is not None else scheduler.estimator._project()  # type: ignore[no-any-return]
+    made = old() if old is not None else scheduler.estimator._project()
+    return dict(getattr(made, "starts", made))
 
 
 def contention(

@@ -73,3 +73,17 @@ def test_a_required_field_left_out_is_an_error_not_a_silent_gap() -> None:
     del fields["owner"]
     with pytest.raises(KeyError, match="owner"):
         WireList(JobOut).dump_json([fields])
+
+
+@pytest.mark.parametrize("hint", [None, "--gpu-mem 30G fits your last runs"])
+def test_one_record_is_written_as_its_model_writes_it(
+    hint: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The submit's answer (one job, with the submit's advice) is encoded this way.
+    monkeypatch.setattr(convert, "time", types.SimpleNamespace(time=lambda: T0 + 100))
+    for job, extra in _jobs():
+        model = job_to_wire(job, **extra)  # type: ignore[arg-type]
+        model.hint = hint
+        fields = job_fields(job, **extra, plain=True)  # type: ignore[arg-type]
+        fields["hint"] = hint
+        assert WireList(JobOut).dump_one(fields) == model.model_dump_json().encode()

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gpuyard.api.convert import job_to_wire, spec_from_wire
+from gpuyard.api.convert import job_fields, spec_from_wire
 from gpuyard.api.errors import (
     BAD_BODY,
     describe_invalid,
@@ -36,18 +36,20 @@ from gpuyard.api.errors import (
     headers_of,
     status_of,
 )
+from gpuyard.api.wire_json import WireList
 from gpuyard.domain.arrays import parse_array
 from gpuyard.domain.errors import GpuyardError, Unauthorized
 from gpuyard.domain.job import JobSpec
 from gpuyard.domain.machine_share import DEFAULT_MEM_HINT
 from gpuyard.domain.principal import Principal
 from gpuyard.domain.units import bare_size_hint, format_size_mib
-from gpuyard.schemas.v1 import JobSubmitIn
+from gpuyard.schemas.v1 import JobOut, JobSubmitIn
 from gpuyard.services.jobs.crashpoints import crash_point
 from gpuyard.services.server import ServerFacade
 
 SUBMIT_PATH = "/api/v1/jobs"
 _SUBMIT_IN: TypeAdapter[JobSubmitIn] = TypeAdapter(JobSubmitIn)
+_JOB_OUT = WireList(JobOut)  # JobOut's bytes without building one (its 60-odd fields)
 _JSON = b"application/json"
 IDEMPOTENCY_KEY = "Idempotency-Key"
 MAX_KEY_CHARS = 255
@@ -121,9 +123,9 @@ async def submit(
     else:
         job, replayed = await submits.submit_once_async(spec, actor, idempotency_key)
     reason = reads.reason(job) if replayed else job.reason
-    out = job_to_wire(job, reason, reads.log_path(job.id))
-    out.hint = _hints(server, body, job.spec, actor)
-    return out.model_dump_json().encode(), replayed
+    out = job_fields(job, reason, reads.log_path(job.id), plain=True)
+    out["hint"] = _hints(server, body, job.spec, actor)
+    return _JOB_OUT.dump_one(out), replayed
 
 
 def _hints(server: ServerFacade, body: JobSubmitIn, spec: JobSpec, actor: Principal) -> str | None:
