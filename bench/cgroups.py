@@ -4,7 +4,10 @@ machine, an absolute time does not), and the executor's create/remove of one job
 
 Needs root and a writable cgroup hierarchy (v1 here: memory, cpu, pids, devices).
 
-    sudo .venv/bin/python bench/cgroups.py --json [--jobs 60]
+    sudo .venv/bin/python bench/cgroups.py --json [--jobs 60] [--idle-s 0.3]
+
+`--idle-s S`: each start after S seconds of nothing, as on a server that is not starting jobs
+back to back (on cgroup v1 the first move into a group after an idle spell is the slow one).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=60)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--idle-s", type=float, default=0.0, help="idle before each start")
     args = parser.parse_args()
     groups = JobCgroups(f"bench-{uuid.uuid4().hex[:8]}", pids_max=16384, all_gpus=(0, 1, 2, 3))
     if os.geteuid() != 0 or not groups.available:
@@ -76,7 +80,9 @@ def main() -> None:
     plain, held = _Bench(None), _Bench(groups)
     without, with_ = [], []
     for job_id in range(1, args.jobs + 1):  # alternating: drift hits both alike
+        time.sleep(args.idle_s)
         without.append(plain.start_s(job_id))
+        time.sleep(args.idle_s)
         with_.append(held.start_s(job_id))
     creates, removes = [], []
     for job_id in range(10_000, 10_050):
@@ -96,7 +102,7 @@ def main() -> None:
         "remove_p50_ms": statistics.median(removes) * 1e3,
     }
     figures = {k: round(v, 2) for k, v in ms.items()}
-    figures.update(confinement=groups.describe(), jobs=args.jobs)
+    figures.update(confinement=groups.describe(), jobs=args.jobs, idle_s=args.idle_s)
     if args.json:
         print(json.dumps(with_machine(figures)))
     else:

@@ -526,9 +526,17 @@ def _run_child(
 
 def _join(group: str, program: str) -> None:
     """Move this process (the job, before its exec) into its control group; a job that
-    cannot be held to its limits does not run."""
+    cannot be held to its limits does not run.
+
+    On cgroup v1 it writes itself to the group's `tasks`, not `cgroup.procs`: it has one
+    thread here (just forked), so the two move the same, but the kernel moves a process
+    through `cgroup.procs` under its global threadgroup lock, whose first taking after an
+    idle spell waits for an RCU grace period (5-14 ms for a job's four groups on this 2-core
+    VM), and "this thread" through `tasks` without it (0.4-0.8 ms: bench/cgroups.py)."""
+    tasks = os.path.join(group, "tasks")  # v1 only: a v2 group has cgroup.threads instead
     try:
-        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+        with open(tasks if os.path.exists(tasks) else os.path.join(group, "cgroup.procs"),
+                  "w") as f:  # fmt: skip
             f.write("0")
     except OSError as exc:
         os.write(2, f"gpuyard: cannot run {program!r} in its cgroup {group}: {exc.strerror}\n"
