@@ -210,6 +210,9 @@ def _scancel(refs: list[str], user: str | None, name: str | None, state: str | N
     wanted = _state_names([state] if state else None)
     ids: list[int] = []  # each cancelled on its own
     arrays: list[int] = []  # each an array's id: all its tasks
+    if refs and not wanted and all(ref.isdigit() for ref in refs):
+        _scancel_ids(session, [int(ref) for ref in refs], quiet)
+        return
     if refs:
         from gpuyard.cli.job_refs import split
 
@@ -249,6 +252,23 @@ def _scancel(refs: list[str], user: str | None, name: str | None, state: str | N
             done = session.cancel_many(chosen, whole_arrays=whole_arrays)
             for refused in done["refused"]:
                 _warn(f"Kill job error on job id {refused['id']}: {refused['message']}", quiet)
+
+
+def _scancel_ids(session: Any, job_ids: list[int], quiet: bool) -> None:
+    """`scancel 12 13`, the usual line: one request, the server's refusals in Slurm's words.
+    An array's id stands for all its tasks there too (`whole_arrays`), so nothing is looked up
+    first (that GET, on a connection of its own, took a third of the command's time)."""
+    done = session.cancel_many(job_ids, whole_arrays=True)
+    for refused in done["refused"]:
+        why = _SLURM_REFUSALS.get(refused["code"], refused["message"])
+        _warn(f"Kill job error on job id {refused['id']}: {why}", quiet)
+
+
+_SLURM_REFUSALS = {  # a refusal's code -> what Slurm's scancel says
+    "not_found": "Invalid job id specified",
+    "conflict": "Job/step already completing or completed",
+    "forbidden": "Access/permission denied",
+}
 
 
 def _warn(message: str, quiet: bool) -> None:
