@@ -29,8 +29,7 @@ def main() -> None:
             else:
                 one()
         else:
-            sys.stdout.flush()
-            sys.exit(code)
+            _exit_now(code)
     except GpuyardError as exc:
         sys.stderr.write(f"gpuyard: {exc.message}\n")
         sys.exit(1)
@@ -42,6 +41,18 @@ def main() -> None:
     except OSError as exc:
         sys.stderr.write(f"gpuyard: {exc.strerror or exc}\n")
         sys.exit(1)
+
+
+def _exit_now(code: int) -> None:
+    """End a fast-path command without the interpreter's teardown: freeing every module and
+    object it loaded took ~4 ms of a ~35 ms command, for nothing (the process is gone next).
+    Its output is flushed first; the fast path's bodies leave no thread, file or exit hook
+    behind that the teardown would have finished."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _quiet_stdout() -> None:
