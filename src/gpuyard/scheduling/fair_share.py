@@ -132,7 +132,7 @@ class DecayedUsage:
         if now <= since:
             return value
         h = self._half_life_s
-        keep = 0.5 ** ((now - since) / h)
+        keep = float(0.5 ** ((now - since) / h))
         return value * keep + held * h / math.log(2) * (1.0 - keep)
 
     def _change(self, user: str, gpus: int, now: float) -> None:

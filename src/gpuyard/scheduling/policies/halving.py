@@ -11,8 +11,10 @@ GPU-time ratio.
 The period is `halving_s` (4 h) times the owner's fair-share ratio U/S, at least
 `halving_min_s` (30 min): U is the user's part of everyone's GPU time, decayed with a
 `half_life_s` (6 h) half-life, S their normalised share (`fair_share.Shares`: 1 / users seen
-unless an admin set shares). A user at or above their share halves every 4 h; one who had
-none of the GPUs lately, every 30 min.
+unless an admin set shares; such shares also divide the key, `DefaultPolicy._weight`). A user
+at or above their share halves every 4 h; one who had none of the GPUs lately, every 30 min.
+`DefaultPolicy(halving_s=..., halving_min_s=..., usage_half_life_s=...)`; `halving_min_s =
+halving_s` is the fixed period of issue 25's part 2.
 
 Worked example (one GPU). b's jobs run 5 h; b last ran two weeks ago. a floods the GPU with
 1-minute jobs, one a minute, for 100 h. b's next job (5 GPU-h, 300x a's 1 GPU-min) is queued
@@ -20,7 +22,7 @@ Worked example (one GPU). b's jobs run 5 h; b last ran two weeks ago. a floods t
 Here a holds all the GPU time of the last hours, b none: b's period is 30 min, and b's job
 starts after 9 x 30 min = 4.5 h; then a's jobs wait behind it for 5 h. Had b used the GPU for
 the 15 h before the flood, b would be the one over their share: b's periods start at 4 h and
-shorten as a's usage overtakes b's, and b's job starts after 19 h, not 36.
+shorten as a's usage overtakes b's, and b's job starts after 18.6 h, not 36.
 
 Why these parameters (philly_14237 at 992, 1,024 and 1,056 GPUs, no job preemptible, no
 limits; docs/scheduling.md has the table): a fixed 4-h period gave avg JCT 11.45 h, p99
@@ -29,18 +31,21 @@ and with padded limits Jain 0.116 -> 0.142. Light users' jobs (the users with th
 slowdowns: their short jobs have no history and are predicted from everyone's) catch up fast,
 while the heavy users' jobs, which make most of the load, stay in shortest-first order among
 themselves. A 7-day half-life (Slurm's, `gpuyard share`'s) follows usage too slowly: a's flood
-has to outweigh a week of b's past usage first (b waits 20 h), and p99 queueing rose to 72 h.
+has to outweigh a week of b's past usage first (b, idle two weeks, waits 19.8 h), and p99
+queueing at 1,024 GPUs rose to 72 h. Tried and dropped (the table): half-lives of 2 h (as good
+on average, Jain 0.124 at 1,024), 3 h, 4 h and 1 day, periods down to 15 min or only to 1 h, up
+to 8 h over the share, S over the users with jobs queued or running.
 
-Reservations (`DefaultPolicy(reservations=3)`): the blocked jobs (that may not be preempted) that
-hold nodes for themselves, best first. 1, 2, 3, 5 gave avg JCT 11.59 / 11.49 / 11.45 / 11.47 h, p99
-queueing 70.1 / 68.7 / 67.6 / 69.5 h, Jain 0.147 / 0.145 / 0.153 / 0.145 over the sizes:
+Reservations (`DefaultPolicy(reservations=3)`): the blocked jobs (that may not be preempted)
+that hold nodes for themselves, best first. 1, 2, 3, 5 gave avg JCT 11.59 / 11.49 / 11.45 /
+11.47 h, p99 queueing 70.1 / 68.7 / 67.6 / 69.5 h, Jain 0.147 / 0.145 / 0.153 / 0.145 over the
+sizes (with a fixed 4-h period; with the fair-share one 2, 3, 4 gave 11.23 / 11.22 / 11.30 h):
 each drains one node at a time, and the drained node then serves the short wide jobs behind
-it. A job uses a reserved node only if its time limit ends before the node is expected to
-be free (a job with no limit never: a prediction is too often wrong, median factor 7.9 on
-Philly); with padded
-limits that took avg JCT @ 1,024 from 7.80 to 7.49 h and Jain from 0.099 to 0.118. A
-reservation is kept for its job 15 min before it is recomputed (one that moves at each
-pass drains nothing). A preemptible job gets none: it makes room by preempting.
+it. A job uses a reserved node only if its time limit ends before the node is expected to be
+free (a job with no limit never: a prediction is too often wrong, median factor 7.9 on
+Philly); with padded limits that took avg JCT @ 1,024 from 7.80 to 7.49 h and Jain from 0.099
+to 0.118. A reservation is kept for its job 15 min before it is recomputed (one that moves at
+each pass drains nothing). A preemptible job gets none: it makes room by preempting.
 
 Pure, fed by the policy's events; the same events give the same decisions live and replayed.
 """
