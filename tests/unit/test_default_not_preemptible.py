@@ -8,6 +8,7 @@ show what a user would have seen before."""
 from __future__ import annotations
 
 from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policies.default import DefaultPolicy
 from gpuyard.simulation.engine import JobOutcome, Replay
 from gpuyard.simulation.trace import TraceJob
@@ -88,6 +89,23 @@ def test_a_flood_right_after_the_other_users_runs_waits_until_it_outweighs_them(
     assert 32 * HOUR <= before.first_started_at - queued <= 37 * HOUR
     oldest = replay(jobs, 1, 1, halving_s=None)[9999]
     assert oldest.first_started_at - queued <= 1.1 * HOUR
+
+
+def test_an_admin_set_share_shortens_the_wait_behind_a_flood() -> None:
+    # The flood right after b's runs again, b's share set to 4 (a's 1): b's part of the recent
+    # GPU time now counts against 80% of it, so b's periods shorten sooner, and the share also
+    # divides b's key: 13.9 h instead of 18.6 h (before part 5, the share alone: 28 h).
+    jobs, queued = flood(idle_s=0.0)
+
+    def waited(shares: Shares, **kw: float) -> float:
+        policy = DefaultPolicy(**kw)
+        policy.set_shares(shares)
+        out = {j.id: j for j in Replay(jobs, policy, ClusterState.uniform(1, 1)).run().jobs}
+        return out[9999].first_started_at - queued
+
+    larger = waited(Shares(users={"b": 4.0}))
+    assert larger <= 15 * HOUR and larger < waited(Shares()) - 4 * HOUR
+    assert waited(Shares(users={"b": 4.0}), halving_min_s=4 * HOUR) >= 27 * HOUR
 
 
 def test_only_a_job_that_ends_by_its_limit_before_the_reservation_uses_the_reserved_node() -> None:
