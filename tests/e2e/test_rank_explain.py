@@ -36,7 +36,10 @@ def test_show_says_where_a_pending_job_ranks_and_why(server: ServerProcess) -> N
         "GPUs 1, predicted run 60 min (no finished runs and no time limit: 60 min assumed), "
         "GPU-time 60 GPU-min, share weight 1, age waited "
     ), shown
-    assert ", its GPU-time halves every 4 h it waits, next in " in factors.group(1), shown
+    # Every GPU-second so far is its user's (the blocker's): at its share, so every 4 h.
+    assert (", its GPU-time halves every 4 h it waits (its user had 100% of the recent GPU time "
+            "for a 100% share: 4 h at or over the share, down to 30 min), next in ") in (
+        factors.group(1)), shown  # fmt: skip
     other = server.cli("show", big).stdout
     assert "Rank: 2 of 2 (default:" in other and "GPU-time 2 GPU-h" in other, other
 

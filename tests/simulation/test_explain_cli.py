@@ -29,10 +29,12 @@ def test_explain_says_where_the_job_ranked_when_it_started_under_each_policy(
         "job 8 under default, when it started at 20,200 s:",
         "         Rank: 1 of 2 (default: least expected remaining GPU-time first, divided by "
         "the share weight)",
-        # no job is preemptible: ranked by GPUs x predicted run, halved as it waits
+        # no job is preemptible: ranked by GPUs x predicted run, halved as it waits, every 30
+        # min: a's 3 GPU-min are next to nothing of the recent GPU time (b's, c's)
         "  RankFactors: GPUs 1, predicted run 60 s (expected 60 s, from your last 3 runs of "
         "this size without a time limit), GPU-time 60 GPU-s, share weight 1, age waited 0 s, "
-        "its GPU-time halves every 4 h it waits, next in 4 h",
+        "its GPU-time halves every 30 min it waits (its user had 0% of the recent GPU time for "
+        "a 33% share: 4 h at or over the share, down to 30 min), next in 30 min",
     ]
     assert by_policy["default"].splitlines()[3] == (
         "  ExpectedRun: expected 60 s, from your last 3 runs of this size without a time limit"

@@ -1,5 +1,6 @@
 """`default` with jobs that may not be preempted (the live default): ranked by GPUs x predicted
-run, halved every 4 h waited; reservations for the best blocked jobs, which only jobs that end
+run, halved every 4 h waited, down to every 30 min for a user who had less than their share of
+the recent GPU time; reservations for the best blocked jobs, which only jobs that end
 by their time limit before the reservation may use. Each test also replays the old rules
 (`halving_s=None`: the one-hour first-come-first-served starvation guard, no reservation) to
 show what a user would have seen before."""
@@ -7,6 +8,7 @@ show what a user would have seen before."""
 from __future__ import annotations
 
 from gpuyard.scheduling.cluster import ClusterState
+from gpuyard.scheduling.fair_share import Shares
 from gpuyard.scheduling.policies.default import DefaultPolicy
 from gpuyard.simulation.engine import JobOutcome, Replay
 from gpuyard.simulation.trace import TraceJob
@@ -52,21 +54,58 @@ def test_a_shorter_job_goes_first_even_after_a_longer_one_waited_an_hour() -> No
     assert before[3].first_started_at == 8 * HOUR  # the 50-s job waited 6 h
 
 
-def test_a_flood_of_short_jobs_holds_another_users_job_a_bounded_time() -> None:
-    # After b's three 5-hour runs, a keeps the one GPU busy with 1-minute jobs for 100 h. b's
-    # next job, predicted 5 h, is 300x larger, and halves every 4 h it waits: after 9 halvings
-    # (36 h) it is the smaller.
-    start = 15 * HOUR
+def flood(idle_s: float) -> tuple[list[TraceJob], float]:
+    """b's three 5-hour runs on the one GPU; `idle_s` after them a keeps it busy with 1-minute
+    jobs for 100 h; b's next job, predicted 5 h (300x a's), is queued 30 s in."""
+    start = 15 * HOUR + idle_s
     jobs = [fixed(9990 + i, i * 5 * HOUR, 1, 5 * HOUR, "b", 6 * HOUR) for i in range(3)]
     jobs += [fixed(i, start + i * 60.0, 1, 60.0, "a", 60.0) for i in range(6000)]
     jobs.append(fixed(9999, start + 30.0, 1, 5 * HOUR, "b", 6 * HOUR))
+    return jobs, start + 30.0
+
+
+def test_a_flood_of_short_jobs_holds_another_users_job_only_a_few_hours() -> None:
+    # b last ran two weeks before a's flood: all the recent GPU time is a's, so b's job halves
+    # every 30 min (b has had none of their share) and overtakes a's 1-minute jobs after 9
+    # halvings, 4.5 h; a's jobs then wait behind it for its 5 h, and not longer.
+    jobs, queued = flood(idle_s=14 * 86400.0)
     out = replay(jobs, 1, 1)
-    waited = out[9999].first_started_at - (start + 30.0)
-    assert 32 * HOUR <= waited <= 37 * HOUR
-    before = replay(jobs, 1, 1, halving_s=None)[9999]
-    # Before: first come first served once starved, after an hour (a tighter bound, at the
-    # price of every short job behind it: the 1-minute jobs waiting 6 h above).
-    assert before.first_started_at - (start + 30.0) <= 1.1 * HOUR
+    assert out[9999].first_started_at - queued <= 5 * HOUR
+    assert max(out[i].first_started_at - out[i].submitted_at for i in range(6000)) <= 5.1 * HOUR
+    # Before (the key halved every 4 h whoever it belongs to): 36 h.
+    before = replay(jobs, 1, 1, halving_min_s=4 * HOUR)[9999]
+    assert before.first_started_at - queued >= 35 * HOUR
+
+
+def test_a_flood_right_after_the_other_users_runs_waits_until_it_outweighs_them() -> None:
+    # b had the GPU for the 15 h before the flood: b is the one over their share at first, so
+    # b's job halves every 4 h, then faster as a's recent usage outgrows b's; it starts after
+    # about 19 h, not 36 h (a fixed 4-h period), and not 1 h (the old starvation guard, at the
+    # price of every short job behind it: the 1-minute jobs waiting 6 h in the test above).
+    jobs, queued = flood(idle_s=0.0)
+    waited = replay(jobs, 1, 1)[9999].first_started_at - queued
+    assert 15 * HOUR <= waited <= 22 * HOUR
+    before = replay(jobs, 1, 1, halving_min_s=4 * HOUR)[9999]
+    assert 32 * HOUR <= before.first_started_at - queued <= 37 * HOUR
+    oldest = replay(jobs, 1, 1, halving_s=None)[9999]
+    assert oldest.first_started_at - queued <= 1.1 * HOUR
+
+
+def test_an_admin_set_share_shortens_the_wait_behind_a_flood() -> None:
+    # The flood right after b's runs again, b's share set to 4 (a's 1): b's part of the recent
+    # GPU time now counts against 80% of it, so b's periods shorten sooner, and the share also
+    # divides b's key: 13.9 h instead of 18.6 h (before part 5, the share alone: 28 h).
+    jobs, queued = flood(idle_s=0.0)
+
+    def waited(shares: Shares, **kw: float) -> float:
+        policy = DefaultPolicy(**kw)
+        policy.set_shares(shares)
+        out = {j.id: j for j in Replay(jobs, policy, ClusterState.uniform(1, 1)).run().jobs}
+        return out[9999].first_started_at - queued
+
+    larger = waited(Shares(users={"b": 4.0}))
+    assert larger <= 15 * HOUR and larger < waited(Shares()) - 4 * HOUR
+    assert waited(Shares(users={"b": 4.0}), halving_min_s=4 * HOUR) >= 27 * HOUR
 
 
 def test_only_a_job_that_ends_by_its_limit_before_the_reservation_uses_the_reserved_node() -> None:

@@ -8,12 +8,29 @@ import math
 import pytest
 
 from gpuyard.scheduling.cluster import ClusterState
-from gpuyard.scheduling.fair_share import Shares, decayed_gpu_s, factor, share_table
+from gpuyard.scheduling.fair_share import DecayedUsage, Shares, decayed_gpu_s, factor, share_table
 from gpuyard.scheduling.policies import make_policy
 from gpuyard.scheduling.policies.default import DefaultPolicy
 from gpuyard.scheduling.policies.fairshare import FairsharePolicy
 from gpuyard.simulation.engine import Replay
 from gpuyard.simulation.trace import TraceJob
+
+
+def test_decayed_usage_kept_from_starts_and_stops_is_the_exact_integral() -> None:
+    # alice: 4 GPUs over [0, 2 h], then 1 GPU from 5 h on; bob: 2 GPUs over [1 h, 3 h].
+    h = 6 * 3600.0
+    usage = DecayedUsage(h)
+    usage.start("alice", 4, 0.0)
+    usage.start("bob", 2, 3600.0)
+    usage.stop("alice", 4, 7200.0)
+    usage.stop("bob", 2, 3 * 3600.0)
+    usage.start("alice", 1, 5 * 3600.0)
+    now = 8 * 3600.0
+    alice = decayed_gpu_s(4, 0.0, 7200.0, now, h) + decayed_gpu_s(1, 5 * 3600.0, now, now, h)
+    bob = decayed_gpu_s(2, 3600.0, 3 * 3600.0, now, h)
+    assert usage.gpu_s("alice", now) == pytest.approx(alice)
+    assert usage.part("bob", now) == pytest.approx(bob / (alice + bob))
+    assert usage.part("carol", now) == 0.0 and DecayedUsage(h).part("alice", now) == 0.0
 
 
 def test_worked_example_two_teams() -> None:

@@ -106,3 +106,58 @@ def share_table(
             used / 3600.0, used / total, factor(used / total, norm[user]),
         ))  # fmt: skip
     return rows
+
+
+class DecayedUsage:
+    """Each user's GPU time, decayed with a half-life, kept from the start/stop of their runs
+    (no clock: `at(now)` integrates the GPUs they hold since the last change exactly).
+
+    `start(user, gpus, now)` when a run takes GPUs, `stop` when it gives them back;
+    `part(user, now)` is the user's part of everyone's decayed usage (0 with no usage yet).
+    Deterministic for the same calls, so a live server and a replay agree to the bit."""
+
+    __slots__ = ("_half_life_s", "_held", "_total", "_used")
+
+    def __init__(self, half_life_s: float) -> None:
+        self._half_life_s = half_life_s
+        self._used: dict[str, tuple[float, float]] = {}  # user -> (decayed GPU-s, as of)
+        self._held: dict[str, int] = {}  # user -> GPUs held now
+        self._total: tuple[float, float, int] = (0.0, 0.0, 0)  # everyone's: value, as of, held
+
+    @property
+    def half_life_s(self) -> float:
+        return self._half_life_s
+
+    def _decay(self, value: float, since: float, held: int, now: float) -> float:
+        if now <= since:
+            return value
+        h = self._half_life_s
+        keep = float(0.5 ** ((now - since) / h))
+        return value * keep + held * h / math.log(2) * (1.0 - keep)
+
+    def _change(self, user: str, gpus: int, now: float) -> None:
+        held = self._held.get(user, 0)
+        value, since = self._used.get(user, (0.0, now))
+        self._used[user] = (self._decay(value, since, held, now), now)
+        self._held[user] = held + gpus
+        total, t_since, t_held = self._total
+        self._total = (self._decay(total, t_since, t_held, now), now, t_held + gpus)
+
+    def start(self, user: str, gpus: int, now: float) -> None:
+        if gpus:
+            self._change(user, gpus, now)
+
+    def stop(self, user: str, gpus: int, now: float) -> None:
+        if gpus:
+            self._change(user, -gpus, now)
+
+    def gpu_s(self, user: str, now: float) -> float:
+        """The user's decayed GPU-seconds at `now`."""
+        value, since = self._used.get(user, (0.0, now))
+        return self._decay(value, since, self._held.get(user, 0), now)
+
+    def part(self, user: str, now: float) -> float:
+        """The user's part (0-1) of everyone's decayed GPU-seconds at `now`."""
+        total, since, held = self._total
+        total = self._decay(total, since, held, now)
+        return self.gpu_s(user, now) / total if total > 0 else 0.0

@@ -17,18 +17,16 @@ preempted), it queues behind every job that still has a prediction, first come f
 among its kind, like LAS' last queue.
 
 A job that may not be preempted (on a server, one submitted without `--preemptible`) cannot be
-probed: once started it runs to its end. It is ranked by its GPUs times its predicted run
-(`duration_prediction`: the median of its owner's recent runs like it, raised by a sibling
-still running longer, at most its time limit; what `show` says), and that key halves every
-`halving_s` (4 h) it waits. Say u's 8-GPU job is predicted 1 min (480 GPU-s) and v's 1-GPU job
-10 h (36,000 GPU-s): u's goes first; v's overtakes a fresh 480-GPU-s job after 7 halvings
-(28 h) of waiting, so a stream of short jobs delays a long one by at most 4 h per doubling of
-the ratio. When such a job cannot start (no room, nothing it may preempt), it gets a
-reservation (the best `reservations`, 3): the node it fits on that running jobs are expected
-(by their predictions) to free first, or the whole nodes of a larger job, on which no job
-ranked below it starts, except one whose time limit ends before the reservation's expected
-time. Without the reservation an 8-GPU job waits for a whole node to free by chance, while
-each freed GPU goes to the next 1-GPU job.
+probed: once started it runs to its end. It is ranked by its GPUs times its predicted run, and
+that key halves each period it waits, the period shorter for a user who has had less than
+their share of the GPUs lately (`halving.py` works an example through and gives the
+parameters `halving_s`, `halving_min_s` and `usage_half_life_s` with their reasons). When such a
+job cannot start (no room, nothing it may preempt), it gets a reservation (the best
+`reservations`, 3): the node it fits on that running jobs are expected (by their predictions)
+to free first, or the whole nodes of a larger job, on which no job ranked below it starts,
+except one whose time limit ends before the reservation's expected time. Without the
+reservation an 8-GPU job waits for a whole node to free by chance, while each freed GPU goes
+to the next 1-GPU job.
 
 What it knows is what a real server knows: GPU count, user, submission time, the service each
 job attained, the run times of jobs that already finished and how long unfinished ones have run
@@ -40,25 +38,7 @@ Parameters, and why:
   A job is predicted from its (user, GPU count) history when that has `min_samples` (3) runs,
   else from the user's, else from everyone's: a user's 8-GPU jobs are often unlike their
   1-GPU ones.
-- Unfinished runs count as censored observations (no parameter). A history of finished runs
-  over-represents short ones: while u's long jobs still run, only its short ones have finished
-  (survivorship bias), so the index was optimistic about u's next job, which preempted a long
-  job for a probe and then itself ran for hours (at 1,280 GPUs, half the preemptions). So a
-  job of the same history key ((user, GPU count), or user) that started and has not finished
-  counts as "ran longer than it has so far": the distribution is the Kaplan-Meier estimate
-  (finished runs, right-censored unfinished ones), which gives a job that has run 5 h its
-  weight on the runs longer than 5 h instead of leaving it out. It is used for the decisions
-  that bet on a prediction: a pending job's rank (computed when it is queued) and the
-  preemption test, which compares that rank with the victim's estimate recomputed then.
-  Running jobs are still put in victim order by their cached estimate over finished runs only
-  (cheap, and with censoring there too the long 8-GPU jobs at 1,024 GPUs were picked more
-  often: p99 JCT 215 h instead of 206 h). On philly_14237 this took preemptions at 1,280 GPUs
-  from 1,660 to 1,415 and avg JCT at 1,024 from 8.700 to 8.683 h (-13% preemptions on
-  average over 1,216-1,344 and 992-1,056 GPUs).
-- Gittins index rather than a median: the mean JCT-optimal rank for jobs of unknown size drawn
-  from a known distribution. It gives a new job of a user whose jobs are "seconds or days" a
-  short probe at the front of the queue, and ranks it by the long mode once it outlives the
-  short one, without a hand-set probe quantum.
+- Unfinished runs count as censored observations, and why a Gittins index: `gittins.py`.
 - `preempt_ratio` (16): a pending job takes a running job's GPUs only if its expected remaining
   GPU-time is 16x smaller. A preemption costs a checkpoint and a restart (60 s in the
   simulator) and the prediction is uncertain; a wide margin keeps only clear wins.
@@ -83,117 +63,35 @@ Parameters, and why:
   served among such jobs) and may preempt any job that is not starved itself, has run
   `min_run_s` and is not held by the restart backoff. This bounds how long a mis-predicted job
   (a short 16-GPU job of a user whose 16-GPU jobs run for hours) or a preempted one can wait.
-- `halving_s` (4 h): how fast a waiting job that may not be preempted gains on newer ones (a
-  first-come-first-served bias of 4 h per doubling of GPU-time). On philly_14237 @ 1,024 GPUs
-  with no job preemptible, averaged over 992/1,024/1,056 GPUs, 3 h gave avg JCT 11.79 h, p99
-  queueing 69.6 h, Jain 0.123; 4 h 11.59 / 70.1 / 0.147; 6 h 11.36 / 74.3 / 0.130 (one
-  reservation each); the one-hour first-come-first-served starvation guard it replaces gave
-  12.51 / 60.9 / 0.129. Halving every `aging` x the job's own predicted run instead (relative
-  aging) let jobs predicted long wait longest: p99 queueing 76-97 h. Such a job keeps the
-  starvation guard's right to preempt: once it waited `starve_factor` x its run (at least
-  `starve_min_s`) it may take a preemptible job's GPUs, as before; only its place in the order
-  follows the halvings. `None`: every job ranked by the Gittins index (the old rule).
-- `reservations` (3): the blocked jobs (that may not be preempted) that hold nodes for
-  themselves, best first. 1, 2, 3, 5 gave avg JCT 11.59 / 11.49 / 11.45 / 11.47 h, p99
-  queueing 70.1 / 68.7 / 67.6 / 69.5 h, Jain 0.147 / 0.145 / 0.153 / 0.145 over the sizes:
-  each drains one node at a time, and the drained node then serves the short wide jobs behind
-  it. A job uses a reserved node only if its time limit ends before the node is expected to
-  be free (a job with no limit never: a prediction is too often wrong, median factor 7.9 on
-  Philly); with padded
-  limits that took avg JCT @ 1,024 from 7.80 to 7.49 h and Jain from 0.099 to 0.118. A
-  reservation is kept for its job 15 min before it is recomputed (one that moves at each
-  pass drains nothing). A preemptible job gets none: it makes room by preempting.
+- `halving_s` (4 h), `halving_min_s` (30 min), `usage_half_life_s` (6 h): `halving.py`. A job
+  ranked by halvings keeps the starvation guard's right to preempt: once it waited
+  `starve_factor` x its run (at least `starve_min_s`) it may take a preemptible job's GPUs, as
+  before; only its place in the order follows the halvings. `halving_s=None`: every job
+  ranked by the Gittins index (the old rule).
+- `reservations` (3): `halving.py` says why 3 and what a job may do on a reserved node.
 - Shares (`set_shares`): a user's expected GPU-time is divided by their weight (their share
-  times their team's, each 1 unless an admin set it) when ranked and when it is weighed against
-  a victim: a user with share 2 counts their jobs as half as long. Past usage is not counted
-  again: ranking by attained service already charges whoever holds GPUs longest. With every
-  share 1 (a trace's users, a server where no one set any) every weight is 1 and nothing
-  changes. A new weight applies to jobs queued from then on.
+  times their team's, each 1 unless an admin set it) when ranked and when weighed against a
+  victim: a user with share 2 counts their jobs as half as long. A preemptible job's decayed
+  usage is not counted again (ranking by attained service already charges whoever holds GPUs
+  longest); a job that may not be preempted halves faster while its user is under their share
+  (`halving.py`). With every share 1 the weights are 1. A new weight applies to jobs queued
+  from then on.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
-from bisect import bisect_right, insort
-from collections import deque
-from collections.abc import Sequence
+from bisect import bisect_right
 
 from gpuyard.scheduling.cluster import ClusterState
-from gpuyard.scheduling.duration_prediction import DurationPredictor
 from gpuyard.scheduling.explain import Factor, RankFactors, age, gpu_time, priority, span
 from gpuyard.scheduling.fair_share import Shares
+from gpuyard.scheduling.policies.gittins import History, gittins_remaining_s
+from gpuyard.scheduling.policies.halving import FALLBACK_S, HalvingRank
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
 
-_FALLBACK_S = 3600.0  # before anything finished: an hour, a neutral guess
-_MAX_HALVINGS = 40  # a key halved 40 times is ahead of every fresh one: no further timers
-
-
-class _History:
-    """The last `size` finished run times (seconds on their GPUs), also kept sorted."""
-
-    __slots__ = ("_recent", "_size", "sorted")
-
-    def __init__(self, size: int) -> None:
-        self._recent: deque[float] = deque()
-        self.sorted: list[float] = []
-        self._size = size
-
-    def add(self, run_s: float) -> None:
-        self._recent.append(run_s)
-        insort(self.sorted, run_s)
-        if len(self._recent) > self._size:
-            old = self._recent.popleft()
-            del self.sorted[bisect_right(self.sorted, old) - 1]
-
-    def __len__(self) -> int:
-        return len(self._recent)
-
-
-def gittins_remaining_s(
-    sample: list[float], ran_s: float, censored: Sequence[float] = ()
-) -> float | None:
-    """Expected run time still needed per unit chance of finishing, at the best stopping point:
-    min over t of E[min(S, t) - a | S > a] / P(S <= t | S > a), S drawn from `sample` (sorted),
-    a = `ran_s`. The reciprocal of the Gittins index; None when the job outlived every sample.
-
-    `censored` (sorted) are run times so far of jobs that have not finished: each says only
-    "longer than this". The distribution is then the Kaplan-Meier estimate: at each finished
-    run, the chance of finishing there is the runs that finished there over those still at
-    risk (finished there or later, or unfinished at a longer run time), so a job still running
-    keeps its weight on the run times longer than its own instead of being left out."""
-    i = bisect_right(sample, ran_s)
-    left = len(sample) - i
-    if left == 0:
-        return None
-    j = bisect_right(censored, ran_s)
-    best = float("inf")
-    if j == len(censored):  # nothing censored beyond `ran_s`: plain empirical distribution
-        acc = 0.0
-        for done, s in enumerate(sample[i:], 1):
-            acc += s - ran_s
-            work = (acc + (left - done) * (s - ran_s)) / done
-            if work < best:
-                best = work
-        return best
-    at_risk = left + len(censored) - j
-    surv, area, prev = 1.0, 0.0, ran_s  # P(S > prev | S > a), E[min(S, prev) - a | S > a]
-    n_cens = len(censored)
-    for s in sample[i:]:
-        while j < n_cens and censored[j] < s:  # unfinished before s: leaves the risk set
-            area += surv * (censored[j] - prev)
-            prev = censored[j]
-            at_risk -= 1
-            j += 1
-        area += surv * (s - prev)
-        prev = s
-        surv -= surv / at_risk
-        at_risk -= 1
-        work = area / (1.0 - surv)
-        if work < best:
-            best = work
-    return best
+_FALLBACK_S = FALLBACK_S  # before anything finished: an hour, a neutral guess
 
 
 class DefaultPolicy(RankedPolicy):
@@ -211,6 +109,8 @@ class DefaultPolicy(RankedPolicy):
         starve_factor: float = 2.0,
         starve_min_s: float = 3600.0,
         halving_s: float | None = 4 * 3600.0,
+        halving_min_s: float = 1800.0,
+        usage_half_life_s: float = 6 * 3600.0,
         reservations: int = 3,
     ) -> None:
         super().__init__()
@@ -221,8 +121,8 @@ class DefaultPolicy(RankedPolicy):
         self._backoff = restart_backoff
         self._starve_factor = starve_factor
         self._starve_min_s = starve_min_s
-        self._hist: dict[object, _History] = {}
-        self._global = _History(history * 4)
+        self._hist: dict[object, History] = {}
+        self._global = History(history * 4)
         self._pending = SortedJobs()
         self._running: dict[int, SchedJob] = {}
         self._starved: set[int] = set()
@@ -236,11 +136,11 @@ class DefaultPolicy(RankedPolicy):
         self._unfinished: dict[object, dict[int, SchedJob]] = {}
         self._censored_at: tuple[float, dict[object, list[float]]] = (-1.0, {})
         self._shares = Shares()
-        # Jobs that may not be preempted: GPUs x predicted run, halved every `halving_s` waited
+        # Jobs that may not be preempted: GPUs x predicted run, halved as they wait (halving.py)
         self._halving_s = halving_s
-        self._halvings: dict[int, int] = {}  # pending: times its key was halved
+        self._aging = HalvingRank(halving_s or 0.0, halving_min_s, usage_half_life_s)
+        self._durations = self._aging.durations
         self._starving: list[tuple[float, int, int, SchedJob]] = []  # when, id, restarts, job
-        self._durations = DurationPredictor()
         self._expected_end_at: dict[int, float] = {}  # running: predicted end when it started
         self._reservations = reservations if halving_s is not None else 0
         self._backfills = True  # a job that ends by its time limit may use a reserved node
@@ -248,6 +148,7 @@ class DefaultPolicy(RankedPolicy):
     def set_shares(self, shares: Shares) -> None:
         """New fair-share weights (jobs queued from now on are ranked by them)."""
         self._shares = shares
+        self._aging.set_shares(shares)
 
     def _weight(self, user: str) -> float:
         shares = self._shares
@@ -317,6 +218,7 @@ class DefaultPolicy(RankedPolicy):
 
     # -- events -----------------------------------------------------------------------------
     def submit(self, job: SchedJob, now: float) -> None:
+        self._aging.seen(job.user)
         self._enqueue(job, now)
         self._await_starvation(job, now)
 
@@ -325,6 +227,7 @@ class DefaultPolicy(RankedPolicy):
         that began later): its rank would never be read, so it is not estimated (that
         estimate, the censored runs sorted again at each replayed instant, was ~30% of a
         restart's rebuild of 20,000 finished jobs: bench/history.py --pending 10000)."""
+        self._aging.seen(job.user)
         self._enqueue(job, now, ranked=False)
 
     def started(self, job: SchedJob, now: float) -> None:
@@ -334,10 +237,9 @@ class DefaultPolicy(RankedPolicy):
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
         self._running[job.id] = job
         self._victims_at = None
-        self._halvings.pop(job.id, None)
-        self._durations.started(job.id, job.user, job.gpus, job.time_limit_s, now)
+        self._aging.started(job, now)
         if self._reservations:
-            self._expected_end_at[job.id] = now + self._predicted_s(job, now)
+            self._expected_end_at[job.id] = now + self._aging.predicted_s(job, now)
         if job.gpus > 0:
             for key in ((job.user, job.gpus), job.user):
                 self._unfinished.setdefault(key, {})[job.id] = job
@@ -347,6 +249,7 @@ class DefaultPolicy(RankedPolicy):
 
     def preempted(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
+        self._aging.stopped(job, now)
         self._durations.stopped(job.id, now)
         self._expected_end_at.pop(job.id, None)
         self._victims_at = None
@@ -355,6 +258,7 @@ class DefaultPolicy(RankedPolicy):
 
     def finished(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
+        self._aging.stopped(job, now)
         self._victims_at = None
         self._cache.pop(job.id, None)
         self._rank.pop(job.id, None)
@@ -368,7 +272,7 @@ class DefaultPolicy(RankedPolicy):
         for key in ((job.user, job.gpus), job.user):
             h = self._hist.get(key)
             if h is None:
-                h = self._hist[key] = _History(self._history_len)
+                h = self._hist[key] = History(self._history_len)
             h.add(ran_s)
         self._global.add(ran_s)
 
@@ -378,7 +282,7 @@ class DefaultPolicy(RankedPolicy):
         self._starved.discard(job.id)
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)  # voids its starvation timer
-        self._halvings.pop(job.id, None)
+        self._aging.halvings.pop(job.id, None)
         self._forget_unfinished(job)
         self._durations.forget(job.id)
 
@@ -398,7 +302,7 @@ class DefaultPolicy(RankedPolicy):
         if starved:
             key: tuple[int, float, float] = (0, 0.0, job.submitted_at)
         elif ages:
-            key = (1, self._aged_work(job, now) / self._weight(job.user), job.submitted_at)
+            key = (1, self._aging.work(job, now) / self._weight(job.user), job.submitted_at)
         elif ranked and self._outlived(job, now):
             key = (2, job.submitted_at, 0.0)
         else:
@@ -407,8 +311,9 @@ class DefaultPolicy(RankedPolicy):
         self._pending_added(job)
         token = self._token[job.id] = self._token.get(job.id, 0) + 1
         if ages:
-            if self._halvings.get(job.id, 0) < _MAX_HALVINGS:
-                heapq.heappush(self._timers, (now + self._halving_s, job.id, token, job))  # type: ignore[operator]
+            if self._aging.due(job.id):
+                period = self._aging.period_s(job.user, now)
+                heapq.heappush(self._timers, (now + period, job.id, token, job))
         elif not starved:
             wait = self._starve_after_s(job, now)
             heapq.heappush(self._timers, (now + wait, job.id, token, job))
@@ -419,24 +324,12 @@ class DefaultPolicy(RankedPolicy):
         preempted), rather than by the Gittins index with the starvation guard."""
         return self._halving_s is not None and not job.preemptible
 
-    def _predicted_s(self, job: SchedJob, now: float) -> float:
-        """The job's predicted remaining run: its owner's history (`duration_prediction`,
-        what `show` says), at most its time limit; an hour with no history and no limit."""
-        got = self._durations.predict(job.user, job.gpus, job.time_limit_s, now, job.id)
-        whole = got.expected_s if got is not None else _FALLBACK_S
-        return max(60.0, whole - job.attained(now) / max(job.gpus, 1))
-
     def _await_starvation(self, job: SchedJob, now: float) -> None:
         """A job ranked by halvings keeps the starvation guard's other half: once it waited
         `_starve_after_s`, it may preempt any (preemptible) job that is not starved itself."""
         if self._ages(job):
             at = now + self._starve_after_s(job, now)
             heapq.heappush(self._starving, (at, job.id, job.restarts, job))
-
-    def _aged_work(self, job: SchedJob, now: float) -> float:
-        """GPUs x predicted run, halved once per `halving_s` the job has waited."""
-        work = max(job.gpus, 1) * self._predicted_s(job, now)
-        return math.ldexp(work, -self._halvings.get(job.id, 0))
 
     # -- the reservation (RankedPolicy) -------------------------------------------------------
     def _reserves_for(self, job: SchedJob, now: float) -> bool:
@@ -505,7 +398,7 @@ class DefaultPolicy(RankedPolicy):
             self._pending.remove(job)
             self._pending_removed(job)
             if self._ages(job):
-                self._halvings[job_id] = self._halvings.get(job_id, 0) + 1
+                self._aging.halve(job_id)
             else:
                 self._starved.add(job_id)
             self._enqueue(job, now)
@@ -570,31 +463,13 @@ class DefaultPolicy(RankedPolicy):
         return RankFactors(self.name, order, tuple(factors))
 
     def _aged_factors(self, job: SchedJob, now: float) -> tuple[Factor, ...]:
-        """A job that may not be preempted: GPUs, its predicted run (`show`'s ExpectedRun
-        words), the GPU-time its key holds, share weight, and the halvings of its wait."""
-        got = self._durations.predict(job.user, job.gpus, job.time_limit_s, now, job.id)
-        words = got.describe() if got is not None else (
-            f"no finished runs and no time limit: {span(_FALLBACK_S)} assumed")  # fmt: skip
-        halved = self._halvings.get(job.id, 0)
-        key = self._pending.key(job)[1]
-        factors = [*priority(job), Factor("GPUs", str(job.gpus)),
-                   Factor("predicted run", f"{span(self._predicted_s(job, now))} ({words})"),
-                   Factor("GPU-time", gpu_time(key * self._weight(job.user)) + (
-                       f" (halved {halved} times)" if halved else "")),
-                   Factor("share weight", f"{self._weight(job.user):g}")]  # fmt: skip
-        ran_s = job.attained_gpu_s / max(job.gpus, 1)
-        if ran_s > 0:
-            factors.append(Factor("ran before", f"{span(ran_s)} (preempted or requeued)"))
+        """A job that may not be preempted: `halving.HalvingRank.factors`."""
         token = self._token.get(job.id)
         due = min((at for at, job_id, tok, _ in list(self._timers)
                    if job_id == job.id and tok == token), default=None)  # fmt: skip
-        then = f"its GPU-time halves every {span(self._halving_s or 0)} it waits"
-        if due is not None:
-            then += f", next in {span(due - now)}"
-        if job.id in self._starved:
-            then += "; starved: may preempt a preemptible job"
-        factors.append(age(job, now, then))
-        return tuple(factors)
+        key = self._pending.key(job)[1]
+        weight = self._weight(job.user)
+        return self._aging.factors(job, now, key, weight, due, job.id in self._starved)
 
     def _history_words(self, job: SchedJob) -> str:
         key, sample = self._sample(job)
