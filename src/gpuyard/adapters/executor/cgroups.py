@@ -27,11 +27,10 @@ so, and `gpuyard doctor` shows it.
 The executor makes the groups before the supervisor starts and names them in `launch.json`;
 the job's process joins them (writes itself to each `tasks` on v1, `cgroup.procs` on v2:
 `supervisor._join` says why) before it drops its privileges, so the supervisor stays outside
-(an OOM kill never takes it). When the job has
-ended the executor reads whether the kernel killed it for memory (v2 memory.events
-`oom_kill`, v1 memory.oom_control `oom_kill`), and why (`oom_cause`: its own limit was hit,
-v1 memory.failcnt / v2 memory.events `max`; else all jobs' limit, or the machine), and removes
-the groups.
+(an OOM kill never takes it). When the job has ended the executor reads whether the kernel
+killed it for memory (v2 memory.events `oom_kill`, v1 memory.oom_control `oom_kill`), and
+why (`oom_cause`: its own limit was hit, v1 memory.failcnt / v2 memory.events `max`; else all
+jobs' limit, or the machine), and removes the groups.
 """
 
 from __future__ import annotations
