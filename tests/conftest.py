@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NoReturn
 
@@ -38,6 +39,18 @@ _ONE_AT_A_TIME = {
     "ray": re.compile(r"tests/raycluster/|\[ray\]|\[ray-|-ray\]|-ray-"),  # [ray]: the backend
     "slurm": re.compile(r"tests/slurm_side/"),
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C's and Ctrl-\\'s default actions back, for this process and what it starts. A
+    suite started in the background by a shell (`make test &`, `nohup ... &`, some CI runners)
+    runs with SIGINT and SIGQUIT ignored, and every command a test types into inherits that:
+    its Ctrl-C (`gpuyard top`, a progress bar) then did nothing and the test waited out its
+    timeout. A handled signal is reset at exec, an ignored one is not."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def one_at_a_time_group(nodeid: str) -> str | None:
