@@ -230,7 +230,9 @@ def test_a_foreign_origin_is_refused_even_with_the_pages_key(web: Web) -> None:
 def test_a_session_sees_only_what_its_user_may(web: Web) -> None:
     other = web.browser()
     _login(other, web.tokens[OTHER])
-    theirs = other.post("/api/v1/jobs", json={"command": ["true"], "workdir": "/"}).json()["id"]
+    # Still in the queue when it is listed (a `true` could end first: the list is the queue).
+    job = {"command": ["sleep", "600"], "workdir": "/"}
+    theirs = other.post("/api/v1/jobs", json=job).json()["id"]
     browser = web.browser()
     _login(browser, web.tokens[OWNER])
     assert browser.get(f"/api/v1/jobs/{theirs}").status_code == 404
