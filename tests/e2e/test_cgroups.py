@@ -5,6 +5,7 @@ nodes; its groups removed when it ends. Real cgroups (root), real supervisors, t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -169,5 +170,23 @@ def test_a_server_with_its_clock_a_day_ahead_sweeps_no_group_made_a_moment_ago(
         again = JobCgroups(f"test-{uuid.uuid4().hex[:8]}", pids_max=PIDS_MAX, all_gpus=(0,))
         again.close()
         assert all(Path(group).is_dir() for group in made)
+    finally:
+        other.close()
+
+
+def test_a_job_of_a_user_gets_its_group_when_the_servers_folder_was_swept_just_now(
+    cgroups: JobCgroups,
+) -> None:
+    # Another server's start sweeps empty server folders; one can go between this server
+    # making its folder again and making the user's folder in it (the job then could not
+    # start: "No such file or directory ... /user-0", seen with two test servers at once).
+    other = JobCgroups(f"test-{uuid.uuid4().hex[:8]}", pids_max=PIDS_MAX, all_gpus=(0,))
+    try:
+        base = other._v1["memory"]
+        assert base is not None
+        with contextlib.suppress(OSError):
+            base.rmdir()  # the sweep, after the job's create made the folder again
+        folder = other._user_folder(base, 0)
+        assert folder.is_dir() and folder.parent == base
     finally:
         other.close()

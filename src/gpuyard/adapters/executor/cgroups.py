@@ -208,8 +208,8 @@ class JobCgroups:
         folder = base / f"user-{uid}"
         if v2:
             _delegate(folder)
-        else:
-            folder.mkdir(exist_ok=True)
+        else:  # parents: another server's start may sweep our empty folder just before
+            folder.mkdir(parents=True, exist_ok=True)
         if (folder / "pids.max").exists():
             _write(folder / "pids.max", str(self.user_pids_max))
         return folder
