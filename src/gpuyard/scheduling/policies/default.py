@@ -91,8 +91,6 @@ from gpuyard.scheduling.policies.halving import FALLBACK_S, HalvingRank
 from gpuyard.scheduling.policies.ranked import RankedPolicy, SortedJobs
 from gpuyard.scheduling.policy import SchedJob
 
-_FALLBACK_S = FALLBACK_S  # before anything finished: an hour, a neutral guess
-
 
 class DefaultPolicy(RankedPolicy):
     name = "default"
@@ -166,7 +164,7 @@ class DefaultPolicy(RankedPolicy):
             h = self._hist.get(key)
             if h is not None and len(h) >= self._min_samples:
                 return key, h.sorted
-        return None, self._global.sorted or [_FALLBACK_S]
+        return None, self._global.sorted or [FALLBACK_S]
 
     def _censored(self, key: object, now: float) -> list[float]:
         """Run times so far, sorted, of the jobs of `key` that started and have not finished
@@ -282,7 +280,7 @@ class DefaultPolicy(RankedPolicy):
         self._starved.discard(job.id)
         self._rank.pop(job.id, None)
         self._token.pop(job.id, None)  # voids its starvation timer
-        self._aging.halvings.pop(job.id, None)
+        self._aging.forget(job.id)
         self._forget_unfinished(job)
         self._durations.forget(job.id)
 
@@ -474,7 +472,7 @@ class DefaultPolicy(RankedPolicy):
     def _history_words(self, job: SchedJob) -> str:
         key, sample = self._sample(job)
         if key is None and not self._global.sorted:
-            return f"no finished runs yet: {span(_FALLBACK_S)} assumed"
+            return f"no finished runs yet: {span(FALLBACK_S)} assumed"
         runs = len(sample)
         whose = "everyone's" if key is None else "the user's"
         size = " of this size" if isinstance(key, tuple) else ""

@@ -125,6 +125,10 @@ class HalvingRank:
     def halve(self, job_id: int) -> None:
         self.halvings[job_id] = self.halvings.get(job_id, 0) + 1
 
+    def forget(self, job_id: int) -> None:
+        """The job left the queue without running (cancelled)."""
+        self.halvings.pop(job_id, None)
+
     # -- explanations (read-only) --------------------------------------------------------------
     def factors(
         self,
@@ -174,7 +178,5 @@ class HalvingRank:
 
     def _period(self, used: float, share: float) -> float:
         """`halving_s` x used / share, between `halving_min_s` and `halving_s`."""
-        if self.halving_min_s >= self.halving_s:
-            return self.halving_s
         ratio = used / share if share > 0 else 1.0
         return min(self.halving_s, max(self.halving_min_s, self.halving_s * ratio))
