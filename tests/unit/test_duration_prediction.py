@@ -109,3 +109,39 @@ def test_spans_read_as_a_person_says_them() -> None:
     assert [format_span(s) for s in (45, 40 * _MIN, 3.5 * _H, 4 * _H, 50 * _H)] == [
         "45 s", "40 min", "3.5 h", "4 h", "2.1 d",
     ]  # fmt: skip
+
+
+def test_the_expected_run_alone_is_the_predictions_as_runs_end_between_asks() -> None:
+    """`expected_s` (what a policy's key reads) says what `predict` says, and both say what a
+    predictor that never asked before says, as each run's end changes a history whose median
+    and quartiles were kept from an earlier ask."""
+    import random
+
+    rng = random.Random(7)
+    p = DurationPredictor()
+    events: list[tuple[str, tuple[object, ...]]] = []
+    running: list[int] = []
+    now, next_id = 0.0, 0
+    for step in range(1_500):
+        now += rng.uniform(0, 600)
+        user, gpus = rng.choice("ab"), rng.choice((1, 2, 8))
+        limit = rng.choice((None, 0.0, _H, 4 * _H))
+        if running and rng.random() < 0.45:
+            event: tuple[str, tuple[object, ...]] = ("finished", (running.pop(0), now))
+        else:
+            event = ("started", (next_id, user, gpus, limit, now))
+            running.append(next_id)
+            next_id += 1
+        getattr(p, event[0])(*event[1])
+        events.append(event)
+        own = rng.choice([None, *running[:3]])
+        got = p.predict(user, gpus, limit, now, own)
+        assert p.expected_s(user, gpus, limit, now, own) == (
+            None if got is None else got.expected_s
+        )
+        if step % 100 == 99:  # a predictor fed the same events, asked nothing before
+            fresh = DurationPredictor()
+            for name, args in events:
+                getattr(fresh, name)(*args)
+            assert fresh.predict(user, gpus, limit, now, own) == got
+    assert sum(1 for name, _ in events if name == "finished") > 500

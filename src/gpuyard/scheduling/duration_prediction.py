@@ -110,6 +110,10 @@ class DurationPredictor:
         self._size = history
         self._min_runs = min_runs
         self._runs: dict[Hashable, tuple[float, ...]] = {}  # oldest first
+        # Per key: its runs' (median, quartiles), valid while `_runs[key]` is that very tuple
+        # (a run's end replaces it): a queue of 10,000 jobs asks again and again (a restart's
+        # replay predicted 50,000 times, sorting the same 32 runs each time).
+        self._spread: dict[Hashable, tuple[tuple[float, ...], float, float, float]] = {}
         self._jobs: dict[int, _Job] = {}
         self._ran_s: dict[int, float] = {}  # run time of earlier runs (preempted, requeued)
         # Current runs per (user, GPUs): job id -> when that run began
@@ -157,24 +161,16 @@ class DurationPredictor:
     ) -> Prediction | None:
         """The expected whole run time of a job of `user` with `gpus` and `limit_s` (None: no
         history and no limit). `job_id`: the job itself, left out of its running siblings."""
-        found = next(((level, runs) for level, key in zip(_LEVELS, _keys(user, gpus, limit_s),
-                                                          strict=True)
-                      if len(runs := self._runs.get(key, ())) >= self._min_runs), None)  # fmt: skip
+        found = self._history(user, gpus, limit_s)
         if found is None:
             if not limit_s:
                 return None
             return Prediction(limit_s, limit_s, limit_s, 0, "limit", gpus)
-        source, runs = found
+        source, runs, expected, low, high = found
         if source == "user_gpus_limit" and not limit_s:
             source = "user_gpus_nolimit"
-        ordered = sorted(runs)
-        expected, low, high = _quantile(ordered, 0.5), _quantile(ordered, 0.25), _quantile(
-            ordered, 0.75
-        )
         running_s = None
-        siblings = list(self._running.get((user, gpus), {}).items())  # one atomic copy
-        longest = max((now - t + self._ran_s.get(i, 0.0) for i, t in siblings if i != job_id),
-                      default=0.0)  # fmt: skip
+        longest = self._longest_sibling(user, gpus, now, job_id)
         if longest > expected:  # a sibling still running longer: the history is optimistic
             expected = running_s = longest
             high = max(high, longest)
@@ -182,6 +178,45 @@ class DurationPredictor:
         if limit_s:
             expected, low, high = min(expected, limit_s), min(low, limit_s), min(high, limit_s)
         return Prediction(expected, low, high, len(runs), source, gpus, running_s, limited)
+
+    def expected_s(
+        self, user: str, gpus: int, limit_s: float | None, now: float, job_id: int | None = None
+    ) -> float | None:
+        """`predict(...).expected_s` without the rest (what a policy's key reads, for every
+        job a queue or a restart's replay ranks)."""
+        found = self._history(user, gpus, limit_s)
+        if found is None:
+            return limit_s or None
+        expected = max(found[2], self._longest_sibling(user, gpus, now, job_id))
+        return min(expected, limit_s) if limit_s else expected
+
+    def _history(
+        self, user: str, gpus: int, limit_s: float | None
+    ) -> tuple[str, tuple[float, ...], float, float, float] | None:
+        """The first key with `min_runs` runs: (its level, its runs, their median and
+        quartiles); None if none has."""
+        runs_of, least = self._runs, self._min_runs
+        for level, key in zip(_LEVELS, _keys(user, gpus, limit_s), strict=True):
+            runs = runs_of.get(key, ())
+            if len(runs) < least:
+                continue
+            spread = self._spread.get(key)
+            if spread is None or spread[0] is not runs:
+                ordered = sorted(runs)
+                spread = self._spread[key] = (runs, _quantile(ordered, 0.5),
+                                              _quantile(ordered, 0.25), _quantile(ordered, 0.75))
+            return level, runs, spread[1], spread[2], spread[3]
+        return None
+
+    def _longest_sibling(self, user: str, gpus: int, now: float, job_id: int | None) -> float:
+        """The longest run so far of the user's other jobs of this size still running (0:
+        none)."""
+        running = self._running.get((user, gpus))
+        if not running:
+            return 0.0
+        siblings = list(running.items())  # one atomic copy
+        ran = self._ran_s
+        return max((now - t + ran.get(i, 0.0) for i, t in siblings if i != job_id), default=0.0)
 
 
 _LEVELS = ("user_gpus_limit", "user_gpus", "user", "gpus", "all")

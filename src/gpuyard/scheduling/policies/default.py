@@ -292,7 +292,13 @@ class DefaultPolicy(RankedPolicy):
 
     def _enqueue(self, job: SchedJob, now: float, ranked: bool = True) -> None:
         self._cache.pop(job.id, None)
-        work = self._rank[job.id] = self._estimate_now(job, now)[0] if ranked else 0.0
+        if not ranked:  # it starts before any pass reads its key or a timer of it is due
+            self._rank[job.id] = 0.0
+            self._pending.add(job, (1, 0.0, job.submitted_at))
+            self._pending_added(job)
+            self._token[job.id] = self._token.get(job.id, 0) + 1
+            return
+        work = self._rank[job.id] = self._estimate_now(job, now)[0]
         ages = self._ages(job)  # may not be preempted: by GPUs x predicted run, halving
         starved = job.id in self._starved and not ages
         # Starved jobs first come first served; then the others by expected remaining GPU-time;
@@ -301,7 +307,7 @@ class DefaultPolicy(RankedPolicy):
             key: tuple[int, float, float] = (0, 0.0, job.submitted_at)
         elif ages:
             key = (1, self._aging.work(job, now) / self._weight(job.user), job.submitted_at)
-        elif ranked and self._outlived(job, now):
+        elif self._outlived(job, now):
             key = (2, job.submitted_at, 0.0)
         else:
             key = (1, work / self._weight(job.user), job.submitted_at)

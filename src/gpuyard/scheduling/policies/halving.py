@@ -100,8 +100,9 @@ class HalvingRank:
     def predicted_s(self, job: SchedJob, now: float) -> float:
         """The job's predicted remaining run: its owner's history (`duration_prediction`,
         what `show` says), at most its time limit; an hour with no history and no limit."""
-        got = self.durations.predict(job.user, job.gpus, job.time_limit_s, now, job.id)
-        whole = got.expected_s if got is not None else FALLBACK_S
+        whole = self.durations.expected_s(job.user, job.gpus, job.time_limit_s, now, job.id)
+        if whole is None:
+            whole = FALLBACK_S
         return max(60.0, whole - job.attained(now) / max(job.gpus, 1))
 
     def work(self, job: SchedJob, now: float) -> float:
