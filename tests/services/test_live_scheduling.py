@@ -592,7 +592,8 @@ def _stored_world(seed: int) -> list[Job]:
 def test_a_restart_replays_the_past_into_the_policy_as_a_full_replay_does(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A restart's replay leaves unranked the jobs that start later in it (`submit_to_start`):
+    """A restart's replay leaves unranked the jobs that start later in it (`submit_to_start`)
+    and unpredicted the ends of the runs that end later in it (`started_to_end`):
     the restarted server orders its queue and decides its first passes, preemptions included,
     exactly as when every replayed submit is ranked."""
     from gpuyard.domain.job import Gpu, NodeCapacity
@@ -624,5 +625,6 @@ def test_a_restart_replays_the_past_into_the_policy_as_a_full_replay_does(
 
     unranked = restarted()
     monkeypatch.delattr(DefaultPolicy, "submit_to_start")
+    monkeypatch.delattr(DefaultPolicy, "started_to_end")
     assert restarted() == unranked
     assert unranked[0] and any(p[1] or p[2] for p in unranked[1])  # the passes decided something

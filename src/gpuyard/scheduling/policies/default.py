@@ -228,7 +228,7 @@ class DefaultPolicy(RankedPolicy):
         self._aging.seen(job.user)
         self._enqueue(job, now, ranked=False)
 
-    def started(self, job: SchedJob, now: float) -> None:
+    def started(self, job: SchedJob, now: float, ends_unread: bool = False) -> None:
         self._pending.remove(job)
         self._pending_removed(job)
         self._starved.discard(job.id)
@@ -236,7 +236,7 @@ class DefaultPolicy(RankedPolicy):
         self._running[job.id] = job
         self._victims_at = None
         self._aging.started(job, now)
-        if self._reservations:
+        if self._reservations and not ends_unread:
             self._expected_end_at[job.id] = now + self._aging.predicted_s(job, now)
         if job.gpus > 0:
             for key in ((job.user, job.gpus), job.user):
@@ -244,6 +244,12 @@ class DefaultPolicy(RankedPolicy):
         # When its protection ends, a pass may decide otherwise: say so (next_decision_at).
         until = now + self._min_run_s * self._backoff**job.restarts
         heapq.heappush(self._guards, (until, job.id, token))
+
+    def started_to_end(self, job: SchedJob, now: float) -> None:
+        """`started` of a run that ends before the next pass (a restart's replay of a run
+        that has ended since): its expected end, which only a pass's reservations read, is
+        not predicted (20,000 predictions of a restart's replay)."""
+        self.started(job, now, ends_unread=True)
 
     def preempted(self, job: SchedJob, now: float) -> None:
         del self._running[job.id]
