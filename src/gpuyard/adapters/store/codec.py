@@ -40,6 +40,8 @@ def decoder(tp: Any) -> Convert | None:
         if len(args) == 2 and args[1] is Ellipsis:
             item = decoder(args[0])
             return tuple if item is None else (lambda v: tuple(map(item, v)))
+        if all(decoder(a) is None for a in args):  # a pair of strings (env): one C call
+            return _fixed_tuple(len(args))
         items = [decoder(a) or _same for a in args]
         return lambda v: tuple(d(x) for d, x in zip(items, v, strict=True))
     if isinstance(tp, type) and issubclass(tp, Enum):
@@ -49,6 +51,15 @@ def decoder(tp: Any) -> Convert | None:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_decoder(tp)
     return None
+
+
+def _fixed_tuple(size: int) -> Convert:
+    def fixed(value: Any) -> tuple[Any, ...]:
+        if len(value) != size:
+            raise ValueError(f"{size} items expected, got {len(value)}: {value!r}")
+        return tuple(value)
+
+    return fixed
 
 
 def encoder(tp: Any) -> Convert | None:
