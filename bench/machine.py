@@ -29,6 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+# A bench's servers (started by root) never take the machine's Unix socket
+# (/run/gpuyard/gpuyard.sock): the machine's own server, or a later one, keeps it, and local
+# users never reach a bench's throw-away server. A bench that measures a socket names its own
+# (`bench/cli.py --socket PATH`). Set here, at the import every bench makes, before any server.
+os.environ.setdefault("GPUYARD_SOCKET", "off")
+
 # Environment variables that change how fast Python starts or runs.
 _SPEED_ENV = (
     "PYTHONDONTWRITEBYTECODE",
