@@ -112,7 +112,8 @@ class DurationPredictor:
         self._runs: dict[Hashable, tuple[float, ...]] = {}  # oldest first
         # Per key: its runs' (median, quartiles), valid while `_runs[key]` is that very tuple
         # (a run's end replaces it): a queue of 10,000 jobs asks again and again (a restart's
-        # replay predicted 50,000 times, sorting the same 32 runs each time).
+        # replay predicted 50,000 times, sorting the same 32 runs each time). A reader on
+        # another thread may store one too: tagged with the tuple it came from, never stale.
         self._spread: dict[Hashable, tuple[tuple[float, ...], float, float, float]] = {}
         self._jobs: dict[int, _Job] = {}
         self._ran_s: dict[int, float] = {}  # run time of earlier runs (preempted, requeued)
